@@ -5,5 +5,7 @@
 //! and property-tested. Nothing in this crate performs I/O or names an AWS type; the `heatsink`
 //! crate wraps these decisions in thin async adapters for DynamoDB, Kinesis and CloudWatch.
 
+pub mod counter;
 pub mod keys;
 pub mod merge;
+pub mod stream;
