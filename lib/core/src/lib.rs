@@ -6,6 +6,8 @@
 //! crate wraps these decisions in thin async adapters for DynamoDB, Kinesis and CloudWatch.
 
 pub mod counter;
+pub mod detect;
+pub mod guard;
 pub mod keys;
 pub mod merge;
 pub mod stream;
