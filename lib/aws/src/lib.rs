@@ -1,0 +1,19 @@
+//! heatsink: keep hot keys from melting DynamoDB partitions and Kinesis shards.
+//!
+//! This crate holds the AWS adapters and async runtime pieces; the decisions they carry out live
+//! in the pure [`heatsink_core`] crate, re-exported here as [`core`]. Every adapter takes an
+//! `aws_config::SdkConfig` or an SDK client: nothing here reads the environment by itself, so the
+//! same code runs against AWS, LocalStack, moto, dynoxide or DynamoDB Local.
+//!
+//! - [`schema`]: the one definition of every table and stream, and idempotent creation.
+//! - [`scatter`]: parallel fan-out, batch reads and merged pagination across shards.
+//! - [`kinesis`]: which shard a key lands on; salts chosen to spread a hot key.
+//! - [`sim`]: the partition simulator, a throttling proxy in front of any DynamoDB endpoint.
+//! - [`error`]: error types.
+pub use heatsink_core as core;
+
+pub mod error;
+pub mod kinesis;
+pub mod scatter;
+pub mod schema;
+pub mod sim;

@@ -1,0 +1,516 @@
+//! The partition simulator: hot partitions, reproduced on a laptop.
+//!
+//! DynamoDB Local, moto and dynoxide never throttle, so a hot key looks healthy until it reaches
+//! AWS. The simulator is a loopback HTTP proxy in front of any DynamoDB endpoint that models
+//! what AWS enforces per partition: each table (and each GSI) has `partitions` partitions, an
+//! item lives on `MD5(partition-key value) mod partitions`, and every partition may consume at
+//! most 1,000 WCU/s and 3,000 RCU/s (token buckets with a configurable burst). Capacity units
+//! come from item size: 1 WCU per started KB written, 1 RCU per started 4 KB read, half for an
+//! eventually consistent read, double inside a transaction. A request that would overdraw a
+//! partition is answered with DynamoDB's own `ProvisionedThroughputExceededException` body,
+//! `ThrottlingReasons` included (`TableWriteKeyRangeThroughputExceeded`, …), so the SDK's retry
+//! logic engages exactly as against AWS.
+//!
+//! Per-partition consumed capacity, throttles and a per-second history are served as JSON at
+//! `GET /_sim/stats` (and cleared by `POST /_sim/reset`) on the same port.
+//!
+//! ```no_run
+//! # async fn f() -> Result<(), heatsink::sim::SimError> {
+//! use heatsink::sim::{SimConfig, Simulator};
+//! let sim = Simulator::start(SimConfig::new("http://127.0.0.1:5000")).await?;
+//! // point the SDK at sim.endpoint() instead of the emulator …
+//! let stats = sim.stats();
+//! println!("throttled: {}", stats.throttled());
+//! # Ok(()) }
+//! ```
+//!
+//! Limits of the model: partitions are fixed (AWS splits partitions over minutes, which a test
+//! run never lasts); an UpdateItem is charged for its key and the values it sets (exact for
+//! counters, a lower bound for large items); a batch is admitted or throttled whole (AWS returns
+//! the throttled part as `UnprocessedItems`); Scans and stream reads pass through uncharged.
+
+pub mod load;
+pub mod model;
+pub mod request;
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode, Uri};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use serde::Serialize;
+use serde_json::Value;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+pub use model::{Access, Limits, PartitionId, PartitionStats};
+use model::{Charge, Partitions, item_size, read_units};
+use request::{Plan, TableKeys, plan, tables_of};
+
+/// Errors of the simulator.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// The upstream URL is not an `http://host:port` URL.
+    #[error("upstream `{0}` is not an http:// URL with a host")]
+    BadUpstream(String),
+    /// The listen address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
+/// How to run a simulator.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// The DynamoDB endpoint to forward to (`http://127.0.0.1:5000`).
+    pub upstream: String,
+    /// Where to listen; port 0 picks a free port.
+    pub listen: SocketAddr,
+    /// Partition count, ceilings and burst.
+    pub limits: Limits,
+}
+
+impl SimConfig {
+    /// Defaults in front of `upstream`: a free loopback port, 4 partitions, AWS's ceilings.
+    pub fn new(upstream: &str) -> Self {
+        Self {
+            upstream: upstream.to_owned(),
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            limits: Limits::default(),
+        }
+    }
+}
+
+struct Shared {
+    upstream: Uri,
+    client: Client<HttpConnector, Full<Bytes>>,
+    started: Instant,
+    partitions: Mutex<Partitions>,
+    keys: Mutex<HashMap<String, TableKeys>>,
+    requests: Mutex<u64>,
+}
+
+/// A running simulator; dropping it (or [`Simulator::stop`]) shuts the listener down.
+pub struct Simulator {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    stop: watch::Sender<bool>,
+}
+
+/// One partition's report in [`Stats`].
+#[derive(Debug, Clone, Serialize)]
+pub struct PartitionReport {
+    /// Which partition.
+    #[serde(flatten)]
+    pub id: PartitionId,
+    /// Its counters and history.
+    #[serde(flatten)]
+    pub stats: PartitionStats,
+    /// Highest WCU/s in any second, as a fraction of the write ceiling.
+    pub max_write_utilisation: f64,
+    /// Highest RCU/s in any second, as a fraction of the read ceiling.
+    pub max_read_utilisation: f64,
+}
+
+/// Everything the simulator measured, as served at `/_sim/stats`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Stats {
+    /// Partitions per table and index.
+    pub partitions_per_table: u32,
+    /// WCU/s per partition.
+    pub write_ceiling: f64,
+    /// RCU/s per partition.
+    pub read_ceiling: f64,
+    /// Requests seen (all operations).
+    pub requests: u64,
+    /// Every partition that saw traffic.
+    pub partitions: Vec<PartitionReport>,
+}
+
+impl Stats {
+    /// Throttled requests, reads and writes, over all partitions.
+    pub fn throttled(&self) -> u64 {
+        self.partitions
+            .iter()
+            .map(|p| p.stats.throttled_reads + p.stats.throttled_writes)
+            .sum()
+    }
+
+    /// Write requests admitted on `table`'s partitions (its GSIs excluded).
+    pub fn table_writes(&self, table: &str) -> u64 {
+        self.partitions
+            .iter()
+            .filter(|p| p.id.table == table && p.id.index.is_none())
+            .map(|p| p.stats.writes)
+            .sum()
+    }
+
+    /// Throttled requests on `table`'s partitions (its GSIs included).
+    pub fn table_throttled(&self, table: &str) -> u64 {
+        self.partitions
+            .iter()
+            .filter(|p| p.id.table == table)
+            .map(|p| p.stats.throttled_reads + p.stats.throttled_writes)
+            .sum()
+    }
+
+    /// The highest utilisation (reads or writes) any partition of `table` reached in any second.
+    pub fn max_utilisation(&self, table: &str) -> f64 {
+        self.partitions
+            .iter()
+            .filter(|p| p.id.table == table)
+            .map(|p| p.max_write_utilisation.max(p.max_read_utilisation))
+            .fold(0.0, f64::max)
+    }
+}
+
+impl Simulator {
+    /// Binds the listener and starts serving in the background.
+    pub async fn start(config: SimConfig) -> Result<Self, SimError> {
+        let upstream: Uri = config
+            .upstream
+            .parse()
+            .map_err(|_| SimError::BadUpstream(config.upstream.clone()))?;
+        if upstream.scheme_str() != Some("http") || upstream.authority().is_none() {
+            return Err(SimError::BadUpstream(config.upstream));
+        }
+        let listener = TcpListener::bind(config.listen)
+            .await
+            .map_err(|source| SimError::Bind {
+                addr: config.listen,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| SimError::Bind {
+            addr: config.listen,
+            source,
+        })?;
+        let shared = Arc::new(Shared {
+            upstream,
+            client: Client::builder(TokioExecutor::new()).build_http(),
+            started: Instant::now(),
+            partitions: Mutex::new(Partitions::new(config.limits)),
+            keys: Mutex::new(HashMap::new()),
+            requests: Mutex::new(0),
+        });
+        let (stop, mut stopped) = watch::channel(false);
+        let serving = shared.clone();
+        tokio::spawn(async move {
+            loop {
+                let accepted = tokio::select! {
+                    a = listener.accept() => a,
+                    _ = stopped.changed() => return,
+                };
+                let Ok((stream, _)) = accepted else { continue };
+                let shared = serving.clone();
+                tokio::spawn(async move {
+                    let service = service_fn(move |req| handle(shared.clone(), req));
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Ok(Self { addr, shared, stop })
+    }
+
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The endpoint URL to give the SDK (`http://127.0.0.1:PORT`).
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A snapshot of what it measured.
+    pub fn stats(&self) -> Stats {
+        self.shared.stats()
+    }
+
+    /// Clears statistics and refills every partition.
+    pub fn reset(&self) {
+        if let Ok(mut p) = self.shared.partitions.lock() {
+            p.reset();
+        }
+        if let Ok(mut r) = self.shared.requests.lock() {
+            *r = 0;
+        }
+    }
+
+    /// Stops accepting connections.
+    pub fn stop(self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+impl Drop for Simulator {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+impl Shared {
+    fn now(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    fn stats(&self) -> Stats {
+        let (limits, snapshot) = match self.partitions.lock() {
+            Ok(p) => (p.limits(), p.snapshot()),
+            Err(_) => (Limits::default(), vec![]),
+        };
+        let peak =
+            |series: &[f64], ceiling: f64| series.iter().copied().fold(0.0, f64::max) / ceiling;
+        Stats {
+            partitions_per_table: limits.partitions,
+            write_ceiling: limits.write_ceiling,
+            read_ceiling: limits.read_ceiling,
+            requests: self.requests.lock().map(|r| *r).unwrap_or(0),
+            partitions: snapshot
+                .into_iter()
+                .map(|(id, stats)| PartitionReport {
+                    max_write_utilisation: peak(&stats.wcu_per_second, limits.write_ceiling),
+                    max_read_utilisation: peak(&stats.rcu_per_second, limits.read_ceiling),
+                    id,
+                    stats,
+                })
+                .collect(),
+        }
+    }
+
+    async fn forward(
+        &self,
+        parts: &hyper::http::request::Parts,
+        body: Bytes,
+    ) -> Result<(hyper::http::response::Parts, Bytes), String> {
+        let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        let authority = self.upstream.authority().map_or("", |a| a.as_str());
+        let uri: Uri = format!("http://{authority}{path}")
+            .parse()
+            .map_err(|e| format!("{e}"))?;
+        let mut req = Request::builder().method(parts.method.clone()).uri(uri);
+        for (name, value) in &parts.headers {
+            if name != hyper::header::HOST {
+                req = req.header(name, value);
+            }
+        }
+        let req = req.body(Full::new(body)).map_err(|e| e.to_string())?;
+        let resp = self.client.request(req).await.map_err(|e| e.to_string())?;
+        let (rparts, rbody) = resp.into_parts();
+        let bytes = rbody.collect().await.map_err(|e| e.to_string())?.to_bytes();
+        Ok((rparts, bytes))
+    }
+
+    /// Learns the key schema of each table not seen yet (DescribeTable through the upstream).
+    async fn learn_tables(&self, parts: &hyper::http::request::Parts, tables: &[String]) {
+        for table in tables {
+            let known = self
+                .keys
+                .lock()
+                .map(|k| k.contains_key(table))
+                .unwrap_or(true);
+            if known {
+                continue;
+            }
+            let mut describe = parts.clone();
+            describe.headers.insert(
+                "x-amz-target",
+                hyper::header::HeaderValue::from_static("DynamoDB_20120810.DescribeTable"),
+            );
+            describe.headers.remove(hyper::header::CONTENT_LENGTH);
+            let body = serde_json::json!({ "TableName": table }).to_string();
+            if let Ok((rp, rb)) = self.forward(&describe, Bytes::from(body)).await
+                && rp.status.is_success()
+                && let Some(keys) = serde_json::from_slice::<Value>(&rb)
+                    .ok()
+                    .as_ref()
+                    .and_then(TableKeys::from_describe)
+                && let Ok(mut k) = self.keys.lock()
+            {
+                k.insert(table.clone(), keys);
+            }
+        }
+    }
+}
+
+fn json_response(status: StatusCode, body: String) -> Response<Full<Bytes>> {
+    let mut resp = Response::new(Full::new(Bytes::from(body)));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/x-amz-json-1.0"),
+    );
+    resp
+}
+
+/// DynamoDB's throttling answer, with the reason AWS gives for a hot partition.
+fn throttle_response(c: &Charge) -> Response<Full<Bytes>> {
+    let resource = if c.partition.index.is_some() {
+        "Index"
+    } else {
+        "Table"
+    };
+    let op = match c.access {
+        Access::Read => "Read",
+        Access::Write => "Write",
+    };
+    let arn = match &c.partition.index {
+        Some(i) => format!(
+            "arn:aws:dynamodb:us-east-1:000000000000:table/{}/index/{i}",
+            c.partition.table
+        ),
+        None => format!(
+            "arn:aws:dynamodb:us-east-1:000000000000:table/{}",
+            c.partition.table
+        ),
+    };
+    let body = serde_json::json!({
+        "__type": "com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException",
+        "message": format!(
+            "Throughput exceeds the current capacity for one or more partitions of your {}. (heatsink sim: partition {})",
+            resource.to_lowercase(), c.partition.partition
+        ),
+        "ThrottlingReasons": [{
+            "reason": format!("{resource}{op}KeyRangeThroughputExceeded"),
+            "resource": arn,
+        }],
+    });
+    let mut resp = json_response(StatusCode::BAD_REQUEST, body.to_string());
+    resp.headers_mut().insert(
+        "x-amzn-errortype",
+        hyper::header::HeaderValue::from_static("ProvisionedThroughputExceededException"),
+    );
+    resp
+}
+
+async fn handle(
+    shared: Arc<Shared>,
+    req: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    let (parts, body) = req.into_parts();
+    if parts.uri.path().starts_with("/_sim/") {
+        return Ok(control(&shared, &parts));
+    }
+    let body = match body.collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => {
+            return Ok(json_response(
+                StatusCode::BAD_REQUEST,
+                format!("{{\"message\":\"{e}\"}}"),
+            ));
+        }
+    };
+    if let Ok(mut r) = shared.requests.lock() {
+        *r += 1;
+    }
+    let op = parts
+        .headers
+        .get("x-amz-target")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|t| t.strip_prefix("DynamoDB_20120810."))
+        .unwrap_or("")
+        .to_owned();
+    let parsed: Option<Value> = serde_json::from_slice(&body).ok();
+    let mut settle = None;
+    if let Some(json) = &parsed {
+        let tables = tables_of(&op, json);
+        shared.learn_tables(&parts, &tables).await;
+        let partitions = shared
+            .partitions
+            .lock()
+            .map(|p| p.limits().partitions)
+            .unwrap_or(1);
+        let planned = match shared.keys.lock() {
+            Ok(keys) => plan(&op, json, &keys, partitions),
+            Err(_) => Plan::PassThrough,
+        };
+        if let Plan::Charge { pre, read } = planned {
+            let now = shared.now();
+            let admitted = match shared.partitions.lock() {
+                Ok(mut p) => p.admit(&pre, now),
+                Err(_) => Ok(()),
+            };
+            if let Err(over) = admitted {
+                return Ok(throttle_response(&over));
+            }
+            settle = read;
+        }
+    }
+    let (rparts, rbody) = match shared.forward(&parts, body).await {
+        Ok(r) => r,
+        Err(e) => {
+            let msg = serde_json::json!({"__type": "com.amazonaws.dynamodb.v20120810#InternalServerError", "message": format!("heatsink sim: upstream unreachable: {e}")});
+            return Ok(json_response(StatusCode::BAD_GATEWAY, msg.to_string()));
+        }
+    };
+    if let Some(read) = settle
+        && rparts.status.is_success()
+        && let Ok(answer) = serde_json::from_slice::<Value>(&rbody)
+    {
+        let size: usize = if let Some(item) = answer.get("Item").and_then(Value::as_object) {
+            item_size(item)
+        } else {
+            answer
+                .get("Items")
+                .and_then(Value::as_array)
+                .map(|items| {
+                    items
+                        .iter()
+                        .filter_map(Value::as_object)
+                        .map(item_size)
+                        .sum()
+                })
+                .unwrap_or(0)
+        };
+        let extra = read_units(size, read.consistent) * read.multiplier - read.prepaid;
+        if extra > 0.0
+            && let Ok(mut p) = shared.partitions.lock()
+        {
+            let now = shared.now();
+            p.record(
+                &Charge {
+                    partition: read.partition,
+                    access: Access::Read,
+                    units: extra,
+                },
+                now,
+            );
+        }
+    }
+    let mut resp = Response::from_parts(rparts, Full::new(rbody));
+    resp.headers_mut().remove(hyper::header::TRANSFER_ENCODING);
+    Ok(resp)
+}
+
+fn control(shared: &Shared, parts: &hyper::http::request::Parts) -> Response<Full<Bytes>> {
+    match (parts.method.as_str(), parts.uri.path()) {
+        ("GET", "/_sim/stats") => json_response(
+            StatusCode::OK,
+            serde_json::to_string(&shared.stats()).unwrap_or_else(|_| "{}".into()),
+        ),
+        ("POST", "/_sim/reset") => {
+            if let Ok(mut p) = shared.partitions.lock() {
+                p.reset();
+            }
+            json_response(StatusCode::OK, "{\"reset\":true}".into())
+        }
+        _ => json_response(
+            StatusCode::NOT_FOUND,
+            "{\"message\":\"GET /_sim/stats or POST /_sim/reset\"}".into(),
+        ),
+    }
+}
