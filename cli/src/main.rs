@@ -1,0 +1,67 @@
+//! `heatsink`: operator and demo commands.
+//!
+//! Every command reaches AWS through the standard configuration chain (`AWS_REGION`,
+//! `AWS_ENDPOINT_URL_*`, credentials), so the same binary drives AWS or the local stack.
+
+mod cmd;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// heatsink: keep hot keys from melting DynamoDB partitions and Kinesis shards.
+#[derive(Debug, Parser)]
+#[command(name = "heatsink", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Work with the local AWS stack (see `localstack/stack`).
+    Local {
+        #[command(subcommand)]
+        command: cmd::local::LocalCommand,
+    },
+    /// Print the tables and streams heatsink uses.
+    Schema(cmd::schema::SchemaArgs),
+    /// Size S for a hot key so every shard stays under target (Part 5, Formula 2).
+    Plan(cmd::plan::PlanArgs),
+    /// Inspect where keys land.
+    Keys {
+        #[command(subcommand)]
+        command: cmd::keys::KeysCommand,
+    },
+    /// Run the partition simulator: a throttling proxy in front of a DynamoDB endpoint.
+    Sim(cmd::sim::SimArgs),
+    /// Run the main scenario on the local stack.
+    Demo(cmd::demo::DemoArgs),
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Local { command } => cmd::local::run(command).await,
+        Command::Schema(args) => cmd::schema::run(args),
+        Command::Demo(args) => cmd::demo::run(args).await,
+        Command::Sim(args) => cmd::sim::run(args).await,
+        Command::Plan(args) => cmd::plan::run(args),
+        Command::Keys { command } => cmd::keys::run(command).await,
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
