@@ -1,0 +1,9 @@
+//! Integration tests against the local AWS stack: one binary, one module per area (each extra
+//! test binary costs a link on a 2-core machine).
+
+mod placement;
+mod scatter;
+mod sim;
+mod smoke_cloudwatch;
+mod smoke_dynamodb;
+mod smoke_kinesis;

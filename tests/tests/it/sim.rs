@@ -1,0 +1,183 @@
+//! The partition simulator in front of a real DynamoDB emulator: a naive hot key is throttled,
+//! the same load salted over sub-keys is not, and the SDK sees DynamoDB's own error.
+
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use heatsink::core::keys::SaltedKey;
+use heatsink::schema::Table;
+use heatsink::sim::{Limits, SimConfig, Simulator};
+use heatsink_integration::fixture;
+
+/// A simulator with small ceilings (20 WCU/s per partition), so a load that any emulator serves
+/// (moto handles a few hundred requests a second) shows the effect within 2 s.
+async fn small_sim() -> Simulator {
+    let upstream = std::env::var("AWS_ENDPOINT_URL_DYNAMODB").expect("fixture checked it");
+    let mut config = SimConfig::new(&upstream);
+    config.limits = Limits {
+        partitions: 8,
+        write_ceiling: 20.0,
+        read_ceiling: 60.0,
+        burst_seconds: 0.5,
+    };
+    Simulator::start(config).await.expect("simulator starts")
+}
+
+/// A client through the simulator, with the SDK's retries off so every throttle is visible.
+fn client_via(sim: &Simulator, config: &aws_config::SdkConfig) -> aws_sdk_dynamodb::Client {
+    let conf = aws_sdk_dynamodb::config::Builder::from(config)
+        .endpoint_url(sim.endpoint())
+        .retry_config(aws_config::retry::RetryConfig::disabled())
+        .build();
+    aws_sdk_dynamodb::Client::from_conf(conf)
+}
+
+/// Sends `rate` one-WCU increments per second for `secs` seconds, each to `pk(i)`; returns
+/// how many were throttled as seen by the SDK.
+async fn drive(
+    ddb: &aws_sdk_dynamodb::Client,
+    table: &str,
+    rate: usize,
+    secs: usize,
+    pk: impl Fn(usize) -> String,
+) -> usize {
+    let ticks = secs * 10;
+    let per_tick = rate / 10;
+    let mut throttled = 0;
+    let mut interval = tokio::time::interval(Duration::from_millis(100));
+    for t in 0..ticks {
+        interval.tick().await;
+        let calls = (0..per_tick).map(|j| {
+            ddb.update_item()
+                .table_name(table)
+                .key("pk", AttributeValue::S(pk(t * per_tick + j)))
+                .key("sk", AttributeValue::S("total".into()))
+                .update_expression("ADD #t :one")
+                .expression_attribute_names("#t", "total")
+                .expression_attribute_values(":one", AttributeValue::N("1".into()))
+                .send()
+        });
+        for r in futures::future::join_all(calls).await {
+            if let Err(e) = r {
+                let service = e.into_service_error();
+                assert!(
+                    service.is_provisioned_throughput_exceeded_exception(),
+                    "only throttles are expected, got {service:?}"
+                );
+                throttled += 1;
+            }
+        }
+    }
+    throttled
+}
+
+#[tokio::test]
+async fn the_simulator_throttles_a_naive_hot_key_and_not_the_same_load_salted() {
+    let fx = fixture!("the_simulator_throttles_a_naive_hot_key_and_not_the_same_load_salted");
+    let counters = fx.table(Table::Counters).await;
+    let sim = small_sim().await;
+    let ddb = client_via(&sim, &fx.stack.config);
+
+    // 48 writes/s on one key: 2.4x a partition's ceiling, as p9's 2,400/s is against 1,000.
+    let naive = drive(&ddb, &counters.name, 48, 2, |_| "likes#p9".into()).await;
+    let stats = sim.stats();
+    assert!(naive > 20, "a naive hot key must be throttled, got {naive}");
+    assert_eq!(stats.table_throttled(&counters.name) as usize, naive);
+    assert!(stats.max_utilisation(&counters.name) >= 0.95);
+
+    // The same load over S = 16 salted sub-keys, round-robin.
+    sim.reset();
+    let salted = SaltedKey::new("likes#p9", 16).expect("valid key");
+    let salted_throttled = drive(&ddb, &counters.name, 48, 2, |i| {
+        salted.sub_key((i % 16) as u16).expect("salt in range")
+    })
+    .await;
+    let stats = sim.stats();
+    assert_eq!(salted_throttled, 0, "salted load must not be throttled");
+    assert!(
+        stats.max_utilisation(&counters.name) < 0.9,
+        "{}",
+        stats.max_utilisation(&counters.name)
+    );
+    assert!(
+        stats
+            .partitions
+            .iter()
+            .filter(|p| p.stats.writes > 0)
+            .count()
+            >= 6,
+        "load must spread"
+    );
+}
+
+#[tokio::test]
+async fn a_throttle_carries_dynamodbs_error_and_throttling_reason() {
+    let fx = fixture!("a_throttle_carries_dynamodbs_error_and_throttling_reason");
+    let counters = fx.table(Table::Counters).await;
+    let sim = small_sim().await;
+    let ddb = client_via(&sim, &fx.stack.config);
+    let mut seen = None;
+    for _ in 0..200 {
+        let r = ddb
+            .put_item()
+            .table_name(&counters.name)
+            .item("pk", AttributeValue::S("hot".into()))
+            .item("sk", AttributeValue::S("x".into()))
+            .send()
+            .await;
+        if let Err(e) = r {
+            seen = Some(e.into_service_error());
+            break;
+        }
+    }
+    let err = seen.expect("200 back-to-back writes exceed a 10-unit burst and 20 WCU/s");
+    let aws_sdk_dynamodb::operation::put_item::PutItemError::ProvisionedThroughputExceededException(
+        e,
+    ) = err
+    else {
+        panic!("expected ProvisionedThroughputExceededException, got {err:?}");
+    };
+    let reason = e.throttling_reasons().first().expect("a throttling reason");
+    assert_eq!(
+        reason.reason(),
+        Some("TableWriteKeyRangeThroughputExceeded")
+    );
+    assert!(
+        reason
+            .resource()
+            .is_some_and(|r| r.ends_with(&format!("table/{}", counters.name)))
+    );
+}
+
+#[tokio::test]
+async fn the_stats_endpoint_serves_json_per_partition() {
+    let fx = fixture!("the_stats_endpoint_serves_json_per_partition");
+    let counters = fx.table(Table::Counters).await;
+    let sim = small_sim().await;
+    let ddb = client_via(&sim, &fx.stack.config);
+    drive(&ddb, &counters.name, 50, 1, |i| format!("k{i}")).await;
+    let body = reqwest_free_get(sim.addr(), "/_sim/stats").await;
+    let json: serde_json::Value = serde_json::from_str(&body).expect("stats are JSON");
+    // Every request is either admitted or throttled, each on the partition of its key.
+    let outcomes: u64 = json["partitions"]
+        .as_array()
+        .expect("partitions")
+        .iter()
+        .filter(|p| p["table"] == counters.name.as_str())
+        .map(|p| p["writes"].as_u64().unwrap_or(0) + p["throttled_writes"].as_u64().unwrap_or(0))
+        .sum();
+    assert_eq!(outcomes, 50);
+}
+
+/// A minimal HTTP/1.1 GET over a TCP socket (the test crate carries no HTTP client).
+async fn reqwest_free_get(addr: std::net::SocketAddr, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.expect("write");
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).await.expect("read");
+    buf.split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default()
+}
