@@ -1,0 +1,357 @@
+//! The DynamoDB counter store: conditional absolute flushes, one-Query reads, corrections.
+//!
+//! The decisions live in [`heatsink_core::counter`]; this module carries them out against the
+//! `counters` table (`pk = likes#p9`, `sk = w#<writer> | s#<n> | fix`). A flush reads the
+//! writer's sub-keys with a strongly consistent BatchGetItem, plans absolute totals with
+//! [`FlushPlan`], and writes each with a Put **conditional on the stored `seq` being exactly the
+//! one it read** (`attribute_not_exists` for a first write). A condition that fails means another
+//! flush of the same writer landed in between (a retry, a redelivery): the key is re-read and
+//! decided again, so it counts once whatever the interleaving. A repeated flush is recognised and
+//! reported as [`FlushReport::already_applied`], never as an error.
+//!
+//! ```no_run
+//! # async fn f(ddb: aws_sdk_dynamodb::Client) -> Result<(), heatsink::counter::CounterStoreError> {
+//! use heatsink::core::counter::{CounterKey, Deltas, Seq, WriterId};
+//! use heatsink::counter::CounterStore;
+//! let store = CounterStore::new(ddb, "heatsink-counters");
+//! let mut batch = Deltas::new();
+//! batch.add_record(CounterKey::new("likes", "p9")?, Seq::parse("1001")?, 1)?;
+//! store.flush(&WriterId::new("shardId-000000000000")?, &batch).await?;
+//! let count = store.read(&CounterKey::new("likes", "p9")?).await?.total();
+//! # Ok(()) }
+//! ```
+//!
+//! Limits: a flush touches each key of the batch with one read and one conditional put (so a
+//! batch of 100 records for one hot post costs 2 requests, not 100); a key whose condition keeps
+//! failing is retried [`MAX_ROUNDS`] times and then reported as an error for that batch.
+
+use std::collections::{BTreeMap, HashMap};
+
+use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
+use heatsink_core::counter::{
+    Correction, CounterError, CounterKey, CounterSum, Deltas, FlushPlan, FlushWrite, Seq, Stored,
+    SubKey, WriterId, correction, sum_counter,
+};
+
+use crate::error::describe;
+use crate::scatter::Item;
+
+/// Rounds of re-read and re-plan for keys whose conditional put lost a race.
+pub const MAX_ROUNDS: usize = 5;
+
+/// Errors of the counter store.
+#[derive(Debug, thiserror::Error)]
+pub enum CounterStoreError {
+    /// A counter rule was broken (bad key, bad seq, overflow); the input is at fault.
+    #[error(transparent)]
+    Counter(#[from] CounterError),
+    /// A stored item does not have the shape the store writes (edited by hand?).
+    #[error("counter item {pk}/{sk} is malformed: {reason}")]
+    Malformed {
+        /// Partition key.
+        pk: String,
+        /// Sort key.
+        sk: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A key's conditional write lost the race [`MAX_ROUNDS`] times in a row; retry the batch.
+    #[error("counter {0} kept changing under the flush; retry the batch")]
+    Contended(String),
+    /// DynamoDB refused the request or could not be reached; retry the batch.
+    #[error("DynamoDB: {0}")]
+    Dynamo(String),
+}
+
+/// What a flush did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct FlushReport {
+    /// Conditional puts that landed.
+    pub writes: u64,
+    /// Keys whose records were all already applied (a retry or redelivery): no write.
+    pub already_applied: u64,
+    /// Conditional puts that lost a race and were re-planned.
+    pub conflicts: u64,
+    /// Records counted by this flush.
+    pub counted: u64,
+    /// Records skipped as already counted.
+    pub skipped: u64,
+}
+
+/// The counters table.
+#[derive(Debug, Clone)]
+pub struct CounterStore {
+    ddb: aws_sdk_dynamodb::Client,
+    table: String,
+}
+
+fn s(v: impl Into<String>) -> AttributeValue {
+    AttributeValue::S(v.into())
+}
+
+fn dynamo<E: std::error::Error>(e: E) -> CounterStoreError {
+    CounterStoreError::Dynamo(describe(&e))
+}
+
+fn get_s<'a>(item: &'a Item, attr: &str) -> Option<&'a str> {
+    item.get(attr).and_then(|v| v.as_s().ok()).map(String::as_str)
+}
+
+fn get_n(item: &Item, attr: &str) -> Option<i64> {
+    item.get(attr)
+        .and_then(|v| v.as_n().ok())
+        .and_then(|n| n.parse().ok())
+}
+
+impl CounterStore {
+    /// A store on `table` (the schema's `counters` table).
+    pub fn new(ddb: aws_sdk_dynamodb::Client, table: impl Into<String>) -> Self {
+        Self {
+            ddb,
+            table: table.into(),
+        }
+    }
+
+    /// The table name.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// The stored `(total, seq)` of `writer`'s sub-key for each of `keys` (strongly consistent).
+    pub async fn stored(
+        &self,
+        writer: &WriterId,
+        keys: &[CounterKey],
+    ) -> Result<BTreeMap<CounterKey, Stored>, CounterStoreError> {
+        let sk = SubKey::Writer(writer.clone()).sort_key();
+        let by_pk: HashMap<String, CounterKey> = keys.iter().map(|k| (k.pk(), k.clone())).collect();
+        let mut out = BTreeMap::new();
+        for chunk in keys.chunks(100) {
+            let mut pending: Vec<Item> = chunk
+                .iter()
+                .map(|k| Item::from([("pk".into(), s(k.pk())), ("sk".into(), s(sk.clone()))]))
+                .collect();
+            let mut attempt = 0u32;
+            while !pending.is_empty() {
+                if attempt > 0 {
+                    tokio::time::sleep(crate::scatter::Backoff::default().delay(attempt - 1))
+                        .await;
+                }
+                attempt += 1;
+                if attempt > crate::scatter::Backoff::default().attempts {
+                    return Err(CounterStoreError::Dynamo(format!(
+                        "{} keys unprocessed after retries",
+                        pending.len()
+                    )));
+                }
+                let req = KeysAndAttributes::builder()
+                    .set_keys(Some(pending.clone()))
+                    .consistent_read(true)
+                    .build()
+                    .map_err(dynamo)?;
+                let got = self
+                    .ddb
+                    .batch_get_item()
+                    .request_items(&self.table, req)
+                    .send()
+                    .await
+                    .map_err(dynamo)?;
+                for item in got
+                    .responses
+                    .and_then(|mut r| r.remove(&self.table))
+                    .unwrap_or_default()
+                {
+                    let pk = get_s(&item, "pk").unwrap_or_default().to_owned();
+                    let Some(key) = by_pk.get(&pk) else { continue };
+                    out.insert(key.clone(), Self::parse_stored(&item, &pk, &sk)?);
+                }
+                pending = got
+                    .unprocessed_keys
+                    .and_then(|mut u| u.remove(&self.table))
+                    .map(|k| k.keys)
+                    .unwrap_or_default();
+            }
+        }
+        Ok(out)
+    }
+
+    fn parse_stored(item: &Item, pk: &str, sk: &str) -> Result<Stored, CounterStoreError> {
+        let malformed = |reason: &str| CounterStoreError::Malformed {
+            pk: pk.to_owned(),
+            sk: sk.to_owned(),
+            reason: reason.to_owned(),
+        };
+        let total = get_n(item, "total").ok_or_else(|| malformed("no numeric `total`"))?;
+        let seq = get_s(item, "seq").ok_or_else(|| malformed("no string `seq`"))?;
+        let seq = Seq::parse(seq).map_err(|e| malformed(&e.to_string()))?;
+        Ok(Stored { total, seq })
+    }
+
+    /// Flushes `deltas` as absolute totals to `writer`'s sub-keys; idempotent under retries.
+    pub async fn flush(
+        &self,
+        writer: &WriterId,
+        deltas: &Deltas,
+    ) -> Result<FlushReport, CounterStoreError> {
+        let mut report = FlushReport::default();
+        let mut remaining: Vec<CounterKey> = deltas.iter().map(|(k, _)| k.clone()).collect();
+        for _ in 0..MAX_ROUNDS {
+            if remaining.is_empty() {
+                return Ok(report);
+            }
+            let stored = self.stored(writer, &remaining).await?;
+            let mut batch = Deltas::new();
+            for key in &remaining {
+                if let Some(d) = deltas.get(key) {
+                    for (seq, delta) in d.entries() {
+                        batch.add_record(key.clone(), seq.clone(), *delta)?;
+                    }
+                }
+            }
+            let plan = FlushPlan::new(writer, &batch, &stored)?;
+            report.already_applied += plan.already_applied.len() as u64;
+            let results = futures::future::join_all(plan.writes.iter().map(|w| self.put(w))).await;
+            let mut lost = vec![];
+            for (w, r) in plan.writes.iter().zip(results) {
+                match r {
+                    Ok(true) => {
+                        report.writes += 1;
+                        if let Some(d) = batch.get(&w.key) {
+                            let (c, sk) = count_applied(d.entries(), w);
+                            report.counted += c;
+                            report.skipped += sk;
+                        }
+                    }
+                    Ok(false) => {
+                        report.conflicts += 1;
+                        lost.push(w.key.clone());
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            remaining = lost;
+        }
+        match remaining.first() {
+            None => Ok(report),
+            Some(k) => Err(CounterStoreError::Contended(k.pk())),
+        }
+    }
+
+    /// One conditional put; `Ok(false)` when the condition failed (someone flushed in between).
+    async fn put(&self, w: &FlushWrite) -> Result<bool, CounterStoreError> {
+        let mut req = self
+            .ddb
+            .put_item()
+            .table_name(&self.table)
+            .item("pk", s(w.pk.clone()))
+            .item("sk", s(w.sk.clone()))
+            .item("total", AttributeValue::N(w.total.to_string()))
+            .item("seq", s(w.seq.as_padded()));
+        req = match &w.expected {
+            None => req.condition_expression("attribute_not_exists(pk)"),
+            Some(expected) => req
+                .condition_expression("seq = :expected")
+                .expression_attribute_values(":expected", s(expected.as_padded())),
+        };
+        match req.send().await {
+            Ok(_) => Ok(true),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|se| se.is_conditional_check_failed_exception()) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(dynamo(e)),
+        }
+    }
+
+    /// Reads one counter: one Query of its partition, summing writer, salted and `fix` sub-keys.
+    pub async fn read(&self, key: &CounterKey) -> Result<CounterSum, CounterStoreError> {
+        let items = self.query_partition(&key.pk()).await?;
+        let pairs: Vec<(String, i64)> = items
+            .iter()
+            .filter_map(|i| Some((get_s(i, "sk")?.to_owned(), get_n(i, "total").unwrap_or(0))))
+            .collect();
+        Ok(sum_counter(pairs)?)
+    }
+
+    async fn query_partition(&self, pk: &str) -> Result<Vec<Item>, CounterStoreError> {
+        let mut items = vec![];
+        let mut start = None;
+        loop {
+            let out = self
+                .ddb
+                .query()
+                .table_name(&self.table)
+                .key_condition_expression("pk = :pk")
+                .expression_attribute_values(":pk", s(pk))
+                .consistent_read(true)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(dynamo)?;
+            items.extend(out.items.unwrap_or_default());
+            start = out.last_evaluated_key;
+            if start.is_none() {
+                return Ok(items);
+            }
+        }
+    }
+
+    /// Adds `delta` to a salted sub-key with `ADD` (the salted strategy; at-least-once).
+    pub async fn add_salted(
+        &self,
+        key: &CounterKey,
+        salt: u32,
+        delta: i64,
+    ) -> Result<(), CounterStoreError> {
+        self.ddb
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", s(key.pk()))
+            .key("sk", s(SubKey::Salt(salt).sort_key()))
+            .update_expression("ADD #t :d")
+            .expression_attribute_names("#t", "total")
+            .expression_attribute_values(":d", AttributeValue::N(delta.to_string()))
+            .send()
+            .await
+            .map_err(dynamo)?;
+        Ok(())
+    }
+
+    /// Sets the correction so that a read equals `true_count`; returns what changed.
+    pub async fn correct(
+        &self,
+        key: &CounterKey,
+        true_count: i64,
+    ) -> Result<Correction, CounterStoreError> {
+        let sum = self.read(key).await?;
+        let fix = correction(true_count, sum.without_fix(), sum.fix())?;
+        if fix.change != 0 {
+            self.ddb
+                .put_item()
+                .table_name(&self.table)
+                .item("pk", s(key.pk()))
+                .item("sk", s(SubKey::Fix.sort_key()))
+                .item("total", AttributeValue::N(fix.fix.to_string()))
+                .send()
+                .await
+                .map_err(dynamo)?;
+        }
+        Ok(fix)
+    }
+}
+
+/// Records of `entries` a landed write counted and skipped (those above its expected seq).
+fn count_applied(entries: &[(Seq, i64)], w: &FlushWrite) -> (u64, u64) {
+    let mut counted = 0;
+    let mut skipped = 0;
+    for (seq, _) in entries {
+        if w.expected.as_ref().is_some_and(|e| seq <= e) {
+            skipped += 1;
+        } else {
+            counted += 1;
+        }
+    }
+    (counted, skipped)
+}
