@@ -6,14 +6,18 @@
 //! same code runs against AWS, LocalStack, moto, dynoxide or DynamoDB Local.
 //!
 //! - [`schema`]: the one definition of every table and stream, and idempotent creation.
+//! - [`counter`]: conditional absolute flushes, one-Query reads and corrections of hot counters.
+//! - [`likes`]: the reference application's handlers (likes API, aggregator, rebuilder).
 //! - [`scatter`]: parallel fan-out, batch reads and merged pagination across shards.
 //! - [`kinesis`]: which shard a key lands on; salts chosen to spread a hot key.
 //! - [`sim`]: the partition simulator, a throttling proxy in front of any DynamoDB endpoint.
 //! - [`error`]: error types.
 pub use heatsink_core as core;
 
+pub mod counter;
 pub mod error;
 pub mod kinesis;
+pub mod likes;
 pub mod scatter;
 pub mod schema;
 pub mod sim;

@@ -1,0 +1,22 @@
+//! count-rebuilder: on a schedule, recounts every post's likes from the durable `liked` records
+//! and writes the difference into each counter's `fix` sub-key (`heatsink::likes::rebuild`).
+
+use heatsink::schema::{DEFAULT_PREFIX, Schema};
+use lambda_runtime::{Error, LambdaEvent, run, service_fn};
+use serde_json::Value;
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    tracing_subscriber::fmt().json().without_time().init();
+    let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    let prefix = std::env::var("HEATSINK_PREFIX").unwrap_or_else(|_| DEFAULT_PREFIX.into());
+    let schema = Schema::new(prefix);
+    let ddb = aws_sdk_dynamodb::Client::new(&config);
+    let (ddb, schema) = (&ddb, &schema);
+    run(service_fn(move |_event: LambdaEvent<Value>| async move {
+        let report = heatsink::likes::rebuild(ddb, schema).await?;
+        tracing::info!(corrected = report.corrected.len(), "rebuild done");
+        Ok::<_, Error>(serde_json::to_value(report)?)
+    }))
+    .await
+}
