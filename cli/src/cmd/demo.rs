@@ -1,15 +1,34 @@
-//! `heatsink demo`: the main scenario on the local stack.
+//! `heatsink demo`: the seed's celebrity post on the local stack, through the partition simulator.
 //!
-//! Writes a few durable likes, reads them back through the `liked` table's change stream and
-//! prints what it did: proof that every service of the stack answers. The celebrity-post scenario
-//! (naive vs salted vs pre-aggregated through the partition simulator) replaces it once counters land.
+//! Sixteen posts take a baseline of likes while p9 takes `--rate` likes/s for `--duration`.
+//! The same load runs three ways, side by side:
+//! - **naive**: one `UpdateItem ADD` per like on the post's single counter item;
+//! - **salted**: one `ADD` per like on one of p9's S = 8 sub-keys (`likes#p9#0..7`, round-robin);
+//! - **pre-aggregated**: each like is made durable in `liked` by the likes API, the aggregator
+//!   reads `liked`'s change stream in batches and flushes absolute totals conditionally, and
+//!   one rebuilder pass repairs whatever a fault lost.
+//!
+//! It prints likes sent, counter write requests, the busiest partition's utilisation, throttles
+//! and the final count against the truth. `--chaos` injects aggregator faults (lost acks,
+//! duplicate batches, crashes before a flush); `--plot` draws per-partition utilisation.
 
-use std::time::{Duration, Instant};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodbstreams::types::ShardIteratorType;
 use clap::Args;
-use heatsink::schema::{DEFAULT_PREFIX, Schema, Table};
+use heatsink::core::keys::SaltedKey;
+use heatsink::counter::CounterStore;
+use heatsink::likes::{Aggregator, LikeOutcome, LikesApi, dynamodb_event, rebuild};
+use heatsink::schema::{self, DEFAULT_PREFIX, Schema, Table};
+use heatsink::sim::load::OpenLoop;
+use heatsink::sim::{SimConfig, Simulator, Stats};
+use rand::{Rng, SeedableRng, rngs::StdRng};
+use serde::Serialize;
 
 use super::{CmdResult, sdk_config};
 
@@ -19,94 +38,643 @@ pub struct DemoArgs {
     /// Resource name prefix (the tables `heatsink local bootstrap` created).
     #[arg(long, env = "HEATSINK_PREFIX", default_value = DEFAULT_PREFIX)]
     prefix: String,
-    /// How many likes to write.
-    #[arg(long, default_value_t = 20)]
-    likes: u32,
+    /// Likes per second on the celebrity post p9 (the seed: 2,400; up to 10,000).
+    #[arg(long, default_value_t = 2400, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    rate: u32,
+    /// Baseline likes per second on each of the other 15 posts.
+    #[arg(long, default_value_t = 10)]
+    baseline: u32,
+    /// Seconds of load per strategy.
+    #[arg(long, default_value_t = 5)]
+    duration: u64,
+    /// Partitions the simulator gives each table.
+    #[arg(long, default_value_t = 4)]
+    partitions: u32,
+    /// Scale rates and partition ceilings together (0.1 = p9 at 240/s against 100 WCU/s
+    /// partitions): the same ratios at a speed a local emulator sustains.
+    #[arg(long, default_value_t = 1.0)]
+    scale: f64,
+    /// Faults for the pre-aggregated run: `lost-ack=P,dup-batch=P,crash=P,seed=N`.
+    #[arg(long)]
+    chaos: Option<String>,
+    /// Print a machine-readable summary instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Write an SVG chart of per-partition write utilisation over time.
+    #[arg(long)]
+    plot: Option<std::path::PathBuf>,
 }
 
-/// Runs the scenario.
-pub async fn run(args: DemoArgs) -> CmdResult {
-    let config = sdk_config().await;
-    let ddb = aws_sdk_dynamodb::Client::new(&config);
-    let streams = aws_sdk_dynamodbstreams::Client::new(&config);
-    let schema = Schema::new(args.prefix);
-    let liked = schema.table_name(Table::Liked);
-    let run_id = format!(
-        "{:x}",
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)?
-            .as_millis()
-    );
-    let post = format!("demo-{run_id}");
-    let start = Instant::now();
-    for i in 0..args.likes {
-        ddb.put_item()
-            .table_name(&liked)
-            .item("user", AttributeValue::S(format!("u{i}")))
-            .item("post", AttributeValue::S(post.clone()))
-            .condition_expression("attribute_not_exists(#u)")
-            .expression_attribute_names("#u", "user")
-            .send()
-            .await?;
+/// Fault probabilities for the aggregator.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+struct Chaos {
+    lost_ack: f64,
+    dup_batch: f64,
+    crash: f64,
+    seed: u64,
+}
+
+fn parse_chaos(text: &str) -> Result<Chaos, String> {
+    let mut chaos = Chaos::default();
+    for part in text.split(',').filter(|p| !p.is_empty()) {
+        let (k, v) = part
+            .split_once('=')
+            .ok_or_else(|| format!("--chaos: `{part}` is not key=value"))?;
+        let p = || -> Result<f64, String> {
+            let p: f64 = v
+                .parse()
+                .map_err(|_| format!("--chaos: {k}={v} is not a number"))?;
+            if (0.0..=1.0).contains(&p) {
+                Ok(p)
+            } else {
+                Err(format!("--chaos: {k}={v} is not a probability in [0, 1]"))
+            }
+        };
+        match k {
+            "lost-ack" => chaos.lost_ack = p()?,
+            "dup-batch" => chaos.dup_batch = p()?,
+            "crash" => chaos.crash = p()?,
+            "seed" => chaos.seed = v.parse().map_err(|_| format!("--chaos: seed={v}"))?,
+            other => return Err(format!("--chaos: unknown fault `{other}`")),
+        }
     }
-    println!(
-        "wrote {} durable likes of {post} into {liked} in {:?}",
-        args.likes,
-        start.elapsed()
+    Ok(chaos)
+}
+
+/// One strategy's results.
+#[derive(Debug, Clone, Serialize)]
+struct Outcome {
+    strategy: &'static str,
+    likes_sent: u64,
+    likes_acknowledged: u64,
+    count_read: i64,
+    truth: i64,
+    partition_writes: u64,
+    throttled: u64,
+    max_partition_utilisation: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    faults: Option<BTreeMap<&'static str, u64>>,
+    #[serde(skip)]
+    stats: Option<Stats>,
+}
+
+struct Run<'a> {
+    args: &'a DemoArgs,
+    sim: &'a Simulator,
+    via_sim: aws_sdk_dynamodb::Client,
+    direct: aws_sdk_dynamodb::Client,
+    streams: aws_sdk_dynamodbstreams::Client,
+    schema: &'a Schema,
+    tag: String,
+}
+
+fn post_of(tag: &str, strategy: &str, i: u64, baseline: u32, rate: u32) -> String {
+    // Of every (rate + 15 × baseline) likes, `rate` go to p9 and `baseline` to each other post.
+    let cycle = u64::from(rate) + 15 * u64::from(baseline);
+    let slot = i % cycle;
+    let n = if slot < u64::from(rate) {
+        9
+    } else {
+        let other = (slot - u64::from(rate)) / u64::from(baseline.max(1));
+        if other >= 9 { other + 1 } else { other }
+    };
+    format!("{tag}-{strategy}-p{n}")
+}
+
+fn progress(strategy: &str, sent: u64, total: u64) {
+    use std::io::IsTerminal;
+    // On a terminal: a bar redrawn in place. In a log: one line per 10 %.
+    if !std::io::stderr().is_terminal() {
+        let step = (total / 10).max(1);
+        if sent.is_multiple_of(step) || sent == total {
+            eprintln!("  {strategy}: {sent}/{total} likes sent");
+        }
+        return;
+    }
+    let width: u64 = 30;
+    let done = (sent * width)
+        .checked_div(total)
+        .map_or(width, |d| d.min(width));
+    eprint!(
+        "\r  {strategy:<15} [{}{}] {sent}/{total} likes",
+        "#".repeat(done as usize),
+        " ".repeat((width - done) as usize)
     );
-    let arn = ddb
-        .describe_table()
-        .table_name(&liked)
-        .send()
-        .await?
-        .table
-        .and_then(|t| t.latest_stream_arn)
-        .ok_or("the liked table has no stream: run `heatsink local bootstrap`")?;
-    let start = Instant::now();
-    let mut seen = 0u32;
-    while start.elapsed() < Duration::from_secs(10) && seen < args.likes {
-        seen = 0;
-        let desc = streams.describe_stream().stream_arn(&arn).send().await?;
+    let _ = std::io::stderr().flush();
+}
+
+impl Run<'_> {
+    fn load(&self) -> OpenLoop {
+        let rate = self.args.rate + 15 * self.args.baseline;
+        OpenLoop::new(rate, Duration::from_secs(self.args.duration))
+    }
+
+    fn total(&self) -> u64 {
+        u64::from(self.args.rate + 15 * self.args.baseline) * self.args.duration
+    }
+
+    fn counters(&self) -> String {
+        self.schema.table_name(Table::Counters)
+    }
+
+    fn outcome(&self, strategy: &'static str, sent: u64, acked: u64, count: i64) -> Outcome {
+        let stats = self.sim.stats();
+        let table = self.counters();
+        Outcome {
+            strategy,
+            likes_sent: sent,
+            likes_acknowledged: acked,
+            count_read: count,
+            truth: acked as i64,
+            partition_writes: stats.table_writes(&table),
+            throttled: stats.throttled(),
+            max_partition_utilisation: stats.max_utilisation(&table),
+            faults: None,
+            stats: Some(stats),
+        }
+    }
+
+    async fn additive(
+        &self,
+        strategy: &'static str,
+        salts: u16,
+    ) -> Result<Outcome, Box<dyn std::error::Error + Send + Sync>> {
+        self.sim.reset();
+        let (tag, args, table) = (&self.tag, self.args, self.counters());
+        let ddb = &self.via_sim;
+        let total = self.total();
+        let (p9_sent, p9_acked) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        self.load()
+            .run(
+                |i| {
+                    let post = post_of(tag, strategy, i, args.baseline, args.rate);
+                    let is_p9 = post.ends_with("-p9");
+                    let acked = p9_acked.clone();
+                    if is_p9 {
+                        p9_sent.fetch_add(1, Ordering::Relaxed);
+                    }
+                    // Their own counter names: the rebuilder owns `likes#…` and would "correct" these.
+                    let pk = if post.ends_with("-p9") && salts > 1 {
+                        let salted = SaltedKey::new(format!("{strategy}#{post}"), salts);
+                        salted
+                            .and_then(|s| s.sub_key((i % u64::from(salts)) as u16))
+                            .unwrap_or_default()
+                    } else {
+                        format!("{strategy}#{post}")
+                    };
+                    let update = ddb
+                        .update_item()
+                        .table_name(&table)
+                        .key("pk", AttributeValue::S(pk))
+                        .key("sk", AttributeValue::S("total".into()))
+                        .update_expression("ADD #t :one")
+                        .expression_attribute_names("#t", "total")
+                        .expression_attribute_values(":one", AttributeValue::N("1".into()))
+                        .send();
+                    async move {
+                        let r = update.await;
+                        if is_p9 && r.is_ok() {
+                            acked.fetch_add(1, Ordering::Relaxed);
+                        }
+                        r
+                    }
+                },
+                |sent| progress(strategy, sent, total),
+            )
+            .await;
+        eprintln!();
+        // The count of p9: its one item, or the sum of its salted sub-keys.
+        let p9 = format!("{strategy}#{tag}-{strategy}-p9");
+        let keys: Vec<String> = if salts > 1 {
+            SaltedKey::new(p9.clone(), salts)?.sub_keys()
+        } else {
+            vec![p9]
+        };
+        let mut count = 0i64;
+        for pk in keys {
+            let item = self
+                .direct
+                .get_item()
+                .table_name(&table)
+                .key("pk", AttributeValue::S(pk))
+                .key("sk", AttributeValue::S("total".into()))
+                .consistent_read(true)
+                .send()
+                .await?
+                .item;
+            count += item
+                .and_then(|i| {
+                    i.get("total")
+                        .and_then(|v| v.as_n().ok())
+                        .and_then(|n| n.parse().ok())
+                })
+                .unwrap_or(0);
+        }
+        Ok(self.outcome(
+            strategy,
+            p9_sent.load(Ordering::Relaxed),
+            p9_acked.load(Ordering::Relaxed),
+            count,
+        ))
+    }
+
+    async fn pre_aggregated(
+        &self,
+        chaos: Chaos,
+    ) -> Result<Outcome, Box<dyn std::error::Error + Send + Sync>> {
+        const STRATEGY: &str = "pre-aggregated";
+        self.sim.reset();
+        let (tag, args) = (&self.tag, self.args);
+        for n in 0..16 {
+            self.direct
+                .put_item()
+                .table_name(self.schema.table_name(Table::Posts))
+                .item("post", AttributeValue::S(format!("{tag}-{STRATEGY}-p{n}")))
+                .send()
+                .await?;
+        }
+        let api = Arc::new(LikesApi::new(self.via_sim.clone(), self.schema));
+        let agg = Aggregator::new(
+            CounterStore::new(self.via_sim.clone(), self.counters()),
+            Some(self.streams.clone()),
+        );
+        let arn = self
+            .direct
+            .describe_table()
+            .table_name(self.schema.table_name(Table::Liked))
+            .send()
+            .await?
+            .table
+            .and_then(|t| t.latest_stream_arn)
+            .ok_or("the liked table has no stream: run `heatsink local bootstrap`")?;
+        let p9_acked = Arc::new(AtomicU64::new(0));
+        let p9_sent = Arc::new(AtomicU64::new(0));
+        let done = Arc::new(AtomicBool::new(false));
+        let total = self.total();
+        let acked = p9_acked.clone();
+        let load = async {
+            let report = self
+                .load()
+                .run(
+                    |i| {
+                        let post = post_of(tag, STRATEGY, i, args.baseline, args.rate);
+                        let user = format!("{tag}-u{i}");
+                        if post.ends_with("-p9") {
+                            p9_sent.fetch_add(1, Ordering::Relaxed);
+                        }
+                        let acked = acked.clone();
+                        let api = api.clone();
+                        async move {
+                            let r = api.like(&user, &post).await;
+                            if post.ends_with("-p9") && matches!(r, Ok(LikeOutcome::Liked)) {
+                                acked.fetch_add(1, Ordering::Relaxed);
+                            }
+                            r
+                        }
+                    },
+                    |sent| progress(STRATEGY, sent, total),
+                )
+                .await;
+            done.store(true, Ordering::Relaxed);
+            report
+        };
+        let consume = consume_stream(&self.streams, &agg, &arn, done.clone(), chaos);
+        let (_, faults) = tokio::join!(load, consume);
+        eprintln!();
+        let faults = faults?;
+        let rebuilt = rebuild(&self.direct, self.schema).await?;
+        eprintln!(
+            "  rebuilder: {} durable likes scanned, {} counters corrected",
+            rebuilt.likes_scanned,
+            rebuilt.corrected.len()
+        );
+        let count = api.count(&format!("{tag}-{STRATEGY}-p9")).await?;
+        let mut out = self.outcome(
+            STRATEGY,
+            p9_sent.load(Ordering::Relaxed),
+            p9_acked.load(Ordering::Relaxed),
+            count,
+        );
+        out.faults = Some(faults);
+        Ok(out)
+    }
+}
+
+/// Tails the `liked` stream from its start, handing each batch to the aggregator as Lambda would
+/// (with faults injected), until the load is done and the stream is drained.
+async fn consume_stream(
+    streams: &aws_sdk_dynamodbstreams::Client,
+    agg: &Aggregator,
+    arn: &str,
+    done: Arc<AtomicBool>,
+    chaos: Chaos,
+) -> Result<BTreeMap<&'static str, u64>, Box<dyn std::error::Error + Send + Sync>> {
+    let mut rng = StdRng::seed_from_u64(chaos.seed);
+    let mut faults = BTreeMap::from([
+        ("lost_ack", 0),
+        ("dup_batch", 0),
+        ("crash", 0),
+        ("batches", 0),
+    ]);
+    let mut iterators: BTreeMap<String, Option<String>> = BTreeMap::new();
+    let mut idle_rounds = 0;
+    loop {
+        let desc = streams.describe_stream().stream_arn(arn).send().await?;
         for shard in desc
             .stream_description()
             .map(|d| d.shards())
             .unwrap_or_default()
         {
             let Some(id) = shard.shard_id() else { continue };
-            let mut it = streams
-                .get_shard_iterator()
-                .stream_arn(&arn)
-                .shard_id(id)
-                .shard_iterator_type(ShardIteratorType::TrimHorizon)
-                .send()
-                .await?
-                .shard_iterator;
-            while let Some(i) = it.take() {
-                let out = streams.get_records().shard_iterator(i).send().await?;
-                let n = out
-                    .records()
-                    .iter()
-                    .filter(|r| {
-                        r.dynamodb()
-                            .and_then(|d| d.keys())
-                            .and_then(|k| k.get("post"))
-                            .is_some_and(|p| p.as_s().is_ok_and(|p| *p == post))
-                    })
-                    .count();
-                seen += n as u32;
-                if out.records().is_empty() {
-                    break;
-                }
-                it = out.next_shard_iterator;
+            if !iterators.contains_key(id) {
+                let it = streams
+                    .get_shard_iterator()
+                    .stream_arn(arn)
+                    .shard_id(id)
+                    .shard_iterator_type(ShardIteratorType::TrimHorizon)
+                    .send()
+                    .await?
+                    .shard_iterator;
+                iterators.insert(id.to_owned(), it);
             }
         }
+        let mut got_any = false;
+        for it in iterators.values_mut() {
+            let Some(current) = it.clone() else { continue };
+            let out = streams
+                .get_records()
+                .shard_iterator(&current)
+                .limit(100)
+                .send()
+                .await?;
+            if out.records().is_empty() {
+                *it = out.next_shard_iterator.or(Some(current));
+                continue;
+            }
+            got_any = true;
+            let event = dynamodb_event(arn, out.records())?;
+            *faults.entry("batches").or_default() += 1;
+            if rng.random_bool(chaos.crash) {
+                // A crash part-way: the first half of the batch was flushed, then the process
+                // died; Lambda redelivers the whole batch below.
+                *faults.entry("crash").or_default() += 1;
+                let half = out.records().len() / 2;
+                agg.handle_dynamodb(dynamodb_event(arn, &out.records()[..half])?)
+                    .await;
+            }
+            let (resp, _) = agg.handle_dynamodb(event.clone()).await;
+            if rng.random_bool(chaos.lost_ack) {
+                // The flush landed but its response was lost: Lambda retries the same batch.
+                *faults.entry("lost_ack").or_default() += 1;
+                agg.handle_dynamodb(event.clone()).await;
+            }
+            if rng.random_bool(chaos.dup_batch) {
+                *faults.entry("dup_batch").or_default() += 1;
+                agg.handle_dynamodb(event).await;
+            }
+            if resp.batch_item_failures.is_empty() {
+                *it = out.next_shard_iterator;
+            }
+            // On a failure the same iterator is read again: Lambda's retry of the batch.
+        }
+        if !got_any {
+            if done.load(Ordering::Relaxed) {
+                idle_rounds += 1;
+                if idle_rounds >= 3 {
+                    return Ok(faults);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        } else {
+            idle_rounds = 0;
+        }
     }
-    println!(
-        "read {seen} of them back from the change stream in {:?}",
-        start.elapsed()
+}
+
+/// Runs the scenario.
+pub async fn run(args: DemoArgs) -> CmdResult {
+    if !(0.01..=1.0).contains(&args.scale) {
+        return Err(format!("--scale {} is outside 0.01..=1", args.scale).into());
+    }
+    let mut args = args;
+    let (full_rate, full_baseline) = (args.rate, args.baseline);
+    args.rate = ((f64::from(args.rate) * args.scale).round() as u32).max(1);
+    args.baseline = ((f64::from(args.baseline) * args.scale).round() as u32).max(1);
+    let chaos = match &args.chaos {
+        Some(text) => parse_chaos(text)?,
+        None => Chaos::default(),
+    };
+    let upstream = std::env::var("AWS_ENDPOINT_URL_DYNAMODB").map_err(|_| {
+        "the demo runs on the local stack: eval \"$(localstack/stack env)\" first (make demo does)"
+    })?;
+    let config = sdk_config().await;
+    let direct = aws_sdk_dynamodb::Client::new(&config);
+    let schema = Schema::new(args.prefix.clone());
+    for table in [Table::Liked, Table::Counters, Table::Posts] {
+        schema::ensure_table(&direct, &schema.table(table)).await?;
+    }
+    let mut sim_config = SimConfig::new(&upstream);
+    sim_config.limits.partitions = args.partitions;
+    sim_config.limits.write_ceiling *= args.scale;
+    sim_config.limits.read_ceiling *= args.scale;
+    let sim = Simulator::start(sim_config).await?;
+    let via_sim = aws_sdk_dynamodb::Client::from_conf(
+        aws_sdk_dynamodb::config::Builder::from(&config)
+            .endpoint_url(sim.endpoint())
+            .build(),
     );
-    if seen != args.likes {
-        return Err(format!("expected {} stream records, saw {seen}", args.likes).into());
+    let tag = format!(
+        "d{:x}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_secs()
+    );
+    let run = Run {
+        args: &args,
+        sim: &sim,
+        via_sim,
+        direct,
+        streams: aws_sdk_dynamodbstreams::Client::new(&config),
+        schema: &schema,
+        tag,
+    };
+    if !args.json {
+        eprintln!(
+            "celebrity post p9 at {} likes/s, 15 other posts at {}/s each, {} s per strategy, through the simulator ({} partitions x {:.0} WCU/s)",
+            args.rate,
+            args.baseline,
+            args.duration,
+            args.partitions,
+            1000.0 * args.scale
+        );
+        if args.scale < 1.0 {
+            eprintln!(
+                "(scaled {}: the seed's {full_rate} likes/s and {full_baseline}/s against 1,000 WCU/s partitions, same ratios)",
+                args.scale
+            );
+        }
+    }
+    let outcomes = vec![
+        run.additive("naive", 1).await?,
+        run.additive("salted", 8).await?,
+        run.pre_aggregated(chaos).await?,
+    ];
+    if let Some(path) = &args.plot {
+        std::fs::write(
+            path,
+            plot_svg(
+                &outcomes,
+                &schema.table_name(Table::Counters),
+                1000.0 * args.scale,
+            ),
+        )?;
+        eprintln!("wrote {}", path.display());
+    }
+    if args.json {
+        let by_name: BTreeMap<&str, &Outcome> = outcomes.iter().map(|o| (o.strategy, o)).collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "rate": args.rate, "scale": args.scale, "duration_s": args.duration, "chaos": chaos, "strategies": by_name,
+            }))?
+        );
+    } else {
+        println!(
+            "\n{:<15} {:>11} {:>16} {:>10} {:>22} {:>10} {:>12} {:>7}",
+            "strategy",
+            "p9 likes",
+            "counter writes",
+            "writes/1k",
+            "max partition util.",
+            "throttled",
+            "count read",
+            "exact"
+        );
+        for o in &outcomes {
+            let per_k = if o.likes_sent == 0 {
+                0.0
+            } else {
+                o.partition_writes as f64 * 1000.0 / o.likes_sent as f64
+            };
+            println!(
+                "{:<15} {:>11} {:>16} {:>10.1} {:>21.0}% {:>10} {:>12} {:>7}",
+                o.strategy,
+                o.likes_sent,
+                o.partition_writes,
+                per_k,
+                o.max_partition_utilisation * 100.0,
+                o.throttled,
+                format!("{}/{}", o.count_read, o.truth),
+                if o.count_read == o.truth { "yes" } else { "NO" }
+            );
+        }
+        if let Some(f) = outcomes.last().and_then(|o| o.faults.as_ref()) {
+            println!("pre-aggregated faults injected: {f:?}");
+        }
+    }
+    sim.stop();
+    let last = outcomes.last().ok_or("no outcome")?;
+    if last.count_read != last.truth {
+        return Err(format!(
+            "pre-aggregated count {} != truth {}",
+            last.count_read, last.truth
+        )
+        .into());
     }
     Ok(())
+}
+
+/// A small hand-written SVG: one polyline per counters partition, write utilisation per second,
+/// one panel per strategy. (A plotting crate would add minutes of compile time for one chart.)
+fn plot_svg(outcomes: &[Outcome], table: &str, ceiling: f64) -> String {
+    let (w, h, pad) = (300.0, 200.0, 30.0);
+    let colours = [
+        "#d62728", "#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+    ];
+    let mut svg = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"sans-serif\" font-size=\"11\">",
+        w * outcomes.len() as f64,
+        h + 20.0
+    );
+    for (k, o) in outcomes.iter().enumerate() {
+        let x0 = k as f64 * w;
+        svg.push_str(&format!(
+            "<text x=\"{}\" y=\"14\">{} (write utilisation per partition)</text>",
+            x0 + pad,
+            o.strategy
+        ));
+        let y = |u: f64| 20.0 + pad + (h - 2.0 * pad) * (1.0 - (u / 1.5).min(1.0));
+        svg.push_str(&format!(
+            "<line x1=\"{a}\" x2=\"{b}\" y1=\"{c}\" y2=\"{c}\" stroke=\"#999\" stroke-dasharray=\"4\"/><text x=\"{a}\" y=\"{d}\">100%</text>",
+            a = x0 + pad, b = x0 + w - 5.0, c = y(1.0), d = y(1.0) - 2.0
+        ));
+        let parts: Vec<_> = o
+            .stats
+            .iter()
+            .flat_map(|s| s.partitions.iter())
+            .filter(|p| p.id.table == table && p.id.index.is_none())
+            .collect();
+        let secs = parts
+            .iter()
+            .map(|p| p.stats.wcu_per_second.len())
+            .max()
+            .unwrap_or(1)
+            .max(2);
+        let first = parts
+            .iter()
+            .filter_map(|p| p.stats.wcu_per_second.iter().position(|v| *v > 0.0))
+            .min()
+            .unwrap_or(0);
+        for (i, p) in parts.iter().enumerate() {
+            let pts: Vec<String> = p.stats.wcu_per_second
+                [first.min(p.stats.wcu_per_second.len())..]
+                .iter()
+                .enumerate()
+                .map(|(t, v)| {
+                    let x = x0 + pad + (w - pad - 5.0) * t as f64 / (secs - first).max(1) as f64;
+                    format!("{x:.1},{:.1}", y(v / ceiling))
+                })
+                .collect();
+            svg.push_str(&format!(
+                "<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\" points=\"{}\"/>",
+                colours[i % colours.len()],
+                pts.join(" ")
+            ));
+        }
+    }
+    svg.push_str("</svg>");
+    svg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chaos_flags_parse_and_bad_ones_are_refused() {
+        let c = parse_chaos("lost-ack=0.1,dup-batch=0.2,crash=0.05,seed=7").expect("valid");
+        assert_eq!(
+            (c.lost_ack, c.dup_batch, c.crash, c.seed),
+            (0.1, 0.2, 0.05, 7)
+        );
+        assert!(parse_chaos("crash=2").is_err());
+        assert!(parse_chaos("boom=0.1").is_err());
+        assert!(parse_chaos("crash").is_err());
+    }
+
+    #[test]
+    fn the_load_mix_sends_rate_to_p9_and_baseline_to_each_other_post() {
+        let mut counts = BTreeMap::new();
+        for i in 0..(2400 + 15 * 10) {
+            *counts.entry(post_of("t", "s", i, 10, 2400)).or_insert(0) += 1;
+        }
+        assert_eq!(counts["t-s-p9"], 2400);
+        assert_eq!(counts.len(), 16);
+        assert!(
+            counts
+                .iter()
+                .filter(|(k, _)| !k.ends_with("p9"))
+                .all(|(_, v)| *v == 10)
+        );
+    }
 }

@@ -23,7 +23,10 @@ async fn seed(ddb: &aws_sdk_dynamodb::Client, table: &str, creator: &str, shards
             let put = PutRequest::builder()
                 .item("post", AttributeValue::S(format!("{creator}-{i:05}")))
                 .item("creator_shard", AttributeValue::S(shard))
-                .item("created_at", AttributeValue::S(format!("2026-01-01T{i:06}")))
+                .item(
+                    "created_at",
+                    AttributeValue::S(format!("2026-01-01T{i:06}")),
+                )
                 .item("body", AttributeValue::S("x".repeat(200)))
                 .build()
                 .expect("valid put");
@@ -62,7 +65,9 @@ fn bench(c: &mut Criterion) {
         let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
         let ddb = aws_sdk_dynamodb::Client::new(&config);
         let spec = Schema::new(format!("bench-{:08x}-", rand::random::<u32>())).table(Table::Posts);
-        schema::ensure_table(&ddb, &spec).await.expect("posts table");
+        schema::ensure_table(&ddb, &spec)
+            .await
+            .expect("posts table");
         for (creator, shards) in [("one", 1), ("eight", 8), ("sixteen", 16)] {
             seed(&ddb, &spec.name, creator, shards).await;
         }
@@ -74,17 +79,39 @@ fn bench(c: &mut Criterion) {
         } else {
             (0..shards).map(|n| format!("{creator}#{n}")).collect()
         };
-        MergedQuery::gsi(&table, "by-creator", "creator_shard", "created_at", names, &["post"])
-            .fan_out(fan)
+        MergedQuery::gsi(
+            &table,
+            "by-creator",
+            "creator_shard",
+            "created_at",
+            names,
+            &["post"],
+        )
+        .fan_out(fan)
     };
     let mut g = c.benchmark_group(format!("read {ROWS} rows in pages of {PAGE}"));
     g.sample_size(20);
     let cases = [
-        ("1 partition (plain Query)", query("one", 1, FanOut::default())),
-        ("8 shards merged, parallel", query("eight", 8, FanOut::default())),
-        ("8 shards merged, sequential", query("eight", 8, FanOut::sequential())),
-        ("16 shards merged, parallel", query("sixteen", 16, FanOut::default())),
-        ("16 shards merged, sequential", query("sixteen", 16, FanOut::sequential())),
+        (
+            "1 partition (plain Query)",
+            query("one", 1, FanOut::default()),
+        ),
+        (
+            "8 shards merged, parallel",
+            query("eight", 8, FanOut::default()),
+        ),
+        (
+            "8 shards merged, sequential",
+            query("eight", 8, FanOut::sequential()),
+        ),
+        (
+            "16 shards merged, parallel",
+            query("sixteen", 16, FanOut::default()),
+        ),
+        (
+            "16 shards merged, sequential",
+            query("sixteen", 16, FanOut::sequential()),
+        ),
     ];
     for (name, q) in &cases {
         assert_eq!(rt.block_on(read_all(&ddb, q)), ROWS, "{name}");

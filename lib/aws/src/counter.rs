@@ -94,7 +94,9 @@ fn dynamo<E: std::error::Error>(e: E) -> CounterStoreError {
 }
 
 fn get_s<'a>(item: &'a Item, attr: &str) -> Option<&'a str> {
-    item.get(attr).and_then(|v| v.as_s().ok()).map(String::as_str)
+    item.get(attr)
+        .and_then(|v| v.as_s().ok())
+        .map(String::as_str)
 }
 
 fn get_n(item: &Item, attr: &str) -> Option<i64> {
@@ -134,8 +136,7 @@ impl CounterStore {
             let mut attempt = 0u32;
             while !pending.is_empty() {
                 if attempt > 0 {
-                    tokio::time::sleep(crate::scatter::Backoff::default().delay(attempt - 1))
-                        .await;
+                    tokio::time::sleep(crate::scatter::Backoff::default().delay(attempt - 1)).await;
                 }
                 attempt += 1;
                 if attempt > crate::scatter::Backoff::default().attempts {

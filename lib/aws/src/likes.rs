@@ -197,8 +197,15 @@ impl LikesApi {
                     )))
                 } else {
                     self.like(&user, post).await.map(|outcome| {
-                        let status = if outcome == LikeOutcome::Liked { 201 } else { 200 };
-                        (status, json!({"post": post, "user": user, "result": outcome}))
+                        let status = if outcome == LikeOutcome::Liked {
+                            201
+                        } else {
+                            200
+                        };
+                        (
+                            status,
+                            json!({"post": post, "user": user, "result": outcome}),
+                        )
                     })
                 }
             }
@@ -207,9 +214,17 @@ impl LikesApi {
                 .await
                 .map(|n| (200, json!({"post": post, "likes": n}))),
             (_, ["posts", _, "likes"]) | (_, ["posts", _]) => {
-                return response(405, json!({"error": format!("{method} is not allowed here")}));
+                return response(
+                    405,
+                    json!({"error": format!("{method} is not allowed here")}),
+                );
             }
-            _ => return response(404, json!({"error": format!("no route for {method} {path}")})),
+            _ => {
+                return response(
+                    404,
+                    json!({"error": format!("no route for {method} {path}")}),
+                );
+            }
         };
         match result {
             Ok((status, body)) => response(status, body),
@@ -258,7 +273,9 @@ pub fn like_event(id: &str, record: &Value) -> Result<LikeEvent, LikesError> {
         .get("eventName")
         .and_then(Value::as_str)
         .ok_or_else(|| bad("no eventName"))?;
-    let change = record.get("dynamodb").ok_or_else(|| bad("no dynamodb change"))?;
+    let change = record
+        .get("dynamodb")
+        .ok_or_else(|| bad("no dynamodb change"))?;
     let (image, delta) = match name {
         "INSERT" => (change.get("NewImage"), 1),
         "REMOVE" => (change.get("OldImage"), -1),
@@ -287,12 +304,15 @@ pub struct AggregateReport {
     pub error: Option<String>,
 }
 
+/// A stream shard and the sequence numbers it holds (`None` end: still open).
+type ShardSpan = (String, Seq, Option<Seq>);
+
 /// The likes aggregator: change records → per-post deltas → conditional absolute flushes.
 #[derive(Debug)]
 pub struct Aggregator {
     counters: CounterStore,
     streams: Option<aws_sdk_dynamodbstreams::Client>,
-    shard_cache: Mutex<HashMap<String, Vec<(String, Seq, Option<Seq>)>>>,
+    shard_cache: Mutex<HashMap<String, Vec<ShardSpan>>>,
 }
 
 impl Aggregator {
@@ -326,7 +346,8 @@ impl Aggregator {
                         id: id.clone(),
                         reason: e.to_string(),
                     })?;
-                    let key = CounterKey::new(COUNTER, &ev.post).map_err(CounterStoreError::from)?;
+                    let key =
+                        CounterKey::new(COUNTER, &ev.post).map_err(CounterStoreError::from)?;
                     Ok((key, seq, ev.delta))
                 });
             match parsed {
@@ -365,7 +386,10 @@ impl Aggregator {
     }
 
     /// Handles a Kinesis event carrying DynamoDB change records (Kinesis Data Streams for DynamoDB).
-    pub async fn handle_kinesis(&self, event: KinesisEvent) -> (KinesisEventResponse, AggregateReport) {
+    pub async fn handle_kinesis(
+        &self,
+        event: KinesisEvent,
+    ) -> (KinesisEventResponse, AggregateReport) {
         let mut resp = KinesisEventResponse::default();
         let Some(first) = event.records.first() else {
             return (resp, AggregateReport::default());
@@ -397,17 +421,21 @@ impl Aggregator {
             .collect();
         let report = self.aggregate(&writer, records).await;
         if let Some(at) = &report.failed_at {
-            resp.batch_item_failures.push(kinesis_failure(if at.is_empty() {
-                first_seq
-            } else {
-                at.clone()
-            }));
+            resp.batch_item_failures
+                .push(kinesis_failure(if at.is_empty() {
+                    first_seq
+                } else {
+                    at.clone()
+                }));
         }
         (resp, report)
     }
 
     /// Handles a DynamoDB Streams event.
-    pub async fn handle_dynamodb(&self, event: DynamoDbEvent) -> (DynamoDbEventResponse, AggregateReport) {
+    pub async fn handle_dynamodb(
+        &self,
+        event: DynamoDbEvent,
+    ) -> (DynamoDbEventResponse, AggregateReport) {
         let mut resp = DynamoDbEventResponse::default();
         let Some(first) = event.records.first() else {
             return (resp, AggregateReport::default());
@@ -448,11 +476,12 @@ impl Aggregator {
             .collect();
         let report = self.aggregate(&writer, records).await;
         if let Some(at) = &report.failed_at {
-            resp.batch_item_failures.push(dynamodb_failure(if at.is_empty() {
-                first_seq
-            } else {
-                at.clone()
-            }));
+            resp.batch_item_failures
+                .push(dynamodb_failure(if at.is_empty() {
+                    first_seq
+                } else {
+                    at.clone()
+                }));
         }
         (resp, report)
     }
@@ -480,7 +509,9 @@ impl Aggregator {
                     c.get(arn)
                         .into_iter()
                         .flatten()
-                        .filter(|(_, start, end)| *start <= seq && end.as_ref().is_none_or(|e| seq <= *e))
+                        .filter(|(_, start, end)| {
+                            *start <= seq && end.as_ref().is_none_or(|e| seq <= *e)
+                        })
                         .map(|(id, _, _)| id.clone())
                         .collect()
                 })
@@ -489,13 +520,22 @@ impl Aggregator {
                 return WriterId::new(&hits[0]).map_err(|e| bad(e.to_string()));
             }
             if hits.len() > 1 && refresh {
-                return Err(bad(format!("sequence number lies in {} shards: {}", hits.len(), hits.join(", "))));
+                return Err(bad(format!(
+                    "sequence number lies in {} shards: {}",
+                    hits.len(),
+                    hits.join(", ")
+                )));
             }
         }
-        Err(bad("no shard of the stream holds this sequence number".into()))
+        Err(bad(
+            "no shard of the stream holds this sequence number".into()
+        ))
     }
 
-    async fn describe_shards(&self, arn: &str) -> Result<Vec<(String, Seq, Option<Seq>)>, LikesError> {
+    async fn describe_shards(
+        &self,
+        arn: &str,
+    ) -> Result<Vec<(String, Seq, Option<Seq>)>, LikesError> {
         let Some(streams) = &self.streams else {
             return Err(LikesError::BadRecord {
                 id: arn.to_owned(),
@@ -513,15 +553,22 @@ impl Aggregator {
                 .send()
                 .await
                 .map_err(dynamo)?;
-            let Some(d) = desc.stream_description else { break };
+            let Some(d) = desc.stream_description else {
+                break;
+            };
             for sh in d.shards() {
                 let (Some(id), Some(range)) = (sh.shard_id(), sh.sequence_number_range()) else {
                     continue;
                 };
-                let Some(first) = range.starting_sequence_number().and_then(|s| Seq::parse(s).ok()) else {
+                let Some(first) = range
+                    .starting_sequence_number()
+                    .and_then(|s| Seq::parse(s).ok())
+                else {
                     continue;
                 };
-                let last = range.ending_sequence_number().and_then(|s| Seq::parse(s).ok());
+                let last = range
+                    .ending_sequence_number()
+                    .and_then(|s| Seq::parse(s).ok());
                 if let Some(p) = sh.parent_shard_id() {
                     parents.insert(p.to_owned());
                 }
@@ -565,6 +612,8 @@ pub struct RebuildReport {
     pub posts_checked: u64,
     /// Posts whose `fix` changed, with the change.
     pub corrected: BTreeMap<String, i64>,
+    /// Posts whose id or counter items are malformed; reported, left alone.
+    pub skipped: Vec<String>,
 }
 
 /// Recounts every post's likes from `liked` and writes the difference into `fix`.
@@ -627,8 +676,24 @@ pub async fn rebuild(
         }
     }
     for (post, count) in truth {
-        let key = CounterKey::new(COUNTER, &post).map_err(CounterStoreError::from)?;
-        let fix = counters.correct(&key, count).await?;
+        let key = match CounterKey::new(COUNTER, &post) {
+            Ok(k) => k,
+            Err(e) => {
+                tracing::warn!(post = %post, error = %e, "not a counter key; left alone");
+                report.skipped.push(post);
+                continue;
+            }
+        };
+        let fix = match counters.correct(&key, count).await {
+            Ok(fix) => fix,
+            // One malformed counter (an item edited by hand) must not stop the others' repair.
+            Err(e @ (CounterStoreError::Counter(_) | CounterStoreError::Malformed { .. })) => {
+                tracing::warn!(post = %post, error = %e, "counter not repairable; left alone");
+                report.skipped.push(post);
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
         report.posts_checked += 1;
         if fix.change != 0 {
             report.corrected.insert(post, fix.change);
@@ -647,14 +712,15 @@ pub fn dynamodb_event(
         .iter()
         .map(|r| {
             let change = r.dynamodb();
-            let image = |m: Option<&HashMap<String, aws_sdk_dynamodbstreams::types::AttributeValue>>| {
-                Value::Object(
-                    m.into_iter()
-                        .flatten()
-                        .map(|(k, v)| (k.clone(), stream_attr_json(v)))
-                        .collect(),
-                )
-            };
+            let image =
+                |m: Option<&HashMap<String, aws_sdk_dynamodbstreams::types::AttributeValue>>| {
+                    Value::Object(
+                        m.into_iter()
+                            .flatten()
+                            .map(|(k, v)| (k.clone(), stream_attr_json(v)))
+                            .collect(),
+                    )
+                };
             json!({
                 "eventID": r.event_id().unwrap_or_default(),
                 "eventName": r.event_name().map(|n| n.as_str()).unwrap_or_default(),
@@ -696,7 +762,9 @@ fn stream_attr_json(v: &aws_sdk_dynamodbstreams::types::AttributeValue) -> Value
         A::Ss(v) => json!({ "SS": v }),
         A::Ns(v) => json!({ "NS": v }),
         A::L(l) => json!({ "L": l.iter().map(stream_attr_json).collect::<Vec<_>>() }),
-        A::M(m) => json!({ "M": m.iter().map(|(k, v)| (k.clone(), stream_attr_json(v))).collect::<serde_json::Map<_, _>>() }),
+        A::M(m) => {
+            json!({ "M": m.iter().map(|(k, v)| (k.clone(), stream_attr_json(v))).collect::<serde_json::Map<_, _>>() })
+        }
         _ => json!({ "NULL": true }),
     }
 }

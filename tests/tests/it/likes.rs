@@ -53,7 +53,12 @@ async fn stream_records(fx: &Fixture, at_least: usize) -> (String, Vec<Record>) 
         .expect("stream");
     let streams = &fx.stack.streams;
     let records = eventually("stream records", Duration::from_secs(15), || async {
-        let desc = streams.describe_stream().stream_arn(&arn).send().await.ok()?;
+        let desc = streams
+            .describe_stream()
+            .stream_arn(&arn)
+            .send()
+            .await
+            .ok()?;
         let mut all = vec![];
         for shard in desc.stream_description()?.shards() {
             let mut it = streams
@@ -101,10 +106,14 @@ fn body(resp: &aws_lambda_events::apigw::ApiGatewayV2httpResponse) -> serde_json
 async fn the_api_answers_likes_counts_and_bad_requests_with_the_right_codes() {
     let fx = fixture!("the_api_answers_likes_counts_and_bad_requests_with_the_right_codes");
     let (api, _) = setup(&fx, &["p9"]).await;
-    let first = api.handle(request(Method::POST, "/posts/p9/likes", Some("u1"))).await;
+    let first = api
+        .handle(request(Method::POST, "/posts/p9/likes", Some("u1")))
+        .await;
     assert_eq!(first.status_code, 201);
     assert_eq!(body(&first)["result"], "liked");
-    let again = api.handle(request(Method::POST, "/posts/p9/likes", Some("u1"))).await;
+    let again = api
+        .handle(request(Method::POST, "/posts/p9/likes", Some("u1")))
+        .await;
     assert_eq!(again.status_code, 200);
     assert_eq!(body(&again)["result"], "already_liked");
     let cases = [
@@ -122,7 +131,11 @@ async fn the_api_answers_likes_counts_and_bad_requests_with_the_right_codes() {
         assert!(body(&resp)["error"].is_string());
     }
     let count = api.handle(request(Method::GET, "/posts/p9", None)).await;
-    assert_eq!(body(&count)["likes"], 0, "nothing flushed yet: the count is a view");
+    assert_eq!(
+        body(&count)["likes"],
+        0,
+        "nothing flushed yet: the count is a view"
+    );
 }
 
 #[tokio::test]
@@ -148,15 +161,22 @@ async fn duplicate_batches_lost_acks_and_crashes_never_change_the_final_count() 
             assert_eq!(again.flush.counted, 0, "a duplicate batch counts nothing");
         }
     }
-    let (_, retried) = agg.handle_dynamodb(dynamodb_event(&arn, batches[0]).expect("event")).await;
+    let (_, retried) = agg
+        .handle_dynamodb(dynamodb_event(&arn, batches[0]).expect("event"))
+        .await;
     assert_eq!(retried.flush.counted, 0);
     // An overlapping redelivery (bisect-on-error halves) counts only what is new: nothing.
-    let (_, overlap) = agg.handle_dynamodb(dynamodb_event(&arn, &records[5..25]).expect("event")).await;
+    let (_, overlap) = agg
+        .handle_dynamodb(dynamodb_event(&arn, &records[5..25]).expect("event"))
+        .await;
     assert_eq!(overlap.flush.counted, 0);
     assert_eq!(api.count("p9").await.expect("count"), 20);
     assert_eq!(api.count("p1").await.expect("count"), 10);
     let report = rebuild(&fx.stack.ddb, &fx.schema).await.expect("rebuild");
-    assert!(report.corrected.is_empty(), "nothing to correct: {report:?}");
+    assert!(
+        report.corrected.is_empty(),
+        "nothing to correct: {report:?}"
+    );
 }
 
 #[tokio::test]
@@ -169,14 +189,27 @@ async fn a_crash_before_the_flush_is_repaired_by_the_rebuilder_exactly() {
     let (arn, records) = stream_records(&fx, 12).await;
     // The aggregator "crashes" after reading records 0..4 (never flushed), and the stream moves
     // on past them (retention or an operator skipping the batch): only 4..12 are ever flushed.
-    let (_, report) = agg.handle_dynamodb(dynamodb_event(&arn, &records[4..]).expect("event")).await;
+    let (_, report) = agg
+        .handle_dynamodb(dynamodb_event(&arn, &records[4..]).expect("event"))
+        .await;
     assert_eq!(report.flush.counted, 8);
-    assert_eq!(api.count("p9").await.expect("count"), 8, "short by the lost batch");
+    assert_eq!(
+        api.count("p9").await.expect("count"),
+        8,
+        "short by the lost batch"
+    );
     let fixed = rebuild(&fx.stack.ddb, &fx.schema).await.expect("rebuild");
     assert_eq!(fixed.corrected.get("p9"), Some(&4));
-    assert_eq!(api.count("p9").await.expect("count"), 12, "exact after one rebuild");
+    assert_eq!(
+        api.count("p9").await.expect("count"),
+        12,
+        "exact after one rebuild"
+    );
     let again = rebuild(&fx.stack.ddb, &fx.schema).await.expect("rebuild");
-    assert!(again.corrected.is_empty(), "a second rebuild changes nothing");
+    assert!(
+        again.corrected.is_empty(),
+        "a second rebuild changes nothing"
+    );
 }
 
 #[tokio::test]
@@ -189,7 +222,11 @@ async fn a_poison_record_is_reported_and_blocks_nothing_before_it() {
     let (arn, records) = stream_records(&fx, 5).await;
     let mut event = dynamodb_event(&arn, &records).expect("event");
     // Record 3 loses its `post` attribute (a hand edit, a schema change): it cannot be counted.
-    let poisoned = event.records[3].change.sequence_number.clone().expect("seq");
+    let poisoned = event.records[3]
+        .change
+        .sequence_number
+        .clone()
+        .expect("seq");
     event.records[3].change.new_image.remove("post");
     let (resp, report) = agg.handle_dynamodb(event).await;
     let failures: Vec<_> = resp
@@ -197,11 +234,17 @@ async fn a_poison_record_is_reported_and_blocks_nothing_before_it() {
         .iter()
         .filter_map(|f| f.item_identifier.clone())
         .collect();
-    assert_eq!(failures, [poisoned], "Lambda must retry from the bad record");
+    assert_eq!(
+        failures,
+        [poisoned],
+        "Lambda must retry from the bad record"
+    );
     assert_eq!(report.flush.counted, 3, "records before it are flushed");
     assert_eq!(api.count("p9").await.expect("count"), 3);
     // Lambda retries from the bad record; once it is readable again the rest count exactly once.
-    let (resp, _) = agg.handle_dynamodb(dynamodb_event(&arn, &records[3..]).expect("event")).await;
+    let (resp, _) = agg
+        .handle_dynamodb(dynamodb_event(&arn, &records[3..]).expect("event"))
+        .await;
     assert!(resp.batch_item_failures.is_empty());
     assert_eq!(api.count("p9").await.expect("count"), 5);
 }
