@@ -37,6 +37,10 @@ enum Command {
     Sim(cmd::sim::SimArgs),
     /// Run the main scenario on the local stack.
     Demo(cmd::demo::DemoArgs),
+    /// Print a stream's shard tree (open/closed, parents, hash ranges, checkpoints for --app).
+    Lineage(cmd::lineage::LineageArgs),
+    /// Run a worker of an application and print each record it processes as a JSON line.
+    Tail(cmd::tail::TailArgs),
 }
 
 #[tokio::main]
@@ -56,6 +60,8 @@ async fn main() -> ExitCode {
         Command::Sim(args) => cmd::sim::run(args).await,
         Command::Plan(args) => cmd::plan::run(args),
         Command::Keys { command } => cmd::keys::run(command).await,
+        Command::Lineage(args) => cmd::lineage::run(args).await,
+        Command::Tail(args) => cmd::tail::run(args).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -2,10 +2,12 @@
 
 pub mod demo;
 pub mod keys;
+pub mod lineage;
 pub mod local;
 pub mod plan;
 pub mod schema;
 pub mod sim;
+pub mod tail;
 
 /// Any command's failure, shown to the operator as one line.
 pub type CmdResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;

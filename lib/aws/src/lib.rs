@@ -21,3 +21,4 @@ pub mod likes;
 pub mod scatter;
 pub mod schema;
 pub mod sim;
+pub mod stream;

@@ -8,3 +8,4 @@ mod sim;
 mod smoke_cloudwatch;
 mod smoke_dynamodb;
 mod smoke_kinesis;
+mod stream;

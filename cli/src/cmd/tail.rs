@@ -1,0 +1,183 @@
+//! `heatsink tail`: run one worker of an application and print each record it processes.
+//!
+//! Several `tail` processes with the same `--app` share the stream's shards through the lease
+//! table; each prints, as one JSON line per record, what it processes, in processing order, and
+//! checkpoints as it goes. Ctrl-C stops after the current batch and releases the leases.
+
+use std::io::Write;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use heatsink::schema::{self, DEFAULT_PREFIX, Schema, Table};
+use heatsink::stream::{
+    DynamoDbStreamsSource, KinesisSource, LeaseTable, ProcessBatch, RecordProcessor, ShardSource,
+    StartAt, StreamError, Worker, WorkerConfig, WorkerStats, now_ms,
+};
+
+use super::lineage::is_dynamodb_stream;
+use super::{CmdResult, sdk_config};
+
+/// Where a new application starts reading shards that have no parent.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum From {
+    /// The oldest retained record.
+    TrimHorizon,
+    /// Only records put from now on.
+    Latest,
+}
+
+/// How records are printed.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Output {
+    /// One JSON object per line: `{"shard", "seq", "partition_key", "data"}`.
+    Jsonl,
+}
+
+/// Arguments of `heatsink tail`.
+#[derive(Debug, Args)]
+pub struct TailArgs {
+    /// Kinesis stream name, or a DynamoDB stream ARN (`arn:aws:dynamodb:…/stream/…`).
+    #[arg(long)]
+    stream: String,
+    /// Application name: workers of one application share the shards and checkpoints.
+    #[arg(long)]
+    app: String,
+    /// Start position of parentless shards on the application's first run (children always
+    /// start at their first record).
+    #[arg(long, value_enum, default_value = "trim-horizon")]
+    from: From,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "jsonl")]
+    output: Output,
+    /// Exit 0 after this long (`30s`, `500ms`, `2m`) with no records and every reachable shard
+    /// finished or caught up.
+    #[arg(long, value_parser = parse_duration)]
+    idle_exit: Option<Duration>,
+    /// This worker's name in the lease table (default `tail-<pid>-<ms>`).
+    #[arg(long)]
+    worker_id: Option<String>,
+    /// Resource name prefix (the lease table is `<prefix>leases`, created if missing).
+    #[arg(long, env = "HEATSINK_PREFIX", default_value = DEFAULT_PREFIX)]
+    prefix: String,
+}
+
+/// Parses `250ms`, `30s`, `2m` or a bare number of seconds.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let (number, unit) = text
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .map_or((text, "s"), |i| text.split_at(i));
+    let n: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration like 500ms, 30s or 2m"))?;
+    let secs = match unit {
+        "ms" => n / 1_000.0,
+        "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3_600.0,
+        _ => return Err(format!("unknown unit {unit:?} in {text:?} (ms, s, m, h)")),
+    };
+    Duration::try_from_secs_f64(secs).map_err(|e| e.to_string())
+}
+
+/// Prints each record as a JSON line; stdout is flushed per batch.
+struct Printer {
+    out: Mutex<std::io::Stdout>,
+}
+
+impl RecordProcessor for Printer {
+    async fn process(&self, batch: &ProcessBatch) -> Result<(), StreamError> {
+        let mut out = self
+            .out
+            .lock()
+            .map_err(|_| StreamError::Processor("stdout lock poisoned".into()))?;
+        for record in &batch.records {
+            writeln!(out, "{}", record.to_json(&batch.shard_id))
+                .map_err(|e| StreamError::Processor(Box::new(e)))?;
+        }
+        out.flush().map_err(|e| StreamError::Processor(Box::new(e)))
+    }
+}
+
+/// Runs a tail worker until Ctrl-C or `--idle-exit`.
+pub async fn run(args: TailArgs) -> CmdResult {
+    let config = sdk_config().await;
+    let ddb = aws_sdk_dynamodb::Client::new(&config);
+    let schema = Schema::new(&args.prefix);
+    schema::ensure_table(&ddb, &schema.table(Table::Leases)).await?;
+    let leases = LeaseTable::from_schema(ddb, &schema, &args.app);
+    let worker_id = args
+        .worker_id
+        .clone()
+        .unwrap_or_else(|| format!("tail-{}-{}", std::process::id(), now_ms()));
+    let mut worker_config = WorkerConfig::new(worker_id);
+    worker_config.initial_position = match args.from {
+        From::TrimHorizon => StartAt::TrimHorizon,
+        From::Latest => StartAt::Latest,
+    };
+    worker_config.sync_interval = Duration::from_secs(10);
+    let Output::Jsonl = args.output;
+    let printer = Printer {
+        out: Mutex::new(std::io::stdout()),
+    };
+    if is_dynamodb_stream(&args.stream) {
+        let source =
+            DynamoDbStreamsSource::new(aws_sdk_dynamodbstreams::Client::new(&config), &args.stream);
+        tail(source, leases, printer, worker_config, args.idle_exit).await
+    } else {
+        let source = KinesisSource::new(aws_sdk_kinesis::Client::new(&config), &args.stream);
+        tail(source, leases, printer, worker_config, args.idle_exit).await
+    }
+}
+
+async fn tail<S: ShardSource>(
+    source: S,
+    leases: LeaseTable,
+    printer: Printer,
+    config: WorkerConfig,
+    idle_exit: Option<Duration>,
+) -> CmdResult {
+    // Fail fast on a missing stream rather than retrying forever in the worker.
+    source.list_shards().await?;
+    let worker = Worker::new(source, leases, printer, config);
+    let stats = worker.stats();
+    let shutdown = async move {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            () = idle(stats, idle_exit) => {}
+        }
+    };
+    worker.run(shutdown).await?;
+    Ok(())
+}
+
+/// Completes once the worker has been idle for `limit` (never without a limit).
+async fn idle(stats: WorkerStats, limit: Option<Duration>) {
+    let Some(limit) = limit else {
+        return std::future::pending().await;
+    };
+    let limit_ms = u64::try_from(limit.as_millis()).unwrap_or(u64::MAX);
+    let started = now_ms();
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let last = stats.last_record_ms().max(started);
+        if now_ms().saturating_sub(last) >= limit_ms && stats.is_caught_up() {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_with_their_unit() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
+        assert!(parse_duration("3 fortnights").is_err());
+    }
+}

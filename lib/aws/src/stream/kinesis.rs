@@ -1,0 +1,131 @@
+//! `KinesisSource`: ListShards, GetShardIterator and GetRecords on a Kinesis data stream.
+
+use aws_sdk_kinesis::types::{HashKeyRange, ShardIteratorType};
+use bytes::Bytes;
+use heatsink_core::stream::ShardInfo;
+
+use super::source::parse_seq;
+use super::{RecordBatch, ShardSource, StartAt, StreamError, StreamRecord};
+
+const SERVICE: &str = "kinesis";
+
+/// A Kinesis data stream as a [`ShardSource`].
+#[derive(Clone, Debug)]
+pub struct KinesisSource {
+    client: aws_sdk_kinesis::Client,
+    stream: String,
+}
+
+impl KinesisSource {
+    /// The stream `stream` (a name) read through `client`.
+    pub fn new(client: aws_sdk_kinesis::Client, stream: impl Into<String>) -> Self {
+        Self {
+            client,
+            stream: stream.into(),
+        }
+    }
+}
+
+fn hash_range(range: Option<&HashKeyRange>) -> Option<(u128, u128)> {
+    let range = range?;
+    let start = range.starting_hash_key().parse().ok()?;
+    let end = range.ending_hash_key().parse().ok()?;
+    Some((start, end))
+}
+
+impl ShardSource for KinesisSource {
+    fn stream(&self) -> &str {
+        &self.stream
+    }
+
+    async fn list_shards(&self) -> Result<Vec<ShardInfo>, StreamError> {
+        let mut shards = Vec::new();
+        let mut next: Option<String> = None;
+        loop {
+            // With a token, ListShards refuses the stream name.
+            let req = match &next {
+                Some(token) => self.client.list_shards().next_token(token),
+                None => self.client.list_shards().stream_name(&self.stream),
+            };
+            let out = req
+                .send()
+                .await
+                .map_err(|e| StreamError::from_sdk(SERVICE, &self.stream, e))?;
+            for s in out.shards() {
+                let seqs = s.sequence_number_range();
+                shards.push(ShardInfo {
+                    shard_id: s.shard_id().to_owned(),
+                    parent: s.parent_shard_id().map(str::to_owned),
+                    adjacent_parent: s.adjacent_parent_shard_id().map(str::to_owned),
+                    hash_range: hash_range(s.hash_key_range()),
+                    starting_seq: seqs.map(|r| r.starting_sequence_number().to_owned()),
+                    ending_seq: seqs.and_then(|r| r.ending_sequence_number().map(str::to_owned)),
+                });
+            }
+            match out.next_token() {
+                Some(token) if !token.is_empty() => next = Some(token.to_owned()),
+                _ => return Ok(shards),
+            }
+        }
+    }
+
+    async fn get_iterator(&self, shard_id: &str, start: &StartAt) -> Result<String, StreamError> {
+        let req = self
+            .client
+            .get_shard_iterator()
+            .stream_name(&self.stream)
+            .shard_id(shard_id);
+        let req = match start {
+            StartAt::TrimHorizon => req.shard_iterator_type(ShardIteratorType::TrimHorizon),
+            StartAt::Latest => req.shard_iterator_type(ShardIteratorType::Latest),
+            StartAt::AfterSeq(seq) => req
+                .shard_iterator_type(ShardIteratorType::AfterSequenceNumber)
+                .starting_sequence_number(seq.to_decimal()),
+        };
+        let resource = format!("{}/{shard_id}", self.stream);
+        let out = req
+            .send()
+            .await
+            .map_err(|e| StreamError::from_sdk(SERVICE, &resource, e))?;
+        out.shard_iterator()
+            .map(str::to_owned)
+            .ok_or(StreamError::NotFound {
+                service: SERVICE,
+                resource,
+                message: "GetShardIterator returned no iterator".into(),
+            })
+    }
+
+    async fn get_records(&self, iterator: &str, limit: i32) -> Result<RecordBatch, StreamError> {
+        let out = self
+            .client
+            .get_records()
+            .shard_iterator(iterator)
+            .limit(limit)
+            .send()
+            .await
+            .map_err(|e| StreamError::from_sdk(SERVICE, &self.stream, e))?;
+        let mut records = Vec::with_capacity(out.records().len());
+        for r in out.records() {
+            records.push(StreamRecord {
+                seq: parse_seq(r.sequence_number())?,
+                partition_key: r.partition_key().unwrap_or_default().to_owned(),
+                data: Bytes::copy_from_slice(r.data().as_ref()),
+            });
+        }
+        let mut child_shards = Vec::new();
+        for c in out.child_shards() {
+            child_shards.push(ShardInfo::from_child_shard(
+                c.shard_id(),
+                c.parent_shards(),
+                hash_range(c.hash_key_range()),
+            )?);
+        }
+        Ok(RecordBatch {
+            records,
+            next_iterator: out.next_shard_iterator().map(str::to_owned),
+            child_shards,
+            millis_behind: out.millis_behind_latest(),
+        })
+    }
+}

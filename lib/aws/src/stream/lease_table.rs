@@ -1,0 +1,511 @@
+//! `LeaseTable`: one application's leases in the schema's `leases` table, written conditionally.
+//!
+//! A row is `app` (pk), `shard_id` (sk), `state` (the core's state name), `owner` (absent when
+//! unowned), `counter` (the fencing token), `expires_at_ms`, `heartbeat_ms`, `checkpoint`
+//! (`TRIM_HORIZON`, a padded sequence number or `SHARD_END`) and `parents` (a list of ids).
+//! Every change is computed by [`Lease::apply`] and written with `UpdateItem`, setting only the
+//! attributes the event changes, conditional on the stored counter (and owner for a holder's
+//! events): a failed condition is [`StreamError::LeaseConflict`] — re-read, never retry blindly.
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use heatsink_core::stream::{Lease, LeaseEvent, LeaseState, Progress};
+
+use super::{StreamError, now_ms};
+use crate::schema::{Schema, Table};
+
+const SERVICE: &str = "dynamodb";
+
+/// A row that could not be read back as a lease, kept raw enough to replace it conditionally.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MalformedLease {
+    /// The shard (sort key).
+    pub shard_id: String,
+    /// The stored counter if it was a number, so a recreated row can stay above it.
+    pub counter: Option<u64>,
+    /// The stored `counter` attribute as found (any type), for the replacement's condition.
+    pub raw_counter: Option<AttributeValue>,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+/// Every lease row of one application, parsed, with the malformed ones set apart.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LeaseScan {
+    /// The rows that parsed, by shard id.
+    pub leases: Vec<Lease>,
+    /// The rows that did not.
+    pub malformed: Vec<MalformedLease>,
+}
+
+/// One application's leases in a lease table (`app` / `shard_id`).
+#[derive(Clone, Debug)]
+pub struct LeaseTable {
+    ddb: aws_sdk_dynamodb::Client,
+    table: String,
+    app: String,
+}
+
+fn s(v: impl Into<String>) -> AttributeValue {
+    AttributeValue::S(v.into())
+}
+
+fn n(v: u64) -> AttributeValue {
+    AttributeValue::N(v.to_string())
+}
+
+fn parse_state(name: &str) -> Option<LeaseState> {
+    Some(match name {
+        "DISCOVERED" => LeaseState::Discovered,
+        "LEASED" => LeaseState::Leased,
+        "PROCESSING" => LeaseState::Processing,
+        "SHARD_END" => LeaseState::ShardEnd,
+        "CHILDREN_CREATED" => LeaseState::ChildrenCreated,
+        "DELETED" => LeaseState::Deleted,
+        _ => return None,
+    })
+}
+
+/// Reads one row; `Err` carries what is needed to replace it.
+fn parse_row(item: &HashMap<String, AttributeValue>) -> Result<Lease, MalformedLease> {
+    let shard_id = item
+        .get("shard_id")
+        .and_then(|v| v.as_s().ok())
+        .cloned()
+        .unwrap_or_default();
+    let raw_counter = item.get("counter").cloned();
+    let counter = raw_counter
+        .as_ref()
+        .and_then(|v| v.as_n().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let bad = |reason: &str| MalformedLease {
+        shard_id: shard_id.clone(),
+        counter,
+        raw_counter: raw_counter.clone(),
+        reason: reason.to_owned(),
+    };
+    let get_s = |name: &str| item.get(name).and_then(|v| v.as_s().ok());
+    let get_n = |name: &str| {
+        item.get(name)
+            .and_then(|v| v.as_n().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+    };
+    let state = get_s("state")
+        .and_then(|v| parse_state(v))
+        .ok_or_else(|| bad("state missing or unknown"))?;
+    let counter = counter.ok_or_else(|| bad("counter missing or not a number"))?;
+    let checkpoint = get_s("checkpoint")
+        .ok_or_else(|| bad("checkpoint missing"))
+        .and_then(|c| Progress::from_checkpoint(c).map_err(|e| bad(&e.to_string())))?;
+    let owner = match item.get("owner") {
+        None => None,
+        Some(AttributeValue::S(o)) if !o.is_empty() => Some(o.clone()),
+        Some(_) => return Err(bad("owner is not a non-empty string")),
+    };
+    let parents = match item.get("parents") {
+        None => Vec::new(),
+        Some(AttributeValue::L(list)) => list
+            .iter()
+            .map(|p| {
+                p.as_s()
+                    .cloned()
+                    .map_err(|_| bad("parents holds a non-string"))
+            })
+            .collect::<Result<_, _>>()?,
+        Some(_) => return Err(bad("parents is not a list")),
+    };
+    if shard_id.is_empty() {
+        return Err(bad("shard_id missing"));
+    }
+    if owner.is_some() != matches!(state, LeaseState::Leased | LeaseState::Processing) {
+        return Err(bad("owner does not match state"));
+    }
+    Ok(Lease {
+        shard_id,
+        state,
+        owner,
+        counter,
+        expires_at_ms: get_n("expires_at_ms").unwrap_or(0),
+        checkpoint,
+        parents,
+    })
+}
+
+impl LeaseTable {
+    /// Leases of application `app` in table `table`.
+    pub fn new(
+        ddb: aws_sdk_dynamodb::Client,
+        table: impl Into<String>,
+        app: impl Into<String>,
+    ) -> Self {
+        Self {
+            ddb,
+            table: table.into(),
+            app: app.into(),
+        }
+    }
+
+    /// Leases of `app` in the `leases` table of `schema`.
+    pub fn from_schema(
+        ddb: aws_sdk_dynamodb::Client,
+        schema: &Schema,
+        app: impl Into<String>,
+    ) -> Self {
+        Self::new(ddb, schema.table_name(Table::Leases), app)
+    }
+
+    /// The table name.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// The application name (partition key value).
+    pub fn app(&self) -> &str {
+        &self.app
+    }
+
+    fn err<E>(&self, e: E) -> StreamError
+    where
+        E: std::error::Error + aws_sdk_dynamodb::error::ProvideErrorMetadata,
+    {
+        StreamError::from_sdk(SERVICE, &self.table, e)
+    }
+
+    fn is_conflict<E>(e: &E) -> bool
+    where
+        E: aws_sdk_dynamodb::error::ProvideErrorMetadata,
+    {
+        e.code() == Some("ConditionalCheckFailedException")
+    }
+
+    /// Every lease row of the application (strongly consistent, all pages).
+    pub async fn scan(&self) -> Result<LeaseScan, StreamError> {
+        let mut out = LeaseScan::default();
+        let mut start: Option<HashMap<String, AttributeValue>> = None;
+        loop {
+            let page = self
+                .ddb
+                .query()
+                .table_name(&self.table)
+                .key_condition_expression("#a = :a")
+                .expression_attribute_names("#a", "app")
+                .expression_attribute_values(":a", s(&self.app))
+                .consistent_read(true)
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|e| self.err(e))?;
+            for item in page.items() {
+                match parse_row(item) {
+                    Ok(lease) => out.leases.push(lease),
+                    Err(bad) => out.malformed.push(bad),
+                }
+            }
+            match page.last_evaluated_key() {
+                Some(key) if !key.is_empty() => start = Some(key.clone()),
+                _ => break,
+            }
+        }
+        out.leases.sort_by(|a, b| a.shard_id.cmp(&b.shard_id));
+        Ok(out)
+    }
+
+    /// One lease row, or `None` if it does not exist.
+    pub async fn get(&self, shard_id: &str) -> Result<Option<Lease>, StreamError> {
+        let out = self
+            .ddb
+            .get_item()
+            .table_name(&self.table)
+            .key("app", s(&self.app))
+            .key("shard_id", s(shard_id))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| self.err(e))?;
+        match out.item() {
+            None => Ok(None),
+            Some(item) => parse_row(item)
+                .map(Some)
+                .map_err(|bad| StreamError::MalformedLease {
+                    shard_id: bad.shard_id,
+                    reason: bad.reason,
+                }),
+        }
+    }
+
+    fn full_item(&self, lease: &Lease) -> HashMap<String, AttributeValue> {
+        let mut item = HashMap::from([
+            ("app".to_owned(), s(&self.app)),
+            ("shard_id".to_owned(), s(&lease.shard_id)),
+            ("state".to_owned(), s(lease.state.to_string())),
+            ("counter".to_owned(), n(lease.counter)),
+            ("expires_at_ms".to_owned(), n(lease.expires_at_ms)),
+            ("heartbeat_ms".to_owned(), n(now_ms())),
+            ("checkpoint".to_owned(), s(lease.checkpoint.to_checkpoint())),
+            (
+                "parents".to_owned(),
+                AttributeValue::L(lease.parents.iter().map(s).collect()),
+            ),
+        ]);
+        if let Some(owner) = &lease.owner {
+            item.insert("owner".to_owned(), s(owner));
+        }
+        item
+    }
+
+    /// Creates a lease row if none exists (`attribute_not_exists`); `false` if one already did.
+    pub async fn create(&self, lease: &Lease) -> Result<bool, StreamError> {
+        let out = self
+            .ddb
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(self.full_item(lease)))
+            .condition_expression("attribute_not_exists(#k)")
+            .expression_attribute_names("#k", "shard_id")
+            .send()
+            .await;
+        match out {
+            Ok(_) => Ok(true),
+            Err(e) if Self::is_conflict(&e) => Ok(false),
+            Err(e) => Err(self.err(e)),
+        }
+    }
+
+    /// Replaces a malformed row with `lease`, only if its `counter` is still as found.
+    pub async fn recreate(
+        &self,
+        found: &MalformedLease,
+        lease: &Lease,
+    ) -> Result<bool, StreamError> {
+        let mut put = self
+            .ddb
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(self.full_item(lease)))
+            .expression_attribute_names("#c", "counter");
+        put = match &found.raw_counter {
+            Some(raw) => put
+                .condition_expression("#c = :c")
+                .expression_attribute_values(":c", raw.clone()),
+            None => put.condition_expression("attribute_not_exists(#c)"),
+        };
+        match put.send().await {
+            Ok(_) => Ok(true),
+            Err(e) if Self::is_conflict(&e) => Ok(false),
+            Err(e) => Err(self.err(e)),
+        }
+    }
+
+    /// Applies `event` to `current` (as last read) and writes the result conditionally.
+    pub async fn apply(&self, current: &Lease, event: &LeaseEvent) -> Result<Lease, StreamError> {
+        self.apply_lifted(current, event, 0).await
+    }
+
+    /// Like [`LeaseTable::apply`]; a take or steal also lifts the counter to at least `floor`.
+    ///
+    /// The worker passes 1 + the highest counter of the shard's finished parents, so fencing
+    /// tokens only grow along a key's lineage and a child's writes pass its parent's fence.
+    pub async fn apply_lifted(
+        &self,
+        current: &Lease,
+        event: &LeaseEvent,
+        floor: u64,
+    ) -> Result<Lease, StreamError> {
+        let mut next = current.apply(event)?;
+        let mut set: Vec<(&str, AttributeValue)> = Vec::new();
+        let mut remove: Vec<&str> = Vec::new();
+        // Conditions on the row as `current` saw it.
+        let mut conds: Vec<&str> = vec!["#counter = :prev_counter"];
+        let mut values: Vec<(String, AttributeValue)> =
+            vec![(":prev_counter".to_owned(), n(current.counter))];
+        let holder = |conds: &mut Vec<&str>, values: &mut Vec<(String, AttributeValue)>| {
+            conds.push("#owner = :prev_owner");
+            values.push((
+                ":prev_owner".to_owned(),
+                s(current.owner.clone().unwrap_or_default()),
+            ));
+        };
+        match event {
+            LeaseEvent::Take { .. } | LeaseEvent::Steal { .. } => {
+                next.counter = next.counter.max(floor);
+                if matches!(event, LeaseEvent::Take { .. }) {
+                    // A renewal between our read and this write keeps the holder's lease.
+                    conds.push("(attribute_not_exists(#expires) OR #expires = :prev_expires)");
+                    values.push((":prev_expires".to_owned(), n(current.expires_at_ms)));
+                }
+                set.push(("#owner", s(next.owner.clone().unwrap_or_default())));
+                set.push(("#counter", n(next.counter)));
+                set.push(("#expires", n(next.expires_at_ms)));
+                set.push(("#heartbeat", n(now_ms())));
+                set.push(("#state", s(next.state.to_string())));
+            }
+            LeaseEvent::Renew { .. } => {
+                holder(&mut conds, &mut values);
+                set.push(("#expires", n(next.expires_at_ms)));
+                set.push(("#heartbeat", n(now_ms())));
+            }
+            LeaseEvent::Checkpoint { .. } => {
+                holder(&mut conds, &mut values);
+                set.push(("#checkpoint", s(next.checkpoint.to_checkpoint())));
+                set.push(("#state", s(next.state.to_string())));
+            }
+            LeaseEvent::Release { .. } | LeaseEvent::ReachShardEnd { .. } => {
+                holder(&mut conds, &mut values);
+                set.push(("#counter", n(next.counter)));
+                set.push(("#expires", n(0)));
+                set.push(("#checkpoint", s(next.checkpoint.to_checkpoint())));
+                set.push(("#state", s(next.state.to_string())));
+                remove.push("#owner");
+            }
+            LeaseEvent::CreateChildren | LeaseEvent::Trim => {
+                set.push(("#state", s(next.state.to_string())));
+                if matches!(event, LeaseEvent::Trim) {
+                    remove.push("#owner");
+                }
+            }
+            LeaseEvent::Delete => {
+                let out = self
+                    .ddb
+                    .delete_item()
+                    .table_name(&self.table)
+                    .key("app", s(&self.app))
+                    .key("shard_id", s(&current.shard_id))
+                    .condition_expression("#counter = :prev_counter")
+                    .expression_attribute_names("#counter", "counter")
+                    .expression_attribute_values(":prev_counter", n(current.counter))
+                    .send()
+                    .await;
+                return match out {
+                    Ok(_) => Ok(next),
+                    Err(e) if Self::is_conflict(&e) => Err(self.conflict(current)),
+                    Err(e) => Err(self.err(e)),
+                };
+            }
+        }
+        let mut expression = String::from("SET ");
+        for (i, (name, value)) in set.iter().enumerate() {
+            if i > 0 {
+                expression.push_str(", ");
+            }
+            let placeholder = format!(":new_{}", &name[1..]);
+            expression.push_str(&format!("{name} = {placeholder}"));
+            values.push((placeholder, value.clone()));
+        }
+        if !remove.is_empty() {
+            expression.push_str(" REMOVE ");
+            expression.push_str(&remove.join(", "));
+        }
+        let condition = conds.join(" AND ");
+        let mut req = self
+            .ddb
+            .update_item()
+            .table_name(&self.table)
+            .key("app", s(&self.app))
+            .key("shard_id", s(&current.shard_id));
+        // DynamoDB refuses names that neither expression uses.
+        for (name, attr) in [
+            ("#owner", "owner"),
+            ("#counter", "counter"),
+            ("#expires", "expires_at_ms"),
+            ("#heartbeat", "heartbeat_ms"),
+            ("#checkpoint", "checkpoint"),
+            ("#state", "state"),
+        ] {
+            if expression.contains(name) || condition.contains(name) {
+                req = req.expression_attribute_names(name, attr);
+            }
+        }
+        req = req
+            .update_expression(expression)
+            .condition_expression(condition);
+        for (name, value) in values {
+            req = req.expression_attribute_values(name, value);
+        }
+        match req.send().await {
+            Ok(_) => Ok(next),
+            Err(e) if Self::is_conflict(&e) => Err(self.conflict(current)),
+            Err(e) => Err(self.err(e)),
+        }
+    }
+
+    fn conflict(&self, current: &Lease) -> StreamError {
+        StreamError::LeaseConflict {
+            shard_id: current.shard_id.clone(),
+        }
+    }
+
+    /// Takes an unowned or expired lease for `worker` (a takeover).
+    pub async fn take(
+        &self,
+        current: &Lease,
+        worker: &str,
+        duration_ms: u64,
+        floor: u64,
+    ) -> Result<Lease, StreamError> {
+        let event = LeaseEvent::Take {
+            worker: worker.to_owned(),
+            now_ms: now_ms(),
+            duration_ms,
+        };
+        self.apply_lifted(current, &event, floor).await
+    }
+
+    /// Steals a live lease for `worker` (rebalancing).
+    pub async fn steal(
+        &self,
+        current: &Lease,
+        worker: &str,
+        duration_ms: u64,
+        floor: u64,
+    ) -> Result<Lease, StreamError> {
+        let event = LeaseEvent::Steal {
+            worker: worker.to_owned(),
+            now_ms: now_ms(),
+            duration_ms,
+        };
+        self.apply_lifted(current, &event, floor).await
+    }
+
+    /// Extends a held lease by `duration_ms` from now.
+    pub async fn renew(&self, current: &Lease, duration_ms: u64) -> Result<Lease, StreamError> {
+        let event = LeaseEvent::Renew {
+            worker: current.owner.clone().unwrap_or_default(),
+            counter: current.counter,
+            now_ms: now_ms(),
+            duration_ms,
+        };
+        self.apply(current, &event).await
+    }
+
+    /// Records that every record up to `seq` is processed.
+    pub async fn checkpoint(
+        &self,
+        current: &Lease,
+        seq: heatsink_core::counter::Seq,
+    ) -> Result<Lease, StreamError> {
+        let event = LeaseEvent::Checkpoint {
+            worker: current.owner.clone().unwrap_or_default(),
+            counter: current.counter,
+            seq,
+        };
+        self.apply(current, &event).await
+    }
+
+    /// Gives a held lease up; the checkpoint stays.
+    pub async fn release(&self, current: &Lease) -> Result<Lease, StreamError> {
+        let event = LeaseEvent::Release {
+            worker: current.owner.clone().unwrap_or_default(),
+            counter: current.counter,
+        };
+        self.apply(current, &event).await
+    }
+}
+
+/// A new lease row for a shard, its counter starting at the creation time in ms (see module doc
+/// of [`super`]): tokens of a row recreated after deletion stay above the old row's.
+pub(crate) fn new_lease(info: &heatsink_core::stream::ShardInfo, counter_floor: u64) -> Lease {
+    let mut lease = Lease::discovered(info);
+    lease.counter = now_ms().max(counter_floor);
+    lease
+}

@@ -1,0 +1,781 @@
+//! `Worker`: the consumer loop — shard sync, leases, GetRecords polling, processing, checkpoints.
+//!
+//! One worker runs one main loop and one task per held shard. Every `renew_interval` the main
+//! loop (re)lists shards when due, reads the application's leases, recreates missing or malformed
+//! rows from the shard graph, renews what it holds (stopping any shard whose lease moved), and
+//! plans takes and steals with [`assign`] over the [`eligible`] shards. A shard task reads its
+//! shard from the checkpoint, hands each batch to the [`RecordProcessor`] with the lease counter
+//! as fencing token, checkpoints after `Ok`, and at SHARD_END records the end and creates the
+//! children's leases.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use heatsink_core::counter::Seq;
+use heatsink_core::stream::{
+    Checkpoints, Lease, LeaseEvent, LeaseState, Progress, ShardGraph, ShardInfo, assign, eligible,
+};
+use tokio::sync::watch;
+use tokio::task::{AbortHandle, JoinSet};
+
+use super::lease_table::{MalformedLease, new_lease};
+use super::{LeaseScan, LeaseTable, ShardSource, StartAt, StreamError, StreamRecord, now_ms};
+
+/// One batch handed to a [`RecordProcessor`].
+#[derive(Clone, Debug)]
+pub struct ProcessBatch {
+    /// The shard the records come from.
+    pub shard_id: String,
+    /// The lease counter: the fencing token for the processor's own writes ([`super::Fence`]).
+    pub token: u64,
+    /// The records, in sequence order.
+    pub records: Vec<StreamRecord>,
+}
+
+/// What a consumer does with records; `Ok` means "durable: checkpoint after the last record".
+///
+/// Return [`StreamError::Fenced`] (what [`super::Fence::check`] gives) when a fenced write was
+/// refused: the worker stops the shard at once. Any other error retries the batch, up to
+/// [`WorkerConfig::max_attempts`] times in all, then reports it and moves on.
+pub trait RecordProcessor: Send + Sync + 'static {
+    /// Processes one batch; must be idempotent (delivery is at-least-once).
+    fn process(&self, batch: &ProcessBatch)
+    -> impl Future<Output = Result<(), StreamError>> + Send;
+}
+
+/// A worker's settings; [`WorkerConfig::new`] gives production defaults.
+#[derive(Clone, Debug)]
+pub struct WorkerConfig {
+    /// This worker's name in the lease table; unique among the application's live workers.
+    pub worker_id: String,
+    /// How long a lease lasts without renewal (default 10 s); takeover after a crash waits this.
+    pub lease_duration: Duration,
+    /// Main-loop period: renewals, lease reads and planning (default 3 s, a third of the lease).
+    pub renew_interval: Duration,
+    /// Period of the full shard sync (ListShards / DescribeStream), default 60 s.
+    pub sync_interval: Duration,
+    /// Pause after an empty GetRecords (default 1 s; Kinesis allows 5 reads/s per shard).
+    pub idle_poll: Duration,
+    /// GetRecords limit per call (default 1,000; Kinesis max 10,000, DynamoDB Streams 1,000).
+    pub max_records: i32,
+    /// Processor attempts per batch before it is reported and skipped (default 3).
+    pub max_attempts: u32,
+    /// First pause between processor attempts and after throttling, doubling (default 200 ms).
+    pub retry_backoff: Duration,
+    /// Longest back-off pause (default 5 s).
+    pub max_backoff: Duration,
+    /// Where a shard without parents starts on the application's first run (default TRIM_HORIZON).
+    pub initial_position: StartAt,
+    /// Leases stolen per round when rebalancing (default 1, like the KCL).
+    pub max_steals_per_round: usize,
+}
+
+impl WorkerConfig {
+    /// Defaults that are safe in production, for worker `worker_id`.
+    pub fn new(worker_id: impl Into<String>) -> Self {
+        Self {
+            worker_id: worker_id.into(),
+            lease_duration: Duration::from_secs(10),
+            renew_interval: Duration::from_secs(3),
+            sync_interval: Duration::from_secs(60),
+            idle_poll: Duration::from_secs(1),
+            max_records: 1_000,
+            max_attempts: 3,
+            retry_backoff: Duration::from_millis(200),
+            max_backoff: Duration::from_secs(5),
+            initial_position: StartAt::TrimHorizon,
+            max_steals_per_round: 1,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct StatsInner {
+    records: AtomicU64,
+    batches: AtomicU64,
+    failed_batches: AtomicU64,
+    last_record_ms: AtomicU64,
+    free_eligible: AtomicUsize,
+    rounds: AtomicU64,
+    /// Held shards and whether each has caught up with its tip (or its end).
+    held: Mutex<BTreeMap<String, bool>>,
+}
+
+/// Live counters of a worker, readable while it runs (cheap to clone).
+#[derive(Clone, Debug, Default)]
+pub struct WorkerStats(Arc<StatsInner>);
+
+impl WorkerStats {
+    /// Records handed to the processor and acknowledged (or reported after failing).
+    pub fn records_processed(&self) -> u64 {
+        self.0.records.load(Ordering::Relaxed)
+    }
+
+    /// Batches that failed every attempt and were reported and skipped.
+    pub fn failed_batches(&self) -> u64 {
+        self.0.failed_batches.load(Ordering::Relaxed)
+    }
+
+    /// Batches processed, failed ones included.
+    pub fn batches(&self) -> u64 {
+        self.0.batches.load(Ordering::Relaxed)
+    }
+
+    /// When the last record was processed (ms since the epoch; 0 if never).
+    pub fn last_record_ms(&self) -> u64 {
+        self.0.last_record_ms.load(Ordering::Relaxed)
+    }
+
+    /// The shards this worker holds now.
+    pub fn held_shards(&self) -> Vec<String> {
+        self.0
+            .held
+            .lock()
+            .map(|h| h.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Main-loop rounds completed.
+    pub fn rounds(&self) -> u64 {
+        self.0.rounds.load(Ordering::Relaxed)
+    }
+
+    /// True when every held shard is at its tip and no eligible shard was left unowned last round.
+    pub fn is_caught_up(&self) -> bool {
+        self.rounds() > 0
+            && self.0.free_eligible.load(Ordering::Relaxed) == 0
+            && self
+                .0
+                .held
+                .lock()
+                .map(|h| h.values().all(|caught_up| *caught_up))
+                .unwrap_or(false)
+    }
+
+    fn set_held(&self, shard: &str, caught_up: Option<bool>) {
+        if let Ok(mut h) = self.0.held.lock() {
+            match caught_up {
+                Some(c) => {
+                    h.insert(shard.to_owned(), c);
+                }
+                None => {
+                    h.remove(shard);
+                }
+            }
+        }
+    }
+}
+
+struct Shared<S, P> {
+    source: S,
+    leases: LeaseTable,
+    processor: P,
+    config: WorkerConfig,
+    stats: WorkerStats,
+    graph: Mutex<ShardGraph>,
+    sync_wanted: AtomicBool,
+}
+
+/// A consumer of one application: reads the shards it leases, in lineage order.
+pub struct Worker<S, P> {
+    shared: Arc<Shared<S, P>>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ShardExit {
+    /// Read to SHARD_END; children's leases created.
+    Finished,
+    /// The lease moved to another worker (or a fenced write was refused).
+    Lost,
+    /// Shutdown: the lease was released.
+    Stopped,
+    /// The shard no longer exists.
+    Gone,
+}
+
+struct Held {
+    lease: Lease,
+    abort: AbortHandle,
+}
+
+fn sleep_or_stop(d: Duration, stop: &mut watch::Receiver<bool>) -> impl Future<Output = bool> {
+    let mut stop = stop.clone();
+    async move {
+        if *stop.borrow() {
+            return true;
+        }
+        tokio::select! {
+            () = tokio::time::sleep(d) => false,
+            r = stop.changed() => r.is_err() || *stop.borrow(),
+        }
+    }
+}
+
+impl<S: ShardSource, P: RecordProcessor> Worker<S, P> {
+    /// A worker reading `source` for the application of `leases`, feeding `processor`.
+    pub fn new(source: S, leases: LeaseTable, processor: P, config: WorkerConfig) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                source,
+                leases,
+                processor,
+                config,
+                stats: WorkerStats::default(),
+                graph: Mutex::new(ShardGraph::default()),
+                sync_wanted: AtomicBool::new(true),
+            }),
+        }
+    }
+
+    /// The worker's live counters.
+    pub fn stats(&self) -> WorkerStats {
+        self.shared.stats.clone()
+    }
+
+    /// Runs until `shutdown` completes, then stops every shard after its current batch,
+    /// checkpoints and releases its leases. Dropping the future instead stops at once without
+    /// releasing (a crash, as far as the other workers can tell: they take over after expiry).
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), StreamError> {
+        let shared = self.shared;
+        let me = shared.config.worker_id.clone();
+        let mut tasks: JoinSet<(String, ShardExit)> = JoinSet::new();
+        let mut held: BTreeMap<String, Held> = BTreeMap::new();
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let mut next_sync = tokio::time::Instant::now();
+        tokio::pin!(shutdown);
+        loop {
+            let now = tokio::time::Instant::now();
+            if now >= next_sync || shared.sync_wanted.swap(false, Ordering::Relaxed) {
+                match shared.sync_shards().await {
+                    Ok(()) => next_sync = now + shared.config.sync_interval,
+                    Err(e) => {
+                        tracing::warn!(worker = %me, error = %e, "shard sync failed; retrying next round");
+                        shared.sync_wanted.store(true, Ordering::Relaxed);
+                    }
+                }
+            }
+            if let Err(e) = shared.round(&mut held, &mut tasks, &stop_rx).await {
+                tracing::warn!(worker = %me, error = %e, "lease round failed; retrying");
+            }
+            shared.stats.0.rounds.fetch_add(1, Ordering::Relaxed);
+            tokio::select! {
+                () = &mut shutdown => break,
+                Some(joined) = tasks.join_next() => {
+                    if let Ok((shard, exit)) = joined {
+                        held.remove(&shard);
+                        if exit == ShardExit::Finished {
+                            shared.sync_wanted.store(true, Ordering::Relaxed);
+                        }
+                    }
+                }
+                () = tokio::time::sleep(shared.config.renew_interval) => {}
+            }
+        }
+        // Graceful shutdown: shard tasks finish their batch, checkpoint and release.
+        let _ = stop_tx.send(true);
+        let deadline = tokio::time::sleep(shared.config.lease_duration);
+        tokio::pin!(deadline);
+        loop {
+            tokio::select! {
+                joined = tasks.join_next() => match joined {
+                    Some(Ok((shard, _))) => { held.remove(&shard); }
+                    Some(Err(_)) => {}
+                    None => break,
+                },
+                () = &mut deadline => break,
+            }
+        }
+        tasks.abort_all();
+        for (shard, h) in held {
+            if let Err(e) = shared.leases.release(&h.lease).await {
+                tracing::warn!(worker = %me, shard = %shard, error = %e, "release at shutdown failed");
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
+    fn me(&self) -> &str {
+        &self.config.worker_id
+    }
+
+    fn duration_ms(&self) -> u64 {
+        u64::try_from(self.config.lease_duration.as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Lists every shard and merges the listing into the graph.
+    async fn sync_shards(&self) -> Result<(), StreamError> {
+        let listed = self.source.list_shards().await?;
+        self.merge_shards(listed)
+    }
+
+    fn merge_shards(&self, shards: Vec<ShardInfo>) -> Result<(), StreamError> {
+        let mut graph = self
+            .graph
+            .lock()
+            .map_err(|_| StreamError::Processor("shard graph lock poisoned".into()))?;
+        graph.merge(shards)?;
+        Ok(())
+    }
+
+    fn graph(&self) -> ShardGraph {
+        self.graph.lock().map(|g| g.clone()).unwrap_or_default()
+    }
+
+    /// A lease for a shard whose row is missing or malformed, rebuilt from the graph: finished if
+    /// any child already started (its parent must have been finished), else not started.
+    fn rebuilt(&self, graph: &ShardGraph, info: &ShardInfo, scan: &LeaseScan, floor: u64) -> Lease {
+        let mut lease = new_lease(info, floor);
+        let started = graph.children_of(&info.shard_id).iter().any(|child| {
+            scan.leases.iter().any(|l| {
+                l.shard_id == *child
+                    && (l.state != LeaseState::Discovered || l.checkpoint != Progress::NotStarted)
+            })
+        });
+        if started {
+            lease.state = LeaseState::ChildrenCreated;
+            lease.checkpoint = Progress::Finished;
+        }
+        lease
+    }
+
+    /// Creates rows for listed shards without one and replaces malformed rows; true if any.
+    async fn repair(&self, graph: &ShardGraph, scan: &LeaseScan) -> Result<bool, StreamError> {
+        let mut changed = false;
+        let known: BTreeSet<&str> = scan
+            .leases
+            .iter()
+            .map(|l| l.shard_id.as_str())
+            .chain(scan.malformed.iter().map(|m| m.shard_id.as_str()))
+            .collect();
+        for info in graph.shards() {
+            if !known.contains(info.shard_id.as_str()) {
+                let lease = self.rebuilt(graph, info, scan, 0);
+                changed |= self.leases.create(&lease).await?;
+            }
+        }
+        for bad in &scan.malformed {
+            changed |= self.replace_malformed(graph, scan, bad).await?;
+        }
+        Ok(changed)
+    }
+
+    async fn replace_malformed(
+        &self,
+        graph: &ShardGraph,
+        scan: &LeaseScan,
+        bad: &MalformedLease,
+    ) -> Result<bool, StreamError> {
+        let Some(info) = graph.get(&bad.shard_id) else {
+            tracing::warn!(shard = %bad.shard_id, reason = %bad.reason,
+                "malformed lease row for a shard the stream does not list; left alone");
+            return Ok(false);
+        };
+        tracing::warn!(shard = %bad.shard_id, reason = %bad.reason,
+            "malformed lease row; recreating it from the shard graph");
+        let floor = bad.counter.map_or(0, |c| c.saturating_add(1));
+        let lease = self.rebuilt(graph, info, scan, floor);
+        self.leases.recreate(bad, &lease).await
+    }
+
+    /// One main-loop round: repair rows, renew held leases, take and steal per the plan.
+    async fn round(
+        self: &Arc<Self>,
+        held: &mut BTreeMap<String, Held>,
+        tasks: &mut JoinSet<(String, ShardExit)>,
+        stop: &watch::Receiver<bool>,
+    ) -> Result<(), StreamError> {
+        let me = self.me().to_owned();
+        let graph = self.graph();
+        let mut scan = self.leases.scan().await?;
+        if self.repair(&graph, &scan).await? {
+            scan = self.leases.scan().await?;
+        }
+        let by_id: BTreeMap<&str, &Lease> = scan
+            .leases
+            .iter()
+            .map(|l| (l.shard_id.as_str(), l))
+            .collect();
+        // Renew what we hold; stop shards whose lease moved.
+        let mut lost = Vec::new();
+        for (shard, h) in held.iter_mut() {
+            let row = by_id.get(shard.as_str());
+            if row.is_some_and(|r| !r.state.is_workable()) {
+                continue; // our task reached SHARD_END and is creating the children's leases
+            }
+            let still_ours = row.is_some_and(|row| {
+                row.owner.as_deref() == Some(me.as_str()) && row.counter == h.lease.counter
+            });
+            if !still_ours {
+                lost.push(shard.clone());
+                continue;
+            }
+            match self.leases.renew(&h.lease, self.duration_ms()).await {
+                Ok(renewed) => h.lease.expires_at_ms = renewed.expires_at_ms,
+                Err(e) if e.is_lease_lost() => lost.push(shard.clone()),
+                Err(e) => tracing::warn!(worker = %me, shard = %shard, error = %e, "renew failed"),
+            }
+        }
+        for shard in lost {
+            if let Some(h) = held.remove(&shard) {
+                tracing::info!(worker = %me, shard = %shard, "lease lost; stopping the shard");
+                h.abort.abort();
+                self.stats.set_held(&shard, None);
+            }
+        }
+        // Plan takes and steals over the eligible shards.
+        let checkpoints: Checkpoints = scan
+            .leases
+            .iter()
+            .map(|l| (l.shard_id.clone(), l.checkpoint.clone()))
+            .collect();
+        let ready = eligible(&graph, &checkpoints);
+        let now = now_ms();
+        let workers: Vec<String> = scan
+            .leases
+            .iter()
+            .filter(|l| l.state.is_workable())
+            .filter_map(|l| l.live_owner(now).map(str::to_owned))
+            .chain(std::iter::once(me.clone()))
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let plan = assign(&me, &scan.leases, &ready, &workers, now);
+        let free = ready
+            .iter()
+            .filter(|id| {
+                by_id
+                    .get(id.as_str())
+                    .is_some_and(|l| l.state.is_workable() && l.live_owner(now).is_none())
+            })
+            .count();
+        self.stats
+            .0
+            .free_eligible
+            .store(free.saturating_sub(plan.take.len()), Ordering::Relaxed);
+        let floor = |lease: &Lease| {
+            lease
+                .parents
+                .iter()
+                .filter_map(|p| by_id.get(p.as_str()).map(|l| l.counter.saturating_add(1)))
+                .max()
+                .unwrap_or(0)
+        };
+        let steals = plan
+            .steal
+            .iter()
+            .take(self.config.max_steals_per_round)
+            .map(|s| (s.shard_id.clone(), true));
+        let takes = plan.take.iter().map(|id| (id.clone(), false));
+        for (shard, steal) in takes.chain(steals) {
+            let Some(current) = by_id.get(shard.as_str()) else {
+                continue;
+            };
+            let result = if steal {
+                self.leases
+                    .steal(current, &me, self.duration_ms(), floor(current))
+                    .await
+            } else {
+                self.leases
+                    .take(current, &me, self.duration_ms(), floor(current))
+                    .await
+            };
+            match result {
+                Ok(lease) => {
+                    // Read our write back: an emulator that does not serialise conditional
+                    // writes (moto) can let two takers both succeed; only one row survives.
+                    let confirmed =
+                        self.leases
+                            .get(&shard)
+                            .await
+                            .ok()
+                            .flatten()
+                            .is_some_and(|row| {
+                                row.owner.as_deref() == Some(me.as_str())
+                                    && row.counter == lease.counter
+                            });
+                    if !confirmed {
+                        tracing::debug!(worker = %me, shard = %shard, "take not confirmed on read-back");
+                        continue;
+                    }
+                    tracing::info!(worker = %me, shard = %shard, counter = lease.counter, steal,
+                        "lease acquired");
+                    self.stats.set_held(&shard, Some(false));
+                    let this = Arc::clone(self);
+                    let abort = tasks.spawn(this.run_shard(lease.clone(), stop.clone()));
+                    held.insert(shard, Held { lease, abort });
+                }
+                Err(e) if e.is_lease_lost() || matches!(e, StreamError::Core(_)) => {
+                    tracing::debug!(worker = %me, shard = %shard, error = %e, "lease not acquired");
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads one shard while holding its lease; releases it on shutdown.
+    async fn run_shard(
+        self: Arc<Self>,
+        lease: Lease,
+        mut stop: watch::Receiver<bool>,
+    ) -> (String, ShardExit) {
+        let shard = lease.shard_id.clone();
+        let mut lease = lease;
+        let exit = self.read_shard(&mut lease, &mut stop).await;
+        if exit == ShardExit::Stopped
+            && let Err(e) = self.leases.release(&lease).await
+        {
+            tracing::warn!(worker = %self.me(), shard = %shard, error = %e, "release failed");
+        }
+        self.stats.set_held(&shard, None);
+        (shard, exit)
+    }
+
+    fn start_of(&self, lease: &Lease) -> StartAt {
+        match &lease.checkpoint {
+            Progress::InProgress(seq) => StartAt::AfterSeq(seq.clone()),
+            // A child always starts at its first record; only roots honour the initial position.
+            _ if !lease.parents.is_empty() => StartAt::TrimHorizon,
+            _ => self.config.initial_position.clone(),
+        }
+    }
+
+    /// An iterator at `start`, retrying transient failures; `None` if the shard is gone or we
+    /// were told to stop.
+    async fn iterator(
+        &self,
+        shard: &str,
+        start: &StartAt,
+        stop: &mut watch::Receiver<bool>,
+    ) -> Option<String> {
+        let mut pause = self.config.retry_backoff;
+        loop {
+            match self.source.get_iterator(shard, start).await {
+                Ok(it) => return Some(it),
+                Err(StreamError::NotFound { .. }) => return None,
+                Err(StreamError::Trimmed { .. }) if *start != StartAt::TrimHorizon => {
+                    return Box::pin(self.iterator(shard, &StartAt::TrimHorizon, stop)).await;
+                }
+                Err(e) => {
+                    tracing::warn!(shard = %shard, error = %e, "GetShardIterator failed; backing off");
+                    if sleep_or_stop(pause, stop).await {
+                        return None;
+                    }
+                    pause = (pause * 2).min(self.config.max_backoff);
+                }
+            }
+        }
+    }
+
+    async fn read_shard(&self, lease: &mut Lease, stop: &mut watch::Receiver<bool>) -> ShardExit {
+        let shard = lease.shard_id.clone();
+        let start = self.start_of(lease);
+        let Some(mut iterator) = self.iterator(&shard, &start, stop).await else {
+            return if *stop.borrow() {
+                ShardExit::Stopped
+            } else {
+                ShardExit::Gone
+            };
+        };
+        let mut done: Option<Seq> = match &lease.checkpoint {
+            Progress::InProgress(seq) => Some(seq.clone()),
+            _ => None,
+        };
+        let mut pause = self.config.retry_backoff;
+        loop {
+            if *stop.borrow() {
+                return ShardExit::Stopped;
+            }
+            let batch = match self
+                .source
+                .get_records(&iterator, self.config.max_records)
+                .await
+            {
+                Ok(batch) => batch,
+                Err(StreamError::ExpiredIterator { .. } | StreamError::Trimmed { .. }) => {
+                    // Re-get the iterator just after the last processed record.
+                    let again = done
+                        .clone()
+                        .map_or_else(|| start.clone(), StartAt::AfterSeq);
+                    match self.iterator(&shard, &again, stop).await {
+                        Some(it) => iterator = it,
+                        None if *stop.borrow() => return ShardExit::Stopped,
+                        None => return ShardExit::Gone,
+                    }
+                    continue;
+                }
+                Err(StreamError::NotFound { .. }) => return ShardExit::Gone,
+                Err(e) => {
+                    tracing::debug!(shard = %shard, error = %e, "GetRecords failed; backing off");
+                    if sleep_or_stop(pause, stop).await {
+                        return ShardExit::Stopped;
+                    }
+                    pause = (pause * 2).min(self.config.max_backoff);
+                    continue;
+                }
+            };
+            pause = self.config.retry_backoff;
+            if !batch.child_shards.is_empty()
+                && let Err(e) = self.merge_shards(batch.child_shards.clone())
+            {
+                tracing::warn!(shard = %shard, error = %e, "ChildShards did not merge into the graph");
+            }
+            let got = batch.records.len();
+            if let Some(last) = batch.records.last().map(|r| r.seq.clone()) {
+                let work = ProcessBatch {
+                    shard_id: shard.clone(),
+                    token: lease.counter,
+                    records: batch.records,
+                };
+                if !self.process(&work).await {
+                    return ShardExit::Lost;
+                }
+                match self.checkpoint(lease, last.clone(), stop).await {
+                    Ok(()) => done = Some(last),
+                    Err(exit) => return exit,
+                }
+            }
+            match batch.next_iterator {
+                None => return self.finish(lease).await,
+                Some(next) => iterator = next,
+            }
+            let caught_up = got == 0 || batch.millis_behind == Some(0);
+            self.stats.set_held(&shard, Some(caught_up));
+            if got == 0 && sleep_or_stop(self.config.idle_poll, stop).await {
+                return ShardExit::Stopped;
+            }
+        }
+    }
+
+    /// Runs the processor with bounded retries; false if the lease was lost (fenced out).
+    async fn process(&self, batch: &ProcessBatch) -> bool {
+        let attempts = self.config.max_attempts.max(1);
+        let mut pause = self.config.retry_backoff;
+        let mut last_error = None;
+        for attempt in 1..=attempts {
+            match self.processor.process(batch).await {
+                Ok(()) => {
+                    self.count(batch);
+                    return true;
+                }
+                Err(e) if e.is_lease_lost() => {
+                    tracing::info!(shard = %batch.shard_id, token = batch.token, error = %e,
+                        "processor fenced out; stopping the shard");
+                    return false;
+                }
+                Err(e) => {
+                    tracing::warn!(shard = %batch.shard_id, attempt, error = %e, "batch failed");
+                    last_error = Some(e);
+                    if attempt < attempts {
+                        tokio::time::sleep(pause).await;
+                        pause = (pause * 2).min(self.config.max_backoff);
+                    }
+                }
+            }
+        }
+        let first = batch.records.first().map(|r| r.seq.to_string());
+        let last = batch.records.last().map(|r| r.seq.to_string());
+        tracing::error!(
+            shard = %batch.shard_id,
+            first_seq = first.as_deref().unwrap_or(""),
+            last_seq = last.as_deref().unwrap_or(""),
+            attempts,
+            error = %last_error.map(|e| e.to_string()).unwrap_or_default(),
+            "batch failed every attempt; reported and skipped"
+        );
+        self.stats.0.failed_batches.fetch_add(1, Ordering::Relaxed);
+        self.count(batch);
+        true
+    }
+
+    fn count(&self, batch: &ProcessBatch) {
+        let stats = &self.stats.0;
+        stats
+            .records
+            .fetch_add(batch.records.len() as u64, Ordering::Relaxed);
+        stats.batches.fetch_add(1, Ordering::Relaxed);
+        stats.last_record_ms.store(now_ms(), Ordering::Relaxed);
+    }
+
+    /// Checkpoints `seq`, retrying transient failures; `Err` is how the shard task ends.
+    async fn checkpoint(
+        &self,
+        lease: &mut Lease,
+        seq: Seq,
+        stop: &mut watch::Receiver<bool>,
+    ) -> Result<(), ShardExit> {
+        let mut pause = self.config.retry_backoff;
+        loop {
+            match self.leases.checkpoint(lease, seq.clone()).await {
+                Ok(next) => {
+                    *lease = next;
+                    return Ok(());
+                }
+                Err(e) if e.is_lease_lost() => return Err(ShardExit::Lost),
+                Err(e) if e.is_transient() => {
+                    tracing::warn!(shard = %lease.shard_id, error = %e, "checkpoint failed; retrying");
+                    // Even when stopping, the checkpoint is worth finishing: keep trying until
+                    // the lease would lapse anyway.
+                    if pause >= self.config.lease_duration {
+                        return Err(ShardExit::Lost);
+                    }
+                    let _ = sleep_or_stop(pause, stop).await;
+                    pause *= 2;
+                }
+                Err(e) => {
+                    tracing::error!(shard = %lease.shard_id, error = %e, "checkpoint refused");
+                    return Err(ShardExit::Lost);
+                }
+            }
+        }
+    }
+
+    /// SHARD_END: record the end, create the children's leases, mark CHILDREN_CREATED.
+    async fn finish(&self, lease: &mut Lease) -> ShardExit {
+        let end = LeaseEvent::ReachShardEnd {
+            worker: self.me().to_owned(),
+            counter: lease.counter,
+        };
+        match self.leases.apply(lease, &end).await {
+            Ok(next) => *lease = next,
+            Err(e) => {
+                tracing::warn!(shard = %lease.shard_id, error = %e, "SHARD_END not recorded");
+                return ShardExit::Lost;
+            }
+        }
+        let mut children = self.children(&lease.shard_id);
+        if children.is_empty() {
+            // ChildShards was absent: the listing has them once the reshard is visible.
+            if let Err(e) = self.sync_shards().await {
+                tracing::warn!(shard = %lease.shard_id, error = %e, "shard sync at SHARD_END failed");
+            }
+            children = self.children(&lease.shard_id);
+        }
+        let floor = lease.counter.saturating_add(1);
+        let mut created = !children.is_empty();
+        for child in &children {
+            if let Err(e) = self.leases.create(&new_lease(child, floor)).await {
+                tracing::warn!(shard = %child.shard_id, error = %e, "child lease not created");
+                created = false;
+            }
+        }
+        if created && let Err(e) = self.leases.apply(lease, &LeaseEvent::CreateChildren).await {
+            tracing::debug!(shard = %lease.shard_id, error = %e, "CHILDREN_CREATED not recorded");
+        }
+        ShardExit::Finished
+    }
+
+    fn children(&self, shard: &str) -> Vec<ShardInfo> {
+        let graph = self.graph();
+        graph
+            .children_of(shard)
+            .into_iter()
+            .filter_map(|id| graph.get(id).cloned())
+            .collect()
+    }
+}
