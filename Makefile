@@ -7,7 +7,7 @@ CARGO ?= cargo
 # e.g. `make demo DEMO_ARGS="--scale 1 --rate 10000"` for full scale.
 DEMO_ARGS ?= --scale 0.1 --duration 5 --chaos lost-ack=0.05,dup-batch=0.05,crash=0.05,seed=1
 
-.PHONY: demo test lint stack-up stack-down
+.PHONY: demo test lint lambdas stack-up stack-down
 
 ## Bring the local stack up (if needed), create the resources, run the main scenario. The stack
 ## keeps running afterwards; `localstack/stack down` stops it.
@@ -31,11 +31,18 @@ test:
 	( eval "$$($(STACK) env --lane moto)"; HEATSINK_REQUIRE_STACK=1 $(CARGO) test --workspace --locked ); \
 	echo "== integration tests, dynoxide lane"; \
 	( eval "$$($(STACK) env --lane dynoxide)"; HEATSINK_REQUIRE_STACK=1 $(CARGO) test --locked -p heatsink-integration ); \
+	echo "== infra: CDK synth tests, cdk-nag, schema agreement, Terraform check"; \
+	HEATSINK_BIN=$(CURDIR)/target/debug/heatsink $(MAKE) -C infra test; \
 	rc=0; $(STACK) up --localstack || rc=$$?; \
 	if [ "$$rc" = 3 ]; then echo "skip: LocalStack lane (Python 3.13 missing, see above)"; \
 	elif [ "$$rc" != 0 ]; then exit "$$rc"; \
 	else echo "== integration tests, localstack lane"; \
 	( eval "$$($(STACK) env --lane localstack)"; HEATSINK_REQUIRE_STACK=1 $(CARGO) test --locked -p heatsink-integration ); fi
+
+## Release zips of every function for arm64 (target/lambda/<fn>/bootstrap.zip) and x86_64
+## (target/lambda-x86_64/<fn>/bootstrap.zip); 5-7 min per architecture cold.
+lambdas:
+	$(MAKE) -C infra lambdas
 
 ## Formatting and lints only (no stack needed).
 lint:

@@ -1,0 +1,696 @@
+import {
+  Aws,
+  CfnOutput,
+  Duration,
+  RemovalPolicy,
+  Stack,
+  StackProps,
+  Validations,
+  aws_apigatewayv2 as apigw,
+  aws_apigatewayv2_integrations as integrations,
+  aws_cloudwatch as cw,
+  aws_cloudwatch_actions as cwActions,
+  aws_dynamodb as dynamodb,
+  aws_events as events,
+  aws_events_targets as targets,
+  aws_iam as iam,
+  aws_kinesis as kinesis,
+  aws_kms as kms,
+  aws_lambda as lambda,
+  aws_lambda_event_sources as sources,
+  aws_logs as logs,
+  aws_sns as sns,
+  aws_sqs as sqs,
+} from 'aws-cdk-lib';
+import { Construct } from 'constructs';
+import { EMF_METRICS, EMF_NAMESPACE, LOG_FIELDS } from './observability';
+import {
+  DEFAULT_PREFIX,
+  FUNCTION_NAMES,
+  FunctionName,
+  PARTITION_RCU_CEILING,
+  PARTITION_WCU_CEILING,
+  SHARD_RECORDS_CEILING,
+  STREAMS,
+  TABLES,
+  TableSpec,
+} from './schema';
+
+export type ContributorInsightsMode = 'ACCESSED_AND_THROTTLED_KEYS' | 'THROTTLED_KEYS';
+
+/**
+ * Where likes-aggregator reads the `liked` table's changes from. Exactly one: the same change
+ * reaches both the table's own stream and (through the Kinesis streaming destination) like-events,
+ * so consuming both would count every like twice.
+ *  - `kinesis`: Kinesis Data Streams for DynamoDB, the like-events stream (production default).
+ *  - `dynamodb-streams`: the table's own DynamoDB stream; no Kinesis streaming destination.
+ */
+export type LikeEventsSource = 'kinesis' | 'dynamodb-streams';
+export const LIKE_EVENTS_SOURCES: readonly LikeEventsSource[] = ['kinesis', 'dynamodb-streams'];
+
+export interface HeatsinkStackProps extends StackProps {
+  /** Prefix of every table, stream, function, rule and alarm name (`HEATSINK_PREFIX`). */
+  readonly prefix?: string;
+  /** The deployment package of each function (prebuilt `bootstrap.zip`, or a placeholder in tests). */
+  readonly code: (name: FunctionName) => lambda.Code;
+  /** @default ARM_64 */
+  readonly architecture?: lambda.Architecture;
+  /** DynamoDB Contributor Insights mode on every table and GSI. @default ACCESSED_AND_THROTTLED_KEYS */
+  readonly contributorInsightsMode?: ContributorInsightsMode;
+  /** Hot-partition alarms fire at this fraction of the per-partition / per-shard ceiling. @default 0.8 */
+  readonly hotPartitionFraction?: number;
+  /** The aggregator's single event source (see {@link LikeEventsSource}). @default 'kinesis' */
+  readonly likeEventsSource?: LikeEventsSource;
+  /** @default RETAIN (tables and the stream hold user data) */
+  readonly removalPolicy?: RemovalPolicy;
+}
+
+interface InsightRuleRef {
+  readonly name: string;
+  readonly title: string;
+  /** Per-second ceiling the rule's top contributor is compared with. */
+  readonly ceiling: number;
+}
+
+/** CloudWatch dashboard widget showing a Contributor Insights rule's top contributors. */
+class TopContributorsWidget implements cw.IWidget {
+  public readonly width = 12;
+  public readonly height = 6;
+  public readonly warnings: string[] = [];
+  private pos?: { x: number; y: number };
+
+  constructor(
+    private readonly ruleName: string,
+    private readonly title: string,
+  ) {}
+
+  public position(x: number, y: number): void {
+    this.pos = { x, y };
+  }
+
+  public toJson(): any[] {
+    return [
+      {
+        type: 'metric',
+        width: this.width,
+        height: this.height,
+        x: this.pos?.x,
+        y: this.pos?.y,
+        properties: {
+          title: this.title,
+          region: Aws.REGION,
+          view: 'timeSeries',
+          stacked: false,
+          insightRule: { maxContributorCount: 10, orderBy: 'Sum', ruleName: this.ruleName },
+          legend: { position: 'bottom' },
+          period: 60,
+        },
+      },
+    ];
+  }
+}
+
+/**
+ * heatsink: the five tables, the like-events stream, the four functions with their event sources,
+ * Contributor Insights (DynamoDB's and heatsink's own log-based rules), alarms and a dashboard.
+ */
+export class HeatsinkStack extends Stack {
+  public readonly tables: Record<string, dynamodb.TableV2> = {};
+  public readonly streams: Record<string, kinesis.Stream> = {};
+  public readonly functions = {} as Record<FunctionName, lambda.Function>;
+  public readonly alarms: cw.Alarm[] = [];
+  public readonly alarmTopic: sns.Topic;
+
+  constructor(scope: Construct, id: string, props: HeatsinkStackProps) {
+    super(scope, id, props);
+    const prefix = props.prefix ?? DEFAULT_PREFIX;
+    const mode = props.contributorInsightsMode ?? 'ACCESSED_AND_THROTTLED_KEYS';
+    const fraction = props.hotPartitionFraction ?? 0.8;
+    const removalPolicy = props.removalPolicy ?? RemovalPolicy.RETAIN;
+    const architecture = props.architecture ?? lambda.Architecture.ARM_64;
+    const likeEventsSource = props.likeEventsSource ?? 'kinesis';
+    if (!LIKE_EVENTS_SOURCES.includes(likeEventsSource)) {
+      throw new Error(`likeEventsSource must be one of ${LIKE_EVENTS_SOURCES.join(', ')}, not ${likeEventsSource}`);
+    }
+
+    // ---- Kinesis ------------------------------------------------------------------------------
+    for (const spec of STREAMS) {
+      this.streams[spec.logical] = new kinesis.Stream(this, `Stream-${spec.logical}`, {
+        streamName: `${prefix}${spec.logical}`,
+        shardCount: spec.shards,
+        streamMode: kinesis.StreamMode.PROVISIONED,
+        encryption: kinesis.StreamEncryption.MANAGED,
+        retentionPeriod: Duration.hours(24),
+        removalPolicy,
+      });
+    }
+
+    // ---- DynamoDB -----------------------------------------------------------------------------
+    for (const spec of TABLES) {
+      this.tables[spec.logical] = new dynamodb.TableV2(this, `Table-${spec.logical}`, {
+        tableName: `${prefix}${spec.logical}`,
+        partitionKey: attribute(spec.partitionKey),
+        sortKey: spec.sortKey && attribute(spec.sortKey),
+        billing: dynamodb.Billing.onDemand(),
+        dynamoStream: spec.stream && dynamodb.StreamViewType[spec.stream],
+        timeToLiveAttribute: spec.ttlAttribute,
+        // Only the Kinesis source needs the copy; with DynamoDB Streams the stream stays, unfed by the table.
+        kinesisStream:
+          spec.kinesisDestination && likeEventsSource === 'kinesis' ? this.streams[spec.kinesisDestination] : undefined,
+        pointInTimeRecoverySpecification: { pointInTimeRecoveryEnabled: true },
+        // Inherited by every GSI of the table (Replicas[].GlobalSecondaryIndexes[]).
+        contributorInsightsSpecification: { enabled: true, mode: dynamodb.ContributorInsightsMode[mode] },
+        globalSecondaryIndexes: spec.gsis.map((g) => ({
+          indexName: g.name,
+          partitionKey: attribute(g.partitionKey),
+          sortKey: g.sortKey && attribute(g.sortKey),
+          projectionType: dynamodb.ProjectionType.ALL,
+        })),
+        removalPolicy,
+      });
+    }
+    const t = this.tables;
+    const likeEvents = this.streams['like-events'];
+
+    // ---- Alarm fan-out --------------------------------------------------------------------------
+    this.alarmTopic = new sns.Topic(this, 'AlarmTopic', {
+      topicName: `${prefix}alarms`,
+      masterKey: kms.Alias.fromAliasName(this, 'SnsAwsKey', 'alias/aws/sns'),
+      enforceSSL: true,
+    });
+    const failures = new sqs.Queue(this, 'StreamFailures', {
+      queueName: `${prefix}stream-failures`,
+      encryption: sqs.QueueEncryption.SQS_MANAGED,
+      enforceSSL: true,
+      retentionPeriod: Duration.days(14),
+    });
+    Validations.of(failures).acknowledge({
+      id: 'AwsSolutions::AwsSolutions-SQS3',
+      reason:
+        'This queue is itself the on-failure destination of the stream event source mappings (it holds batch pointers for replay); it needs no DLQ of its own.',
+    });
+
+    // ---- Functions ------------------------------------------------------------------------------
+    const settings: Record<FunctionName, { memory: number; timeout: number; description: string }> = {
+      'likes-api': { memory: 256, timeout: 10, description: 'POST /posts/{post}/likes, GET /posts/{post}' },
+      'likes-aggregator': { memory: 256, timeout: 60, description: 'like events -> pre-aggregated counter flushes' },
+      'count-rebuilder': { memory: 512, timeout: 300, description: 'scheduled recount from durable likes; writes fix' },
+      'hotkey-controller': { memory: 256, timeout: 60, description: 'Contributor Insights + alarms -> hot-key directory' },
+    };
+    const logGroups: logs.LogGroup[] = [];
+    for (const name of FUNCTION_NAMES) {
+      const functionName = `${prefix}${name}`;
+      const logGroup = new logs.LogGroup(this, `Logs-${name}`, {
+        logGroupName: `/aws/lambda/${functionName}`,
+        retention: logs.RetentionDays.ONE_MONTH,
+        removalPolicy: RemovalPolicy.DESTROY,
+      });
+      logGroups.push(logGroup);
+      // Own role, no managed policy: logs go to this function's own group only.
+      const role = new iam.Role(this, `Role-${name}`, {
+        assumedBy: new iam.ServicePrincipal('lambda.amazonaws.com'),
+        description: `${functionName}: least-privilege execution role`,
+      });
+      role.addToPolicy(
+        new iam.PolicyStatement({
+          actions: ['logs:CreateLogStream', 'logs:PutLogEvents'],
+          resources: [logGroup.logGroupArn],
+        }),
+      );
+      const fn = new lambda.Function(this, `Fn-${name}`, {
+        functionName,
+        description: settings[name].description,
+        runtime: lambda.Runtime.PROVIDED_AL2023,
+        handler: 'bootstrap',
+        architecture,
+        code: props.code(name),
+        memorySize: settings[name].memory,
+        timeout: Duration.seconds(settings[name].timeout),
+        role,
+        logGroup,
+        environment: {
+          HEATSINK_PREFIX: prefix,
+          HEATSINK_CONTRIBUTOR_INSIGHTS_MODE: mode,
+          RUST_LOG: 'info',
+        },
+      });
+      this.functions[name] = fn;
+    }
+    const f = this.functions;
+
+    const managedRulePattern = `DynamoDBContributorInsights-*-${prefix}*`;
+    const insightRuleArn = (name: string) =>
+      `arn:${Aws.PARTITION}:cloudwatch:${Aws.REGION}:${Aws.ACCOUNT_ID}:insight-rule/${name}`;
+
+    // likes-api: durable like (conditional put), count read, hot-key directory read, salted puts.
+    grant(f['likes-api'], t.liked, ['dynamodb:PutItem', 'dynamodb:GetItem', 'dynamodb:DeleteItem']);
+    grant(f['likes-api'], t.counters, ['dynamodb:GetItem', 'dynamodb:Query', 'dynamodb:BatchGetItem']);
+    grant(f['likes-api'], t.hotkeys, ['dynamodb:GetItem', 'dynamodb:Query', 'dynamodb:BatchGetItem']);
+    grant(f['likes-api'], t.posts, ['dynamodb:GetItem']);
+    f['likes-api'].addToRolePolicy(
+      new iam.PolicyStatement({
+        actions: ['kinesis:PutRecord', 'kinesis:PutRecords', 'kinesis:ListShards', 'kinesis:DescribeStreamSummary'],
+        resources: [likeEvents.streamArn],
+      }),
+    );
+    // likes-aggregator: conditional counter flushes, salt policy lookup.
+    grant(f['likes-aggregator'], t.counters, [
+      'dynamodb:GetItem',
+      'dynamodb:PutItem',
+      'dynamodb:UpdateItem',
+      'dynamodb:Query',
+      'dynamodb:BatchGetItem',
+    ]);
+    grant(f['likes-aggregator'], t.hotkeys, ['dynamodb:GetItem', 'dynamodb:BatchGetItem']);
+    // count-rebuilder: recount from durable likes, write `fix`, one run at a time via a lease.
+    grant(f['count-rebuilder'], t.liked, ['dynamodb:Scan', 'dynamodb:Query']);
+    grant(f['count-rebuilder'], t.counters, [
+      'dynamodb:GetItem',
+      'dynamodb:PutItem',
+      'dynamodb:UpdateItem',
+      'dynamodb:Query',
+      'dynamodb:BatchGetItem',
+    ]);
+    grant(f['count-rebuilder'], t.leases, [
+      'dynamodb:GetItem',
+      'dynamodb:PutItem',
+      'dynamodb:UpdateItem',
+      'dynamodb:DeleteItem',
+      'dynamodb:Query',
+    ]);
+    // hotkey-controller: read insight reports and metrics, maintain the hot-key directory.
+    grant(f['hotkey-controller'], t.hotkeys, [
+      'dynamodb:GetItem',
+      'dynamodb:PutItem',
+      'dynamodb:UpdateItem',
+      'dynamodb:DeleteItem',
+      'dynamodb:Query',
+      'dynamodb:Scan',
+    ]);
+    f['hotkey-controller'].addToRolePolicy(
+      new iam.PolicyStatement({
+        actions: ['dynamodb:DescribeContributorInsights'],
+        resources: TABLES.flatMap((spec) => [
+          t[spec.logical].tableArn,
+          ...spec.gsis.map((g) => `${t[spec.logical].tableArn}/index/${g.name}`),
+        ]),
+      }),
+    );
+    f['hotkey-controller'].addToRolePolicy(
+      new iam.PolicyStatement({
+        // Neither action supports resource-level permissions (Resource must be "*").
+        actions: ['cloudwatch:GetMetricData', 'cloudwatch:DescribeInsightRules'],
+        resources: ['*'],
+      }),
+    );
+    Validations.of(f['hotkey-controller'].role!).acknowledge({
+      id: 'AwsSolutions::AwsSolutions-IAM5[Resource::*]',
+      reason:
+        'cloudwatch:GetMetricData and cloudwatch:DescribeInsightRules do not support resource-level permissions; both are read-only.',
+    });
+
+    // ---- Event sources ----------------------------------------------------------------------------
+    const streamSource = {
+      startingPosition: lambda.StartingPosition.TRIM_HORIZON,
+      batchSize: 500,
+      maxBatchingWindow: Duration.seconds(1),
+      bisectBatchOnError: true,
+      reportBatchItemFailures: true,
+      parallelizationFactor: 1,
+      retryAttempts: 10,
+      maxRecordAge: Duration.hours(6),
+      onFailure: new sources.SqsDlq(failures),
+    };
+    // Exactly one source: both carry the same changes of `liked`, two would count every like twice.
+    // The event source grants read on that source only (no read permission on the unused one).
+    f['likes-aggregator'].addEventSource(
+      likeEventsSource === 'kinesis'
+        ? new sources.KinesisEventSource(likeEvents, streamSource)
+        : new sources.DynamoEventSource(t.liked, streamSource),
+    );
+
+    new events.Rule(this, 'CountRebuilderSchedule', {
+      ruleName: `${prefix}count-rebuilder-schedule`,
+      schedule: events.Schedule.rate(Duration.minutes(5)),
+      targets: [new targets.LambdaFunction(f['count-rebuilder'], { retryAttempts: 2 })],
+    });
+    new events.Rule(this, 'HotkeyControllerAlarms', {
+      ruleName: `${prefix}hotkey-controller-alarms`,
+      description: 'heatsink alarm state changes -> hotkey-controller',
+      eventPattern: {
+        source: ['aws.cloudwatch'],
+        detailType: ['CloudWatch Alarm State Change'],
+        detail: { alarmName: [{ prefix }] },
+      },
+      targets: [new targets.LambdaFunction(f['hotkey-controller'], { retryAttempts: 2 })],
+    });
+    new events.Rule(this, 'HotkeyControllerSchedule', {
+      ruleName: `${prefix}hotkey-controller-schedule`,
+      schedule: events.Schedule.rate(Duration.minutes(1)),
+      targets: [new targets.LambdaFunction(f['hotkey-controller'], { retryAttempts: 2 })],
+    });
+
+    // ---- HTTP API ---------------------------------------------------------------------------------
+    const accessLogs = new logs.LogGroup(this, 'ApiAccessLogs', {
+      logGroupName: `/aws/http-api/${prefix}likes`,
+      retention: logs.RetentionDays.ONE_MONTH,
+      removalPolicy: RemovalPolicy.DESTROY,
+    });
+    const api = new apigw.HttpApi(this, 'LikesApi', {
+      apiName: `${prefix}likes`,
+      createDefaultStage: false,
+    });
+    const stage = new apigw.HttpStage(this, 'LikesApiStage', {
+      httpApi: api,
+      autoDeploy: true,
+      // Stage-wide ceiling in front of the function's own per-key admission (429 + Retry-After).
+      throttle: { rateLimit: 20000, burstLimit: 5000 },
+      accessLogSettings: { destination: new apigw.LogGroupLogDestination(accessLogs) },
+    });
+    const integration = new integrations.HttpLambdaIntegration('LikesApiIntegration', f['likes-api']);
+    api.addRoutes({ path: '/posts/{post}/likes', methods: [apigw.HttpMethod.POST], integration });
+    api.addRoutes({ path: '/posts/{post}', methods: [apigw.HttpMethod.GET], integration });
+    Validations.of(api).acknowledge({
+      id: 'AwsSolutions::AwsSolutions-APIG4',
+      reason:
+        'The reference photo app is public: likes carry a caller-supplied user id and admission is enforced per key and tenant inside likes-api (429 + Retry-After) behind a stage-wide throttle. Add a JWT authorizer to the routes for real users.',
+    });
+    new CfnOutput(this, 'LikesApiUrl', { value: stage.url });
+
+    // ---- Contributor Insights rules over the functions' logs -------------------------------------
+    // Literal names (not tokens) keep each rule body a plain JSON string in the template.
+    const logGroupNames = FUNCTION_NAMES.map((name) => `/aws/lambda/${prefix}${name}`);
+    const capacityRules: InsightRuleRef[] = [];
+    const addCapacityRule = (table: TableSpec, index: string | undefined, unit: 'wcu' | 'rcu') => {
+      const tableName = `${prefix}${table.logical}`;
+      const name = `${prefix}${table.logical}${index ? `-${index}` : ''}-partition-${unit}`;
+      const filters: object[] = [{ Match: `$.${LOG_FIELDS.table}`, In: [tableName] }];
+      filters.push(
+        index ? { Match: `$.${LOG_FIELDS.index}`, In: [index] } : { Match: `$.${LOG_FIELDS.index}`, IsPresent: false },
+      );
+      const rule = new cw.CfnInsightRule(this, `Insight-${table.logical}${index ? `-${index}` : ''}-${unit}`, {
+        ruleName: name,
+        ruleState: 'ENABLED',
+        ruleBody: JSON.stringify({
+          Schema: { Name: 'CloudWatchLogRule', Version: 1 },
+          LogGroupNames: logGroupNames,
+          LogFormat: 'JSON',
+          Contribution: {
+            Keys: [`$.${LOG_FIELDS.partitionKey}`],
+            ValueOf: `$.${unit === 'wcu' ? LOG_FIELDS.consumedWcu : LOG_FIELDS.consumedRcu}`,
+            Filters: filters,
+          },
+          AggregateOn: 'Sum',
+        }),
+      });
+      logGroups.forEach((g) => rule.node.addDependency(g));
+      capacityRules.push({
+        name,
+        title: `${tableName}${index ? `/${index}` : ''} ${unit.toUpperCase()}/s, hottest partition key`,
+        ceiling: unit === 'wcu' ? PARTITION_WCU_CEILING : PARTITION_RCU_CEILING,
+      });
+    };
+    for (const table of TABLES) {
+      for (const index of [undefined, ...table.gsis.map((g) => g.name)]) {
+        addCapacityRule(table, index, 'wcu');
+        addCapacityRule(table, index, 'rcu');
+      }
+    }
+    for (const spec of STREAMS) {
+      const streamName = `${prefix}${spec.logical}`;
+      const name = `${prefix}${spec.logical}-partition-records`;
+      const rule = new cw.CfnInsightRule(this, `Insight-${spec.logical}-records`, {
+        ruleName: name,
+        ruleState: 'ENABLED',
+        ruleBody: JSON.stringify({
+          Schema: { Name: 'CloudWatchLogRule', Version: 1 },
+          LogGroupNames: logGroupNames,
+          LogFormat: 'JSON',
+          Contribution: {
+            Keys: [`$.${LOG_FIELDS.partitionKey}`],
+            Filters: [{ Match: `$.${LOG_FIELDS.stream}`, In: [streamName] }],
+          },
+          AggregateOn: 'Count',
+        }),
+      });
+      logGroups.forEach((g) => rule.node.addDependency(g));
+      capacityRules.push({ name, title: `${streamName} records/s, hottest partition key`, ceiling: SHARD_RECORDS_CEILING });
+    }
+
+    // hotkey-controller reads the reports of these rules and of DynamoDB's managed ones.
+    f['hotkey-controller'].addToRolePolicy(
+      new iam.PolicyStatement({
+        actions: ['cloudwatch:GetInsightRuleReport'],
+        resources: [
+          ...capacityRules.map((r) => insightRuleArn(r.name)),
+          // DynamoDB names its managed rules DynamoDBContributorInsights-{PKC,PKT,SKC,SKT}-<table>-<epoch ms>.
+          insightRuleArn(managedRulePattern),
+        ],
+      }),
+    );
+    Validations.of(f['hotkey-controller'].role!).acknowledge({
+      id: `AwsSolutions::AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:cloudwatch:<AWS::Region>:<AWS::AccountId>:insight-rule/${managedRulePattern}]`,
+      reason:
+        "DynamoDB's managed Contributor Insights rules end in a creation timestamp unknown at deploy time; the pattern is limited to this stack's tables.",
+    });
+
+    // ---- Alarms -----------------------------------------------------------------------------------
+    const alarm = (id: string, alarmProps: cw.AlarmProps) => {
+      const a = new cw.Alarm(this, id, alarmProps);
+      a.addAlarmAction(new cwActions.SnsAction(this.alarmTopic));
+      a.addOkAction(new cwActions.SnsAction(this.alarmTopic));
+      this.alarms.push(a);
+      return a;
+    };
+    const perSecond = (rule: InsightRuleRef) =>
+      new cw.MathExpression({
+        expression: `INSIGHT_RULE_METRIC('${rule.name}', 'MaxContributorValue') / 60`,
+        usingMetrics: {},
+        period: Duration.minutes(1),
+        label: rule.title,
+      });
+    for (const rule of capacityRules) {
+      alarm(`Hot-${rule.name}`, {
+        alarmName: `${rule.name}-hot`,
+        alarmDescription: `A single partition key of ${rule.title.split(' ')[0]} is above ${fraction * 100}% of the ${rule.ceiling}/s per-partition ceiling. Runbook: README "Alarms".`,
+        metric: perSecond(rule),
+        threshold: fraction * rule.ceiling,
+        comparisonOperator: cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+        evaluationPeriods: 3,
+        datapointsToAlarm: 2,
+        treatMissingData: cw.TreatMissingData.NOT_BREACHING,
+      });
+    }
+    const throttleTargets: { table: string; index?: string }[] = TABLES.flatMap((s) => [
+      { table: `${prefix}${s.logical}` },
+      ...s.gsis.map((g) => ({ table: `${prefix}${s.logical}`, index: g.name })),
+    ]);
+    const ddbMetric = (metricName: string, table: string, index?: string) =>
+      new cw.Metric({
+        namespace: 'AWS/DynamoDB',
+        metricName,
+        dimensionsMap: index ? { TableName: table, GlobalSecondaryIndexName: index } : { TableName: table },
+        statistic: 'Sum',
+        period: Duration.minutes(1),
+      });
+    const throttleReasons = {
+      'key-range': ['ReadKeyRangeThroughputThrottleEvents', 'WriteKeyRangeThroughputThrottleEvents'],
+      quota: [
+        'ReadAccountLimitThrottleEvents',
+        'WriteAccountLimitThrottleEvents',
+        'ReadMaxOnDemandThroughputThrottleEvents',
+        'WriteMaxOnDemandThroughputThrottleEvents',
+      ],
+    };
+    for (const target of throttleTargets) {
+      const label = `${target.table}${target.index ? `-${target.index}` : ''}`;
+      for (const [reason, metricNames] of Object.entries(throttleReasons)) {
+        const usingMetrics: Record<string, cw.IMetric> = {};
+        metricNames.forEach((m, i) => (usingMetrics[`m${i}`] = ddbMetric(m, target.table, target.index)));
+        alarm(`Throttle-${label}-${reason}`, {
+          alarmName: `${label}-throttled-${reason}`,
+          alarmDescription:
+            reason === 'key-range'
+              ? `${label}: requests throttled because one partition exceeded its key-range ceiling (hot key). Runbook: README "Alarms".`
+              : `${label}: requests throttled by the account's per-table quota or the table's on-demand maximum. Runbook: README "Alarms".`,
+          metric: new cw.MathExpression({
+            expression: Object.keys(usingMetrics).join(' + '),
+            usingMetrics,
+            period: Duration.minutes(1),
+            label: `${label} throttles (${reason})`,
+          }),
+          threshold: 1,
+          comparisonOperator: cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+          evaluationPeriods: 3,
+          datapointsToAlarm: 2,
+          treatMissingData: cw.TreatMissingData.NOT_BREACHING,
+        });
+      }
+    }
+    const iteratorAge = f['likes-aggregator'].metric('IteratorAge', {
+      statistic: 'Maximum',
+      period: Duration.minutes(1),
+    });
+    alarm('AggregatorIteratorAge', {
+      alarmName: `${prefix}likes-aggregator-iterator-age`,
+      alarmDescription: 'likes-aggregator is more than 60 s behind its event source. Runbook: README "Alarms".',
+      metric: iteratorAge,
+      threshold: 60_000,
+      comparisonOperator: cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+      evaluationPeriods: 5,
+      datapointsToAlarm: 3,
+      treatMissingData: cw.TreatMissingData.NOT_BREACHING,
+    });
+    alarm('StreamWriteThrottled', {
+      alarmName: `${prefix}like-events-write-throttled`,
+      alarmDescription: 'Puts to like-events exceeded a shard\'s 1,000 records/s or 1 MB/s. Runbook: README "Alarms".',
+      metric: likeEvents.metricPutRecordsThrottledRecords({ statistic: 'Sum', period: Duration.minutes(1) }),
+      threshold: 1,
+      comparisonOperator: cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+      evaluationPeriods: 3,
+      datapointsToAlarm: 2,
+      treatMissingData: cw.TreatMissingData.NOT_BREACHING,
+    });
+    alarm('StreamFailuresVisible', {
+      alarmName: `${prefix}stream-failures`,
+      alarmDescription: 'Stream batches were given up on and parked in the stream-failures queue. Runbook: README "Alarms".',
+      metric: failures.metricApproximateNumberOfMessagesVisible({ statistic: 'Maximum', period: Duration.minutes(1) }),
+      threshold: 1,
+      comparisonOperator: cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+      evaluationPeriods: 1,
+      treatMissingData: cw.TreatMissingData.NOT_BREACHING,
+    });
+
+    // ---- Dashboard --------------------------------------------------------------------------------
+    const dashboard = new cw.Dashboard(this, 'Dashboard', {
+      dashboardName: `${prefix}overview`,
+      defaultInterval: Duration.hours(3),
+    });
+    dashboard.addWidgets(
+      new cw.TextWidget({
+        markdown: `# heatsink (${prefix})\nHottest partition key per table vs the per-partition ceiling (1,000 WCU/s, 3,000 RCU/s, 1,000 records/s per shard); dashed line = alarm threshold.`,
+        width: 24,
+        height: 2,
+      }),
+    );
+    dashboard.addWidgets(
+      ...capacityRules.map(
+        (rule) =>
+          new cw.GraphWidget({
+            title: rule.title,
+            left: [perSecond(rule)],
+            leftAnnotations: [
+              { value: rule.ceiling, label: 'per-partition ceiling', color: '#d62728' },
+              { value: fraction * rule.ceiling, label: 'alarm', color: '#ff7f0e', fill: cw.Shading.NONE },
+            ],
+            leftYAxis: { min: 0 },
+            width: 8,
+            height: 6,
+          }),
+      ),
+    );
+    dashboard.addWidgets(
+      ...capacityRules.map((rule) => new TopContributorsWidget(rule.name, `Top contributors: ${rule.title}`)),
+    );
+    dashboard.addWidgets(
+      ...throttleTargets.map(
+        (target) =>
+          new cw.GraphWidget({
+            title: `Throttles by reason: ${target.table}${target.index ? `/${target.index}` : ''}`,
+            left: [...throttleReasons['key-range'], ...throttleReasons.quota, 'ReadProvisionedThroughputThrottleEvents', 'WriteProvisionedThroughputThrottleEvents'].map(
+              (m) => ddbMetric(m, target.table, target.index).with({ label: m.replace('ThrottleEvents', '') }),
+            ),
+            stacked: true,
+            width: 8,
+            height: 6,
+          }),
+      ),
+    );
+    const emf = (metricName: string, fn: FunctionName, statistic = 'Maximum') =>
+      new cw.Metric({
+        namespace: EMF_NAMESPACE,
+        metricName,
+        dimensionsMap: { Function: fn },
+        statistic,
+        period: Duration.minutes(1),
+      });
+    dashboard.addWidgets(
+      new cw.GraphWidget({
+        title: 'Counter lag (events applied, not yet flushed) and flush delay',
+        left: [emf(EMF_METRICS.counterLag, 'likes-aggregator')],
+        right: [emf(EMF_METRICS.counterFlushDelay, 'likes-aggregator')],
+        width: 8,
+        height: 6,
+      }),
+      new cw.GraphWidget({
+        title: 'Stream iterator age (ms)',
+        left: [
+          iteratorAge.with({ label: 'likes-aggregator IteratorAge' }),
+          likeEvents.metricGetRecordsIteratorAgeMilliseconds({ statistic: 'Maximum', period: Duration.minutes(1) }),
+        ],
+        leftAnnotations: [{ value: 60_000, label: 'alarm' }],
+        width: 8,
+        height: 6,
+      }),
+      new cw.GraphWidget({
+        title: 'Leases',
+        left: [emf(EMF_METRICS.leasesHeld, 'count-rebuilder'), emf(EMF_METRICS.leasesExpired, 'count-rebuilder', 'Sum')],
+        width: 8,
+        height: 6,
+      }),
+    );
+    dashboard.addWidgets(
+      new cw.GraphWidget({
+        title: 'Hot keys: directory vs client samples',
+        left: [emf(EMF_METRICS.hotKeys, 'hotkey-controller'), emf(EMF_METRICS.sampledHotKeys, 'likes-api')],
+        width: 8,
+        height: 6,
+      }),
+      new cw.GraphWidget({
+        title: 'Admission: 429s from likes-api',
+        left: [emf(EMF_METRICS.admissionRejected, 'likes-api', 'Sum')],
+        width: 8,
+        height: 6,
+      }),
+      new cw.GraphWidget({
+        title: 'like-events: incoming records vs shard ceiling',
+        left: [likeEvents.metricIncomingRecords({ statistic: 'Sum', period: Duration.minutes(1) })],
+        leftAnnotations: [
+          { value: SHARD_RECORDS_CEILING * 60 * STREAMS[0].shards, label: 'all shards, records/min' },
+        ],
+        width: 8,
+        height: 6,
+      }),
+    );
+    dashboard.addWidgets(
+      new cw.AlarmStatusWidget({ title: 'heatsink alarms', alarms: this.alarms, width: 24, height: 8 }),
+    );
+  }
+}
+
+function attribute(a: { name: string; type: 'S' | 'N' | 'B' }): dynamodb.Attribute {
+  const type = { S: dynamodb.AttributeType.STRING, N: dynamodb.AttributeType.NUMBER, B: dynamodb.AttributeType.BINARY }[
+    a.type
+  ];
+  return { name: a.name, type };
+}
+
+/** Explicit data-plane actions on one table (and its indexes for Query/Scan), never `dynamodb:*`. */
+function grant(fn: lambda.Function, table: dynamodb.TableV2, actions: string[]): void {
+  const indexed = actions.some((a) => a === 'dynamodb:Query' || a === 'dynamodb:Scan');
+  fn.addToRolePolicy(
+    new iam.PolicyStatement({
+      actions,
+      resources: [table.tableArn],
+    }),
+  );
+  const spec = TABLES.find((s) => table.node.id === `Table-${s.logical}`);
+  if (indexed && spec && spec.gsis.length > 0) {
+    fn.addToRolePolicy(
+      new iam.PolicyStatement({
+        actions: actions.filter((a) => a === 'dynamodb:Query' || a === 'dynamodb:Scan'),
+        resources: spec.gsis.map((g) => `${table.tableArn}/index/${g.name}`),
+      }),
+    );
+  }
+}

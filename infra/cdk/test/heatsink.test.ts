@@ -1,0 +1,365 @@
+import { aws_lambda as lambda } from 'aws-cdk-lib';
+import { Match, Template } from 'aws-cdk-lib/assertions';
+import * as fs from 'fs';
+import * as path from 'path';
+import { LikeEventsSource } from '../lib/heatsink-stack';
+import { FUNCTION_NAMES, TABLES } from '../lib/schema';
+import { resources, synth, Synth } from './helpers';
+
+let s: Synth;
+beforeAll(() => {
+  s = synth();
+});
+
+const fnLogicalId = (name: string, t: Template = s.template) =>
+  Object.entries(resources(t, 'AWS::Lambda::Function')).find(
+    ([, r]) => r.Properties.FunctionName === `heatsink-${name}`,
+  )![0];
+
+describe('tables', () => {
+  test('five on-demand tables with point-in-time recovery', () => {
+    s.template.resourceCountIs('AWS::DynamoDB::GlobalTable', 5);
+    for (const r of Object.values(resources(s.template, 'AWS::DynamoDB::GlobalTable'))) {
+      expect(r.Properties.BillingMode).toBe('PAY_PER_REQUEST');
+      expect(r.Properties.Replicas[0].PointInTimeRecoverySpecification).toEqual({ PointInTimeRecoveryEnabled: true });
+    }
+  });
+
+  test('Contributor Insights on every table and every GSI, default mode accessed+throttled', () => {
+    let gsis = 0;
+    for (const r of Object.values(resources(s.template, 'AWS::DynamoDB::GlobalTable'))) {
+      const replica = r.Properties.Replicas[0];
+      expect(replica.ContributorInsightsSpecification).toEqual({ Enabled: true, Mode: 'ACCESSED_AND_THROTTLED_KEYS' });
+      for (const g of r.Properties.GlobalSecondaryIndexes ?? []) {
+        const spec = replica.GlobalSecondaryIndexes.find((x: any) => x.IndexName === g.IndexName);
+        expect(spec.ContributorInsightsSpecification).toEqual({ Enabled: true, Mode: 'ACCESSED_AND_THROTTLED_KEYS' });
+        gsis++;
+      }
+    }
+    expect(gsis).toBe(TABLES.reduce((n, t) => n + t.gsis.length, 0));
+  });
+
+  test('Contributor Insights mode is configurable', () => {
+    const throttled = synth({ contributorInsightsMode: 'THROTTLED_KEYS' });
+    const json = JSON.stringify(throttled.template.toJSON());
+    expect(json).not.toContain('ACCESSED_AND_THROTTLED_KEYS');
+    expect(json.match(/"Mode":"THROTTLED_KEYS"/g)).toHaveLength(5 + 1);
+  });
+
+  test('liked streams NEW_AND_OLD_IMAGES and copies changes to like-events', () => {
+    const streamId = Object.keys(resources(s.template, 'AWS::Kinesis::Stream'))[0];
+    s.template.hasResourceProperties('AWS::DynamoDB::GlobalTable', {
+      TableName: 'heatsink-liked',
+      StreamSpecification: { StreamViewType: 'NEW_AND_OLD_IMAGES' },
+      Replicas: [Match.objectLike({ KinesisStreamSpecification: { StreamArn: { 'Fn::GetAtt': [streamId, 'Arn'] } } })],
+    });
+  });
+
+  test('hotkeys expire by TTL on expires_at', () => {
+    s.template.hasResourceProperties('AWS::DynamoDB::GlobalTable', {
+      TableName: 'heatsink-hotkeys',
+      TimeToLiveSpecification: { AttributeName: 'expires_at', Enabled: true },
+    });
+  });
+});
+
+// likes-aggregator reads the liked table's changes from exactly one source: both carry the same
+// changes, so two mappings would count every like twice.
+describe.each<[LikeEventsSource, boolean]>([
+  ['kinesis', true],
+  ['dynamodb-streams', false],
+])('likes-aggregator event source: %s', (mode, isDefault) => {
+  let t: Template;
+  beforeAll(() => {
+    t = isDefault ? s.template : synth({ likeEventsSource: mode }).template;
+  });
+  const ids = () => ({
+    table: Object.entries(resources(t, 'AWS::DynamoDB::GlobalTable')).find(
+      ([, r]) => r.Properties.TableName === 'heatsink-liked',
+    )![0],
+    stream: Object.keys(resources(t, 'AWS::Kinesis::Stream'))[0],
+  });
+  const aggregatorStatements = () =>
+    Object.entries(resources(t, 'AWS::IAM::Policy'))
+      .filter(([id]) => id.startsWith('Rolelikesaggregator'))
+      .flatMap(([, p]) => p.Properties.PolicyDocument.Statement);
+
+  test('exactly one event source mapping for the aggregator, with partial batch failures', () => {
+    const all = Object.values(resources(t, 'AWS::Lambda::EventSourceMapping'));
+    const mappings = all.filter((m) => m.Properties.FunctionName?.Ref === fnLogicalId('likes-aggregator', t));
+    expect(mappings).toHaveLength(1);
+    expect(all).toHaveLength(1);
+    const { table, stream } = ids();
+    expect(mappings[0].Properties.EventSourceArn).toEqual(
+      mode === 'kinesis' ? { 'Fn::GetAtt': [stream, 'Arn'] } : { 'Fn::GetAtt': [table, 'StreamArn'] },
+    );
+    expect(mappings[0].Properties).toMatchObject({
+      FunctionResponseTypes: ['ReportBatchItemFailures'],
+      BisectBatchOnFunctionError: true,
+      ParallelizationFactor: 1,
+      StartingPosition: 'TRIM_HORIZON',
+    });
+    expect(mappings[0].Properties.DestinationConfig.OnFailure.Destination).toBeDefined();
+  });
+
+  test('the table copies its changes to like-events only when Kinesis is the source; its own stream stays', () => {
+    const liked = Object.values(resources(t, 'AWS::DynamoDB::GlobalTable')).find(
+      (r) => r.Properties.TableName === 'heatsink-liked',
+    );
+    expect(liked.Properties.StreamSpecification).toEqual({ StreamViewType: 'NEW_AND_OLD_IMAGES' });
+    const kinesisSpec = liked.Properties.Replicas[0].KinesisStreamSpecification;
+    if (mode === 'kinesis') expect(kinesisSpec).toEqual({ StreamArn: { 'Fn::GetAtt': [ids().stream, 'Arn'] } });
+    else expect(kinesisSpec).toBeUndefined();
+    // The like-events stream itself is kept in both modes (schema agreement, likes-api's puts).
+    t.resourceCountIs('AWS::Kinesis::Stream', 1);
+  });
+
+  test('the aggregator may read the chosen source only', () => {
+    const statements = aggregatorStatements();
+    expect(statements.length).toBeGreaterThan(0);
+    const actions = statements.flatMap((st: any) => [st.Action].flat());
+    const kinesisReads = actions.filter((a: string) => a.startsWith('kinesis:'));
+    const streamReads = actions.filter((a: string) =>
+      ['dynamodb:DescribeStream', 'dynamodb:GetRecords', 'dynamodb:GetShardIterator', 'dynamodb:ListStreams'].includes(a),
+    );
+    const { table, stream } = ids();
+    const resourcesOf = (prefix: string) =>
+      statements
+        .filter((st: any) => [st.Action].flat().some((a: string) => a.startsWith(prefix)))
+        .flatMap((st: any) => [st.Resource].flat());
+    if (mode === 'kinesis') {
+      expect(kinesisReads).toEqual(expect.arrayContaining(['kinesis:GetRecords', 'kinesis:GetShardIterator']));
+      expect(streamReads).toEqual([]);
+      expect(resourcesOf('kinesis:')).toEqual([{ 'Fn::GetAtt': [stream, 'Arn'] }]);
+    } else {
+      expect(streamReads).toEqual(expect.arrayContaining(['dynamodb:GetRecords', 'dynamodb:GetShardIterator']));
+      expect(kinesisReads).toEqual([]);
+      for (const r of statements.filter((st: any) => [st.Action].flat().some((a: string) => streamReads.includes(a)))) {
+        expect(r.Resource).toEqual({ 'Fn::GetAtt': [table, 'StreamArn'] });
+      }
+    }
+  });
+
+  if (!isDefault) {
+    test('AwsSolutions checks pass in this mode too', () => {
+      const { app } = synth({ likeEventsSource: mode }, true);
+      const assembly = app.synth();
+      const report = JSON.parse(fs.readFileSync(path.join(assembly.directory, 'validation-report.json'), 'utf8'));
+      const pack = report.pluginReports.find((r: any) => r.pluginName === 'AwsSolutions');
+      expect(pack.conclusion).toBe('success');
+      expect(pack.violations).toEqual([]);
+    });
+  }
+});
+
+test('an unknown event source is refused', () => {
+  expect(() => synth({ likeEventsSource: 'both' as LikeEventsSource })).toThrow(/likeEventsSource/);
+});
+
+test('like-events: 4 encrypted shards', () => {
+  s.template.hasResourceProperties('AWS::Kinesis::Stream', {
+    Name: 'heatsink-like-events',
+    ShardCount: 4,
+    StreamEncryption: { EncryptionType: 'KMS', KeyId: 'alias/aws/kinesis' },
+  });
+});
+
+describe('functions', () => {
+  test('four arm64 custom-runtime functions named after functions/<name>', () => {
+    s.template.resourceCountIs('AWS::Lambda::Function', 4);
+    for (const name of FUNCTION_NAMES) {
+      s.template.hasResourceProperties('AWS::Lambda::Function', {
+        FunctionName: `heatsink-${name}`,
+        Runtime: 'provided.al2023',
+        Handler: 'bootstrap',
+        Architectures: ['arm64'],
+        Environment: { Variables: Match.objectLike({ HEATSINK_PREFIX: 'heatsink-' }) },
+      });
+    }
+  });
+
+  test('x86_64 is one prop away', () => {
+    const x86 = synth({ architecture: lambda.Architecture.X86_64 });
+    for (const r of Object.values(resources(x86.template, 'AWS::Lambda::Function'))) {
+      expect(r.Properties.Architectures).toEqual(['x86_64']);
+    }
+  });
+
+  test('count-rebuilder every 5 minutes; hotkey-controller on heatsink alarm state changes and a schedule', () => {
+    const rules = Object.values(resources(s.template, 'AWS::Events::Rule'));
+    const targetOf = (r: any) => r.Properties.Targets[0].Arn['Fn::GetAtt'][0];
+    const rebuild = rules.find((r) => targetOf(r) === fnLogicalId('count-rebuilder'));
+    expect(rebuild.Properties.ScheduleExpression).toBe('rate(5 minutes)');
+    const controller = rules.filter((r) => targetOf(r) === fnLogicalId('hotkey-controller'));
+    expect(controller).toHaveLength(2);
+    const pattern = controller.find((r) => r.Properties.EventPattern)!.Properties.EventPattern;
+    expect(pattern).toEqual({
+      source: ['aws.cloudwatch'],
+      'detail-type': ['CloudWatch Alarm State Change'],
+      detail: { alarmName: [{ prefix: 'heatsink-' }] },
+    });
+    expect(controller.some((r) => r.Properties.ScheduleExpression)).toBe(true);
+  });
+
+  test('likes-api behind an HTTP API with the two routes, throttled and access-logged', () => {
+    const routes = Object.values(resources(s.template, 'AWS::ApiGatewayV2::Route')).map((r) => r.Properties.RouteKey);
+    expect(routes.sort()).toEqual(['GET /posts/{post}', 'POST /posts/{post}/likes']);
+    s.template.hasResourceProperties('AWS::ApiGatewayV2::Stage', {
+      DefaultRouteSettings: Match.objectLike({ ThrottlingRateLimit: Match.anyValue() }),
+      AccessLogSettings: Match.objectLike({ DestinationArn: Match.anyValue() }),
+    });
+  });
+});
+
+describe('least privilege', () => {
+  const statements = () =>
+    Object.entries(resources(s.template, 'AWS::IAM::Policy')).flatMap(([id, p]) =>
+      p.Properties.PolicyDocument.Statement.map((st: any) => ({ id, ...st })),
+    );
+
+  test('one role per function, no managed policies', () => {
+    const roles = Object.values(resources(s.template, 'AWS::IAM::Role'));
+    expect(roles).toHaveLength(4);
+    for (const r of roles) expect(r.Properties.ManagedPolicyArns).toBeUndefined();
+  });
+
+  test('no wildcard actions anywhere', () => {
+    for (const st of statements()) {
+      for (const a of [st.Action].flat()) expect(a).not.toMatch(/\*/);
+    }
+  });
+
+  test('Resource "*" only for CloudWatch read actions without resource-level permissions', () => {
+    for (const st of statements()) {
+      if ([st.Resource].flat().includes('*')) {
+        expect([st.Action].flat().sort()).toEqual(['cloudwatch:DescribeInsightRules', 'cloudwatch:GetMetricData']);
+      }
+    }
+  });
+
+  test('data-plane writes only where each function needs them', () => {
+    const writes = ['dynamodb:PutItem', 'dynamodb:UpdateItem', 'dynamodb:DeleteItem', 'dynamodb:BatchWriteItem'];
+    const tableIds = Object.fromEntries(
+      Object.entries(resources(s.template, 'AWS::DynamoDB::GlobalTable')).map(([id, r]) => [id, r.Properties.TableName]),
+    );
+    const writable: Record<string, Set<string>> = {};
+    for (const st of statements()) {
+      if (![st.Action].flat().some((a: string) => writes.includes(a))) continue;
+      for (const res of [st.Resource].flat()) {
+        const table = tableIds[res?.['Fn::GetAtt']?.[0]];
+        if (table) (writable[st.id.replace(/^Role|DefaultPolicy.*$/g, '')] ??= new Set()).add(table);
+      }
+    }
+    const sorted = Object.fromEntries(Object.entries(writable).map(([k, v]) => [k, [...v].sort()]));
+    expect(sorted).toEqual({
+      likesapi: ['heatsink-liked'],
+      likesaggregator: ['heatsink-counters'],
+      countrebuilder: ['heatsink-counters', 'heatsink-leases'],
+      hotkeycontroller: ['heatsink-hotkeys'],
+    });
+  });
+});
+
+describe('alarms and dashboard', () => {
+  const alarms = () => Object.values(resources(s.template, 'AWS::CloudWatch::Alarm')).map((a) => a.Properties);
+
+  test('a hot-partition alarm on INSIGHT_RULE_METRIC MaxContributorValue per table, GSI and stream', () => {
+    const rules = Object.values(resources(s.template, 'AWS::CloudWatch::InsightRule')).map((r) => r.Properties.RuleName);
+    // wcu + rcu per table and per GSI, records for the stream
+    const targets = TABLES.reduce((n, t) => n + 1 + t.gsis.length, 0);
+    expect(rules).toHaveLength(2 * targets + 1);
+    for (const rule of rules) {
+      const alarm = alarms().find((a) =>
+        (a.Metrics ?? []).some((m: any) => m.Expression?.includes(`INSIGHT_RULE_METRIC('${rule}', 'MaxContributorValue')`)),
+      );
+      expect(alarm).toBeDefined();
+      const ceiling = rule.endsWith('-rcu') ? 3000 : 1000;
+      expect(alarm.Threshold).toBeCloseTo(0.8 * ceiling);
+    }
+  });
+
+  test('insight rules read the functions\' JSON logs by partition key', () => {
+    const body = JSON.parse(
+      Object.values(resources(s.template, 'AWS::CloudWatch::InsightRule')).find(
+        (r) => r.Properties.RuleName === 'heatsink-counters-partition-wcu',
+      ).Properties.RuleBody,
+    );
+    expect(body.LogGroupNames.sort()).toEqual(FUNCTION_NAMES.map((n) => `/aws/lambda/heatsink-${n}`).sort());
+    expect(body.Contribution.Keys).toEqual(['$.fields.partition_key']);
+    expect(body.Contribution.ValueOf).toBe('$.fields.consumed_wcu');
+    expect(body.AggregateOn).toBe('Sum');
+  });
+
+  test('the alarm fraction is configurable', () => {
+    const t = synth({ hotPartitionFraction: 0.5 }).template;
+    const hot = Object.values(t.findResources('AWS::CloudWatch::Alarm')).filter((a) =>
+      a.Properties.AlarmName.endsWith('-partition-wcu-hot'),
+    );
+    expect(hot.length).toBeGreaterThan(0);
+    for (const a of hot) expect(a.Properties.Threshold).toBe(500);
+  });
+
+  test('throttling alarms by reason on every table and GSI', () => {
+    const names = alarms().map((a) => a.AlarmName);
+    for (const t of TABLES) {
+      for (const target of [`heatsink-${t.logical}`, ...t.gsis.map((g) => `heatsink-${t.logical}-${g.name}`)]) {
+        expect(names).toContain(`${target}-throttled-key-range`);
+        expect(names).toContain(`${target}-throttled-quota`);
+      }
+    }
+    const keyRange = alarms().find((a) => a.AlarmName === 'heatsink-posts-by-creator-throttled-key-range');
+    const metricNames = keyRange.Metrics.filter((m: any) => m.MetricStat).map((m: any) => m.MetricStat.Metric.MetricName);
+    expect(metricNames.sort()).toEqual(['ReadKeyRangeThroughputThrottleEvents', 'WriteKeyRangeThroughputThrottleEvents']);
+    expect(keyRange.Metrics[1].MetricStat.Metric.Dimensions).toContainEqual({
+      Name: 'GlobalSecondaryIndexName',
+      Value: 'by-creator',
+    });
+  });
+
+  test('every alarm notifies the alarm topic and is named with the prefix the controller listens for', () => {
+    for (const a of alarms()) {
+      expect(a.AlarmName).toMatch(/^heatsink-/);
+      expect(a.AlarmActions).toHaveLength(1);
+    }
+    expect(alarms().map((a) => a.AlarmName)).toEqual(
+      expect.arrayContaining(['heatsink-likes-aggregator-iterator-age', 'heatsink-like-events-write-throttled']),
+    );
+  });
+
+  test('dashboard: capacity vs ceilings, top contributors, throttles, counter lag, iterator age, leases', () => {
+    const dashboards = Object.values(resources(s.template, 'AWS::CloudWatch::Dashboard'));
+    expect(dashboards).toHaveLength(1);
+    const body = JSON.stringify(dashboards[0].Properties.DashboardBody);
+    for (const needle of [
+      'MaxContributorValue',
+      'per-partition ceiling',
+      'insightRule',
+      'WriteKeyRangeThroughputThrottleEvents',
+      'CounterLagEvents',
+      'IteratorAge',
+      'GetRecords.IteratorAgeMilliseconds',
+      'LeasesHeld',
+    ]) {
+      expect(body).toContain(needle);
+    }
+  });
+});
+
+describe('cdk-nag', () => {
+  test('AwsSolutions checks pass; every acknowledgement says why', () => {
+    const { app } = synth({}, true);
+    const assembly = app.synth(); // throws when a rule is violated and not acknowledged
+    const report = JSON.parse(fs.readFileSync(path.join(assembly.directory, 'validation-report.json'), 'utf8'));
+    const pack = report.pluginReports.find((r: any) => r.pluginName === 'AwsSolutions');
+    expect(pack.conclusion).toBe('success');
+    expect(pack.violations).toEqual([]);
+    const acknowledged = pack.suppressedViolations ?? [];
+    for (const v of acknowledged) expect(v.reason.length).toBeGreaterThan(40);
+    expect(acknowledged.map((v: any) => v.ruleName).sort()).toEqual([
+      'AwsSolutions-APIG4',
+      'AwsSolutions-IAM5[Resource::*]',
+      'AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:cloudwatch:<AWS::Region>:<AWS::AccountId>:insight-rule/DynamoDBContributorInsights-*-heatsink-*]',
+      'AwsSolutions-SQS3',
+    ]);
+  });
+});

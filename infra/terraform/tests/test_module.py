@@ -1,0 +1,365 @@
+"""Parser-level checks of the Terraform module (python-hcl2, a real HCL2 parser).
+
+No registry here ships the AWS provider, so `terraform validate` cannot run everywhere; this test
+runs everywhere and checks what validate cannot: the tables and stream agree with the Rust schema
+(`heatsink schema --json`, exported to infra/build/schema.json by `make -C infra schema`), and the
+module holds the same resources as the CDK app.
+"""
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import hcl2
+import pytest
+
+MODULE = Path(__file__).resolve().parent.parent
+REPO = MODULE.parent.parent
+
+
+def load_schema():
+    path = Path(os.environ.get("HEATSINK_SCHEMA_JSON") or REPO / "infra" / "build" / "schema.json")
+    if path.exists():
+        return json.loads(path.read_text())
+    binary = REPO / "target" / "debug" / "heatsink"
+    if binary.exists():
+        return json.loads(subprocess.check_output([str(binary), "schema", "--json"], text=True))
+    raise RuntimeError(f"no schema: run `make -C infra schema` (writes {path}) or build heatsink-cli")
+
+
+SCHEMA = load_schema()
+FILES = {p.name: p for p in sorted(MODULE.glob("*.tf"))}
+
+
+def unq(value):
+    """python-hcl2 keeps string quotes: '"abc"' -> 'abc'."""
+    if isinstance(value, str) and len(value) >= 2 and value[0] == value[-1] == '"':
+        return value[1:-1]
+    return value
+
+
+def parse(name):
+    with open(FILES[name]) as f:
+        return hcl2.load(f)
+
+
+PARSED = {name: parse(name) for name in FILES}
+
+
+def resources():
+    """{(type, name): body} over every file."""
+    out = {}
+    for doc in PARSED.values():
+        for block in doc.get("resource", []):
+            for rtype, named in block.items():
+                for rname, body in named.items():
+                    out[(unq(rtype), unq(rname))] = body
+    return out
+
+
+RESOURCES = resources()
+
+
+def variable_default(name):
+    for doc in PARSED.values():
+        for block in doc.get("variable", []):
+            for vname, body in block.items():
+                if unq(vname) == name:
+                    return unq(body.get("default"))
+    raise KeyError(name)
+
+
+def variable_body(name):
+    for doc in PARSED.values():
+        for block in doc.get("variable", []):
+            for vname, body in block.items():
+                if unq(vname) == name:
+                    return body
+    raise KeyError(name)
+
+
+LIKE_EVENTS_SOURCES = ["kinesis", "dynamodb-streams"]
+CONDITIONAL_COUNT = re.compile(r'^\$\{var\.like_events_source == "([a-z-]+)" \? 1 : 0\}$')
+
+
+def instances(body, source):
+    """How many instances a resource block has for var.like_events_source = source.
+
+    Only the module's one conditional form is understood: `count = var.like_events_source == "x" ? 1 : 0`.
+    """
+    if "count" not in body:
+        return 1
+    m = CONDITIONAL_COUNT.match(unq(body["count"]))
+    assert m, f"unexpected count expression {body['count']!r}"
+    assert m.group(1) in LIKE_EVENTS_SOURCES
+    return 1 if m.group(1) == source else 0
+
+
+def named(template):
+    """Resolve the prefix the way Terraform would with the schema's prefix."""
+    return unq(template).replace("${var.prefix}", SCHEMA["prefix"])
+
+
+def test_every_file_parses_and_module_is_not_empty():
+    assert {"tables.tf", "functions.tf", "iam.tf", "alarms.tf", "dashboard.tf"} <= set(FILES)
+    assert len(RESOURCES) > 30
+
+
+def test_prefix_default_is_the_schema_prefix():
+    assert variable_default("prefix") == SCHEMA["prefix"]
+
+
+def test_exactly_the_schema_tables():
+    tables = {named(body["name"]) for (rtype, _), body in RESOURCES.items() if rtype == "aws_dynamodb_table"}
+    assert tables == {t["name"] for t in SCHEMA["tables"]}
+
+
+def table_body(schema_table):
+    for (rtype, rname), body in RESOURCES.items():
+        if rtype == "aws_dynamodb_table" and named(body["name"]) == schema_table["name"]:
+            return rname, body
+    raise KeyError(schema_table["name"])
+
+
+@pytest.mark.parametrize("table", SCHEMA["tables"], ids=lambda t: t["name"])
+def test_table_agrees_with_schema(table):
+    rname, body = table_body(table)
+    assert rname == table["table"]
+    assert unq(body["billing_mode"]) == "PAY_PER_REQUEST"
+    assert unq(body["hash_key"]) == table["partition_key"]["name"]
+    assert unq(body.get("range_key")) == (table["sort_key"] or {}).get("name")
+
+    keys = [table["partition_key"], table["sort_key"]]
+    for g in table["gsis"]:
+        keys += [g["partition_key"], g["sort_key"]]
+    expected_attrs = {k["name"]: k["type"] for k in keys if k}
+    attrs = {unq(a["name"]): unq(a["type"]) for a in body.get("attribute", [])}
+    assert attrs == expected_attrs
+
+    gsis = [
+        {"name": unq(g["name"]), "pk": unq(g["hash_key"]), "sk": unq(g.get("range_key"))}
+        for g in body.get("global_secondary_index", [])
+    ]
+    assert gsis == [
+        {"name": g["name"], "pk": g["partition_key"]["name"], "sk": (g["sort_key"] or {}).get("name")}
+        for g in table["gsis"]
+    ]
+
+    if table["stream"]:
+        assert body.get("stream_enabled") is True
+        assert unq(body["stream_view_type"]) == table["stream"]
+    else:
+        assert not body.get("stream_enabled")
+        assert "stream_view_type" not in body
+
+    ttl = body.get("ttl", [])
+    if table["ttl_attribute"]:
+        assert [(unq(t["attribute_name"]), t["enabled"]) for t in ttl] == [(table["ttl_attribute"], True)]
+    else:
+        assert ttl == []
+
+
+def test_exactly_the_schema_streams():
+    streams = {
+        named(body["name"]): body["shard_count"]
+        for (rtype, _), body in RESOURCES.items()
+        if rtype == "aws_kinesis_stream"
+    }
+    assert streams == {s["name"]: s["shards"] for s in SCHEMA["streams"]}
+
+
+def test_like_events_source_variable_defaults_to_kinesis_and_is_validated():
+    assert variable_default("like_events_source") == "kinesis"
+    validation = variable_body("like_events_source")["validation"][0]
+    condition = unq(validation["condition"])
+    for source in LIKE_EVENTS_SOURCES:
+        assert f'"{source}"' in condition
+    assert "var.like_events_source" in condition
+
+
+@pytest.mark.parametrize("source", LIKE_EVENTS_SOURCES)
+def test_liked_changes_flow_to_like_events_only_with_the_kinesis_source(source):
+    dest = RESOURCES[("aws_dynamodb_kinesis_streaming_destination", "liked")]
+    assert unq(dest["table_name"]) == "${aws_dynamodb_table.liked.name}"
+    assert unq(dest["stream_arn"]) == "${aws_kinesis_stream.like_events.arn}"
+    assert instances(dest, source) == (1 if source == "kinesis" else 0)
+    # The stream and the table's own change stream stay in both modes.
+    assert instances(RESOURCES[("aws_kinesis_stream", "like_events")], source) == 1
+    assert RESOURCES[("aws_dynamodb_table", "liked")]["stream_enabled"] is True
+
+
+def test_contributor_insights_on_every_table_and_gsi():
+    ci = RESOURCES[("aws_dynamodb_contributor_insights", "tables")]
+    assert unq(ci["for_each"]) == "${local.table_targets}"
+    text = FILES["tables.tf"].read_text()
+    for table in SCHEMA["tables"]:
+        assert f"{table['table']} = aws_dynamodb_table.{table['table']}" in re.sub(r"\s+", " ", text)
+        for g in table["gsis"]:
+            assert f'"{table["table"]}-{g["name"]}" = {{ table = aws_dynamodb_table.{table["table"]}.name, index = "{g["name"]}" }}' in text
+
+
+# The CDK app's resources (infra/cdk/test/heatsink.test.ts), as Terraform resource types.
+SAME_AS_CDK = {
+    "aws_dynamodb_table": 5,  # AWS::DynamoDB::GlobalTable x5
+    "aws_dynamodb_kinesis_streaming_destination": 1,  # KinesisStreamSpecification on liked
+    "aws_dynamodb_contributor_insights": 1,  # ContributorInsightsSpecification (for_each: tables + GSIs)
+    "aws_kinesis_stream": 1,
+    "aws_lambda_function": 1,  # for_each over the four functions
+    "aws_cloudwatch_log_group": 2,  # functions (for_each) + API access logs
+    "aws_iam_role": 1,  # for_each
+    "aws_iam_role_policy": 1,  # for_each
+    "aws_lambda_event_source_mapping": 2,  # two conditional blocks, exactly one instance (var.like_events_source)
+    "aws_sqs_queue": 1,
+    "aws_sqs_queue_policy": 1,
+    "aws_cloudwatch_event_rule": 3,
+    "aws_cloudwatch_event_target": 1,  # for_each over the three rules
+    "aws_lambda_permission": 2,  # events (for_each) + API
+    "aws_apigatewayv2_api": 1,
+    "aws_apigatewayv2_integration": 1,
+    "aws_apigatewayv2_route": 2,
+    "aws_apigatewayv2_stage": 1,
+    "aws_cloudwatch_contributor_insight_rule": 1,  # for_each over the rules
+    "aws_cloudwatch_metric_alarm": 5,  # hot (for_each), throttled (for_each), iterator age, stream throttled, failures
+    "aws_sns_topic": 1,
+    "aws_sns_topic_policy": 1,
+    "aws_cloudwatch_dashboard": 1,
+}
+
+
+def test_same_resource_list_as_the_cdk_app():
+    counts = {}
+    for rtype, _ in RESOURCES:
+        counts[rtype] = counts.get(rtype, 0) + 1
+    assert counts == SAME_AS_CDK
+
+
+def test_four_functions_arm64_by_default():
+    text = FILES["functions.tf"].read_text()
+    names = re.search(r"function_names\s*=\s*\[([^\]]*)\]", text).group(1)
+    assert [n.strip().strip('"') for n in names.split(",")] == [
+        "likes-api",
+        "likes-aggregator",
+        "count-rebuilder",
+        "hotkey-controller",
+    ]
+    fn = RESOURCES[("aws_lambda_function", "function")]
+    assert unq(fn["runtime"]) == "provided.al2023"
+    assert unq(fn["handler"]) == "bootstrap"
+    assert fn["architectures"] == ["${var.architecture}"]
+    assert variable_default("architecture") == "arm64"
+    assert unq(fn["filename"]) == "${var.lambda_dir}/${each.key}/bootstrap.zip"
+
+
+AGGREGATOR_SOURCE = {
+    "kinesis": ("like_events", "${aws_kinesis_stream.like_events.arn}"),
+    "dynamodb-streams": ("liked_stream", "${aws_dynamodb_table.liked.stream_arn}"),
+}
+
+
+@pytest.mark.parametrize("source", [variable_default("like_events_source"), *LIKE_EVENTS_SOURCES])
+def test_aggregator_has_exactly_one_event_source_mapping(source):
+    """The table's stream and like-events carry the same changes: two mappings would count every like twice."""
+    mappings = {
+        rname: body
+        for (rtype, rname), body in RESOURCES.items()
+        if rtype == "aws_lambda_event_source_mapping"
+        and unq(body["function_name"]) == '${aws_lambda_function.function["likes-aggregator"].arn}'
+    }
+    created = [rname for rname, body in mappings.items() if instances(body, source) == 1]
+    expected_name, expected_arn = AGGREGATOR_SOURCE[source]
+    assert created == [expected_name]
+    assert unq(mappings[expected_name]["event_source_arn"]) == expected_arn
+
+
+def test_default_source_is_kinesis_with_one_mapping():
+    default = variable_default("like_events_source")
+    assert default == "kinesis"
+    created = [
+        rname
+        for (rtype, rname), body in RESOURCES.items()
+        if rtype == "aws_lambda_event_source_mapping" and instances(body, default) == 1
+    ]
+    assert created == ["like_events"]
+
+
+def iam_locals():
+    for block in PARSED["iam.tf"].get("locals", []):
+        if "policies" in block:
+            return block
+    raise KeyError("locals with policies")
+
+
+@pytest.mark.parametrize("source", LIKE_EVENTS_SOURCES)
+def test_aggregator_reads_only_the_chosen_source(source):
+    block = iam_locals()
+    statements = []
+    for st in block["policies"]['"likes-aggregator"']:
+        if isinstance(st, str):
+            assert unq(st) == "${local.aggregator_source_statement[var.like_events_source]}"
+            st = block["aggregator_source_statement"][f'"{source}"']
+        statements.append(st)
+    actions = [unq(a) for st in statements for a in st["Action"]]
+    kinesis_reads = [a for a in actions if a.startswith("kinesis:")]
+    stream_reads = [a for a in actions if a in ("dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator", "dynamodb:ListStreams")]
+    resources_read = {unq(st["Resource"]) for st in statements if any(unq(a) in kinesis_reads + stream_reads for a in st["Action"])}
+    if source == "kinesis":
+        assert {"kinesis:GetRecords", "kinesis:GetShardIterator"} <= set(kinesis_reads)
+        assert stream_reads == []
+        assert resources_read == {"${aws_kinesis_stream.like_events.arn}"}
+    else:
+        assert {"dynamodb:GetRecords", "dynamodb:GetShardIterator"} <= set(stream_reads)
+        assert kinesis_reads == []
+        assert resources_read == {"${aws_dynamodb_table.liked.stream_arn}"}
+
+
+@pytest.mark.parametrize("mapping", ["liked_stream", "like_events"])
+def test_aggregator_event_sources(mapping):
+    esm = RESOURCES[("aws_lambda_event_source_mapping", mapping)]
+    assert unq(esm["function_name"]) == '${aws_lambda_function.function["likes-aggregator"].arn}'
+    assert [unq(t) for t in esm["function_response_types"]] == ["ReportBatchItemFailures"]
+    assert esm["bisect_batch_on_function_error"] is True
+    assert esm["parallelization_factor"] == 1
+    assert esm["destination_config"][0]["on_failure"][0]["destination_arn"]
+    source = unq(esm["event_source_arn"])
+    assert source == {"liked_stream": "${aws_dynamodb_table.liked.stream_arn}", "like_events": "${aws_kinesis_stream.like_events.arn}"}[mapping]
+
+
+def test_schedules_and_alarm_rule():
+    assert unq(RESOURCES[("aws_cloudwatch_event_rule", "count_rebuilder_schedule")]["schedule_expression"]) == "rate(5 minutes)"
+    assert RESOURCES[("aws_cloudwatch_event_rule", "hotkey_controller_schedule")]["schedule_expression"]
+    pattern = unq(RESOURCES[("aws_cloudwatch_event_rule", "hotkey_controller_alarms")]["event_pattern"])
+    assert "CloudWatch Alarm State Change" in pattern and "aws.cloudwatch" in pattern and "var.prefix" in pattern
+
+
+def test_http_api_routes():
+    routes = sorted(unq(b["route_key"]) for (t, _), b in RESOURCES.items() if t == "aws_apigatewayv2_route")
+    assert routes == ["GET /posts/{post}", "POST /posts/{post}/likes"]
+
+
+def test_no_wildcard_actions_and_star_resource_only_for_cloudwatch_reads():
+    text = FILES["iam.tf"].read_text()
+    statements = re.findall(r"\{ Effect = \"Allow\", Action = \[([^\]]*)\], Resource = ([^}]*)\}", text)
+    assert len(statements) >= 15
+    for actions, resource in statements:
+        acts = [a.strip().strip('"') for a in actions.split(",")]
+        assert all("*" not in a for a in acts), acts
+        if resource.strip() == '"*"':
+            assert sorted(acts) == ["cloudwatch:DescribeInsightRules", "cloudwatch:GetMetricData"]
+
+
+def test_alarms_on_insight_rule_max_contributor_and_throttle_reasons():
+    hot = RESOURCES[("aws_cloudwatch_metric_alarm", "hot_partition")]
+    expression = unq(hot["metric_query"][0]["expression"])
+    assert "INSIGHT_RULE_METRIC('${each.key}', 'MaxContributorValue')" in expression
+    assert unq(hot["threshold"]) == "${var.hot_partition_fraction * each.value.ceiling}"
+    text = FILES["alarms.tf"].read_text()
+    for metric in ("ReadKeyRangeThroughputThrottleEvents", "WriteKeyRangeThroughputThrottleEvents", "WriteAccountLimitThrottleEvents"):
+        assert metric in text
+
+
+def test_dashboard_widgets():
+    text = FILES["dashboard.tf"].read_text()
+    for needle in ("MaxContributorValue", "per-partition ceiling", "insightRule", "CounterLagEvents", "IteratorAge", "LeasesHeld"):
+        assert needle in text
