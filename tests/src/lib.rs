@@ -199,3 +199,54 @@ macro_rules! fixture {
         }
     };
 }
+
+/// Every record of `table`'s change stream so far (all shards, from the trim horizon), waiting
+/// up to 15 s until at least `at_least` have arrived; returns the stream ARN with them.
+pub async fn table_stream_records(
+    stack: &Stack,
+    table: &str,
+    at_least: usize,
+) -> (String, Vec<aws_sdk_dynamodbstreams::types::Record>) {
+    let arn = stack
+        .ddb
+        .describe_table()
+        .table_name(table)
+        .send()
+        .await
+        .expect("describe table")
+        .table
+        .and_then(|t| t.latest_stream_arn)
+        .unwrap_or_else(|| panic!("{table} has no stream"));
+    let streams = &stack.streams;
+    let records = eventually("stream records", Duration::from_secs(15), || async {
+        let desc = streams
+            .describe_stream()
+            .stream_arn(&arn)
+            .send()
+            .await
+            .ok()?;
+        let mut all = vec![];
+        for shard in desc.stream_description()?.shards() {
+            let mut it = streams
+                .get_shard_iterator()
+                .stream_arn(&arn)
+                .shard_id(shard.shard_id()?)
+                .shard_iterator_type(aws_sdk_dynamodbstreams::types::ShardIteratorType::TrimHorizon)
+                .send()
+                .await
+                .ok()?
+                .shard_iterator;
+            while let Some(i) = it.take() {
+                let out = streams.get_records().shard_iterator(i).send().await.ok()?;
+                if out.records().is_empty() {
+                    break;
+                }
+                all.extend(out.records().iter().cloned());
+                it = out.next_shard_iterator;
+            }
+        }
+        (all.len() >= at_least).then_some(all)
+    })
+    .await;
+    (arn, records)
+}

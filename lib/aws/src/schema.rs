@@ -570,32 +570,20 @@ pub async fn ensure(
     Ok(report)
 }
 
-/// Polls DescribeTable until the table (and each of its GSIs) is ACTIVE, up to [`ACTIVE_TIMEOUT`].
-pub async fn wait_table_active(
-    ddb: &aws_sdk_dynamodb::Client,
-    name: &str,
-) -> Result<(), SchemaError> {
+/// Calls `probe` every 50 ms until it reports ready, failing after [`ACTIVE_TIMEOUT`].
+async fn poll_active<F, Fut>(resource: &str, mut probe: F) -> Result<(), SchemaError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<bool, SchemaError>>,
+{
     let start = Instant::now();
     loop {
-        let out = ddb
-            .describe_table()
-            .table_name(name)
-            .send()
-            .await
-            .map_err(|e| SchemaError::dynamo(name, e))?;
-        let ready = out.table().is_some_and(|t| {
-            t.table_status() == Some(&TableStatus::Active)
-                && t.global_secondary_indexes().iter().all(|g| {
-                    g.index_status()
-                        .is_none_or(|s| *s == aws_sdk_dynamodb::types::IndexStatus::Active)
-                })
-        });
-        if ready {
+        if probe().await? {
             return Ok(());
         }
         if start.elapsed() > ACTIVE_TIMEOUT {
             return Err(SchemaError::Timeout {
-                resource: name.to_owned(),
+                resource: resource.to_owned(),
                 waited: start.elapsed(),
             });
         }
@@ -603,33 +591,46 @@ pub async fn wait_table_active(
     }
 }
 
+/// Polls DescribeTable until the table (and each of its GSIs) is ACTIVE, up to [`ACTIVE_TIMEOUT`].
+pub async fn wait_table_active(
+    ddb: &aws_sdk_dynamodb::Client,
+    name: &str,
+) -> Result<(), SchemaError> {
+    poll_active(name, || async {
+        let out = ddb
+            .describe_table()
+            .table_name(name)
+            .send()
+            .await
+            .map_err(|e| SchemaError::dynamo(name, e))?;
+        Ok(out.table().is_some_and(|t| {
+            t.table_status() == Some(&TableStatus::Active)
+                && t.global_secondary_indexes().iter().all(|g| {
+                    g.index_status()
+                        .is_none_or(|s| *s == aws_sdk_dynamodb::types::IndexStatus::Active)
+                })
+        }))
+    })
+    .await
+}
+
 /// Polls DescribeStreamSummary until the stream is ACTIVE, up to [`ACTIVE_TIMEOUT`].
 pub async fn wait_stream_active(
     kinesis: &aws_sdk_kinesis::Client,
     name: &str,
 ) -> Result<(), SchemaError> {
-    let start = Instant::now();
-    loop {
+    poll_active(name, || async {
         let out = kinesis
             .describe_stream_summary()
             .stream_name(name)
             .send()
             .await
             .map_err(|e| SchemaError::kinesis(name, e))?;
-        if out
+        Ok(out
             .stream_description_summary()
-            .is_some_and(|s| s.stream_status() == &StreamStatus::Active)
-        {
-            return Ok(());
-        }
-        if start.elapsed() > ACTIVE_TIMEOUT {
-            return Err(SchemaError::Timeout {
-                resource: name.to_owned(),
-                waited: start.elapsed(),
-            });
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+            .is_some_and(|s| s.stream_status() == &StreamStatus::Active))
+    })
+    .await
 }
 
 #[cfg(test)]

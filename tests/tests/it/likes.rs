@@ -3,17 +3,15 @@
 //! flushes conditional absolute totals, and the rebuilder repairs what a crash lost. Every fault
 //! ends with the exact count.
 
-use std::time::Duration;
-
 use aws_lambda_events::apigw::ApiGatewayV2httpRequest;
 use aws_lambda_events::encodings::Body;
 use aws_lambda_events::http::Method;
 use aws_sdk_dynamodb::types::AttributeValue;
-use aws_sdk_dynamodbstreams::types::{Record, ShardIteratorType};
+use aws_sdk_dynamodbstreams::types::Record;
 use heatsink::counter::CounterStore;
 use heatsink::likes::{Aggregator, LikesApi, dynamodb_event, rebuild};
 use heatsink::schema::Table;
-use heatsink_integration::{Fixture, eventually, fixture};
+use heatsink_integration::{Fixture, fixture, table_stream_records};
 
 async fn setup(fx: &Fixture, posts: &[&str]) -> (LikesApi, Aggregator) {
     for t in [Table::Liked, Table::Counters, Table::Posts] {
@@ -38,51 +36,9 @@ async fn setup(fx: &Fixture, posts: &[&str]) -> (LikesApi, Aggregator) {
     (api, agg)
 }
 
-/// Every record of the `liked` table's stream so far, in shard order, with the stream ARN.
+/// Every record of the `liked` table's stream so far, with the stream ARN.
 async fn stream_records(fx: &Fixture, at_least: usize) -> (String, Vec<Record>) {
-    let arn = fx
-        .stack
-        .ddb
-        .describe_table()
-        .table_name(fx.schema.table_name(Table::Liked))
-        .send()
-        .await
-        .expect("describe")
-        .table
-        .and_then(|t| t.latest_stream_arn)
-        .expect("stream");
-    let streams = &fx.stack.streams;
-    let records = eventually("stream records", Duration::from_secs(15), || async {
-        let desc = streams
-            .describe_stream()
-            .stream_arn(&arn)
-            .send()
-            .await
-            .ok()?;
-        let mut all = vec![];
-        for shard in desc.stream_description()?.shards() {
-            let mut it = streams
-                .get_shard_iterator()
-                .stream_arn(&arn)
-                .shard_id(shard.shard_id()?)
-                .shard_iterator_type(ShardIteratorType::TrimHorizon)
-                .send()
-                .await
-                .ok()?
-                .shard_iterator;
-            while let Some(i) = it.take() {
-                let out = streams.get_records().shard_iterator(i).send().await.ok()?;
-                if out.records().is_empty() {
-                    break;
-                }
-                all.extend(out.records().iter().cloned());
-                it = out.next_shard_iterator;
-            }
-        }
-        (all.len() >= at_least).then_some(all)
-    })
-    .await;
-    (arn, records)
+    table_stream_records(&fx.stack, &fx.schema.table_name(Table::Liked), at_least).await
 }
 
 fn request(method: Method, path: &str, user: Option<&str>) -> ApiGatewayV2httpRequest {

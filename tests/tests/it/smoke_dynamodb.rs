@@ -1,11 +1,9 @@
 //! The DynamoDB lane works: typed conditional failures, transaction cancellation reasons, GSIs
 //! and the change stream behave as heatsink relies on.
 
-use std::time::Duration;
-
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
 use heatsink::schema::Table;
-use heatsink_integration::{eventually, fixture};
+use heatsink_integration::{fixture, table_stream_records};
 
 fn s(v: &str) -> AttributeValue {
     AttributeValue::S(v.to_owned())
@@ -151,46 +149,11 @@ async fn the_liked_tables_change_stream_carries_each_new_like() {
             .await
             .expect("put like");
     }
-    let arn = ddb
-        .describe_table()
-        .table_name(&liked.name)
-        .send()
-        .await
-        .expect("describe")
-        .table
-        .and_then(|t| t.latest_stream_arn)
-        .expect("liked must have a stream");
-    let streams = &fx.stack.streams;
-    let users = eventually("three stream records", Duration::from_secs(10), || async {
-        let desc = streams
-            .describe_stream()
-            .stream_arn(&arn)
-            .send()
-            .await
-            .ok()?;
-        let mut users = vec![];
-        for shard in desc.stream_description()?.shards() {
-            let it = streams
-                .get_shard_iterator()
-                .stream_arn(&arn)
-                .shard_id(shard.shard_id()?)
-                .shard_iterator_type(aws_sdk_dynamodbstreams::types::ShardIteratorType::TrimHorizon)
-                .send()
-                .await
-                .ok()?
-                .shard_iterator?;
-            let recs = streams.get_records().shard_iterator(it).send().await.ok()?;
-            for r in recs.records() {
-                let keys = r.dynamodb()?.keys()?;
-                if let Some(aws_sdk_dynamodbstreams::types::AttributeValue::S(u)) = keys.get("user")
-                {
-                    users.push(u.clone());
-                }
-            }
-        }
-        (users.len() >= 3).then_some(users)
-    })
-    .await;
+    let (_, records) = table_stream_records(&fx.stack, &liked.name, 3).await;
+    let users: Vec<String> = records
+        .iter()
+        .filter_map(|r| r.dynamodb()?.keys()?.get("user")?.as_s().ok().cloned())
+        .collect();
     let mut users = users;
     users.sort();
     assert_eq!(users, ["u1", "u2", "u3"]);
