@@ -32,7 +32,7 @@ test:
 	echo "== integration tests, dynoxide lane"; \
 	( eval "$$($(STACK) env --lane dynoxide)"; HEATSINK_REQUIRE_STACK=1 $(CARGO) test --locked -p heatsink-integration ); \
 	echo "== infra: CDK synth tests, cdk-nag, schema agreement, Terraform check"; \
-	HEATSINK_BIN=$(CURDIR)/target/debug/heatsink $(MAKE) -C infra test; \
+	$(MAKE) -C infra test; \
 	rc=0; $(STACK) up --localstack || rc=$$?; \
 	if [ "$$rc" = 3 ]; then echo "skip: LocalStack lane (Python 3.13 missing, see above)"; \
 	elif [ "$$rc" != 0 ]; then exit "$$rc"; \
