@@ -27,14 +27,14 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
+use aws_sdk_dynamodb::types::AttributeValue;
 use heatsink_core::counter::{
     Correction, CounterError, CounterKey, CounterSum, Deltas, FlushPlan, FlushWrite, Seq, Stored,
     SubKey, WriterId, correction, sum_counter,
 };
 
 use crate::error::describe;
-use crate::scatter::Item;
+use crate::scatter::{Backoff, Item, batch_get_with};
 
 /// Rounds of re-read and re-plan for keys whose conditional put lost a race.
 pub const MAX_ROUNDS: usize = 5;
@@ -127,51 +127,18 @@ impl CounterStore {
     ) -> Result<BTreeMap<CounterKey, Stored>, CounterStoreError> {
         let sk = SubKey::Writer(writer.clone()).sort_key();
         let by_pk: HashMap<String, CounterKey> = keys.iter().map(|k| (k.pk(), k.clone())).collect();
+        let requests: Vec<Item> = keys
+            .iter()
+            .map(|k| Item::from([("pk".into(), s(k.pk())), ("sk".into(), s(sk.clone()))]))
+            .collect();
+        let items = batch_get_with(&self.ddb, &self.table, requests, Backoff::default(), true)
+            .await
+            .map_err(|e| CounterStoreError::Dynamo(e.to_string()))?;
         let mut out = BTreeMap::new();
-        for chunk in keys.chunks(100) {
-            let mut pending: Vec<Item> = chunk
-                .iter()
-                .map(|k| Item::from([("pk".into(), s(k.pk())), ("sk".into(), s(sk.clone()))]))
-                .collect();
-            let mut attempt = 0u32;
-            while !pending.is_empty() {
-                if attempt > 0 {
-                    tokio::time::sleep(crate::scatter::Backoff::default().delay(attempt - 1)).await;
-                }
-                attempt += 1;
-                if attempt > crate::scatter::Backoff::default().attempts {
-                    return Err(CounterStoreError::Dynamo(format!(
-                        "{} keys unprocessed after retries",
-                        pending.len()
-                    )));
-                }
-                let req = KeysAndAttributes::builder()
-                    .set_keys(Some(pending.clone()))
-                    .consistent_read(true)
-                    .build()
-                    .map_err(dynamo)?;
-                let got = self
-                    .ddb
-                    .batch_get_item()
-                    .request_items(&self.table, req)
-                    .send()
-                    .await
-                    .map_err(dynamo)?;
-                for item in got
-                    .responses
-                    .and_then(|mut r| r.remove(&self.table))
-                    .unwrap_or_default()
-                {
-                    let pk = get_s(&item, "pk").unwrap_or_default().to_owned();
-                    let Some(key) = by_pk.get(&pk) else { continue };
-                    out.insert(key.clone(), Self::parse_stored(&item, &pk, &sk)?);
-                }
-                pending = got
-                    .unprocessed_keys
-                    .and_then(|mut u| u.remove(&self.table))
-                    .map(|k| k.keys)
-                    .unwrap_or_default();
-            }
+        for item in items {
+            let pk = get_s(&item, "pk").unwrap_or_default().to_owned();
+            let Some(key) = by_pk.get(&pk) else { continue };
+            out.insert(key.clone(), Self::parse_stored(&item, &pk, &sk)?);
         }
         Ok(out)
     }

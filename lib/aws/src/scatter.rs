@@ -223,6 +223,17 @@ pub async fn batch_get(
     keys: Vec<Item>,
     backoff: Backoff,
 ) -> Result<Vec<Item>, ScatterError> {
+    batch_get_with(ddb, table, keys, backoff, false).await
+}
+
+/// [`batch_get`] with a choice of strongly consistent reads (a flush must read what it last wrote).
+pub async fn batch_get_with(
+    ddb: &aws_sdk_dynamodb::Client,
+    table: &str,
+    keys: Vec<Item>,
+    backoff: Backoff,
+    consistent: bool,
+) -> Result<Vec<Item>, ScatterError> {
     let mut items = vec![];
     for chunk in keys.chunks(100) {
         let mut pending = chunk.to_vec();
@@ -237,6 +248,7 @@ pub async fn batch_get(
             attempt += 1;
             let request = KeysAndAttributes::builder()
                 .set_keys(Some(pending.clone()))
+                .consistent_read(consistent)
                 .build()
                 .map_err(|e| ScatterError::Invalid(e.to_string()))?;
             let out = ddb
