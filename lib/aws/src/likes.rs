@@ -616,6 +616,36 @@ pub struct RebuildReport {
     pub skipped: Vec<String>,
 }
 
+/// Calls `each` with the string attribute `attr` of every item of `table` (a consistent,
+/// paginated Scan that projects only that attribute).
+async fn scan_strings(
+    ddb: &aws_sdk_dynamodb::Client,
+    table: &str,
+    attr: &str,
+    mut each: impl FnMut(&str),
+) -> Result<(), LikesError> {
+    let mut start = None;
+    loop {
+        let out = ddb
+            .scan()
+            .table_name(table)
+            .projection_expression("#a")
+            .expression_attribute_names("#a", attr)
+            .consistent_read(true)
+            .set_exclusive_start_key(start)
+            .send()
+            .await
+            .map_err(dynamo)?;
+        for value in out.items().iter().filter_map(|i| i.get(attr)?.as_s().ok()) {
+            each(value);
+        }
+        start = out.last_evaluated_key;
+        if start.is_none() {
+            return Ok(());
+        }
+    }
+}
+
 /// Recounts every post's likes from `liked` and writes the difference into `fix`.
 ///
 /// Exact when no flush lands during the run; a flush racing it leaves an error the next run
@@ -627,54 +657,19 @@ pub async fn rebuild(
     let counters = CounterStore::new(ddb.clone(), schema.table_name(Table::Counters));
     let mut truth: BTreeMap<String, i64> = BTreeMap::new();
     let mut report = RebuildReport::default();
-    let mut start = None;
-    loop {
-        let out = ddb
-            .scan()
-            .table_name(schema.table_name(Table::Liked))
-            .projection_expression("post")
-            .consistent_read(true)
-            .set_exclusive_start_key(start)
-            .send()
-            .await
-            .map_err(dynamo)?;
-        for item in out.items() {
-            if let Some(post) = item.get("post").and_then(|v| v.as_s().ok()) {
-                *truth.entry(post.clone()).or_insert(0) += 1;
-                report.likes_scanned += 1;
-            }
-        }
-        start = out.last_evaluated_key;
-        if start.is_none() {
-            break;
-        }
-    }
+    scan_strings(ddb, &schema.table_name(Table::Liked), "post", |post| {
+        *truth.entry(post.to_owned()).or_insert(0) += 1;
+        report.likes_scanned += 1;
+    })
+    .await?;
     // Posts whose likes were all removed still have counter items: check those too.
-    let mut start = None;
     let prefix = format!("{COUNTER}#");
-    loop {
-        let out = ddb
-            .scan()
-            .table_name(schema.table_name(Table::Counters))
-            .projection_expression("pk")
-            .set_exclusive_start_key(start)
-            .send()
-            .await
-            .map_err(dynamo)?;
-        for item in out.items() {
-            if let Some(post) = item
-                .get("pk")
-                .and_then(|v| v.as_s().ok())
-                .and_then(|pk| pk.strip_prefix(&prefix))
-            {
-                truth.entry(post.to_owned()).or_insert(0);
-            }
+    scan_strings(ddb, &schema.table_name(Table::Counters), "pk", |pk| {
+        if let Some(post) = pk.strip_prefix(&prefix) {
+            truth.entry(post.to_owned()).or_insert(0);
         }
-        start = out.last_evaluated_key;
-        if start.is_none() {
-            break;
-        }
-    }
+    })
+    .await?;
     for (post, count) in truth {
         let key = match CounterKey::new(COUNTER, &post) {
             Ok(k) => k,
