@@ -8,6 +8,7 @@
 pub mod counter;
 pub mod detect;
 pub mod guard;
+pub mod hot;
 pub mod keys;
 pub mod merge;
 pub mod stream;

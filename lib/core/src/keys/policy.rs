@@ -105,13 +105,20 @@ impl SaltState {
     /// Start changing S to `salts`: writers move to the new set at once, readers read both.
     ///
     /// Straight to steady when the old set is inside the new one (S ≥ 2 growing, or no change).
-    /// While draining, only a no-op or a change back to the draining count is accepted.
+    /// While draining, only a no-op, a change back to the draining count, or growing to an S
+    /// whose set contains the current or the draining set (both salted, S ≥ 2) is accepted.
     pub fn transition_to(&self, salts: u16) -> Result<Self, KeyError> {
         check_salts(u32::from(salts))?;
         match self.draining {
             None => Ok(Self::changing(self.current, salts)),
             Some(_) if salts == self.current => Ok(*self),
             Some(old) if salts == old => Ok(Self::changing(self.current, old)),
+            // Growing mid-drain: when one of the two sets is inside the new one, readers still
+            // need only two sets ({new} ∪ the other), so nothing written is missed.
+            Some(old) if self.current >= 2 && salts > self.current => {
+                Ok(Self::changing(old, salts))
+            }
+            Some(old) if old >= 2 && salts > old => Ok(Self::changing(self.current, salts)),
             Some(old) => Err(KeyError::TransitionInProgress {
                 current: self.current,
                 draining: old,
@@ -309,6 +316,12 @@ mod tests {
             })
         );
         assert_eq!(s.transition_to(4), Ok(s));
+        // Growing past both sets is allowed: {16} contains {4} and {8}.
+        assert_eq!(s.transition_to(16), Ok(SaltState::steady(16).unwrap()));
+        // Mid-drain back to the plain key, growing keeps the plain key readable.
+        let cooling = SaltState::steady(3).unwrap().transition_to(1).unwrap();
+        let regrown = cooling.transition_to(13).unwrap();
+        assert_eq!((regrown.current(), regrown.draining()), (13, Some(1)));
         // Changing back is allowed: data is still only in the old and new sets.
         assert_eq!(s.transition_to(8), Ok(SaltState::steady(8).unwrap()));
     }
