@@ -10,11 +10,13 @@
 //! - [`likes`]: the reference application's handlers (likes API, aggregator, rebuilder).
 //! - [`scatter`]: parallel fan-out, batch reads and merged pagination across shards.
 //! - [`kinesis`]: which shard a key lands on; salts chosen to spread a hot key.
+//! - [`directory`]: the hot-key directory, its bounded-age cache and the mitigation controller.
 //! - [`sim`]: the partition simulator, a throttling proxy in front of any DynamoDB endpoint.
 //! - [`error`]: error types.
 pub use heatsink_core as core;
 
 pub mod counter;
+pub mod directory;
 pub mod error;
 pub mod kinesis;
 pub mod likes;

@@ -40,7 +40,13 @@ impl Signal {
     pub fn tenant(tenant: &str, rate: f64, ceiling: f64, source: &str) -> Self {
         Self {
             tenant: true,
-            ..Self::new(&format!("tenant#{tenant}"), Kind::Write, rate, ceiling, source)
+            ..Self::new(
+                &format!("tenant#{tenant}"),
+                Kind::Write,
+                rate,
+                ceiling,
+                source,
+            )
         }
     }
 
@@ -172,7 +178,10 @@ pub fn decide(signals: &[Signal], current: &[Entry], now: u64, cfg: &ControlConf
             changes.insert((*key).to_owned(), change);
         }
     }
-    for e in current.iter().filter(|e| !loads.contains_key(e.key.as_str())) {
+    for e in current
+        .iter()
+        .filter(|e| !loads.contains_key(e.key.as_str()))
+    {
         let change = if e.is_live(now) {
             calm(e, now, cfg)
         } else {
@@ -203,7 +212,10 @@ fn decide_key(
             });
     };
     // A key that became write-hot needs salting whatever it had; a salted key needs more S.
-    if let Some(w) = load.write.filter(|w| w.share() >= cfg.on_share && !w.tenant) {
+    if let Some(w) = load
+        .write
+        .filter(|w| w.share() >= cfg.on_share && !w.tenant)
+    {
         let salts = salts_for(w, cfg);
         let grows = entry.mode != Mode::Salt || salts > entry.salts.current();
         if grows && entry.mode != Mode::Limit {
@@ -308,8 +320,7 @@ fn calm(entry: &Entry, now: u64, cfg: &ControlConfig) -> Option<Change> {
 /// [`MAX_SALTS`] (a rate beyond what 256 sub-keys absorb gets the most there is).
 fn salts_for(hot: &Signal, cfg: &ControlConfig) -> u16 {
     let shards = usize::from(MAX_SALTS);
-    let request =
-        PlanRequest::uniform(hot.rate, hot.ceiling, 0.0, shards).with_target(cfg.target);
+    let request = PlanRequest::uniform(hot.rate, hot.ceiling, 0.0, shards).with_target(cfg.target);
     match plan(&request.with_min_salts(2)) {
         Ok(p) => p.salts,
         Err(KeyError::NoPlanWithinMaxSalts { .. } | KeyError::OverCapacity { .. }) => MAX_SALTS,
@@ -392,7 +403,10 @@ mod tests {
 
     fn step(dir: &mut BTreeMap<String, Entry>, signals: &[Signal], now: u64) {
         let current: Vec<Entry> = dir.values().cloned().collect();
-        apply(dir, decide(signals, &current, now, &ControlConfig::default()));
+        apply(
+            dir,
+            decide(signals, &current, now, &ControlConfig::default()),
+        );
     }
 
     #[test]

@@ -1,0 +1,475 @@
+//! The hot-key directory in DynamoDB, its bounded-age cache, and the controller that edits it.
+//!
+//! The `hotkeys` table holds one item per mitigated key: `key → {mode, salts, draining, epoch,
+//! reason, since, calm_since, expires_at}` ([`heatsink_core::hot::Entry`]). Every change is a
+//! conditional write on the epoch it was decided from (`attribute_not_exists(#k)` for a new
+//! entry), so a controller that decided on an old view loses with [`DirectoryError::Conflict`]
+//! instead of overwriting a newer decision. `expires_at` is the table's TTL attribute: DynamoDB
+//! deletes expired cache and limit entries within days, and readers ignore them from the second
+//! they expire.
+//!
+//! Routers and writers do not read the table per request: [`CachedDirectory`] keeps a
+//! [`Snapshot`] at most `max_age` old (one Scan per `max_age` per process; the directory holds
+//! only the hot keys, a few items), and the snapshot is the write-sharding
+//! [`SaltPolicy`](heatsink_core::keys::SaltPolicy). A decision therefore reaches every writer
+//! within `max_age` plus one Scan.
+//!
+//! ```no_run
+//! # async fn f(ddb: aws_sdk_dynamodb::Client) -> Result<(), heatsink::directory::DirectoryError> {
+//! use std::time::Duration;
+//! use heatsink::core::detect::Kind;
+//! use heatsink::core::hot::{ControlConfig, Signal};
+//! use heatsink::core::keys::SaltPolicy;
+//! use heatsink::directory::{CachedDirectory, Controller, Directory, unix_now};
+//!
+//! let directory = Directory::new(ddb, "heatsink-hotkeys");
+//! let controller = Controller::new(directory.clone(), ControlConfig::default());
+//! let signal = Signal::new("p9", Kind::Write, 2_400.0, 1_000.0, "sampler");
+//! controller.run(&[signal], unix_now()).await?;
+//!
+//! let cached = CachedDirectory::new(directory, Duration::from_millis(500));
+//! assert_eq!(cached.snapshot().await?.salts("p9"), 3);
+//! # Ok(()) }
+//! ```
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use heatsink_core::hot::{Change, ControlConfig, Entry, HotError, Mode, Signal, Snapshot, decide};
+use heatsink_core::keys::SaltState;
+use serde::{Deserialize, Serialize};
+use tokio::sync::Mutex;
+use tokio::time::Instant;
+
+use crate::error::describe;
+use crate::schema::{Schema, Table};
+
+/// Rounds of re-read and re-decide when a change loses its epoch race.
+pub const MAX_ROUNDS: usize = 3;
+
+/// Errors of the hot-key directory.
+#[derive(Debug, thiserror::Error)]
+pub enum DirectoryError {
+    /// The stored epoch is not the one the change was decided from (someone changed it first).
+    #[error(
+        "hot-key entry {key:?} changed since epoch {expected:?} was read; re-read and decide again"
+    )]
+    Conflict {
+        /// The key.
+        key: String,
+        /// The epoch the change expected (`None`: expected no entry).
+        expected: Option<u64>,
+    },
+    /// A stored item is not a valid entry (edited by hand?); it is reported, not guessed at.
+    #[error("hot-key item {key:?} is malformed: {reason}")]
+    Malformed {
+        /// The item's key attribute, if readable.
+        key: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The entry or the requested edit breaks a directory rule.
+    #[error(transparent)]
+    Hot(#[from] HotError),
+    /// DynamoDB refused or could not be reached.
+    #[error("DynamoDB call on the hot-key directory failed: {0}")]
+    Dynamo(String),
+}
+
+fn dynamo<E: std::error::Error>(e: E) -> DirectoryError {
+    DirectoryError::Dynamo(describe(&e))
+}
+
+/// Seconds since the Unix epoch now (the directory's and DynamoDB TTL's unit of time).
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// The stored shape of an entry: flat attributes, `expires_at` named for the table's TTL.
+#[derive(Debug, Serialize, Deserialize)]
+struct Record {
+    key: String,
+    mode: Mode,
+    salts: u16,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    draining: Option<u16>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    limit_per_second: Option<u32>,
+    epoch: u64,
+    reason: String,
+    since: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    calm_since: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    expires_at: Option<u64>,
+}
+
+impl From<&Entry> for Record {
+    fn from(e: &Entry) -> Self {
+        Self {
+            key: e.key.clone(),
+            mode: e.mode,
+            salts: e.salts.current(),
+            draining: e.salts.draining(),
+            limit_per_second: e.limit_per_second,
+            epoch: e.epoch,
+            reason: e.reason.clone(),
+            since: e.since,
+            calm_since: e.calm_since,
+            expires_at: e.expires,
+        }
+    }
+}
+
+impl TryFrom<Record> for Entry {
+    type Error = HotError;
+
+    fn try_from(r: Record) -> Result<Self, HotError> {
+        let steady = SaltState::steady(r.salts)?;
+        let salts = match r.draining {
+            None => steady,
+            // Rebuild "current S, old S draining" the way it was made: from old to current.
+            Some(old) => SaltState::steady(old)?.transition_to(r.salts)?,
+        };
+        let entry = Entry {
+            key: r.key,
+            mode: r.mode,
+            salts,
+            limit_per_second: r.limit_per_second,
+            epoch: r.epoch,
+            reason: r.reason,
+            since: r.since,
+            calm_since: r.calm_since,
+            expires: r.expires_at,
+        };
+        entry.validate()?;
+        Ok(entry)
+    }
+}
+
+type Item = HashMap<String, AttributeValue>;
+
+fn to_item(entry: &Entry) -> Result<Item, DirectoryError> {
+    serde_dynamo::to_item(Record::from(entry)).map_err(|e| DirectoryError::Malformed {
+        key: entry.key.clone(),
+        reason: e.to_string(),
+    })
+}
+
+fn from_item(item: Item) -> Result<Entry, DirectoryError> {
+    let key = match item.get("key") {
+        Some(AttributeValue::S(k)) => k.clone(),
+        _ => String::new(),
+    };
+    let malformed = |reason: String| DirectoryError::Malformed {
+        key: key.clone(),
+        reason,
+    };
+    let record: Record = serde_dynamo::from_item(item).map_err(|e| malformed(e.to_string()))?;
+    Entry::try_from(record).map_err(|e| malformed(e.to_string()))
+}
+
+/// The `hotkeys` table: read entries, apply epoch-conditional changes.
+#[derive(Debug, Clone)]
+pub struct Directory {
+    ddb: aws_sdk_dynamodb::Client,
+    table: String,
+}
+
+impl Directory {
+    /// The directory in `table`.
+    pub fn new(ddb: aws_sdk_dynamodb::Client, table: impl Into<String>) -> Self {
+        Self {
+            ddb,
+            table: table.into(),
+        }
+    }
+
+    /// The directory in `schema`'s `hotkeys` table.
+    pub fn from_schema(ddb: aws_sdk_dynamodb::Client, schema: &Schema) -> Self {
+        Self::new(ddb, schema.table_name(Table::Hotkeys))
+    }
+
+    /// The table name.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// One key's entry, expired or not (strongly consistent).
+    pub async fn get(&self, key: &str) -> Result<Option<Entry>, DirectoryError> {
+        let out = self
+            .ddb
+            .get_item()
+            .table_name(&self.table)
+            .key("key", AttributeValue::S(key.to_owned()))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(dynamo)?;
+        out.item.map(from_item).transpose()
+    }
+
+    /// Every stored entry, expired ones included (a Scan: the directory holds only hot keys).
+    ///
+    /// A malformed item fails the whole listing: acting on a partial directory could undo a
+    /// salt that readers still depend on.
+    pub async fn list(&self) -> Result<Vec<Entry>, DirectoryError> {
+        let mut entries = Vec::new();
+        let mut start = None;
+        loop {
+            let out = self
+                .ddb
+                .scan()
+                .table_name(&self.table)
+                .consistent_read(true)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(dynamo)?;
+            for item in out.items.unwrap_or_default() {
+                entries.push(from_item(item)?);
+            }
+            start = out.last_evaluated_key;
+            if start.is_none() {
+                break;
+            }
+        }
+        entries.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(entries)
+    }
+
+    /// The live entries at `now`.
+    pub async fn snapshot(&self, now: u64) -> Result<Snapshot, DirectoryError> {
+        Ok(Snapshot::new(self.list().await?, now))
+    }
+
+    /// Applies one change if the stored epoch is still the one it was decided from.
+    pub async fn apply(&self, change: &Change) -> Result<(), DirectoryError> {
+        let conflict = |expected| DirectoryError::Conflict {
+            key: change.key().to_owned(),
+            expected,
+        };
+        match change {
+            Change::Put {
+                entry,
+                expected_epoch,
+            } => {
+                entry.validate()?;
+                let put = self
+                    .ddb
+                    .put_item()
+                    .table_name(&self.table)
+                    .set_item(Some(to_item(entry)?));
+                let put = match expected_epoch {
+                    None => put
+                        .condition_expression("attribute_not_exists(#k)")
+                        .expression_attribute_names("#k", "key"),
+                    Some(epoch) => put
+                        .condition_expression("#e = :e")
+                        .expression_attribute_names("#e", "epoch")
+                        .expression_attribute_values(":e", n(*epoch)),
+                };
+                match put.send().await {
+                    Ok(_) => Ok(()),
+                    Err(e)
+                        if e.as_service_error()
+                            .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
+                    {
+                        Err(conflict(*expected_epoch))
+                    }
+                    Err(e) => Err(dynamo(e)),
+                }
+            }
+            Change::Remove {
+                key,
+                expected_epoch,
+            } => {
+                let delete = self
+                    .ddb
+                    .delete_item()
+                    .table_name(&self.table)
+                    .key("key", AttributeValue::S(key.clone()))
+                    .condition_expression("#e = :e")
+                    .expression_attribute_names("#e", "epoch")
+                    .expression_attribute_values(":e", n(*expected_epoch));
+                match delete.send().await {
+                    Ok(_) => Ok(()),
+                    Err(e)
+                        if e.as_service_error()
+                            .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
+                    {
+                        Err(conflict(Some(*expected_epoch)))
+                    }
+                    Err(e) => Err(dynamo(e)),
+                }
+            }
+        }
+    }
+}
+
+fn n(v: u64) -> AttributeValue {
+    AttributeValue::N(v.to_string())
+}
+
+/// What one controller run did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ControlReport {
+    /// Changes written, in the order applied.
+    pub applied: Vec<Change>,
+    /// Keys whose change kept losing the epoch race after [`MAX_ROUNDS`] rounds.
+    pub conflicts: Vec<String>,
+    /// Live entries after the run.
+    pub entries: usize,
+}
+
+/// The mitigation controller: decide from signals, write the directory, retry lost races.
+#[derive(Debug, Clone)]
+pub struct Controller {
+    directory: Directory,
+    config: ControlConfig,
+}
+
+impl Controller {
+    /// A controller over `directory` with `config`'s thresholds and timers.
+    pub fn new(directory: Directory, config: ControlConfig) -> Self {
+        Self { directory, config }
+    }
+
+    /// The directory it edits.
+    pub fn directory(&self) -> &Directory {
+        &self.directory
+    }
+
+    /// Reads the directory, decides for `signals` at `now` (Unix seconds) and applies the
+    /// changes. A change that loses its epoch race is decided again on a fresh read, up to
+    /// [`MAX_ROUNDS`] times; keys still contended are reported, not forced.
+    pub async fn run(&self, signals: &[Signal], now: u64) -> Result<ControlReport, DirectoryError> {
+        let mut report = ControlReport::default();
+        let mut only: Option<Vec<String>> = None;
+        for _ in 0..MAX_ROUNDS {
+            let entries = self.directory.list().await?;
+            report.entries = Snapshot::new(entries.clone(), now).len();
+            let mut conflicts = Vec::new();
+            for change in decide(signals, &entries, now, &self.config) {
+                if only
+                    .as_ref()
+                    .is_some_and(|keys| !keys.iter().any(|k| k == change.key()))
+                {
+                    continue;
+                }
+                match self.directory.apply(&change).await {
+                    Ok(()) => report.applied.push(change),
+                    Err(DirectoryError::Conflict { key, .. }) => conflicts.push(key),
+                    Err(e) => return Err(e),
+                }
+            }
+            if conflicts.is_empty() {
+                report.entries = self.directory.snapshot(now).await?.len();
+                return Ok(report);
+            }
+            only = Some(conflicts);
+        }
+        report.conflicts = only.unwrap_or_default();
+        Ok(report)
+    }
+}
+
+/// A directory snapshot shared by a process's writers and readers, at most `max_age` old.
+///
+/// One caller refreshes while the others wait for it (a Scan per `max_age`, not per request).
+/// A failed refresh is an error: serving an older view than `max_age` would break the bound
+/// writers rely on when S changes.
+#[derive(Debug)]
+pub struct CachedDirectory {
+    directory: Directory,
+    max_age: Duration,
+    current: Mutex<Option<(Instant, Arc<Snapshot>)>>,
+}
+
+impl CachedDirectory {
+    /// A cache of `directory` refreshed when older than `max_age`.
+    pub fn new(directory: Directory, max_age: Duration) -> Self {
+        Self {
+            directory,
+            max_age,
+            current: Mutex::new(None),
+        }
+    }
+
+    /// The bound on a snapshot's age.
+    pub fn max_age(&self) -> Duration {
+        self.max_age
+    }
+
+    /// A snapshot at most `max_age` old, loading one if needed.
+    pub async fn snapshot(&self) -> Result<Arc<Snapshot>, DirectoryError> {
+        let mut current = self.current.lock().await;
+        if let Some((at, snap)) = current.as_ref()
+            && at.elapsed() < self.max_age
+        {
+            return Ok(Arc::clone(snap));
+        }
+        let loaded_at = Instant::now();
+        let snap = Arc::new(self.directory.snapshot(unix_now()).await?);
+        *current = Some((loaded_at, Arc::clone(&snap)));
+        Ok(snap)
+    }
+
+    /// Drops the cached snapshot so the next call reads the table (after a local edit).
+    pub async fn invalidate(&self) {
+        *self.current.lock().await = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_every_mode_and_salt_state() {
+        let mut draining = Entry::salt("p9", 4, "write-hot", 10).unwrap();
+        draining.salts = draining.salts.transition_to(1).unwrap();
+        draining.calm_since = Some(20);
+        draining.epoch = 5;
+        let entries = [
+            Entry::salt("p9", 8, "write-hot", 10).unwrap(),
+            draining,
+            Entry::cache("p1", "read-hot", 10, 3_610),
+            Entry::limit("tenant#t1", 200, "abuse", 10, 3_610),
+        ];
+        for e in entries {
+            let item = to_item(&e).unwrap();
+            assert!(
+                e.expires.is_none() || item.contains_key("expires_at"),
+                "TTL attribute name"
+            );
+            assert_eq!(from_item(item).unwrap(), e);
+        }
+    }
+
+    #[test]
+    fn malformed_items_are_typed_errors() {
+        let mut item = to_item(&Entry::cache("p1", "r", 0, 10)).unwrap();
+        item.insert("mode".into(), AttributeValue::S("shard".into()));
+        assert!(matches!(
+            from_item(item),
+            Err(DirectoryError::Malformed { key, .. }) if key == "p1"
+        ));
+        let mut item = to_item(&Entry::salt("p9", 4, "r", 0).unwrap()).unwrap();
+        item.insert("salts".into(), AttributeValue::N("0".into()));
+        assert!(matches!(
+            from_item(item),
+            Err(DirectoryError::Malformed { .. })
+        ));
+        let mut item = to_item(&Entry::limit("t", 5, "r", 0, 9)).unwrap();
+        item.remove("limit_per_second");
+        assert!(matches!(
+            from_item(item),
+            Err(DirectoryError::Malformed { .. })
+        ));
+    }
+}
