@@ -28,6 +28,9 @@ pub struct SimArgs {
     /// Burst a partition may bank while idle, in seconds of its ceiling.
     #[arg(long, default_value_t = 1.0)]
     burst_seconds: f64,
+    /// The hot-key sampler at /_sim/hot records 1 item request in N.
+    #[arg(long, default_value_t = 10)]
+    sample_one_in: u32,
 }
 
 /// Serves until Ctrl-C, then prints the final statistics.
@@ -38,7 +41,7 @@ pub async fn run(args: SimArgs) -> CmdResult {
     if args.partitions == 0 {
         return Err("--partitions must be at least 1".into());
     }
-    let sim = Simulator::start(SimConfig {
+    let mut config = SimConfig {
         upstream: args.upstream.clone(),
         listen: args.listen,
         limits: Limits {
@@ -47,16 +50,17 @@ pub async fn run(args: SimArgs) -> CmdResult {
             read_ceiling: args.read_ceiling,
             burst_seconds: args.burst_seconds,
         },
-    })
-    .await?;
+        ..SimConfig::new(&args.upstream)
+    };
+    config.sampler.sample_one_in = args.sample_one_in;
+    let sim = Simulator::start(config).await?;
     eprintln!(
-        "heatsink sim: {} -> {} ({} partitions/table, {} WCU/s and {} RCU/s each); stats at {}/_sim/stats; Ctrl-C stops",
+        "heatsink sim: {} -> {} ({} partitions/table, {} WCU/s and {} RCU/s each); stats at {0}/_sim/stats, hot keys at {0}/_sim/hot; Ctrl-C stops",
         sim.endpoint(),
         args.upstream,
         args.partitions,
         args.write_ceiling,
         args.read_ceiling,
-        sim.endpoint()
     );
     tokio::signal::ctrl_c().await?;
     let stats = sim.stats();

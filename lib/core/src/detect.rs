@@ -76,6 +76,7 @@ mod window;
 pub(crate) use heap_map::{HeapMap, allocation_bytes};
 pub use space_saving::{Counter, Estimate, Merged, SpaceSaving, merge};
 
+use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -117,7 +118,8 @@ pub enum DetectError {
 }
 
 /// Whether a request reads or writes (they need different fixes, so they are counted apart).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Kind {
     /// A read (RCU on DynamoDB).
     Read,
@@ -284,7 +286,7 @@ impl Ceilings {
 }
 
 /// The load of one partition and kind over the window, from the sample.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PartitionLoad {
     /// Partition id.
     pub partition: String,
@@ -303,7 +305,7 @@ pub struct PartitionLoad {
 }
 
 /// A key whose estimated rate is over `threshold × ceiling` of its partition.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HotKey {
     /// Partition id.
     pub partition: String,
@@ -328,7 +330,7 @@ pub struct HotKey {
 }
 
 /// What a [`Detector::report`] found: per-partition load and hot keys.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct Report {
     /// Every partition and kind with samples in the window and a ceiling, by partition then kind.
     pub partitions: Vec<PartitionLoad>,

@@ -12,7 +12,8 @@
 //! logic engages exactly as against AWS.
 //!
 //! Per-partition consumed capacity, throttles and a per-second history are served as JSON at
-//! `GET /_sim/stats` (and cleared by `POST /_sim/reset`) on the same port.
+//! `GET /_sim/stats`, the sampled hot keys ([`sampler`]) at `GET /_sim/hot`, and both are
+//! cleared by `POST /_sim/reset`, on the same port.
 //!
 //! ```no_run
 //! # async fn f() -> Result<(), heatsink::sim::SimError> {
@@ -32,6 +33,7 @@
 pub mod load;
 pub mod model;
 pub mod request;
+pub mod sampler;
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -55,10 +57,16 @@ use tokio::sync::watch;
 pub use model::{Access, Limits, PartitionId, PartitionStats};
 use model::{Charge, Partitions, item_size, read_units};
 use request::{Plan, TableKeys, plan, tables_of};
+use sampler::{Sampler, accessed_keys};
+
+use heatsink_core::detect::{Ceilings, DetectorConfig, Report};
 
 /// Errors of the simulator.
 #[derive(Debug, thiserror::Error)]
 pub enum SimError {
+    /// The sampler or ceilings are misconfigured.
+    #[error(transparent)]
+    Sampler(#[from] heatsink_core::detect::DetectError),
     /// The upstream URL is not an `http://host:port` URL.
     #[error("upstream `{0}` is not an http:// URL with a host")]
     BadUpstream(String),
@@ -81,6 +89,11 @@ pub struct SimConfig {
     pub listen: SocketAddr,
     /// Partition count, ceilings and burst.
     pub limits: Limits,
+    /// The hot-key sampler served at `/_sim/hot`: 1 in 10 item requests, a 2 s window in 4
+    /// sub-windows (a hot key is named within about half a second of its onset).
+    pub sampler: DetectorConfig,
+    /// Share of a partition's ceiling above which `/_sim/hot` names a key. Default 0.1.
+    pub hot_threshold: f64,
 }
 
 impl SimConfig {
@@ -90,6 +103,13 @@ impl SimConfig {
             upstream: upstream.to_owned(),
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             limits: Limits::default(),
+            sampler: DetectorConfig {
+                sample_one_in: 10,
+                window: Duration::from_secs(2),
+                sub_windows: 4,
+                ..DetectorConfig::default()
+            },
+            hot_threshold: Ceilings::DEFAULT_THRESHOLD,
         }
     }
 }
@@ -101,6 +121,7 @@ struct Shared {
     partitions: Mutex<Partitions>,
     keys: Mutex<HashMap<String, TableKeys>>,
     requests: Mutex<u64>,
+    sampler: Mutex<Sampler>,
 }
 
 /// A running simulator; dropping it (or [`Simulator::stop`]) shuts the listener down.
@@ -197,6 +218,12 @@ impl Simulator {
             addr: config.listen,
             source,
         })?;
+        let ceilings = Ceilings::new(
+            Some(config.limits.read_ceiling),
+            Some(config.limits.write_ceiling),
+            config.hot_threshold,
+        )?;
+        let sampler = Sampler::new(config.sampler.clone(), ceilings)?;
         let shared = Arc::new(Shared {
             upstream,
             client: Client::builder(TokioExecutor::new()).build_http(),
@@ -204,6 +231,7 @@ impl Simulator {
             partitions: Mutex::new(Partitions::new(config.limits)),
             keys: Mutex::new(HashMap::new()),
             requests: Mutex::new(0),
+            sampler: Mutex::new(sampler),
         });
         let (stop, mut stopped) = watch::channel(false);
         let serving = shared.clone();
@@ -241,8 +269,16 @@ impl Simulator {
         self.shared.stats()
     }
 
+    /// The sampler's hot-key report now (what `GET /_sim/hot` serves).
+    pub fn hot(&self) -> Report {
+        self.shared.hot()
+    }
+
     /// Clears statistics and refills every partition.
     pub fn reset(&self) {
+        if let Ok(mut s) = self.shared.sampler.lock() {
+            s.reset();
+        }
         if let Ok(mut p) = self.shared.partitions.lock() {
             p.reset();
         }
@@ -266,6 +302,14 @@ impl Drop for Simulator {
 impl Shared {
     fn now(&self) -> Duration {
         self.started.elapsed()
+    }
+
+    fn hot(&self) -> Report {
+        let now = self.now();
+        self.sampler
+            .lock()
+            .map(|s| s.report(now))
+            .unwrap_or_default()
     }
 
     fn stats(&self) -> Stats {
@@ -434,10 +478,18 @@ async fn handle(
             .lock()
             .map(|p| p.limits().partitions)
             .unwrap_or(1);
-        let planned = match shared.keys.lock() {
-            Ok(keys) => plan(&op, json, &keys, partitions),
-            Err(_) => Plan::PassThrough,
+        let (planned, accessed) = match shared.keys.lock() {
+            Ok(keys) => (
+                plan(&op, json, &keys, partitions),
+                accessed_keys(&op, json, &keys),
+            ),
+            Err(_) => (Plan::PassThrough, vec![]),
         };
+        if !accessed.is_empty()
+            && let Ok(mut s) = shared.sampler.lock()
+        {
+            s.observe(&accessed, partitions, shared.now());
+        }
         if let Plan::Charge { pre, read } = planned {
             let now = shared.now();
             let admitted = match shared.partitions.lock() {
@@ -502,15 +554,22 @@ fn control(shared: &Shared, parts: &hyper::http::request::Parts) -> Response<Ful
             StatusCode::OK,
             serde_json::to_string(&shared.stats()).unwrap_or_else(|_| "{}".into()),
         ),
+        ("GET", "/_sim/hot") => json_response(
+            StatusCode::OK,
+            serde_json::to_string(&shared.hot()).unwrap_or_else(|_| "{}".into()),
+        ),
         ("POST", "/_sim/reset") => {
             if let Ok(mut p) = shared.partitions.lock() {
                 p.reset();
+            }
+            if let Ok(mut s) = shared.sampler.lock() {
+                s.reset();
             }
             json_response(StatusCode::OK, "{\"reset\":true}".into())
         }
         _ => json_response(
             StatusCode::NOT_FOUND,
-            "{\"message\":\"GET /_sim/stats or POST /_sim/reset\"}".into(),
+            "{\"message\":\"GET /_sim/stats, GET /_sim/hot or POST /_sim/reset\"}".into(),
         ),
     }
 }

@@ -20,7 +20,7 @@ use super::DetectError;
 use super::heap_map::HeapMap;
 
 /// The estimated count of one key, with its error bound.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct Estimate {
     /// Upper bound of the true count (never below it).
     pub count: u64,
