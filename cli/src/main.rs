@@ -39,8 +39,15 @@ enum Command {
     Demo(cmd::demo::DemoArgs),
     /// Print a stream's shard tree (open/closed, parents, hash ranges, checkpoints for --app).
     Lineage(cmd::lineage::LineageArgs),
+    /// Edit the hot-key directory by hand (epoch-conditional, like the controller).
+    Hot {
+        #[command(subcommand)]
+        command: cmd::hot::HotCommand,
+    },
     /// Run a worker of an application and print each record it processes as a JSON line.
     Tail(cmd::tail::TailArgs),
+    /// Print the hottest keys of a table and its GSIs from Contributor Insights (--enable turns it on).
+    Top(cmd::top::TopArgs),
 }
 
 #[tokio::main]
@@ -62,6 +69,8 @@ async fn main() -> ExitCode {
         Command::Keys { command } => cmd::keys::run(command).await,
         Command::Lineage(args) => cmd::lineage::run(args).await,
         Command::Tail(args) => cmd::tail::run(args).await,
+        Command::Hot { command } => cmd::hot::run(command).await,
+        Command::Top(args) => cmd::top::run(args).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

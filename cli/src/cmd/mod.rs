@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod demo;
+pub mod hot;
 pub mod keys;
 pub mod lineage;
 pub mod local;
@@ -8,6 +9,7 @@ pub mod plan;
 pub mod schema;
 pub mod sim;
 pub mod tail;
+pub mod top;
 
 /// Any command's failure, shown to the operator as one line.
 pub type CmdResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;

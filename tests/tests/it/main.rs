@@ -1,6 +1,7 @@
 //! Integration tests against the local AWS stack: one binary, one module per area (each extra
 //! test binary costs a link on a 2-core machine).
 
+mod alarms;
 mod directory;
 mod likes;
 mod placement;

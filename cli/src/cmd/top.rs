@@ -1,0 +1,165 @@
+//! `heatsink top`: the hottest keys of a table and its GSIs, named by Contributor Insights.
+
+use std::time::SystemTime;
+
+use aws_sdk_dynamodb::types::ContributorInsightsMode;
+use clap::{Args, ValueEnum};
+use heatsink::detect::{Contributor, HotKeys, Insights, InsightsStatus, ReportQuery, RuleKind};
+
+use super::{CmdResult, sdk_config};
+
+/// Arguments of `heatsink top`.
+#[derive(Debug, Args)]
+pub struct TopArgs {
+    /// Table name (its GSIs are included).
+    #[arg(long)]
+    table: String,
+    /// Minutes of history to read (Contributor Insights keeps one datapoint per minute).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1440))]
+    minutes: u32,
+    /// Keys per rule (1–100).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(i32).range(1..=100))]
+    limit: i32,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Enable Contributor Insights on the table and every GSI, then exit.
+    #[arg(long)]
+    enable: bool,
+    /// Mode for --enable (GSIs always get accessed-and-throttled: only their most-accessed rule
+    /// shows index write throttling).
+    #[arg(long, value_enum, default_value_t = Mode::AccessedAndThrottled, requires = "enable")]
+    mode: Mode,
+    // A `--from-sampler URL` flag (a client sampler's report, joined with
+    // `heatsink::detect::merge`) belongs here.
+}
+
+/// Contributor Insights mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Mode {
+    /// Every access is counted and billed: names hot keys before they throttle.
+    AccessedAndThrottled,
+    /// Only throttled accesses are counted and billed.
+    Throttled,
+}
+
+impl From<Mode> for ContributorInsightsMode {
+    fn from(mode: Mode) -> Self {
+        match mode {
+            Mode::AccessedAndThrottled => Self::AccessedAndThrottledKeys,
+            Mode::Throttled => Self::ThrottledKeys,
+        }
+    }
+}
+
+/// Prints the hottest keys, or enables Contributor Insights with `--enable`.
+pub async fn run(args: TopArgs) -> CmdResult {
+    let insights = Insights::new(&sdk_config().await);
+    if args.enable {
+        let statuses = insights.enable(&args.table, args.mode.into()).await?;
+        print_enabled(&statuses, args.json)?;
+        return Ok(());
+    }
+    let query = ReportQuery {
+        limit: args.limit,
+        ..ReportQuery::last(args.minutes, SystemTime::now())
+    };
+    let hot = insights.hot_keys(&args.table, &query).await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&hot)?);
+    } else {
+        for line in render(&args.table, args.minutes, &hot) {
+            println!("{line}");
+        }
+    }
+    Ok(())
+}
+
+fn print_enabled(statuses: &[InsightsStatus], json: bool) -> CmdResult {
+    let rows: Vec<(String, &str, &str)> = statuses
+        .iter()
+        .map(|s| {
+            let mode = s.mode.as_ref().map_or("-", |m| m.as_str());
+            (s.target.to_string(), s.status_str(), mode)
+        })
+        .collect();
+    if json {
+        let rows: Vec<_> = rows
+            .iter()
+            .map(|(t, s, m)| serde_json::json!({"target": t, "status": s, "mode": m}))
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(());
+    }
+    for (target, status, mode) in rows {
+        println!("{target:<40} {status:<10} {mode}");
+    }
+    println!("the first datapoint appears about a minute after ENABLED; then run `heatsink top`");
+    Ok(())
+}
+
+/// The report as lines: one section per rule kind, hottest first, then the gaps.
+fn render(table: &str, minutes: u32, hot: &HotKeys) -> Vec<String> {
+    let mut lines = vec![format!(
+        "{table}: hottest keys over the last {minutes} min (Contributor Insights, 1 datapoint/min)"
+    )];
+    for kind in RuleKind::ALL {
+        let rows: Vec<&Contributor> = hot.contributors.iter().filter(|c| c.kind == kind).collect();
+        if rows.is_empty() {
+            continue;
+        }
+        lines.push(format!("{} ({})", kind.describe(), kind.code()));
+        lines.push(format!(
+            "  {:<32} {:<32} {:>12} {:>10} {:>12}",
+            "table/index", "key", "peak/min", "peak/s", "total"
+        ));
+        lines.extend(rows.iter().map(|c| {
+            format!(
+                "  {:<32} {:<32} {:>12.0} {:>10.1} {:>12.0}",
+                c.target.to_string(),
+                c.keys.join(" | "),
+                c.max_value,
+                c.peak_per_second(),
+                c.approximate_aggregate_value
+            )
+        }));
+    }
+    if hot.contributors.is_empty() {
+        lines.push(
+            "no contributors in the window (no traffic, or enabled less than a minute ago)".into(),
+        );
+    }
+    lines.extend(hot.gaps.iter().map(|g| format!("gap: {g}")));
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use heatsink::detect::{Gap, Target};
+
+    use super::*;
+
+    #[test]
+    fn sections_follow_rule_kinds_and_gaps_come_last() {
+        let c = Contributor {
+            target: Target::table("likes"),
+            rule: "DynamoDBContributorInsights-PKT-likes-1".into(),
+            kind: RuleKind::Pkt,
+            keys: vec!["likes#p9#3".into()],
+            approximate_aggregate_value: 300.0,
+            max_value: 120.0,
+            period_secs: 60,
+            datapoints: vec![],
+        };
+        let hot = HotKeys {
+            contributors: vec![c],
+            gaps: vec![Gap::IndexWritesUnseen {
+                target: Target::index("likes", "by_user"),
+            }],
+        };
+        let lines = render("likes", 5, &hot);
+        assert!(lines[1].starts_with("most throttled partition keys"));
+        assert!(lines[3].contains("likes#p9#3") && lines[3].contains("2.0"));
+        assert!(lines[4].starts_with("gap: likes/by_user"));
+    }
+}
