@@ -10,12 +10,14 @@
 //! - [`likes`]: the reference application's handlers (likes API, aggregator, rebuilder).
 //! - [`scatter`]: parallel fan-out, batch reads and merged pagination across shards.
 //! - [`kinesis`]: which shard a key lands on; salts chosen to spread a hot key.
+//! - [`control`]: the hotkey-controller function: triggers, signals, one controller run.
 //! - [`detect`]: Contributor Insights on tables and GSIs, hot-key and throttle alarms, the dashboard.
 //! - [`directory`]: the hot-key directory, its bounded-age cache and the mitigation controller.
 //! - [`sim`]: the partition simulator, a throttling proxy in front of any DynamoDB endpoint.
 //! - [`error`]: error types.
 pub use heatsink_core as core;
 
+pub mod control;
 pub mod counter;
 pub mod detect;
 pub mod directory;

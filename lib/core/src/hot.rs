@@ -46,7 +46,7 @@
 mod control;
 mod entry;
 
-pub use control::{Change, ControlConfig, Signal, decide};
+pub use control::{Change, ControlConfig, Signal, by_logical_key, decide};
 pub use entry::{Entry, HotError, Mode, Snapshot};
 
 use crate::keys::SaltState;

@@ -2,6 +2,7 @@
 //! test binary costs a link on a 2-core machine).
 
 mod alarms;
+mod control;
 mod directory;
 mod likes;
 mod placement;

@@ -32,6 +32,7 @@
 
 pub mod load;
 pub mod model;
+pub mod onset;
 pub mod request;
 pub mod sampler;
 
@@ -267,6 +268,11 @@ impl Simulator {
     /// A snapshot of what it measured.
     pub fn stats(&self) -> Stats {
         self.shared.stats()
+    }
+
+    /// Time since the simulator started (the origin of its per-second history).
+    pub fn elapsed(&self) -> Duration {
+        self.shared.now()
     }
 
     /// The sampler's hot-key report now (what `GET /_sim/hot` serves).

@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use super::entry::{Entry, Mode};
 use crate::detect::{HotKey, Kind};
-use crate::keys::{KeyError, MAX_SALTS, PlanRequest, plan};
+use crate::keys::{KeyError, MAX_SALTS, PlanRequest, parse_sub_key, plan};
 
 /// A key's measured load from one source (a sampler report, a Contributor Insights rule).
 #[derive(Debug, Clone, PartialEq)]
@@ -166,8 +166,9 @@ impl<'a> Load<'a> {
 /// starts draining back to S = 1. Expired entries are removed. Signals with a non-finite or
 /// negative rate or a non-positive ceiling are ignored. The result is in key order.
 pub fn decide(signals: &[Signal], current: &[Entry], now: u64, cfg: &ControlConfig) -> Vec<Change> {
+    let signals = by_logical_key(signals);
     let mut loads: BTreeMap<&str, Load> = BTreeMap::new();
-    for s in signals.iter().filter(|s| s.is_sane()) {
+    for s in &signals {
         loads.entry(&s.key).or_default().add(s);
     }
     let entries: HashMap<&str, &Entry> = current.iter().map(|e| (e.key.as_str(), e)).collect();
@@ -192,6 +193,29 @@ pub fn decide(signals: &[Signal], current: &[Entry], now: u64, cfg: &ControlConf
         }
     }
     changes.into_values().collect()
+}
+
+/// Folds salted sub-keys (`p9#0`, `p9#1`, …) into their logical key, summing their rates per
+/// source and kind: once writers salt, a sampler or Contributor Insights sees the sub-keys, and
+/// the key must still count as hot as a whole (else the controller would see it go calm the
+/// moment the mitigation works, and flap). Insane signals are dropped here.
+pub fn by_logical_key(signals: &[Signal]) -> Vec<Signal> {
+    let mut folded: BTreeMap<(String, Kind, bool, String), Signal> = BTreeMap::new();
+    for s in signals.iter().filter(|s| s.is_sane()) {
+        let logical = match parse_sub_key(&s.key) {
+            Ok((base, Some(_))) => base,
+            _ => s.key.as_str(),
+        };
+        let id = (logical.to_owned(), s.kind, s.tenant, s.source.clone());
+        folded
+            .entry(id)
+            .and_modify(|f| f.rate += s.rate)
+            .or_insert_with(|| Signal {
+                key: logical.to_owned(),
+                ..s.clone()
+            });
+    }
+    folded.into_values().collect()
 }
 
 fn decide_key(
@@ -490,6 +514,25 @@ mod tests {
     }
 
     #[test]
+    fn salted_sub_keys_count_as_their_logical_key() {
+        let mut dir = BTreeMap::new();
+        step(&mut dir, &[write("p9", 2_400.0)], 0);
+        // Writers now spread p9 over p9#0..2: the sampler sees three keys at 800/s each.
+        let spread: Vec<_> = (0..3).map(|i| write(&format!("p9#{i}"), 800.0)).collect();
+        for t in [10, 700, 5_000] {
+            step(&mut dir, &spread, t);
+            assert_eq!(dir["p9"].calm_since, None, "still hot as a whole at {t}");
+        }
+        assert_eq!(dir.len(), 1, "no entry for a sub-key");
+        let folded = by_logical_key(&[write("p9#0", 1.0), write("p9#1", 2.0), read("p9#1", 4.0)]);
+        let rates: Vec<_> = folded
+            .iter()
+            .map(|s| (s.key.as_str(), s.kind, s.rate))
+            .collect();
+        assert_eq!(rates, [("p9", Kind::Read, 4.0), ("p9", Kind::Write, 3.0)]);
+    }
+
+    #[test]
     fn insane_signals_are_ignored() {
         let bad = [
             write("p1", f64::NAN),
@@ -501,6 +544,24 @@ mod tests {
     }
 
     proptest! {
+        /// Folding sub-keys keeps every unit of load: per kind, the total rate is unchanged,
+        /// and no folded key is itself a sub-key.
+        #[test]
+        fn folding_sub_keys_preserves_the_total_rate(
+            parts in prop::collection::vec((0u8..4, prop::option::of(0u16..8), any::<bool>(), 0.0f64..5_000.0), 0..40)
+        ) {
+            let signals: Vec<Signal> = parts.iter().map(|(k, salt, is_read, rate)| {
+                let key = match salt { Some(i) => format!("k{k}#{i}"), None => format!("k{k}") };
+                if *is_read { read(&key, *rate) } else { write(&key, *rate) }
+            }).collect();
+            let folded = by_logical_key(&signals);
+            for kind in [Kind::Read, Kind::Write] {
+                let total = |v: &[Signal]| v.iter().filter(|s| s.kind == kind).map(|s| s.rate).sum::<f64>();
+                prop_assert!((total(&signals) - total(&folded)).abs() < 1e-6);
+            }
+            prop_assert!(folded.iter().all(|s| !s.key.contains('#')));
+        }
+
         /// Against any rate trace: every change is conditional on the epoch it read, a key
         /// over the on line is always mitigated with enough S, a key that stays in the band
         /// between off and on never loses its mitigation, and a mitigation is only let go

@@ -1,0 +1,339 @@
+//! The `hotkey-controller` function's logic: what woke it, which keys are hot, what to write.
+//!
+//! Three triggers reach the controller (all EventBridge-shaped JSON):
+//! - **alarm state change** (`detail-type: CloudWatch Alarm State Change`): a hot-key or
+//!   throttle alarm fired or cleared; the controller reads Contributor Insights now;
+//! - **schedule** (`detail-type: Scheduled Event`, every minute): the same read, so calm keys
+//!   cool down even when no alarm changes state;
+//! - **sampler report** (`source: heatsink.sampler`, `detail`: a [`Report`]): a router's client
+//!   sampler names keys within seconds, before Contributor Insights' one-minute datapoints.
+//!
+//! Contributor Insights counts accesses, reads and writes together, so which fix a table's hot
+//! key needs is configuration ([`ControllerConfig::tables`]: `counters` is read-hot in the
+//! photo app, `liked` write-hot). A throttled-keys (`PKT`) contributor is at least at its
+//! partition's ceiling whatever its throttled count, so it is taken at the ceiling. The
+//! decision itself is [`heatsink_core::hot::decide`]: hysteresis, planner-sized S, epochs.
+
+use std::time::{Duration, SystemTime};
+
+use heatsink_core::detect::{Ceilings, Kind, Report};
+use heatsink_core::hot::{ControlConfig, Signal};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::detect::{Contributor, Insights, InsightsError, ReportQuery, RuleKind};
+use crate::directory::{ControlReport, Controller, DirectoryError};
+
+/// Errors of the controller function.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    /// The event is none of the three triggers (or a sampler report that does not parse).
+    #[error("unsupported event: {0}")]
+    BadEvent(String),
+    /// The configuration (`HEATSINK_CONTROLLER_TABLES`) is malformed.
+    #[error("bad controller configuration: {0}")]
+    Config(String),
+    /// Contributor Insights could not be read.
+    #[error(transparent)]
+    Insights(#[from] InsightsError),
+    /// The directory could not be read or written.
+    #[error(transparent)]
+    Directory(#[from] DirectoryError),
+}
+
+/// What woke the controller.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Trigger {
+    /// A CloudWatch alarm changed state.
+    Alarm {
+        /// The alarm's name.
+        name: String,
+        /// Its new state (`ALARM`, `OK`, `INSUFFICIENT_DATA`).
+        state: String,
+    },
+    /// The periodic tick.
+    Schedule,
+    /// A client sampler's report.
+    Sampler(Report),
+}
+
+/// The `source` of sampler-report events.
+pub const SAMPLER_SOURCE: &str = "heatsink.sampler";
+
+impl Trigger {
+    /// Recognises an EventBridge event (or a direct invocation with the same shape).
+    pub fn parse(event: &Value) -> Result<Self, ControlError> {
+        let field = |name: &str| event.get(name).and_then(Value::as_str);
+        if field("source") == Some(SAMPLER_SOURCE) {
+            let detail = event.get("detail").cloned().unwrap_or(Value::Null);
+            return serde_json::from_value(detail)
+                .map(Trigger::Sampler)
+                .map_err(|e| ControlError::BadEvent(format!("sampler report: {e}")));
+        }
+        match field("detail-type") {
+            Some("CloudWatch Alarm State Change") => {
+                let detail = event.get("detail");
+                let text = |p: &str| detail.and_then(|d| d.pointer(p)).and_then(Value::as_str);
+                match (text("/alarmName"), text("/state/value")) {
+                    (Some(name), Some(state)) => Ok(Trigger::Alarm {
+                        name: name.to_owned(),
+                        state: state.to_owned(),
+                    }),
+                    _ => Err(ControlError::BadEvent(
+                        "alarm state change without detail.alarmName and detail.state.value".into(),
+                    )),
+                }
+            }
+            Some("Scheduled Event") => Ok(Trigger::Schedule),
+            other => Err(ControlError::BadEvent(format!(
+                "detail-type {other:?}, source {:?} (expected an alarm state change, a schedule or source {SAMPLER_SOURCE})",
+                field("source")
+            ))),
+        }
+    }
+}
+
+/// Which tables the controller watches and what their hot keys need.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ControllerConfig {
+    /// Table → the kind its hot keys are (reads → cache, writes → salt).
+    pub tables: Vec<(String, Kind)>,
+    /// Minutes of Contributor Insights history to read.
+    pub minutes: u32,
+    /// Partition ceilings the rates are compared with.
+    pub ceilings: Ceilings,
+    /// Thresholds and timers of the decision.
+    pub control: ControlConfig,
+}
+
+impl ControllerConfig {
+    /// Parses `table:read,table:write` (the `HEATSINK_CONTROLLER_TABLES` variable).
+    pub fn parse_tables(spec: &str) -> Result<Vec<(String, Kind)>, ControlError> {
+        spec.split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(|item| match item.rsplit_once(':') {
+                Some((table, "read")) if !table.is_empty() => Ok((table.to_owned(), Kind::Read)),
+                Some((table, "write")) if !table.is_empty() => Ok((table.to_owned(), Kind::Write)),
+                _ => Err(ControlError::Config(format!(
+                    "{item:?} is not <table>:read or <table>:write"
+                ))),
+            })
+            .collect()
+    }
+
+    /// Watches `tables` with a 5-minute window, DynamoDB's ceilings and the default thresholds.
+    pub fn new(tables: Vec<(String, Kind)>) -> Self {
+        Self {
+            tables,
+            minutes: 5,
+            ceilings: Ceilings::dynamodb(),
+            control: ControlConfig::default(),
+        }
+    }
+
+    fn ceiling(&self, kind: Kind) -> f64 {
+        self.ceilings.ceiling(kind).unwrap_or(match kind {
+            Kind::Read => Ceilings::DYNAMODB_READ,
+            Kind::Write => Ceilings::DYNAMODB_WRITE,
+        })
+    }
+}
+
+/// The signals of a sampler report: every hot key, at its estimate, against its kind's ceiling.
+pub fn sampler_signals(report: &Report, config: &ControllerConfig) -> Vec<Signal> {
+    report
+        .hot
+        .iter()
+        .map(|h| Signal::from_hot_key(h, config.ceiling(h.kind)))
+        .collect()
+}
+
+/// The signals of Contributor Insights contributors of a table whose hot keys are `kind`.
+pub fn insights_signals(contributors: &[Contributor], kind: Kind, ceiling: f64) -> Vec<Signal> {
+    contributors
+        .iter()
+        .filter_map(|c| {
+            let key = c.partition_key()?;
+            let rate = match c.kind {
+                RuleKind::Pkt | RuleKind::Skt => c.peak_per_second().max(ceiling),
+                RuleKind::Pkc | RuleKind::Skc => c.peak_per_second(),
+            };
+            let source = format!("{} {}", c.target, c.kind.code());
+            Some(Signal::new(key, kind, rate, ceiling, &source))
+        })
+        .collect()
+}
+
+/// What one invocation did (the function's response and log line).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Outcome {
+    /// `alarm`, `schedule` or `sampler`.
+    pub trigger: &'static str,
+    /// Hot keys the signals named.
+    pub signals: usize,
+    /// Directory changes written, as `key: mode S=n epoch e` or `key: removed`.
+    pub changes: Vec<String>,
+    /// Keys whose change kept losing its epoch race (retried next time).
+    pub conflicts: Vec<String>,
+    /// Live directory entries after the run (the `HotKeys` metric).
+    pub hot_keys: usize,
+}
+
+/// The controller function: gathers signals for a trigger and runs the [`Controller`].
+#[derive(Debug, Clone)]
+pub struct ControllerFunction {
+    controller: Controller,
+    insights: Option<Insights>,
+    config: ControllerConfig,
+}
+
+impl ControllerFunction {
+    /// A function editing `controller`'s directory from `insights` (None: sampler reports only).
+    pub fn new(
+        controller: Controller,
+        insights: Option<Insights>,
+        config: ControllerConfig,
+    ) -> Self {
+        Self {
+            controller,
+            insights,
+            config,
+        }
+    }
+
+    /// Handles one event at `now`.
+    pub async fn handle(&self, event: &Value, now: SystemTime) -> Result<Outcome, ControlError> {
+        let trigger = Trigger::parse(event)?;
+        let (name, signals) = match &trigger {
+            Trigger::Sampler(report) => ("sampler", sampler_signals(report, &self.config)),
+            Trigger::Alarm { .. } => ("alarm", self.insights_signals(now).await?),
+            Trigger::Schedule => ("schedule", self.insights_signals(now).await?),
+        };
+        let unix = now
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or(Duration::ZERO)
+            .as_secs();
+        let report = self.controller.run(&signals, unix).await?;
+        Ok(outcome(name, signals.len(), report))
+    }
+
+    async fn insights_signals(&self, now: SystemTime) -> Result<Vec<Signal>, ControlError> {
+        let Some(insights) = &self.insights else {
+            return Ok(Vec::new());
+        };
+        let query = ReportQuery::last(self.config.minutes, now);
+        let mut signals = Vec::new();
+        for (table, kind) in &self.config.tables {
+            let hot = insights.hot_keys(table, &query).await?;
+            let ceiling = self.config.ceiling(*kind);
+            signals.extend(insights_signals(&hot.contributors, *kind, ceiling));
+        }
+        Ok(signals)
+    }
+}
+
+fn outcome(trigger: &'static str, signals: usize, report: ControlReport) -> Outcome {
+    use heatsink_core::hot::Change;
+    Outcome {
+        trigger,
+        signals,
+        changes: report
+            .applied
+            .iter()
+            .map(|c| match c {
+                Change::Put { entry, .. } => format!(
+                    "{}: {} S={} epoch {}",
+                    entry.key,
+                    entry.mode,
+                    entry.salts.current(),
+                    entry.epoch
+                ),
+                Change::Remove { key, .. } => format!("{key}: removed"),
+            })
+            .collect(),
+        conflicts: report.conflicts,
+        hot_keys: report.entries,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::detect::{Datapoint, Target};
+
+    #[test]
+    fn the_three_triggers_are_recognised_and_others_are_typed_errors() {
+        let alarm = json!({"detail-type": "CloudWatch Alarm State Change", "source": "aws.cloudwatch",
+            "detail": {"alarmName": "heatsink-counters-pkc-hot", "state": {"value": "ALARM"}}});
+        assert_eq!(
+            Trigger::parse(&alarm).unwrap(),
+            Trigger::Alarm {
+                name: "heatsink-counters-pkc-hot".into(),
+                state: "ALARM".into()
+            }
+        );
+        let tick = json!({"detail-type": "Scheduled Event", "source": "aws.events", "detail": {}});
+        assert_eq!(Trigger::parse(&tick).unwrap(), Trigger::Schedule);
+        let report = json!({"source": SAMPLER_SOURCE, "detail-type": "Hot keys sampled",
+            "detail": {"partitions": [], "hot": []}});
+        assert_eq!(
+            Trigger::parse(&report).unwrap(),
+            Trigger::Sampler(Report::default())
+        );
+        for bad in [
+            json!({"detail-type": "CloudWatch Alarm State Change", "detail": {}}),
+            json!({"source": SAMPLER_SOURCE, "detail": {"hot": 5}}),
+            json!({"Records": []}),
+        ] {
+            assert!(
+                matches!(Trigger::parse(&bad), Err(ControlError::BadEvent(_))),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn table_kinds_parse_and_bad_specs_are_refused() {
+        assert_eq!(
+            ControllerConfig::parse_tables("hs-counters:read, hs-liked:write,").unwrap(),
+            [
+                ("hs-counters".into(), Kind::Read),
+                ("hs-liked".into(), Kind::Write)
+            ]
+        );
+        for bad in ["hs-counters", "hs-counters:cache", ":read"] {
+            assert!(ControllerConfig::parse_tables(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn throttled_contributors_count_at_least_the_ceiling() {
+        let c = |kind, max_value| Contributor {
+            target: Target::table("t"),
+            rule: "r".into(),
+            kind,
+            keys: vec!["p9".into()],
+            approximate_aggregate_value: max_value,
+            max_value,
+            period_secs: 60,
+            datapoints: vec![Datapoint {
+                epoch_secs: 0,
+                value: max_value,
+            }],
+        };
+        let signals = insights_signals(
+            &[c(RuleKind::Pkc, 144_000.0), c(RuleKind::Pkt, 600.0)],
+            Kind::Write,
+            1_000.0,
+        );
+        assert_eq!(signals[0].rate, 2_400.0, "144,000 accesses in a minute");
+        assert_eq!(
+            signals[1].rate, 1_000.0,
+            "10 throttles/s means the partition is full"
+        );
+        assert!(signals[1].source.contains("PKT"));
+    }
+}
