@@ -4,7 +4,10 @@ use std::time::SystemTime;
 
 use aws_sdk_dynamodb::types::ContributorInsightsMode;
 use clap::{Args, ValueEnum};
-use heatsink::detect::{Contributor, HotKeys, Insights, InsightsStatus, ReportQuery, RuleKind};
+use heatsink::detect::{
+    Contributor, HotKeys, Insights, InsightsStatus, NamedKey, ReportQuery, RuleKind, Source, merge,
+};
+use heatsink::sim::sampler::fetch_report;
 
 use super::{CmdResult, sdk_config};
 
@@ -12,8 +15,12 @@ use super::{CmdResult, sdk_config};
 #[derive(Debug, Args)]
 pub struct TopArgs {
     /// Table name (its GSIs are included).
-    #[arg(long)]
-    table: String,
+    #[arg(long, required_unless_present = "from_sampler")]
+    table: Option<String>,
+    /// A running sampler's base URL (e.g. `heatsink sim`'s endpoint): read its `/_sim/hot`
+    /// report instead of, or with --table together with, Contributor Insights.
+    #[arg(long, value_name = "URL")]
+    from_sampler: Option<String>,
     /// Minutes of history to read (Contributor Insights keeps one datapoint per minute).
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1440))]
     minutes: u32,
@@ -30,8 +37,6 @@ pub struct TopArgs {
     /// shows index write throttling).
     #[arg(long, value_enum, default_value_t = Mode::AccessedAndThrottled, requires = "enable")]
     mode: Mode,
-    // A `--from-sampler URL` flag (a client sampler's report, joined with
-    // `heatsink::detect::merge`) belongs here.
 }
 
 /// Contributor Insights mode.
@@ -54,9 +59,17 @@ impl From<Mode> for ContributorInsightsMode {
 
 /// Prints the hottest keys, or enables Contributor Insights with `--enable`.
 pub async fn run(args: TopArgs) -> CmdResult {
+    let sampled = match &args.from_sampler {
+        Some(url) => Some(fetch_report(url).await?),
+        None => None,
+    };
+    let Some(table) = &args.table else {
+        let report = sampled.unwrap_or_default();
+        return print_named(&merge(&[], &report), "the sampler", args.json);
+    };
     let insights = Insights::new(&sdk_config().await);
     if args.enable {
-        let statuses = insights.enable(&args.table, args.mode.into()).await?;
+        let statuses = insights.enable(table, args.mode.into()).await?;
         print_enabled(&statuses, args.json)?;
         return Ok(());
     }
@@ -64,15 +77,64 @@ pub async fn run(args: TopArgs) -> CmdResult {
         limit: args.limit,
         ..ReportQuery::last(args.minutes, SystemTime::now())
     };
-    let hot = insights.hot_keys(&args.table, &query).await?;
+    let hot = insights.hot_keys(table, &query).await?;
+    if let Some(report) = sampled {
+        let what = format!("{table} (Contributor Insights) and the sampler");
+        return print_named(&merge(&hot.contributors, &report), &what, args.json);
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&hot)?);
     } else {
-        for line in render(&args.table, args.minutes, &hot) {
+        for line in render(table, args.minutes, &hot) {
             println!("{line}");
         }
     }
     Ok(())
+}
+
+/// Prints keys named by the sampler (and Contributor Insights), hottest first.
+fn print_named(named: &[NamedKey], what: &str, json: bool) -> CmdResult {
+    if json {
+        let rows: Vec<_> = named.iter().map(named_json).collect();
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(());
+    }
+    println!("hot keys named by {what}, hottest first");
+    println!("  {:<32} {:>10}  source", "key", "per s");
+    for n in named {
+        println!(
+            "  {:<32} {:>10.1}  {}",
+            n.key,
+            n.per_second,
+            source_text(&n.source)
+        );
+    }
+    if named.is_empty() {
+        println!("  none over the threshold in the window");
+    }
+    Ok(())
+}
+
+fn source_text(source: &Source) -> String {
+    match source {
+        Source::Insights { target, kind } => format!("{target} {}", kind.code()),
+        Source::Sampler {
+            partition,
+            kind,
+            certain,
+        } => format!(
+            "sampler {partition} {kind:?}{}",
+            if *certain {
+                ""
+            } else {
+                " (within the error bound)"
+            }
+        ),
+    }
+}
+
+fn named_json(n: &NamedKey) -> serde_json::Value {
+    serde_json::json!({"key": n.key, "per_second": n.per_second, "source": source_text(&n.source)})
 }
 
 fn print_enabled(statuses: &[InsightsStatus], json: bool) -> CmdResult {
@@ -138,6 +200,44 @@ mod tests {
     use heatsink::detect::{Gap, Target};
 
     use super::*;
+
+    #[test]
+    fn sampler_keys_print_with_their_partition_and_certainty() {
+        use heatsink::core::detect::{Estimate, HotKey, Kind};
+        let mut report = heatsink::core::detect::Report::default();
+        report.hot.push(HotKey {
+            partition: "counters/p3".into(),
+            key: "likes#p9".into(),
+            kind: Kind::Write,
+            estimate: 2_400.0,
+            lower_bound: 2_300.0,
+            error_bound: 100.0,
+            share_of_ceiling: 2.4,
+            share_of_partition: 0.98,
+            certain: false,
+            sampled: Estimate {
+                count: 240,
+                error: 10,
+            },
+        });
+        let named = merge(&[], &report);
+        assert_eq!(
+            source_text(&named[0].source),
+            "sampler counters/p3 Write (within the error bound)"
+        );
+        assert_eq!(named_json(&named[0])["per_second"], 2_400.0);
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            top: TopArgs,
+        }
+        use clap::Parser;
+        assert!(
+            Cli::try_parse_from(["top"]).is_err(),
+            "--table or --from-sampler"
+        );
+        assert!(Cli::try_parse_from(["top", "--from-sampler", "http://127.0.0.1:8100"]).is_ok());
+    }
 
     #[test]
     fn sections_follow_rule_kinds_and_gaps_come_last() {

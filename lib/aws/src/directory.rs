@@ -380,14 +380,15 @@ impl Controller {
 
 /// A directory snapshot shared by a process's writers and readers, at most `max_age` old.
 ///
-/// One caller refreshes while the others wait for it (a Scan per `max_age`, not per request).
-/// A failed refresh is an error: serving an older view than `max_age` would break the bound
-/// writers rely on when S changes.
+/// The hot path is a read lock and a clock read; one caller refreshes while the others wait for
+/// it (a Scan per `max_age`, not per request). A failed refresh is an error: serving an older
+/// view than `max_age` would break the bound writers rely on when S changes.
 #[derive(Debug)]
 pub struct CachedDirectory {
     directory: Directory,
     max_age: Duration,
-    current: Mutex<Option<(Instant, Arc<Snapshot>)>>,
+    current: std::sync::RwLock<Option<(Instant, Arc<Snapshot>)>>,
+    refresh: Mutex<()>,
 }
 
 impl CachedDirectory {
@@ -396,7 +397,8 @@ impl CachedDirectory {
         Self {
             directory,
             max_age,
-            current: Mutex::new(None),
+            current: std::sync::RwLock::new(None),
+            refresh: Mutex::new(()),
         }
     }
 
@@ -405,23 +407,35 @@ impl CachedDirectory {
         self.max_age
     }
 
+    fn fresh(&self) -> Option<Arc<Snapshot>> {
+        let current = self.current.read().ok()?;
+        let (at, snap) = current.as_ref()?;
+        (at.elapsed() < self.max_age).then(|| Arc::clone(snap))
+    }
+
     /// A snapshot at most `max_age` old, loading one if needed.
     pub async fn snapshot(&self) -> Result<Arc<Snapshot>, DirectoryError> {
-        let mut current = self.current.lock().await;
-        if let Some((at, snap)) = current.as_ref()
-            && at.elapsed() < self.max_age
-        {
-            return Ok(Arc::clone(snap));
+        if let Some(snap) = self.fresh() {
+            return Ok(snap);
+        }
+        let _one_refresh = self.refresh.lock().await;
+        // Whoever held the lock before us may have refreshed already.
+        if let Some(snap) = self.fresh() {
+            return Ok(snap);
         }
         let loaded_at = Instant::now();
         let snap = Arc::new(self.directory.snapshot(unix_now()).await?);
-        *current = Some((loaded_at, Arc::clone(&snap)));
+        if let Ok(mut current) = self.current.write() {
+            *current = Some((loaded_at, Arc::clone(&snap)));
+        }
         Ok(snap)
     }
 
     /// Drops the cached snapshot so the next call reads the table (after a local edit).
-    pub async fn invalidate(&self) {
-        *self.current.lock().await = None;
+    pub fn invalidate(&self) {
+        if let Ok(mut current) = self.current.write() {
+            *current = None;
+        }
     }
 }
 

@@ -65,6 +65,14 @@ use heatsink_core::detect::{Ceilings, DetectorConfig, Report};
 /// Errors of the simulator.
 #[derive(Debug, thiserror::Error)]
 pub enum SimError {
+    /// A sampler report could not be fetched or parsed.
+    #[error("cannot read the sampler report at {url}: {reason}")]
+    Fetch {
+        /// The report's URL.
+        url: String,
+        /// Why.
+        reason: String,
+    },
     /// The sampler or ceilings are misconfigured.
     #[error(transparent)]
     Sampler(#[from] heatsink_core::detect::DetectError),

@@ -41,7 +41,8 @@ pub struct Onset {
 pub struct OnsetReport {
     /// The sampler report first named the key.
     pub detected_ms: Option<u64>,
-    /// The controller wrote the key's salt entry.
+    /// The controller run that wrote the key's salt entry returned (writers may already have
+    /// seen the entry: the run re-reads the directory after writing).
     pub directory_ms: Option<u64>,
     /// A writer first wrote a salted sub-key.
     pub salting_ms: Option<u64>,

@@ -11,9 +11,15 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+
 use heatsink_core::detect::{Access, Ceilings, Detector, DetectorConfig, Kind, Report};
 use serde_json::{Map, Value};
 
+use super::SimError;
 use super::model::{key_bytes, partition_of};
 use super::request::TableKeys;
 
@@ -79,6 +85,29 @@ impl Sampler {
             self.detector = fresh;
         }
     }
+}
+
+/// Fetches a running sampler's report (`GET <endpoint>/_sim/hot`), e.g. for `heatsink top`.
+pub async fn fetch_report(endpoint: &str) -> Result<Report, SimError> {
+    let fetch = |reason: String| SimError::Fetch {
+        url: format!("{}/_sim/hot", endpoint.trim_end_matches('/')),
+        reason,
+    };
+    let uri: hyper::Uri = format!("{}/_sim/hot", endpoint.trim_end_matches('/'))
+        .parse()
+        .map_err(|e: hyper::http::uri::InvalidUri| fetch(e.to_string()))?;
+    let client: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+    let resp = client.get(uri).await.map_err(|e| fetch(e.to_string()))?;
+    if !resp.status().is_success() {
+        return Err(fetch(format!("HTTP {}", resp.status())));
+    }
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| fetch(e.to_string()))?
+        .to_bytes();
+    serde_json::from_slice(&body).map_err(|e| fetch(format!("not a sampler report: {e}")))
 }
 
 /// The item accesses of a data-plane request (Put/Update/Delete/Get and their batch forms).
