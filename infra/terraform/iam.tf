@@ -44,7 +44,7 @@ locals {
     ]
     "hotkey-controller" = [
       { Effect = "Allow", Action = ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:Query", "dynamodb:Scan"], Resource = aws_dynamodb_table.hotkeys.arn },
-      { Effect = "Allow", Action = ["dynamodb:DescribeContributorInsights"], Resource = concat([for t in local.tables : t.arn], ["${aws_dynamodb_table.posts.arn}/index/by-creator"]) },
+      { Effect = "Allow", Action = ["dynamodb:DescribeContributorInsights", "dynamodb:DescribeTable"], Resource = concat([for t in local.tables : t.arn], ["${aws_dynamodb_table.posts.arn}/index/by-creator"]) },
       { Effect = "Allow", Action = ["cloudwatch:GetInsightRuleReport"], Resource = concat([for name in keys(local.insight_rules) : "${local.insight_rule_arn_prefix}${name}"], ["${local.insight_rule_arn_prefix}DynamoDBContributorInsights-*-${var.prefix}*"]) },
       { Effect = "Allow", Action = ["cloudwatch:GetMetricData", "cloudwatch:DescribeInsightRules"], Resource = "*" },
     ]

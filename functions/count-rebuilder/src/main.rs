@@ -7,11 +7,11 @@ use serde_json::Value;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    tracing_subscriber::fmt().json().without_time().init();
+    heatsink::metrics::init_lambda_logging();
     let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
     let prefix = std::env::var("HEATSINK_PREFIX").unwrap_or_else(|_| DEFAULT_PREFIX.into());
     let schema = Schema::new(prefix);
-    let ddb = aws_sdk_dynamodb::Client::new(&config);
+    let ddb = heatsink::metrics::dynamodb_client(&config, &schema);
     let (ddb, schema) = (&ddb, &schema);
     run(service_fn(move |_event: LambdaEvent<Value>| async move {
         let report = heatsink::likes::rebuild(ddb, schema).await?;

@@ -4,6 +4,7 @@
 
 use heatsink::counter::CounterStore;
 use heatsink::likes::Aggregator;
+use heatsink::metrics::{Emf, Function};
 use heatsink::schema::{DEFAULT_PREFIX, Schema, Table};
 use lambda_runtime::{Error, LambdaEvent, run, service_fn};
 use serde_json::Value;
@@ -19,11 +20,17 @@ async fn handle(agg: &Aggregator, event: Value) -> Result<Value, Error> {
         "aws:kinesis" => {
             let (resp, report) = agg.handle_kinesis(serde_json::from_value(event)?).await;
             tracing::info!(report = %serde_json::to_string(&report)?, "kinesis batch");
+            Emf::new(Function::LikesAggregator)
+                .aggregate(&report)
+                .flush();
             Ok(serde_json::to_value(resp)?)
         }
         "aws:dynamodb" => {
             let (resp, report) = agg.handle_dynamodb(serde_json::from_value(event)?).await;
             tracing::info!(report = %serde_json::to_string(&report)?, "dynamodb batch");
+            Emf::new(Function::LikesAggregator)
+                .aggregate(&report)
+                .flush();
             Ok(serde_json::to_value(resp)?)
         }
         "" => Ok(serde_json::json!({"batchItemFailures": []})),
@@ -33,13 +40,13 @@ async fn handle(agg: &Aggregator, event: Value) -> Result<Value, Error> {
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    tracing_subscriber::fmt().json().without_time().init();
+    heatsink::metrics::init_lambda_logging();
     let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
     let prefix = std::env::var("HEATSINK_PREFIX").unwrap_or_else(|_| DEFAULT_PREFIX.into());
     let schema = Schema::new(prefix);
     let agg = Aggregator::new(
         CounterStore::new(
-            aws_sdk_dynamodb::Client::new(&config),
+            heatsink::metrics::dynamodb_client(&config, &schema),
             schema.table_name(Table::Counters),
         ),
         Some(aws_sdk_dynamodbstreams::Client::new(&config)),

@@ -289,7 +289,8 @@ export class HeatsinkStack extends Stack {
     ]);
     f['hotkey-controller'].addToRolePolicy(
       new iam.PolicyStatement({
-        actions: ['dynamodb:DescribeContributorInsights'],
+        // DescribeTable lists a table's GSIs so every index's rules are read too.
+        actions: ['dynamodb:DescribeContributorInsights', 'dynamodb:DescribeTable'],
         resources: TABLES.flatMap((spec) => [
           t[spec.logical].tableArn,
           ...spec.gsis.map((g) => `${t[spec.logical].tableArn}/index/${g.name}`),

@@ -10,13 +10,18 @@
 //! - [`likes`]: the reference application's handlers (likes API, aggregator, rebuilder).
 //! - [`scatter`]: parallel fan-out, batch reads and merged pagination across shards.
 //! - [`kinesis`]: which shard a key lands on; salts chosen to spread a hot key.
-//! - [`control`]: the hotkey-controller function: triggers, signals, one controller run.
 //! - [`detect`]: Contributor Insights on tables and GSIs, hot-key and throttle alarms, the dashboard.
 //! - [`directory`]: the hot-key directory, its bounded-age cache and the mitigation controller.
+//! - [`control`]: the hotkey-controller function: triggers, signals, one controller run.
+//! - [`admission`]: per-key and per-tenant token buckets with limits from the directory (429s).
+//! - [`cache`]: the micro-cache for hot reads (TTL, stale-while-revalidate, single-flight).
+//! - [`metrics`]: CloudWatch Embedded Metric Format and the capacity log lines of the functions.
 //! - [`sim`]: the partition simulator, a throttling proxy in front of any DynamoDB endpoint.
 //! - [`error`]: error types.
 pub use heatsink_core as core;
 
+pub mod admission;
+pub mod cache;
 pub mod control;
 pub mod counter;
 pub mod detect;
@@ -24,6 +29,7 @@ pub mod directory;
 pub mod error;
 pub mod kinesis;
 pub mod likes;
+pub mod metrics;
 pub mod scatter;
 pub mod schema;
 pub mod sim;

@@ -12,7 +12,7 @@
 //! no later record is counted ahead of an earlier one (which would hide it from the seq check).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use aws_lambda_events::apigw::{ApiGatewayV2httpRequest, ApiGatewayV2httpResponse};
 use aws_lambda_events::dynamodb::Event as DynamoDbEvent;
@@ -23,9 +23,12 @@ use aws_lambda_events::streams::{
 };
 use aws_sdk_dynamodb::types::AttributeValue;
 use heatsink_core::counter::{CounterKey, Deltas, Seq, WriterId};
+use heatsink_core::guard::{Decision, Scope};
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use crate::admission::Gate;
+use crate::cache::{CacheError, MicroCache, Source};
 use crate::counter::{CounterStore, CounterStoreError, FlushReport};
 use crate::error::describe;
 use crate::schema::{Schema, Table};
@@ -36,6 +39,8 @@ pub const COUNTER: &str = "likes";
 pub const USER_HEADER: &str = "x-user-id";
 /// Longest post or user id accepted.
 pub const MAX_ID_LEN: usize = 128;
+/// The response header telling how `GET /posts/{post}` was served: `hit`, `stale` or `miss`.
+pub const CACHE_HEADER: &str = "x-heatsink-cache";
 
 /// Errors of the likes application.
 #[derive(Debug, thiserror::Error)]
@@ -57,6 +62,9 @@ pub enum LikesError {
     /// The counters could not be flushed or read.
     #[error(transparent)]
     Counter(#[from] CounterStoreError),
+    /// A count read through the micro-cache failed (the store's error, shared by its waiters).
+    #[error(transparent)]
+    Cache(#[from] CacheError<CounterStoreError>),
     /// DynamoDB refused the request or could not be reached.
     #[error("DynamoDB: {0}")]
     Dynamo(String),
@@ -100,19 +108,74 @@ pub struct LikesApi {
     ddb: aws_sdk_dynamodb::Client,
     liked: String,
     posts: String,
-    counters: CounterStore,
+    counters: Arc<CounterStore>,
     known_posts: Mutex<HashSet<String>>,
+    /// Post → count, for `GET /posts/{post}`; `None`: every GET reads the counter.
+    cache: Option<MicroCache<String, i64>>,
+    /// Per-post and per-user admission for `POST`; `None`: every like is admitted.
+    gate: Option<Gate>,
 }
 
 impl LikesApi {
     /// The API over the tables of `schema`.
     pub fn new(ddb: aws_sdk_dynamodb::Client, schema: &Schema) -> Self {
         Self {
-            counters: CounterStore::new(ddb.clone(), schema.table_name(Table::Counters)),
+            counters: Arc::new(CounterStore::new(
+                ddb.clone(),
+                schema.table_name(Table::Counters),
+            )),
             liked: schema.table_name(Table::Liked),
             posts: schema.table_name(Table::Posts),
             ddb,
             known_posts: Mutex::new(HashSet::new()),
+            cache: None,
+            gate: None,
+        }
+    }
+
+    /// Admits `POST` likes through `gate` (key = post, tenant = user): a refused like is
+    /// answered 429 with `Retry-After` and nothing is written.
+    pub fn with_gate(mut self, gate: Gate) -> Self {
+        self.gate = Some(gate);
+        self
+    }
+
+    /// Serves `GET /posts/{post}` through `cache` ([`crate::cache`]; the Lambda uses TTL 1 s,
+    /// stale until 3 s), so a hot post costs about one counter Query per second per instance.
+    /// A new like through this API drops that post's entry: no count cached before the like is
+    /// served afterwards (the count itself moves when the aggregator flushes the like).
+    pub fn with_cache(mut self, cache: MicroCache<String, i64>) -> Self {
+        self.cache = Some(cache);
+        self
+    }
+
+    /// The micro-cache in front of count reads, if any.
+    pub fn cache(&self) -> Option<&MicroCache<String, i64>> {
+        self.cache.as_ref()
+    }
+
+    /// `None` when the like may go ahead; the 429 (or 400 for an id the gate refuses) if not.
+    async fn admit(&self, post: &str, user: &str) -> Option<ApiGatewayV2httpResponse> {
+        let gate = self.gate.as_ref()?;
+        match gate.check(post, user).await {
+            Ok(Decision::Admit) => None,
+            Ok(refused @ Decision::Reject { scope, .. }) => {
+                let secs = refused.retry_after_secs().unwrap_or(1);
+                let which = match scope {
+                    Scope::Key => format!("post {post}"),
+                    Scope::Tenant => format!("user {user}"),
+                };
+                let mut resp = response(
+                    429,
+                    json!({"error": format!("too many likes for {which}; retry after {secs} s"), "retry_after": secs}),
+                );
+                if let Ok(v) = secs.to_string().parse() {
+                    resp.headers
+                        .insert(aws_lambda_events::http::header::RETRY_AFTER, v);
+                }
+                Some(resp)
+            }
+            Err(e) => Some(response(400, json!({"error": e.to_string()}))),
         }
     }
 
@@ -155,7 +218,12 @@ impl LikesApi {
             .send()
             .await;
         match put {
-            Ok(_) => Ok(LikeOutcome::Liked),
+            Ok(_) => {
+                if let Some(cache) = &self.cache {
+                    cache.invalidate(post).await;
+                }
+                Ok(LikeOutcome::Liked)
+            }
             Err(e)
                 if e.as_service_error()
                     .is_some_and(|se| se.is_conditional_check_failed_exception()) =>
@@ -174,6 +242,24 @@ impl LikesApi {
         Ok(self.counters.read(&key).await?.total())
     }
 
+    /// A post's like count through the micro-cache when there is one, with how it was served
+    /// (`None`: no cache, read from the counter).
+    pub async fn cached_count(&self, post: &str) -> Result<(i64, Option<Source>), LikesError> {
+        let Some(cache) = &self.cache else {
+            return Ok((self.count(post).await?, None));
+        };
+        valid_id("post", post)?;
+        self.ensure_post(post).await?;
+        let counters = Arc::clone(&self.counters);
+        let read = cache
+            .get_or_load(post, move |post: String| async move {
+                let key = CounterKey::new(COUNTER, &post)?;
+                Ok(counters.read(&key).await?.total())
+            })
+            .await?;
+        Ok((read.value, Some(read.source)))
+    }
+
     /// Handles one API Gateway v2 / Function URL request.
     pub async fn handle(&self, req: ApiGatewayV2httpRequest) -> ApiGatewayV2httpResponse {
         let method = req.request_context.http.method.as_str().to_owned();
@@ -183,6 +269,8 @@ impl LikesApi {
             .or_else(|| req.request_context.http.path.clone())
             .unwrap_or_default();
         let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+        // How a GET was served, for the `x-heatsink-cache` header (`None`: not through a cache).
+        let mut served: Option<Source> = None;
         let result = match (method.as_str(), parts.as_slice()) {
             ("POST", ["posts", post, "likes"]) => {
                 let user = req
@@ -195,6 +283,8 @@ impl LikesApi {
                     Err(LikesError::BadRequest(format!(
                         "the {USER_HEADER} header names the liking user"
                     )))
+                } else if let Some(refused) = self.admit(post, &user).await {
+                    return refused;
                 } else {
                     self.like(&user, post).await.map(|outcome| {
                         let status = if outcome == LikeOutcome::Liked {
@@ -209,10 +299,10 @@ impl LikesApi {
                     })
                 }
             }
-            ("GET", ["posts", post]) => self
-                .count(post)
-                .await
-                .map(|n| (200, json!({"post": post, "likes": n}))),
+            ("GET", ["posts", post]) => self.cached_count(post).await.map(|(n, source)| {
+                served = source;
+                (200, json!({"post": post, "likes": n}))
+            }),
             (_, ["posts", _, "likes"]) | (_, ["posts", _]) => {
                 return response(
                     405,
@@ -227,7 +317,16 @@ impl LikesApi {
             }
         };
         match result {
-            Ok((status, body)) => response(status, body),
+            Ok((status, body)) => {
+                let mut resp = response(status, body);
+                if let Some(source) = served {
+                    resp.headers.insert(
+                        CACHE_HEADER,
+                        aws_lambda_events::http::HeaderValue::from_static(source.as_header()),
+                    );
+                }
+                resp
+            }
             Err(e @ LikesError::BadRequest(_)) => response(400, json!({"error": e.to_string()})),
             Err(e @ LikesError::UnknownPost(_)) => response(404, json!({"error": e.to_string()})),
             Err(e) => {
@@ -302,6 +401,28 @@ pub struct AggregateReport {
     pub failed_at: Option<String>,
     /// Why the batch failed, if it did.
     pub error: Option<String>,
+    /// Like events applied to the in-memory aggregate that did not reach `counters` (the flush
+    /// failed; Lambda retries them): the `CounterLagEvents` metric.
+    pub unflushed: u64,
+    /// Milliseconds from the oldest counted like's `ApproximateCreationDateTime` to the end of
+    /// its flush: the `CounterFlushDelaySeconds` metric. `None` when nothing new was counted.
+    pub flush_delay_ms: Option<u64>,
+}
+
+/// A change record's `dynamodb.ApproximateCreationDateTime` in ms since the epoch. DynamoDB
+/// Streams events give seconds, Kinesis Data Streams for DynamoDB ms or µs (per the table's
+/// `ApproximateCreationDateTimePrecision`); the magnitude tells which for any date in 2001–2286.
+pub fn approximate_creation_ms(record: &Value) -> Option<u64> {
+    let t = record
+        .pointer("/dynamodb/ApproximateCreationDateTime")?
+        .as_f64()?;
+    let ms = match t {
+        t if !t.is_finite() || t <= 0.0 => return None,
+        t if t < 1e11 => t * 1e3,
+        t if t < 1e14 => t,
+        t => t / 1e3,
+    };
+    Some(ms as u64)
 }
 
 /// A stream shard and the sequence numbers it holds (`None` end: still open).
@@ -334,24 +455,25 @@ impl Aggregator {
         let mut report = AggregateReport::default();
         let mut deltas = Deltas::new();
         let mut posts = BTreeMap::new();
+        let mut oldest_ms: Option<u64> = None;
         for (id, seq, change) in records {
             let parsed = change
                 .map_err(|reason| LikesError::BadRecord {
                     id: id.clone(),
                     reason,
                 })
-                .and_then(|c| like_event(&id, &c))
-                .and_then(|ev| {
+                .and_then(|c| Ok((like_event(&id, &c)?, approximate_creation_ms(&c))))
+                .and_then(|(ev, created)| {
                     let seq = Seq::parse(&seq).map_err(|e| LikesError::BadRecord {
                         id: id.clone(),
                         reason: e.to_string(),
                     })?;
                     let key =
                         CounterKey::new(COUNTER, &ev.post).map_err(CounterStoreError::from)?;
-                    Ok((key, seq, ev.delta))
+                    Ok((key, seq, ev.delta, created))
                 });
             match parsed {
-                Ok((key, seq, delta)) => {
+                Ok((key, seq, delta, created)) => {
                     *posts.entry(key.clone()).or_insert(0) += 1;
                     if let Err(e) = deltas.add_record(key, seq, delta) {
                         tracing::error!(record = %id, error = %e, "unusable record");
@@ -359,6 +481,9 @@ impl Aggregator {
                         break;
                     }
                     report.records += 1;
+                    if let Some(t) = created {
+                        oldest_ms = Some(oldest_ms.map_or(t, |o| o.min(t)));
+                    }
                 }
                 Err(e) => {
                     tracing::error!(record = %id, error = %e, "unusable record; failing the batch from it");
@@ -373,10 +498,17 @@ impl Aggregator {
             return report;
         }
         match self.counters.flush(writer, &deltas).await {
-            Ok(flush) => report.flush = flush,
+            Ok(flush) => {
+                if flush.counted > 0 {
+                    report.flush_delay_ms =
+                        oldest_ms.map(|t| crate::stream::now_ms().saturating_sub(t));
+                }
+                report.flush = flush;
+            }
             Err(e) => {
                 tracing::error!(error = %e, "flush failed; the whole batch will be retried");
                 report.error = Some(e.to_string());
+                report.unflushed = report.records;
                 report.records = 0;
                 report.flush = FlushReport::default();
                 report.failed_at = Some(String::new());
@@ -761,5 +893,100 @@ fn stream_attr_json(v: &aws_sdk_dynamodbstreams::types::AttributeValue) -> Value
             json!({ "M": m.iter().map(|(k, v)| (k.clone(), stream_attr_json(v))).collect::<serde_json::Map<_, _>>() })
         }
         _ => json!({ "NULL": true }),
+    }
+}
+
+#[cfg(test)]
+mod cache_tests {
+    use aws_lambda_events::http::{HeaderValue, Method};
+    use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
+    use aws_sdk_dynamodb::operation::get_item::GetItemOutput;
+    use aws_sdk_dynamodb::operation::put_item::PutItemOutput;
+    use aws_sdk_dynamodb::operation::query::QueryOutput;
+    use aws_smithy_mocks::{Rule, RuleMode, mock};
+
+    use super::*;
+
+    /// DynamoDB answering: post `p9` exists, its counter holds 10 (one `fix` sub-key), and every
+    /// like is new. The returned rule counts the counter Queries.
+    fn ddb() -> (aws_sdk_dynamodb::Client, Rule) {
+        let get = mock!(aws_sdk_dynamodb::Client::get_item).then_output(|| {
+            GetItemOutput::builder()
+                .item("post", AttributeValue::S("p9".into()))
+                .build()
+        });
+        let query = mock!(aws_sdk_dynamodb::Client::query).then_compute_output(|_| {
+            QueryOutput::builder()
+                .items(HashMap::from([
+                    ("pk".to_owned(), AttributeValue::S("likes#p9".into())),
+                    ("sk".to_owned(), AttributeValue::S("fix".into())),
+                    ("total".to_owned(), AttributeValue::N("10".into())),
+                ]))
+                .build()
+        });
+        let put = mock!(aws_sdk_dynamodb::Client::put_item)
+            .then_output(|| PutItemOutput::builder().build());
+        let mocks = aws_smithy_mocks::MockResponseInterceptor::new()
+            .rule_mode(RuleMode::MatchAny)
+            .with_rule(&get)
+            .with_rule(&query)
+            .with_rule(&put);
+        let conf = aws_sdk_dynamodb::Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .region(Region::new("us-east-1"))
+            .credentials_provider(Credentials::new("test", "test", None, None, "test"))
+            .http_client(aws_smithy_mocks::create_mock_http_client())
+            .interceptor(mocks)
+            .build();
+        (aws_sdk_dynamodb::Client::from_conf(conf), query)
+    }
+
+    fn request(method: Method, path: &str) -> ApiGatewayV2httpRequest {
+        let mut req = ApiGatewayV2httpRequest::default();
+        req.request_context.http.method = method;
+        req.raw_path = Some(path.to_owned());
+        req.headers
+            .insert(USER_HEADER, HeaderValue::from_static("u1"));
+        req
+    }
+
+    fn served(resp: &ApiGatewayV2httpResponse) -> Option<&str> {
+        resp.headers.get(CACHE_HEADER).and_then(|v| v.to_str().ok())
+    }
+
+    #[tokio::test]
+    async fn a_cached_get_queries_the_counter_once_and_a_local_like_drops_the_entry() {
+        let (client, query) = ddb();
+        let api =
+            LikesApi::new(client, &Schema::default()).with_cache(MicroCache::builder().build());
+        let first = api.handle(request(Method::GET, "/posts/p9")).await;
+        assert_eq!((first.status_code, served(&first)), (200, Some("miss")));
+        let second = api.handle(request(Method::GET, "/posts/p9")).await;
+        assert_eq!((second.status_code, served(&second)), (200, Some("hit")));
+        assert_eq!(
+            query.num_calls(),
+            1,
+            "the second GET was answered from memory"
+        );
+        let like = api.handle(request(Method::POST, "/posts/p9/likes")).await;
+        assert_eq!(like.status_code, 201);
+        let after = api.handle(request(Method::GET, "/posts/p9")).await;
+        assert_eq!(
+            served(&after),
+            Some("miss"),
+            "a local like drops the cached count"
+        );
+        assert_eq!(query.num_calls(), 2);
+    }
+
+    #[tokio::test]
+    async fn without_a_cache_every_get_queries_the_counter_and_has_no_cache_header() {
+        let (client, query) = ddb();
+        let api = LikesApi::new(client, &Schema::default());
+        for _ in 0..2 {
+            let resp = api.handle(request(Method::GET, "/posts/p9")).await;
+            assert_eq!((resp.status_code, served(&resp)), (200, None));
+        }
+        assert_eq!(query.num_calls(), 2);
     }
 }

@@ -204,3 +204,69 @@ async fn a_poison_record_is_reported_and_blocks_nothing_before_it() {
     assert!(resp.batch_item_failures.is_empty());
     assert_eq!(api.count("p9").await.expect("count"), 5);
 }
+
+#[tokio::test]
+async fn likes_over_a_limit_from_the_directory_get_429_and_write_nothing() {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use heatsink::admission::Gate;
+    use heatsink::core::guard::{AdmissionConfig, Limit};
+    use heatsink::core::hot::{Change, Entry};
+    use heatsink::directory::{CachedDirectory, Directory, unix_now};
+
+    let fx = fixture!("likes_over_a_limit_from_the_directory_get_429_and_write_nothing");
+    let (api, _) = setup(&fx, &["p1", "p2", "p3"]).await;
+    fx.table(Table::Hotkeys).await;
+    let directory = Directory::from_schema(fx.stack.ddb.clone(), &fx.schema);
+    // The bot u9 is limited to 1 like/s by a directory entry; everyone else gets 100/s.
+    let entry = Entry::limit(
+        "tenant#u9",
+        1,
+        "abusive tenant",
+        unix_now(),
+        unix_now() + 600,
+    );
+    directory
+        .apply(&Change::Put {
+            entry,
+            expected_epoch: None,
+        })
+        .await
+        .expect("limit u9");
+    let cached = Arc::new(CachedDirectory::new(directory, Duration::from_secs(5)));
+    let gate = Gate::new(
+        AdmissionConfig::new(None, Some(Limit::per_second(100, 100).expect("limit"))),
+        Some(cached),
+    )
+    .expect("gate");
+    let api = api.with_gate(gate);
+    let first = api
+        .handle(request(Method::POST, "/posts/p1/likes", Some("u9")))
+        .await;
+    assert_eq!(first.status_code, 201);
+    let refused = api
+        .handle(request(Method::POST, "/posts/p2/likes", Some("u9")))
+        .await;
+    assert_eq!(refused.status_code, 429, "{:?}", refused.body);
+    assert_eq!(refused.headers["retry-after"], "1");
+    assert_eq!(body(&refused)["retry_after"], 1);
+    let other = api
+        .handle(request(Method::POST, "/posts/p2/likes", Some("u1")))
+        .await;
+    assert_eq!(other.status_code, 201, "the limit is u9's alone");
+    // Nothing was written for the refused like: u9 has exactly one durable like.
+    let u9 = fx
+        .stack
+        .ddb
+        .query()
+        .table_name(fx.schema.table_name(Table::Liked))
+        .key_condition_expression("#u = :u")
+        .expression_attribute_names("#u", "user")
+        .expression_attribute_values(":u", AttributeValue::S("u9".into()))
+        .consistent_read(true)
+        .send()
+        .await
+        .expect("query");
+    assert_eq!(u9.count, 1);
+}

@@ -1,0 +1,56 @@
+//! hotkey-controller: on an alarm state change, every minute, or a sampler report, names the hot
+//! keys (Contributor Insights or the report) and updates the hot-key directory with hysteresis.
+//! All logic is in `heatsink::control::ControllerFunction`.
+//!
+//! Environment: `HEATSINK_PREFIX` (default `heatsink-`); `HEATSINK_CONTROLLER_TABLES`, a list of
+//! `<table>:read|write` saying what each watched table's hot keys need (default: the counters
+//! table, read-hot: the celebrity post's count).
+
+use heatsink::control::{ControllerConfig, ControllerFunction};
+use heatsink::detect::Insights;
+use heatsink::directory::{Controller, Directory};
+use heatsink::metrics::{Emf, Function, Metric};
+use heatsink::schema::{DEFAULT_PREFIX, Schema, Table};
+use lambda_runtime::{Error, LambdaEvent, run, service_fn};
+use serde_json::Value;
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    heatsink::metrics::init_lambda_logging();
+    let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    let prefix = std::env::var("HEATSINK_PREFIX").unwrap_or_else(|_| DEFAULT_PREFIX.into());
+    let schema = Schema::new(prefix);
+    let tables = match std::env::var("HEATSINK_CONTROLLER_TABLES") {
+        Ok(spec) => ControllerConfig::parse_tables(&spec)?,
+        Err(_) => {
+            ControllerConfig::parse_tables(&format!("{}:read", schema.table_name(Table::Counters)))?
+        }
+    };
+    let settings = ControllerConfig::new(tables);
+    let directory =
+        Directory::from_schema(heatsink::metrics::dynamodb_client(&sdk, &schema), &schema);
+    let function = ControllerFunction::new(
+        Controller::new(directory, settings.control.clone()),
+        Some(Insights::new(&sdk)),
+        settings,
+    );
+    let function = &function;
+    run(service_fn(move |event: LambdaEvent<Value>| async move {
+        let outcome = function
+            .handle(&event.payload, std::time::SystemTime::now())
+            .await?;
+        tracing::info!(
+            trigger = outcome.trigger,
+            signals = outcome.signals,
+            changes = ?outcome.changes,
+            conflicts = ?outcome.conflicts,
+            hot_keys = outcome.hot_keys,
+            "controller run"
+        );
+        Emf::new(Function::HotkeyController)
+            .count(Metric::HotKeys, outcome.hot_keys as u64)
+            .flush();
+        Ok::<_, Error>(serde_json::to_value(outcome)?)
+    }))
+    .await
+}
