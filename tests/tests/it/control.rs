@@ -128,3 +128,104 @@ async fn a_key_that_turns_hot_is_named_salted_and_spread_in_the_closed_loop() {
     );
     assert!(p9.reason.contains("write-hot"), "{}", p9.reason);
 }
+
+/// A client of `$krate` answering from aws-smithy-mocks `$rules` (no emulator implements
+/// Contributor Insights; the shapes follow the AWS API reference).
+macro_rules! mocked {
+    ($krate:ident $(, $rule:expr)* $(,)?) => {{
+        use aws_smithy_mocks::{MockResponseInterceptor, RuleMode, create_mock_http_client};
+        let interceptor = MockResponseInterceptor::new()
+            .rule_mode(RuleMode::MatchAny)
+            $(.with_rule(&$rule))*;
+        $krate::Client::from_conf(
+            $krate::Config::builder()
+                .behavior_version($krate::config::BehaviorVersion::latest())
+                .region($krate::config::Region::new("us-east-1"))
+                .credentials_provider($krate::config::Credentials::new("AKID", "SECRET", None, None, "mocked"))
+                .http_client(create_mock_http_client())
+                .interceptor(interceptor)
+                .build(),
+        )
+    }};
+}
+
+#[tokio::test]
+async fn mocked_insights_alarm_trigger_salts_the_named_key_in_the_real_directory() {
+    use aws_sdk_cloudwatch::operation::get_insight_rule_report::GetInsightRuleReportOutput;
+    use aws_sdk_cloudwatch::primitives::DateTime;
+    use aws_sdk_cloudwatch::types::{InsightRuleContributor, InsightRuleContributorDatapoint};
+    use aws_sdk_dynamodb::operation::describe_contributor_insights::DescribeContributorInsightsOutput;
+    use aws_sdk_dynamodb::operation::describe_table::DescribeTableOutput;
+    use aws_sdk_dynamodb::types::{ContributorInsightsStatus, TableDescription};
+    use aws_smithy_mocks::mock;
+    use heatsink::detect::Insights;
+
+    let fx = fixture!("mocked_insights_alarm_trigger_salts_the_named_key_in_the_real_directory");
+    fx.table(Table::Hotkeys).await;
+    let table = "heatsink-counters";
+    let rule = format!("DynamoDBContributorInsights-PKC-{table}-1700000000000");
+    let describe = mock!(aws_sdk_dynamodb::Client::describe_table).then_output(move || {
+        DescribeTableOutput::builder()
+            .table(TableDescription::builder().table_name(table).build())
+            .build()
+    });
+    let rules = vec![rule.clone()];
+    let insights =
+        mock!(aws_sdk_dynamodb::Client::describe_contributor_insights).then_output(move || {
+            DescribeContributorInsightsOutput::builder()
+                .table_name(table)
+                .set_contributor_insights_rule_list(Some(rules.clone()))
+                .contributor_insights_status(ContributorInsightsStatus::Enabled)
+                .build()
+        });
+    // likes#p9's sub-keys were written 144,000 times in their busiest minute: 2,400 writes/s.
+    let report = mock!(aws_sdk_cloudwatch::Client::get_insight_rule_report).then_output(|| {
+        let contributor = |key: &str, per_minute: f64| {
+            InsightRuleContributor::builder()
+                .keys(key)
+                .approximate_aggregate_value(per_minute)
+                .datapoints(
+                    InsightRuleContributorDatapoint::builder()
+                        .timestamp(DateTime::from_secs(1_700_000_000))
+                        .approximate_value(per_minute)
+                        .build(),
+                )
+                .build()
+        };
+        GetInsightRuleReportOutput::builder()
+            .key_labels("pk")
+            .contributors(contributor("likes#p9", 144_000.0))
+            .contributors(contributor("likes#p1", 600.0))
+            .build()
+    });
+    let ddb = mocked!(aws_sdk_dynamodb, describe, insights);
+    let cw = mocked!(aws_sdk_cloudwatch, report);
+    let directory = Directory::from_schema(fx.stack.ddb.clone(), &fx.schema);
+    let config = ControllerConfig::new(vec![(
+        table.to_owned(),
+        heatsink::core::detect::Kind::Write,
+    )]);
+    let f = ControllerFunction::new(
+        Controller::new(directory.clone(), ControlConfig::default()),
+        Some(Insights::from_clients(ddb, cw)),
+        config,
+    );
+    let alarm = json!({"detail-type": "CloudWatch Alarm State Change", "source": "aws.cloudwatch",
+        "detail": {"alarmName": "heatsink-counters-pkc-hot", "state": {"value": "ALARM"}}});
+    let outcome = f.handle(&alarm, SystemTime::now()).await.expect("handled");
+    assert_eq!(
+        (outcome.trigger, outcome.signals, outcome.hot_keys),
+        ("alarm", 2, 1)
+    );
+    let p9 = directory
+        .get("likes#p9")
+        .await
+        .expect("get")
+        .expect("salted");
+    assert_eq!((p9.mode, p9.salts.current()), (Mode::Salt, 3));
+    assert!(p9.reason.contains("PKC"), "{}", p9.reason);
+    assert!(
+        directory.get("likes#p1").await.expect("get").is_none(),
+        "10/s is cold"
+    );
+}
