@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodbstreams::types::ShardIteratorType;
@@ -25,7 +25,8 @@ use heatsink::core::keys::SaltedKey;
 use heatsink::counter::CounterStore;
 use heatsink::likes::{Aggregator, LikeOutcome, LikesApi, dynamodb_event, rebuild};
 use heatsink::schema::{self, DEFAULT_PREFIX, Schema, Table};
-use heatsink::sim::load::OpenLoop;
+use heatsink::sim::load::{LoadReport, OpenLoop};
+use heatsink::sim::model::partition_of;
 use heatsink::sim::{SimConfig, Simulator, Stats};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use serde::Serialize;
@@ -50,6 +51,13 @@ pub struct DemoArgs {
     /// Partitions the simulator gives each table.
     #[arg(long, default_value_t = 4)]
     partitions: u32,
+    /// Sub-keys of p9 for the salted strategy (the seed's 8 is sized for 2,400 likes/s).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(2..=1000))]
+    salts: u16,
+    /// Most likes in flight; beyond it the load generator sheds likes and reports how many
+    /// (each in-flight like holds one HTTP connection to the simulator).
+    #[arg(long, default_value_t = 512)]
+    max_in_flight: usize,
     /// Scale rates and partition ceilings together (0.1 = p9 at 240/s against 100 WCU/s
     /// partitions): the same ratios at a speed a local emulator sustains.
     #[arg(long, default_value_t = 1.0)]
@@ -101,17 +109,48 @@ fn parse_chaos(text: &str) -> Result<Chaos, String> {
     Ok(chaos)
 }
 
+/// Writes, throttles and the busiest partition of one table.
+#[derive(Debug, Clone, Serialize)]
+struct TableLoad {
+    writes: u64,
+    throttled: u64,
+    max_partition_utilisation: f64,
+}
+
 /// One strategy's results.
 #[derive(Debug, Clone, Serialize)]
 struct Outcome {
     strategy: &'static str,
+    /// p9 likes the schedule offered (`--rate` x `--duration`).
+    likes_offered: u64,
+    /// p9 likes sent (offered minus those shed at the in-flight cap).
     likes_sent: u64,
     likes_acknowledged: u64,
+    /// Likes of every post sent (p9 and the 15 baseline posts).
+    all_likes_sent: u64,
+    /// Likes of every post never started because the in-flight cap was reached.
+    shed: u64,
+    /// Seconds from the first like sent to the last answer.
+    load_seconds: f64,
     count_read: i64,
     truth: i64,
+    /// Write requests admitted on the counters table.
     partition_writes: u64,
+    /// Counter write requests per 1,000 likes sent (all posts).
+    writes_per_1k_likes: f64,
+    /// Counter write requests per second of load (`--duration`).
+    writes_per_s: f64,
     throttled: u64,
+    /// Throttled requests on the counters table.
+    counter_throttled: u64,
     max_partition_utilisation: f64,
+    /// Salted only: how many of p9's sub-keys hash to each counters partition (the key names
+    /// carry the run's tag, so placement, and with it the busiest partition, changes per run).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    salt_placement: Option<Vec<u32>>,
+    /// Pre-aggregated only: the durable like writes on `liked` (spread by user).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    liked: Option<TableLoad>,
     #[serde(skip_serializing_if = "Option::is_none")]
     faults: Option<BTreeMap<&'static str, u64>>,
     #[serde(skip)]
@@ -129,9 +168,23 @@ struct Run<'a> {
 }
 
 fn post_of(tag: &str, strategy: &str, i: u64, baseline: u32, rate: u32) -> String {
-    // Of every (rate + 15 × baseline) likes, `rate` go to p9 and `baseline` to each other post.
+    // Of every (rate + 15 × baseline) likes, `rate` go to p9 and `baseline` to each other post,
+    // interleaved as real traffic is: like i takes slot (i × stride) mod cycle, a permutation of
+    // each cycle because the stride (about cycle / golden ratio) is coprime to it. In blocks (all
+    // of p9's likes, then the others') most stream batches would touch p9 alone, which flatters
+    // the pre-aggregated strategy's writes per batch.
     let cycle = u64::from(rate) + 15 * u64::from(baseline);
-    let slot = i % cycle;
+    let gcd = |mut a: u64, mut b: u64| {
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        a
+    };
+    let mut stride = (cycle * 618 / 1000).max(1);
+    while gcd(stride, cycle) != 1 {
+        stride += 1;
+    }
+    let slot = (i % cycle) * stride % cycle;
     let n = if slot < u64::from(rate) {
         9
     } else {
@@ -164,9 +217,12 @@ fn progress(strategy: &str, sent: u64, total: u64) {
 }
 
 impl Run<'_> {
+    /// The open-loop schedule, shedding (and counting) likes beyond `--max-in-flight`.
     fn load(&self) -> OpenLoop {
         let rate = self.args.rate + 15 * self.args.baseline;
-        OpenLoop::new(rate, Duration::from_secs(self.args.duration))
+        let mut load = OpenLoop::new(rate, Duration::from_secs(self.args.duration));
+        load.max_in_flight = self.args.max_in_flight.max(1);
+        load
     }
 
     fn total(&self) -> u64 {
@@ -177,18 +233,39 @@ impl Run<'_> {
         self.schema.table_name(Table::Counters)
     }
 
-    fn outcome(&self, strategy: &'static str, sent: u64, acked: u64, count: i64) -> Outcome {
+    fn outcome(
+        &self,
+        strategy: &'static str,
+        load: &LoadReport,
+        sent: u64,
+        acked: u64,
+        count: i64,
+    ) -> Outcome {
         let stats = self.sim.stats();
         let table = self.counters();
+        let writes = stats.table_writes(&table);
         Outcome {
             strategy,
+            likes_offered: u64::from(self.args.rate) * self.args.duration,
             likes_sent: sent,
             likes_acknowledged: acked,
+            all_likes_sent: load.sent,
+            shed: load.shed,
+            load_seconds: load.elapsed.as_secs_f64(),
             count_read: count,
             truth: acked as i64,
-            partition_writes: stats.table_writes(&table),
+            partition_writes: writes,
+            writes_per_1k_likes: if load.sent == 0 {
+                0.0
+            } else {
+                writes as f64 * 1000.0 / load.sent as f64
+            },
+            writes_per_s: writes as f64 / self.args.duration.max(1) as f64,
             throttled: stats.throttled(),
+            counter_throttled: stats.table_throttled(&table),
             max_partition_utilisation: stats.max_utilisation(&table),
+            salt_placement: None,
+            liked: None,
             faults: None,
             stats: Some(stats),
         }
@@ -204,7 +281,8 @@ impl Run<'_> {
         let ddb = &self.via_sim;
         let total = self.total();
         let (p9_sent, p9_acked) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-        self.load()
+        let report = self
+            .load()
             .run(
                 |i| {
                     let post = post_of(tag, strategy, i, args.baseline, args.rate);
@@ -270,12 +348,22 @@ impl Run<'_> {
                 })
                 .unwrap_or(0);
         }
-        Ok(self.outcome(
+        let mut out = self.outcome(
             strategy,
+            &report,
             p9_sent.load(Ordering::Relaxed),
             p9_acked.load(Ordering::Relaxed),
             count,
-        ))
+        );
+        if salts > 1 {
+            let parts = self.args.partitions.max(1);
+            let mut placement = vec![0u32; parts as usize];
+            for k in SaltedKey::new(format!("{strategy}#{tag}-{strategy}-p9"), salts)?.sub_keys() {
+                placement[partition_of(k.as_bytes(), parts) as usize] += 1;
+            }
+            out.salt_placement = Some(placement);
+        }
+        Ok(out)
     }
 
     async fn pre_aggregated(
@@ -339,7 +427,7 @@ impl Run<'_> {
             report
         };
         let consume = consume_stream(&self.streams, &agg, &arn, done.clone(), chaos);
-        let (_, faults) = tokio::join!(load, consume);
+        let (report, faults) = tokio::join!(load, consume);
         eprintln!();
         let faults = faults?;
         let rebuilt = rebuild(&self.direct, self.schema).await?;
@@ -351,10 +439,19 @@ impl Run<'_> {
         let count = api.count(&format!("{tag}-{STRATEGY}-p9")).await?;
         let mut out = self.outcome(
             STRATEGY,
+            &report,
             p9_sent.load(Ordering::Relaxed),
             p9_acked.load(Ordering::Relaxed),
             count,
         );
+        if let Some(stats) = &out.stats {
+            let liked = self.schema.table_name(Table::Liked);
+            out.liked = Some(TableLoad {
+                writes: stats.table_writes(&liked),
+                throttled: stats.table_throttled(&liked),
+                max_partition_utilisation: stats.max_utilisation(&liked),
+            });
+        }
         out.faults = Some(faults);
         Ok(out)
     }
@@ -377,65 +474,76 @@ async fn consume_stream(
         ("batches", 0),
     ]);
     let mut iterators: BTreeMap<String, Option<String>> = BTreeMap::new();
+    let mut described: Option<Instant> = None;
     let mut idle_rounds = 0;
     loop {
-        let desc = streams.describe_stream().stream_arn(arn).send().await?;
-        for shard in desc
-            .stream_description()
-            .map(|d| d.shards())
-            .unwrap_or_default()
-        {
-            let Some(id) = shard.shard_id() else { continue };
-            if !iterators.contains_key(id) {
-                let it = streams
-                    .get_shard_iterator()
-                    .stream_arn(arn)
-                    .shard_id(id)
-                    .shard_iterator_type(ShardIteratorType::TrimHorizon)
-                    .send()
-                    .await?
-                    .shard_iterator;
-                iterators.insert(id.to_owned(), it);
+        // New shards appear rarely: DescribeStream once a second, not once per batch (at
+        // 10,000 likes/s a per-round DescribeStream was a third of the consumer's requests).
+        if described.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+            described = Some(Instant::now());
+            let desc = streams.describe_stream().stream_arn(arn).send().await?;
+            for shard in desc
+                .stream_description()
+                .map(|d| d.shards())
+                .unwrap_or_default()
+            {
+                let Some(id) = shard.shard_id() else { continue };
+                if !iterators.contains_key(id) {
+                    let it = streams
+                        .get_shard_iterator()
+                        .stream_arn(arn)
+                        .shard_id(id)
+                        .shard_iterator_type(ShardIteratorType::TrimHorizon)
+                        .send()
+                        .await?
+                        .shard_iterator;
+                    iterators.insert(id.to_owned(), it);
+                }
             }
         }
         let mut got_any = false;
         for it in iterators.values_mut() {
-            let Some(current) = it.clone() else { continue };
-            let out = streams
-                .get_records()
-                .shard_iterator(&current)
-                .limit(100)
-                .send()
-                .await?;
-            if out.records().is_empty() {
-                *it = out.next_shard_iterator.or(Some(current));
-                continue;
+            // Up to 10 batches per shard per round, so one busy shard cannot starve the others.
+            for _ in 0..10 {
+                let Some(current) = it.clone() else { break };
+                let out = streams
+                    .get_records()
+                    .shard_iterator(&current)
+                    .limit(100)
+                    .send()
+                    .await?;
+                if out.records().is_empty() {
+                    *it = out.next_shard_iterator.or(Some(current));
+                    break;
+                }
+                got_any = true;
+                let event = dynamodb_event(arn, out.records())?;
+                *faults.entry("batches").or_default() += 1;
+                if rng.random_bool(chaos.crash) {
+                    // A crash part-way: the first half of the batch was flushed, then the process
+                    // died; Lambda redelivers the whole batch below.
+                    *faults.entry("crash").or_default() += 1;
+                    let half = out.records().len() / 2;
+                    agg.handle_dynamodb(dynamodb_event(arn, &out.records()[..half])?)
+                        .await;
+                }
+                let (resp, _) = agg.handle_dynamodb(event.clone()).await;
+                if rng.random_bool(chaos.lost_ack) {
+                    // The flush landed but its response was lost: Lambda retries the same batch.
+                    *faults.entry("lost_ack").or_default() += 1;
+                    agg.handle_dynamodb(event.clone()).await;
+                }
+                if rng.random_bool(chaos.dup_batch) {
+                    *faults.entry("dup_batch").or_default() += 1;
+                    agg.handle_dynamodb(event).await;
+                }
+                if resp.batch_item_failures.is_empty() {
+                    *it = out.next_shard_iterator;
+                } else {
+                    // The same iterator is read again: Lambda's retry of the batch.
+                    break;
+                }
             }
-            got_any = true;
-            let event = dynamodb_event(arn, out.records())?;
-            *faults.entry("batches").or_default() += 1;
-            if rng.random_bool(chaos.crash) {
-                // A crash part-way: the first half of the batch was flushed, then the process
-                // died; Lambda redelivers the whole batch below.
-                *faults.entry("crash").or_default() += 1;
-                let half = out.records().len() / 2;
-                agg.handle_dynamodb(dynamodb_event(arn, &out.records()[..half])?)
-                    .await;
-            }
-            let (resp, _) = agg.handle_dynamodb(event.clone()).await;
-            if rng.random_bool(chaos.lost_ack) {
-                // The flush landed but its response was lost: Lambda retries the same batch.
-                *faults.entry("lost_ack").or_default() += 1;
-                agg.handle_dynamodb(event.clone()).await;
-            }
-            if rng.random_bool(chaos.dup_batch) {
-                *faults.entry("dup_batch").or_default() += 1;
-                agg.handle_dynamodb(event).await;
-            }
-            if resp.batch_item_failures.is_empty() {
-                *it = out.next_shard_iterator;
-            }
-            // On a failure the same iterator is read again: Lambda's retry of the batch.
         }
         if !got_any {
             if done.load(Ordering::Relaxed) {
@@ -516,7 +624,7 @@ pub async fn run(args: DemoArgs) -> CmdResult {
     }
     let outcomes = vec![
         run.additive("naive", 1).await?,
-        run.additive("salted", 8).await?,
+        run.additive("salted", args.salts).await?,
         run.pre_aggregated(chaos).await?,
     ];
     if let Some(path) = &args.plot {
@@ -535,37 +643,57 @@ pub async fn run(args: DemoArgs) -> CmdResult {
         println!(
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({
-                "rate": args.rate, "scale": args.scale, "duration_s": args.duration, "chaos": chaos, "strategies": by_name,
+                "rate": args.rate, "scale": args.scale, "duration_s": args.duration, "partitions": args.partitions,
+                "salts": args.salts, "chaos": chaos, "strategies": by_name,
             }))?
         );
     } else {
         println!(
-            "\n{:<15} {:>11} {:>16} {:>10} {:>22} {:>10} {:>12} {:>7}",
+            "\n{:<15} {:>15} {:>16} {:>10} {:>10} {:>22} {:>10} {:>14} {:>7}",
             "strategy",
-            "p9 likes",
+            "p9 likes sent",
             "counter writes",
             "writes/1k",
+            "writes/s",
             "max partition util.",
             "throttled",
             "count read",
             "exact"
         );
         for o in &outcomes {
-            let per_k = if o.likes_sent == 0 {
-                0.0
-            } else {
-                o.partition_writes as f64 * 1000.0 / o.likes_sent as f64
-            };
             println!(
-                "{:<15} {:>11} {:>16} {:>10.1} {:>21.0}% {:>10} {:>12} {:>7}",
+                "{:<15} {:>15} {:>16} {:>10.1} {:>10.1} {:>21.0}% {:>10} {:>14} {:>7}",
                 o.strategy,
-                o.likes_sent,
+                format!("{}/{}", o.likes_sent, o.likes_offered),
                 o.partition_writes,
-                per_k,
+                o.writes_per_1k_likes,
+                o.writes_per_s,
                 o.max_partition_utilisation * 100.0,
-                o.throttled,
+                o.counter_throttled,
                 format!("{}/{}", o.count_read, o.truth),
                 if o.count_read == o.truth { "yes" } else { "NO" }
+            );
+        }
+        if let Some(shed) = outcomes
+            .iter()
+            .filter(|o| o.shed > 0)
+            .map(|o| format!("{} {}", o.strategy, o.shed))
+            .reduce(|a, b| format!("{a}, {b}"))
+        {
+            println!("likes shed at the in-flight cap (the target could not keep up): {shed}");
+        }
+        if let Some(p) = outcomes.iter().find_map(|o| o.salt_placement.as_ref()) {
+            println!(
+                "salted: p9's {} sub-keys per counters partition: {p:?}",
+                args.salts
+            );
+        }
+        if let Some(l) = outcomes.last().and_then(|o| o.liked.as_ref()) {
+            println!(
+                "pre-aggregated durable likes on `liked`: {} writes, busiest partition {:.0}%, {} throttled",
+                l.writes,
+                l.max_partition_utilisation * 100.0,
+                l.throttled
             );
         }
         if let Some(f) = outcomes.last().and_then(|o| o.faults.as_ref()) {

@@ -123,9 +123,16 @@ impl SimConfig {
     }
 }
 
+/// Most requests forwarded to the upstream at once. Emulators serve one request at a time
+/// behind a database lock; an open-loop load with thousands of requests in flight would otherwise
+/// open a connection each, overflow the emulator's accept backlog and stall in 1–3 s SYN
+/// retransmits. Requests beyond the bound wait here, and the pool stays on keep-alive connections.
+const UPSTREAM_CONCURRENCY: usize = 32;
+
 struct Shared {
     upstream: Uri,
     client: Client<HttpConnector, Full<Bytes>>,
+    upstream_slots: tokio::sync::Semaphore,
     started: Instant,
     partitions: Mutex<Partitions>,
     keys: Mutex<HashMap<String, TableKeys>>,
@@ -236,6 +243,7 @@ impl Simulator {
         let shared = Arc::new(Shared {
             upstream,
             client: Client::builder(TokioExecutor::new()).build_http(),
+            upstream_slots: tokio::sync::Semaphore::new(UPSTREAM_CONCURRENCY),
             started: Instant::now(),
             partitions: Mutex::new(Partitions::new(config.limits)),
             keys: Mutex::new(HashMap::new()),
@@ -355,6 +363,11 @@ impl Shared {
         parts: &hyper::http::request::Parts,
         body: Bytes,
     ) -> Result<(hyper::http::response::Parts, Bytes), String> {
+        let _slot = self
+            .upstream_slots
+            .acquire()
+            .await
+            .map_err(|e| e.to_string())?;
         let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         let authority = self.upstream.authority().map_or("", |a| a.as_str());
         let uri: Uri = format!("http://{authority}{path}")
