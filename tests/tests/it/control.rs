@@ -109,15 +109,22 @@ async fn a_key_that_turns_hot_is_named_salted_and_spread_in_the_closed_loop() {
     // Writers may see the entry before the controller's run returns (it re-reads the directory
     // after writing), so only "named before anything changed" is ordered.
     assert!(detected <= written && detected <= salting, "{report:?}");
-    // 120/s at 80% of 50 WCU/s needs S = 3; an early, partial-window estimate may start at 2
-    // and grow once. Salted sub-keys still count as p9, so the key never looks calm.
+    // 120/s at 80% of 50 WCU/s needs S = 3. Early, partial-window estimates (1 in 10 of ~120/s
+    // sampled) can start low and S grows as they settle: every directory write must be a growth
+    // (the epoch counts them), never a calm mark or a removal, since salted sub-keys still
+    // count as p9.
     assert!(report.salts >= 3, "{report:?}");
-    assert!(
-        report.directory_writes <= 2,
-        "create, at most one growth: {report:?}"
-    );
     let p9 = directory.get("p9").await.expect("get").expect("entry");
-    assert_eq!((p9.mode, p9.calm_since), (Mode::Salt, None));
+    assert_eq!((p9.mode, p9.calm_since), (Mode::Salt, None), "{report:?}");
+    assert_eq!(
+        p9.epoch, report.directory_writes as u64,
+        "only this run wrote p9"
+    );
+    assert_eq!(p9.salts.current(), report.salts);
+    assert!(
+        report.directory_writes <= 4,
+        "S settles in a few steps: {report:?}"
+    );
     // What `heatsink top --from-sampler` reads: the salted sub-keys, over HTTP.
     let served = heatsink::sim::sampler::fetch_report(&sim.endpoint())
         .await
