@@ -177,6 +177,9 @@ fn load_of(background: f64, per: f64, subkeys: u32) -> f64 {
 #[derive(Debug, PartialEq)]
 struct Next {
     load: f64,
+    /// Sub-keys the shard holds already: the tie-break when loads are equal, so a zero-rate
+    /// key (every load unchanged by a sub-key) still spreads evenly instead of piling on shard 0.
+    held: u32,
     shard: usize,
 }
 
@@ -184,10 +187,12 @@ impl Eq for Next {}
 
 impl Ord for Next {
     fn cmp(&self, other: &Self) -> Ordering {
-        // Reversed: BinaryHeap is a max-heap; we want the smallest load, then the lowest index.
+        // Reversed: BinaryHeap is a max-heap; we want the smallest load, then the fewest
+        // sub-keys held, then the lowest index.
         other
             .load
             .total_cmp(&self.load)
+            .then_with(|| other.held.cmp(&self.held))
             .then_with(|| other.shard.cmp(&self.shard))
     }
 }
@@ -208,6 +213,7 @@ fn water_fill(request: &PlanRequest, salts: u16) -> Plan {
         .enumerate()
         .map(|(shard, &b)| Next {
             load: load_of(b, per, 1),
+            held: 0,
             shard,
         })
         .collect();
@@ -218,6 +224,7 @@ fn water_fill(request: &PlanRequest, salts: u16) -> Plan {
         subkeys[shard] += 1;
         heap.push(Next {
             load: load_of(request.background[shard], per, subkeys[shard] + 1),
+            held: subkeys[shard],
             shard,
         });
     }
@@ -318,6 +325,16 @@ mod tests {
             plan(&PlanRequest::uniform(2_400.0, 1_000.0, 200.0, 4).with_multiple_of_shards(true))
                 .unwrap();
         assert_eq!(p.salts, 4);
+    }
+
+    #[test]
+    fn a_zero_rate_key_still_spreads_its_sub_keys_evenly() {
+        // Found by the even-spread property: with rate 0 every shard's load ties, and the old
+        // tie-break (lowest index) put every sub-key on shard 0.
+        let p = evaluate(&PlanRequest::uniform(0.0, 1_000.0, 0.0, 2), 2).unwrap();
+        assert_eq!(p.subkeys_per_shard(), vec![1, 1]);
+        let p = evaluate(&PlanRequest::uniform(0.0, 1_000.0, 300.0, 3), 7).unwrap();
+        assert_eq!(p.subkeys_per_shard(), vec![3, 2, 2]);
     }
 
     #[test]
