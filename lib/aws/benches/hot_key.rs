@@ -5,20 +5,16 @@
 //! `cargo bench -p heatsink --bench hot_key` (env `HOT_KEY_RATE`, `HOT_KEY_SECONDS` override).
 //! Without `AWS_ENDPOINT_URL_DYNAMODB` it prints a skip line and exits 0.
 
+mod common;
+
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
+use common::{Stack, env_or};
 use heatsink::core::keys::SaltedKey;
-use heatsink::schema::{self, Schema, Table};
+use heatsink::schema::Table;
 use heatsink::sim::load::{LoadReport, OpenLoop};
-use heatsink::sim::{SimConfig, Simulator, Stats};
-
-fn env_or(name: &str, default: u32) -> u32 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+use heatsink::sim::{Simulator, Stats};
 
 async fn run(
     sim: &Simulator,
@@ -48,27 +44,13 @@ async fn run(
 
 #[tokio::main]
 async fn main() {
-    let Ok(upstream) = std::env::var("AWS_ENDPOINT_URL_DYNAMODB") else {
-        println!("skip: hot_key bench needs the local stack (eval \"$(localstack/stack env)\")");
+    let Some(stack) = Stack::up("hot_key", &[Table::Counters]).await else {
         return;
     };
     let rate = env_or("HOT_KEY_RATE", 2400);
     let seconds = env_or("HOT_KEY_SECONDS", 10);
-    let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
-    let direct = aws_sdk_dynamodb::Client::new(&config);
-    let schema = Schema::new(format!("bench-{:08x}-", rand::random::<u32>()));
-    let spec = schema.table(Table::Counters);
-    schema::ensure_table(&direct, &spec)
-        .await
-        .expect("create counters table");
-    let mut sim_config = SimConfig::new(&upstream);
-    sim_config.limits.partitions = 8;
-    let sim = Simulator::start(sim_config).await.expect("start simulator");
-    let ddb = aws_sdk_dynamodb::Client::from_conf(
-        aws_sdk_dynamodb::config::Builder::from(&config)
-            .endpoint_url(sim.endpoint())
-            .build(),
-    );
+    let spec = stack.schema.table(Table::Counters);
+    let (sim, ddb) = stack.simulator(8).await;
     let load = OpenLoop::new(rate, Duration::from_secs(u64::from(seconds)));
     let salted = SaltedKey::new("likes#p9", 8).expect("valid key");
     let naive = run(&sim, &ddb, &spec.name, load, |_| "likes#p9".into()).await;
@@ -96,5 +78,5 @@ async fn main() {
         );
     }
     sim.stop();
-    let _ = direct.delete_table().table_name(&spec.name).send().await;
+    stack.down().await;
 }

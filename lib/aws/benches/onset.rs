@@ -11,22 +11,17 @@
 //! `cargo bench -p heatsink --bench onset` (env `ONSET_RATE`, `ONSET_TRIALS` override).
 //! Without `AWS_ENDPOINT_URL_DYNAMODB` it prints a skip line and exits 0.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::{Stack, env_or};
 use heatsink::control::{ControllerConfig, ControllerFunction};
 use heatsink::core::hot::ControlConfig;
 use heatsink::directory::{CachedDirectory, Controller, Directory};
-use heatsink::schema::{self, Schema, Table};
+use heatsink::schema::Table;
 use heatsink::sim::onset::{self, Onset, OnsetReport};
-use heatsink::sim::{SimConfig, Simulator};
-
-fn env_or(name: &str, default: u32) -> u32 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 /// The median and the worst of some milliseconds.
 fn median_max(mut v: Vec<u64>) -> String {
@@ -39,21 +34,13 @@ fn median_max(mut v: Vec<u64>) -> String {
 
 #[tokio::main]
 async fn main() {
-    let Ok(upstream) = std::env::var("AWS_ENDPOINT_URL_DYNAMODB") else {
-        println!("skip: onset bench needs the local stack (eval \"$(localstack/stack env)\")");
+    let Some(stack) = Stack::up("onset", &[Table::Counters, Table::Hotkeys]).await else {
         return;
     };
     let rate = env_or("ONSET_RATE", 2_400);
     let trials = env_or("ONSET_TRIALS", 5);
-    let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
-    let direct = aws_sdk_dynamodb::Client::new(&config);
-    let schema = Schema::new(format!("bench-{:08x}-", rand::random::<u32>()));
-    for table in [Table::Counters, Table::Hotkeys] {
-        schema::ensure_table(&direct, &schema.table(table))
-            .await
-            .expect("create table");
-    }
-    let directory = Directory::from_schema(direct.clone(), &schema);
+    let schema = &stack.schema;
+    let directory = Directory::from_schema(stack.direct.clone(), schema);
     println!(
         "onset: {rate} writes/s on one key through the simulator (16 partitions, 1,000 WCU/s each); controller on the sampler report (1 in 10 sampled, 2 s window); {trials} trials each"
     );
@@ -70,14 +57,7 @@ async fn main() {
     for poll_ms in [250u64, 1_000] {
         let mut runs: Vec<OnsetReport> = Vec::new();
         for trial in 0..trials {
-            let mut sim_config = SimConfig::new(&upstream);
-            sim_config.limits.partitions = 16;
-            let sim = Simulator::start(sim_config).await.expect("start simulator");
-            let via_sim = aws_sdk_dynamodb::Client::from_conf(
-                aws_sdk_dynamodb::config::Builder::from(&config)
-                    .endpoint_url(sim.endpoint())
-                    .build(),
-            );
+            let (sim, via_sim) = stack.simulator(16).await;
             let poll = Duration::from_millis(poll_ms);
             let function = ControllerFunction::new(
                 Controller::new(directory.clone(), ControlConfig::default()),
@@ -123,11 +103,5 @@ async fn main() {
     println!(
         "(median / worst of the trials; util after = busiest partition's WCU/s over its ceiling from the first whole second after salting, worst trial)"
     );
-    for table in [Table::Counters, Table::Hotkeys] {
-        let _ = direct
-            .delete_table()
-            .table_name(schema.table_name(table))
-            .send()
-            .await;
-    }
+    stack.down().await;
 }

@@ -1298,35 +1298,14 @@ mod tests {
     use aws_sdk_dynamodb::types::{
         ContributorInsightsSummary, GlobalSecondaryIndexDescription, TableDescription,
     };
-    use aws_smithy_mocks::{
-        MockResponseInterceptor, Rule, RuleMode, create_mock_http_client, mock,
-    };
+    use aws_smithy_mocks::{Rule, mock};
     use heatsink_core::detect::{Estimate, HotKey};
 
     use super::*;
+    use crate::testing::mocked;
 
     const TABLE: &str = "heatsink-likes";
     const EPOCH: i64 = 1_700_000_000;
-
-    /// A client of `$krate` answering from `$rules` (what `mock_client!` builds, without the
-    /// SDK's `test-util` feature, which this crate does not enable).
-    macro_rules! mocked {
-        ($krate:ident $(, $rule:expr)* $(,)?) => {{
-            let interceptor = MockResponseInterceptor::new().rule_mode(RuleMode::MatchAny)
-                $(.with_rule(&$rule))*;
-            $krate::Client::from_conf(
-                $krate::Config::builder()
-                    .behavior_version($krate::config::BehaviorVersion::latest())
-                    .region($krate::config::Region::new("us-east-1"))
-                    .credentials_provider($krate::config::Credentials::new(
-                        "AKID", "SECRET", None, None, "mocked",
-                    ))
-                    .http_client(create_mock_http_client())
-                    .interceptor(interceptor)
-                    .build(),
-            )
-        }};
-    }
 
     fn rule_name(kind: &str, slug: &str) -> String {
         format!("{RULE_PREFIX}{kind}-{slug}-1700000000000")

@@ -34,3 +34,5 @@ pub mod scatter;
 pub mod schema;
 pub mod sim;
 pub mod stream;
+#[cfg(test)]
+mod testing;

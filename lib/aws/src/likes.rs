@@ -899,13 +899,13 @@ fn stream_attr_json(v: &aws_sdk_dynamodbstreams::types::AttributeValue) -> Value
 #[cfg(test)]
 mod cache_tests {
     use aws_lambda_events::http::{HeaderValue, Method};
-    use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
     use aws_sdk_dynamodb::operation::get_item::GetItemOutput;
     use aws_sdk_dynamodb::operation::put_item::PutItemOutput;
     use aws_sdk_dynamodb::operation::query::QueryOutput;
-    use aws_smithy_mocks::{Rule, RuleMode, mock};
+    use aws_smithy_mocks::{Rule, mock};
 
     use super::*;
+    use crate::testing::mocked;
 
     /// DynamoDB answering: post `p9` exists, its counter holds 10 (one `fix` sub-key), and every
     /// like is new. The returned rule counts the counter Queries.
@@ -926,19 +926,7 @@ mod cache_tests {
         });
         let put = mock!(aws_sdk_dynamodb::Client::put_item)
             .then_output(|| PutItemOutput::builder().build());
-        let mocks = aws_smithy_mocks::MockResponseInterceptor::new()
-            .rule_mode(RuleMode::MatchAny)
-            .with_rule(&get)
-            .with_rule(&query)
-            .with_rule(&put);
-        let conf = aws_sdk_dynamodb::Config::builder()
-            .behavior_version(BehaviorVersion::latest())
-            .region(Region::new("us-east-1"))
-            .credentials_provider(Credentials::new("test", "test", None, None, "test"))
-            .http_client(aws_smithy_mocks::create_mock_http_client())
-            .interceptor(mocks)
-            .build();
-        (aws_sdk_dynamodb::Client::from_conf(conf), query)
+        (mocked!(aws_sdk_dynamodb, get, query, put), query)
     }
 
     fn request(method: Method, path: &str) -> ApiGatewayV2httpRequest {

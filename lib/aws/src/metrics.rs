@@ -482,26 +482,20 @@ impl CapacityLog {
         const INDEXES: ReturnConsumedCapacity = ReturnConsumedCapacity::Indexes;
         let input = context.input_mut();
         let table = |t: &Option<String>| t.clone().unwrap_or_default();
-        if let Some(i) = input.downcast_mut::<GetItemInput>() {
-            i.return_consumed_capacity.get_or_insert(INDEXES);
-            let t = self.target(&table(&i.table_name), i.key.as_ref()?, false);
-            return Some(Call::new(Op::GetItem, vec![t]));
+        // A single-item call: one target, from its key (or, for a put, the whole item).
+        macro_rules! single_item {
+            ($input:ty, $op:ident, $attrs:ident, $item:literal) => {
+                if let Some(i) = input.downcast_mut::<$input>() {
+                    i.return_consumed_capacity.get_or_insert(INDEXES);
+                    let t = self.target(&table(&i.table_name), i.$attrs.as_ref()?, $item);
+                    return Some(Call::new(Op::$op, vec![t]));
+                }
+            };
         }
-        if let Some(i) = input.downcast_mut::<PutItemInput>() {
-            i.return_consumed_capacity.get_or_insert(INDEXES);
-            let t = self.target(&table(&i.table_name), i.item.as_ref()?, true);
-            return Some(Call::new(Op::PutItem, vec![t]));
-        }
-        if let Some(i) = input.downcast_mut::<UpdateItemInput>() {
-            i.return_consumed_capacity.get_or_insert(INDEXES);
-            let t = self.target(&table(&i.table_name), i.key.as_ref()?, false);
-            return Some(Call::new(Op::UpdateItem, vec![t]));
-        }
-        if let Some(i) = input.downcast_mut::<DeleteItemInput>() {
-            i.return_consumed_capacity.get_or_insert(INDEXES);
-            let t = self.target(&table(&i.table_name), i.key.as_ref()?, false);
-            return Some(Call::new(Op::DeleteItem, vec![t]));
-        }
+        single_item!(GetItemInput, GetItem, key, false);
+        single_item!(PutItemInput, PutItem, item, true);
+        single_item!(UpdateItemInput, UpdateItem, key, false);
+        single_item!(DeleteItemInput, DeleteItem, key, false);
         if let Some(i) = input.downcast_mut::<QueryInput>() {
             i.return_consumed_capacity.get_or_insert(INDEXES);
             let t = table(&i.table_name);
@@ -881,18 +875,18 @@ mod tests {
     use std::sync::Mutex;
 
     use aws_lambda_events::kinesis::KinesisEvent;
-    use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
     use aws_sdk_dynamodb::error::ErrorMetadata;
     use aws_sdk_dynamodb::types::error::{
         ConditionalCheckFailedException, ResourceNotFoundException,
     };
-    use aws_smithy_mocks::{RuleMode, mock};
+    use aws_smithy_mocks::mock;
     use base64::Engine;
 
     use super::*;
     use crate::counter::CounterStore;
     use crate::likes::{Aggregator, approximate_creation_ms};
     use crate::schema::Table;
+    use crate::testing::mocked;
 
     fn repo_file(rel: &str) -> String {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -1132,22 +1126,9 @@ mod tests {
         assert_eq!(q("other = :pk", "pk"), None);
     }
 
-    /// A DynamoDB client answering from `rules`, with the capacity logger installed.
-    fn mock_ddb(rules: &[&aws_smithy_mocks::Rule]) -> aws_sdk_dynamodb::Client {
-        let mut mocks =
-            aws_smithy_mocks::MockResponseInterceptor::new().rule_mode(RuleMode::MatchAny);
-        for r in rules {
-            mocks = mocks.with_rule(r);
-        }
-        let conf = aws_sdk_dynamodb::Config::builder()
-            .behavior_version(BehaviorVersion::latest())
-            .region(Region::new("us-east-1"))
-            .credentials_provider(Credentials::new("test", "test", None, None, "test"))
-            .http_client(aws_smithy_mocks::create_mock_http_client())
-            .interceptor(mocks)
-            .interceptor(CapacityLog::new(&Schema::default()))
-            .build();
-        aws_sdk_dynamodb::Client::from_conf(conf)
+    /// Installs the capacity logger: `mocked!(aws_sdk_dynamodb with capacity_log; rules...)`.
+    fn capacity_log(conf: aws_sdk_dynamodb::config::Builder) -> aws_sdk_dynamodb::config::Builder {
+        conf.interceptor(CapacityLog::new(&Schema::default()))
     }
 
     fn consumed(table: &str, units: f64) -> ConsumedCapacity {
@@ -1261,7 +1242,7 @@ mod tests {
                 .consumed_capacity(consumed(&c, 1.0))
                 .build()
         });
-        let agg = aggregator(mock_ddb(&[&get, &put]));
+        let agg = aggregator(mocked!(aws_sdk_dynamodb with capacity_log; get, put));
         let now = crate::stream::now_ms();
         let event = kinesis_event(vec![
             kinesis_record(101, &like("p9", "u1", now - 5_000)),
@@ -1327,7 +1308,7 @@ mod tests {
                 ResourceNotFoundException::builder().meta(meta).build(),
             )
         });
-        let agg = aggregator(mock_ddb(&[&get, &put]));
+        let agg = aggregator(mocked!(aws_sdk_dynamodb with capacity_log; get, put));
         let now = crate::stream::now_ms();
         // Two likes, then a poison record: the two are applied, the rest waits for the retry.
         let event = kinesis_event(vec![
@@ -1393,7 +1374,7 @@ mod tests {
                     .build(),
             )
         });
-        let ddb = mock_ddb(&[&query, &put]);
+        let ddb = mocked!(aws_sdk_dynamodb with capacity_log; query, put);
         let turn = LOG_TURN.lock().await;
         let logs = Captured::default();
         let guard = logs.start();

@@ -136,24 +136,12 @@ async fn a_key_that_turns_hot_is_named_salted_and_spread_in_the_closed_loop() {
     assert!(p9.reason.contains("write-hot"), "{}", p9.reason);
 }
 
-/// A client of `$krate` answering from aws-smithy-mocks `$rules` (no emulator implements
-/// Contributor Insights; the shapes follow the AWS API reference).
+/// A client of `$krate` answering from aws-smithy-mocks `$rules` in any order (no emulator
+/// implements Contributor Insights; the shapes follow the AWS API reference).
 macro_rules! mocked {
-    ($krate:ident $(, $rule:expr)* $(,)?) => {{
-        use aws_smithy_mocks::{MockResponseInterceptor, RuleMode, create_mock_http_client};
-        let interceptor = MockResponseInterceptor::new()
-            .rule_mode(RuleMode::MatchAny)
-            $(.with_rule(&$rule))*;
-        $krate::Client::from_conf(
-            $krate::Config::builder()
-                .behavior_version($krate::config::BehaviorVersion::latest())
-                .region($krate::config::Region::new("us-east-1"))
-                .credentials_provider($krate::config::Credentials::new("AKID", "SECRET", None, None, "mocked"))
-                .http_client(create_mock_http_client())
-                .interceptor(interceptor)
-                .build(),
-        )
-    }};
+    ($krate:ident $(, $rule:expr)* $(,)?) => {
+        aws_smithy_mocks::mock_client!($krate, aws_smithy_mocks::RuleMode::MatchAny, [$(&$rule),*])
+    };
 }
 
 #[tokio::test]

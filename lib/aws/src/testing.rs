@@ -1,0 +1,24 @@
+//! Test helpers shared by the unit tests of this crate.
+
+/// A client of the SDK crate `$krate` (`aws_sdk_dynamodb`, `aws_sdk_cloudwatch`, ...) answering
+/// from the aws-smithy-mocks `$rule`s in any order: `mock_client!` in [`RuleMode::MatchAny`],
+/// with the SDK's test defaults (region, credentials). `$krate with $conf; $rule, ...` also
+/// applies `$conf` (a `Fn(config::Builder) -> config::Builder`) to the config, e.g. to add an
+/// interceptor.
+///
+/// [`RuleMode::MatchAny`]: aws_smithy_mocks::RuleMode::MatchAny
+macro_rules! mocked {
+    ($krate:ident with $conf:expr; $($rule:expr),* $(,)?) => {
+        aws_smithy_mocks::mock_client!(
+            $krate,
+            aws_smithy_mocks::RuleMode::MatchAny,
+            [$(&$rule),*],
+            $conf
+        )
+    };
+    ($krate:ident $(, $rule:expr)* $(,)?) => {
+        $crate::testing::mocked!($krate with |conf| conf; $($rule),*)
+    };
+}
+
+pub(crate) use mocked;
