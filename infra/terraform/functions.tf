@@ -7,6 +7,9 @@ locals {
     "hotkey-controller" = { memory = 256, timeout = 60, description = "Contributor Insights + alarms -> hot-key directory" }
   }
   stream_failure_retries = 10
+  # source and detail-type of the sampler-report events routers publish (heatsink::control::SAMPLER_SOURCE).
+  sampler_source      = "heatsink.sampler"
+  sampler_detail_type = "heatsink hot-key report"
 }
 
 resource "aws_cloudwatch_log_group" "function" {
@@ -152,11 +155,24 @@ resource "aws_cloudwatch_event_rule" "hotkey_controller_schedule" {
   tags                = var.tags
 }
 
+# Routers' client samplers (long-lived services embedding heatsink) publish their hot-key reports to
+# the default bus with PutEvents (aws_iam_policy.sampler_publisher); they name keys within seconds.
+resource "aws_cloudwatch_event_rule" "hotkey_controller_sampler_reports" {
+  name        = "${var.prefix}hotkey-controller-sampler-reports"
+  description = "heatsink sampler reports (default bus) -> hotkey-controller"
+  event_pattern = jsonencode({
+    source        = [local.sampler_source]
+    "detail-type" = [local.sampler_detail_type]
+  })
+  tags = var.tags
+}
+
 locals {
   event_targets = {
-    count_rebuilder_schedule   = { rule = aws_cloudwatch_event_rule.count_rebuilder_schedule.name, fn = "count-rebuilder", arn = aws_cloudwatch_event_rule.count_rebuilder_schedule.arn }
-    hotkey_controller_alarms   = { rule = aws_cloudwatch_event_rule.hotkey_controller_alarms.name, fn = "hotkey-controller", arn = aws_cloudwatch_event_rule.hotkey_controller_alarms.arn }
-    hotkey_controller_schedule = { rule = aws_cloudwatch_event_rule.hotkey_controller_schedule.name, fn = "hotkey-controller", arn = aws_cloudwatch_event_rule.hotkey_controller_schedule.arn }
+    count_rebuilder_schedule          = { rule = aws_cloudwatch_event_rule.count_rebuilder_schedule.name, fn = "count-rebuilder", arn = aws_cloudwatch_event_rule.count_rebuilder_schedule.arn }
+    hotkey_controller_alarms          = { rule = aws_cloudwatch_event_rule.hotkey_controller_alarms.name, fn = "hotkey-controller", arn = aws_cloudwatch_event_rule.hotkey_controller_alarms.arn }
+    hotkey_controller_schedule        = { rule = aws_cloudwatch_event_rule.hotkey_controller_schedule.name, fn = "hotkey-controller", arn = aws_cloudwatch_event_rule.hotkey_controller_schedule.arn }
+    hotkey_controller_sampler_reports = { rule = aws_cloudwatch_event_rule.hotkey_controller_sampler_reports.name, fn = "hotkey-controller", arn = aws_cloudwatch_event_rule.hotkey_controller_sampler_reports.arn }
   }
 }
 

@@ -60,3 +60,20 @@ resource "aws_iam_role_policy" "function" {
     Statement = concat([local.logs_statement[each.key]], local.policies[each.key])
   })
 }
+
+# For routers (services embedding heatsink) to attach to their own roles: PutEvents on the default
+# bus, and only events whose source is the sampler's.
+resource "aws_iam_policy" "sampler_publisher" {
+  name        = "${var.prefix}sampler-publisher"
+  description = "Lets a router publish heatsink sampler reports (source ${local.sampler_source}) to the default event bus"
+  policy = jsonencode({
+    Version = "2012-10-17"
+    Statement = [{
+      Effect    = "Allow"
+      Action    = "events:PutEvents"
+      Resource  = "arn:${data.aws_partition.current.partition}:events:${data.aws_region.current.name}:${data.aws_caller_identity.current.account_id}:event-bus/default"
+      Condition = { StringEquals = { "events:source" = local.sampler_source } }
+    }]
+  })
+  tags = var.tags
+}

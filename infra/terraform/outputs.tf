@@ -20,3 +20,8 @@ output "alarm_topic_arn" {
 output "function_names" {
   value = { for k, f in aws_lambda_function.function : k => f.function_name }
 }
+
+output "sampler_publisher_policy_arn" {
+  description = "Attach to the roles of routers that publish sampler reports."
+  value       = aws_iam_policy.sampler_publisher.arn
+}

@@ -1,11 +1,13 @@
 //! `heatsink sim`: run the partition simulator in front of a DynamoDB endpoint.
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use clap::Args;
+use heatsink::publish::{EventBridgeSink, Publisher};
 use heatsink::sim::{Limits, SimConfig, Simulator};
 
-use super::CmdResult;
+use super::{CmdResult, sdk_config};
 
 /// Arguments of `heatsink sim`.
 #[derive(Debug, Args)]
@@ -31,6 +33,13 @@ pub struct SimArgs {
     /// The hot-key sampler at /_sim/hot records 1 item request in N.
     #[arg(long, default_value_t = 10)]
     sample_one_in: u32,
+    /// Publish the sampler's report to EventBridge every SECS seconds while it names hot keys
+    /// (source `heatsink.sampler`; the stacks route it to the hotkey-controller).
+    #[arg(long, value_name = "SECS")]
+    publish_every: Option<u64>,
+    /// The event bus to publish on (name or ARN; default: the account's default bus).
+    #[arg(long, requires = "publish_every")]
+    event_bus: Option<String>,
 }
 
 /// Serves until Ctrl-C, then prints the final statistics.
@@ -62,7 +71,11 @@ pub async fn run(args: SimArgs) -> CmdResult {
         args.write_ceiling,
         args.read_ceiling,
     );
-    tokio::signal::ctrl_c().await?;
+    match args.publish_every {
+        None => tokio::signal::ctrl_c().await?,
+        Some(0) => return Err("--publish-every must be at least 1 second".into()),
+        Some(secs) => publish_until_ctrl_c(&sim, secs, args.event_bus).await?,
+    }
     let stats = sim.stats();
     eprintln!(
         "heatsink sim: {} requests, {} throttled",
@@ -71,4 +84,69 @@ pub async fn run(args: SimArgs) -> CmdResult {
     );
     sim.stop();
     Ok(())
+}
+
+/// Every second, offers the sampler's report to a publisher with a `secs`-second cadence.
+async fn publish_until_ctrl_c(sim: &Simulator, secs: u64, bus: Option<String>) -> CmdResult {
+    let client = aws_sdk_eventbridge::Client::new(&sdk_config().await);
+    let every = Duration::from_secs(secs);
+    let mut publisher = Publisher::new(EventBridgeSink::new(client, bus.clone()), every);
+    eprintln!(
+        "heatsink sim: publishing hot-key reports to EventBridge bus {} at most every {secs} s",
+        bus.as_deref().unwrap_or("default")
+    );
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    loop {
+        tokio::select! {
+            stop = &mut ctrl_c => return Ok(stop?),
+            _ = tick.tick() => {}
+        }
+        let report = sim.hot();
+        match publisher.tick(&report, sim.elapsed()).await {
+            Ok(Some(p)) => eprintln!(
+                "heatsink sim: published {} hot key(s){}",
+                p.keys,
+                if p.dropped_keys > 0 {
+                    format!(
+                        " ({} colder ones left out to fit one event)",
+                        p.dropped_keys
+                    )
+                } else {
+                    String::new()
+                }
+            ),
+            Ok(None) => {}
+            // A failed publish is retried at the next tick; the proxy keeps serving.
+            Err(e) => eprintln!("heatsink sim: {e} (retrying in 1 s)"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        sim: SimArgs,
+    }
+
+    #[test]
+    fn an_event_bus_needs_a_publish_cadence() {
+        let up = ["sim", "--upstream", "http://127.0.0.1:8001"];
+        assert!(Cli::try_parse_from(up.iter().chain(&["--event-bus", "b"])).is_err());
+        let cli =
+            Cli::try_parse_from(
+                up.iter()
+                    .chain(&["--publish-every", "2", "--event-bus", "b"]),
+            )
+            .expect("parse");
+        assert_eq!(cli.sim.publish_every, Some(2));
+        assert_eq!(cli.sim.event_bus.as_deref(), Some("b"));
+    }
 }

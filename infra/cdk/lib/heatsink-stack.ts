@@ -36,6 +36,10 @@ import {
   TableSpec,
 } from './schema';
 
+/** `source` and `detail-type` of the sampler-report events routers publish (`heatsink::control::SAMPLER_SOURCE`). */
+export const SAMPLER_SOURCE = 'heatsink.sampler';
+export const SAMPLER_DETAIL_TYPE = 'heatsink hot-key report';
+
 export type ContributorInsightsMode = 'ACCESSED_AND_THROTTLED_KEYS' | 'THROTTLED_KEYS';
 
 /**
@@ -349,6 +353,33 @@ export class HeatsinkStack extends Stack {
       ruleName: `${prefix}hotkey-controller-schedule`,
       schedule: events.Schedule.rate(Duration.minutes(1)),
       targets: [new targets.LambdaFunction(f['hotkey-controller'], { retryAttempts: 2 })],
+    });
+    // Routers' client samplers (long-lived services embedding heatsink) PutEvents their hot-key
+    // reports to the default bus; they name keys within seconds, before Contributor Insights does.
+    new events.Rule(this, 'HotkeyControllerSamplerReports', {
+      ruleName: `${prefix}hotkey-controller-sampler-reports`,
+      description: 'heatsink sampler reports (default bus) -> hotkey-controller',
+      eventPattern: {
+        source: [SAMPLER_SOURCE],
+        detailType: [SAMPLER_DETAIL_TYPE],
+      },
+      targets: [new targets.LambdaFunction(f['hotkey-controller'], { retryAttempts: 2 })],
+    });
+    // Attach to a router's role: PutEvents on the default bus, and only events with the sampler's source.
+    const samplerPublisher = new iam.ManagedPolicy(this, 'SamplerPublisherPolicy', {
+      managedPolicyName: `${prefix}sampler-publisher`,
+      description: `Lets a router publish heatsink sampler reports (source ${SAMPLER_SOURCE}) to the default event bus`,
+      statements: [
+        new iam.PolicyStatement({
+          actions: ['events:PutEvents'],
+          resources: [`arn:${Aws.PARTITION}:events:${Aws.REGION}:${Aws.ACCOUNT_ID}:event-bus/default`],
+          conditions: { StringEquals: { 'events:source': SAMPLER_SOURCE } },
+        }),
+      ],
+    });
+    new CfnOutput(this, 'SamplerPublisherPolicyArn', {
+      description: 'Attach to the roles of routers that publish sampler reports',
+      value: samplerPublisher.managedPolicyArn,
     });
 
     // ---- HTTP API ---------------------------------------------------------------------------------

@@ -191,14 +191,38 @@ describe('functions', () => {
     const rebuild = rules.find((r) => targetOf(r) === fnLogicalId('count-rebuilder'));
     expect(rebuild.Properties.ScheduleExpression).toBe('rate(5 minutes)');
     const controller = rules.filter((r) => targetOf(r) === fnLogicalId('hotkey-controller'));
-    expect(controller).toHaveLength(2);
-    const pattern = controller.find((r) => r.Properties.EventPattern)!.Properties.EventPattern;
+    expect(controller).toHaveLength(3);
+    const pattern = controller.find((r) => r.Properties.Name === 'heatsink-hotkey-controller-alarms')!.Properties
+      .EventPattern;
     expect(pattern).toEqual({
       source: ['aws.cloudwatch'],
       'detail-type': ['CloudWatch Alarm State Change'],
       detail: { alarmName: [{ prefix: 'heatsink-' }] },
     });
     expect(controller.some((r) => r.Properties.ScheduleExpression)).toBe(true);
+  });
+
+  test('hotkey-controller on sampler reports from the default bus, allowed to be invoked by that rule', () => {
+    const rules = resources(s.template, 'AWS::Events::Rule');
+    const [ruleId, rule] = Object.entries(rules).find(([id]) => id.startsWith('HotkeyControllerSamplerReports'))!;
+    expect(rule.Properties.Name).toBe('heatsink-hotkey-controller-sampler-reports');
+    expect(rule.Properties.EventBusName).toBeUndefined(); // the account's default bus
+    expect(rule.Properties.State).toBe('ENABLED');
+    expect(rule.Properties.EventPattern).toEqual({
+      source: ['heatsink.sampler'],
+      'detail-type': ['heatsink hot-key report'],
+    });
+    expect(rule.Properties.Targets).toHaveLength(1);
+    expect(rule.Properties.Targets[0]).toMatchObject({
+      Arn: { 'Fn::GetAtt': [fnLogicalId('hotkey-controller'), 'Arn'] },
+      RetryPolicy: { MaximumRetryAttempts: 2 },
+    });
+    s.template.hasResourceProperties('AWS::Lambda::Permission', {
+      Action: 'lambda:InvokeFunction',
+      FunctionName: { 'Fn::GetAtt': [fnLogicalId('hotkey-controller'), 'Arn'] },
+      Principal: 'events.amazonaws.com',
+      SourceArn: { 'Fn::GetAtt': [ruleId, 'Arn'] },
+    });
   });
 
   test('likes-api behind an HTTP API with the two routes, throttled and access-logged', () => {
@@ -216,6 +240,10 @@ describe('least privilege', () => {
     Object.entries(resources(s.template, 'AWS::IAM::Policy')).flatMap(([id, p]) =>
       p.Properties.PolicyDocument.Statement.map((st: any) => ({ id, ...st })),
     );
+  const managedStatements = () =>
+    Object.values(resources(s.template, 'AWS::IAM::ManagedPolicy')).flatMap(
+      (p) => p.Properties.PolicyDocument.Statement,
+    );
 
   test('one role per function, no managed policies', () => {
     const roles = Object.values(resources(s.template, 'AWS::IAM::Role'));
@@ -224,17 +252,54 @@ describe('least privilege', () => {
   });
 
   test('no wildcard actions anywhere', () => {
-    for (const st of statements()) {
+    for (const st of [...statements(), ...managedStatements()]) {
       for (const a of [st.Action].flat()) expect(a).not.toMatch(/\*/);
     }
   });
 
   test('Resource "*" only for CloudWatch read actions without resource-level permissions', () => {
-    for (const st of statements()) {
+    for (const st of [...statements(), ...managedStatements()]) {
       if ([st.Resource].flat().includes('*')) {
         expect([st.Action].flat().sort()).toEqual(['cloudwatch:DescribeInsightRules', 'cloudwatch:GetMetricData']);
       }
     }
+  });
+
+  test('sampler publishers: one managed policy, PutEvents on the default bus for the sampler source only', () => {
+    const policies = resources(s.template, 'AWS::IAM::ManagedPolicy');
+    expect(Object.keys(policies)).toHaveLength(1);
+    const [policyId, policy] = Object.entries(policies)[0];
+    expect(policyId).toMatch(/^SamplerPublisherPolicy/);
+    expect(policy.Properties.ManagedPolicyName).toBe('heatsink-sampler-publisher');
+    // Attached by the operator to routers' roles, never to the functions' own roles.
+    expect(policy.Properties.Roles).toBeUndefined();
+    expect(policy.Properties.Users).toBeUndefined();
+    expect(policy.Properties.Groups).toBeUndefined();
+    expect(policy.Properties.PolicyDocument).toEqual({
+      Version: '2012-10-17',
+      Statement: [
+        {
+          Effect: 'Allow',
+          Action: 'events:PutEvents',
+          Resource: {
+            'Fn::Join': [
+              '',
+              [
+                'arn:',
+                { Ref: 'AWS::Partition' },
+                ':events:',
+                { Ref: 'AWS::Region' },
+                ':',
+                { Ref: 'AWS::AccountId' },
+                ':event-bus/default',
+              ],
+            ],
+          },
+          Condition: { StringEquals: { 'events:source': 'heatsink.sampler' } },
+        },
+      ],
+    });
+    s.template.hasOutput('SamplerPublisherPolicyArn', { Value: { Ref: policyId } });
   });
 
   test('data-plane writes only where each function needs them', () => {

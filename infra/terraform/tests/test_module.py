@@ -210,11 +210,12 @@ SAME_AS_CDK = {
     "aws_cloudwatch_log_group": 2,  # functions (for_each) + API access logs
     "aws_iam_role": 1,  # for_each
     "aws_iam_role_policy": 1,  # for_each
+    "aws_iam_policy": 1,  # SamplerPublisherPolicy (AWS::IAM::ManagedPolicy), for routers' roles
     "aws_lambda_event_source_mapping": 2,  # two conditional blocks, exactly one instance (var.like_events_source)
     "aws_sqs_queue": 1,
     "aws_sqs_queue_policy": 1,
-    "aws_cloudwatch_event_rule": 3,
-    "aws_cloudwatch_event_target": 1,  # for_each over the three rules
+    "aws_cloudwatch_event_rule": 4,  # count-rebuilder schedule; hotkey-controller alarms, schedule, sampler reports
+    "aws_cloudwatch_event_target": 1,  # for_each over the four rules
     "aws_lambda_permission": 2,  # events (for_each) + API
     "aws_apigatewayv2_api": 1,
     "aws_apigatewayv2_integration": 1,
@@ -331,6 +332,83 @@ def test_schedules_and_alarm_rule():
     assert RESOURCES[("aws_cloudwatch_event_rule", "hotkey_controller_schedule")]["schedule_expression"]
     pattern = unq(RESOURCES[("aws_cloudwatch_event_rule", "hotkey_controller_alarms")]["event_pattern"])
     assert "CloudWatch Alarm State Change" in pattern and "aws.cloudwatch" in pattern and "var.prefix" in pattern
+
+
+def plain_locals():
+    """Module locals whose value is a plain string literal, by name."""
+    out = {}
+    for doc in PARSED.values():
+        for block in doc.get("locals", []):
+            for name, value in block.items():
+                if isinstance(value, str) and value.startswith('"') and "${" not in value:
+                    out[name] = unq(value)
+    return out
+
+
+def jsonencoded(expression):
+    """The value of a `jsonencode({...})` attribute, keys and strings unquoted, `local.x` literals resolved."""
+    text = unq(expression)
+    assert text.startswith("${jsonencode(") and text.endswith(")}"), text
+    value = hcl2.loads("v = " + text[len("${jsonencode(") : -len(")}")])["v"]
+    known = plain_locals()
+
+    def norm(v):
+        if isinstance(v, dict):
+            return {unq(k): norm(x) for k, x in v.items() if k != "__is_block__"}
+        if isinstance(v, list):
+            return [norm(x) for x in v]
+        if isinstance(v, str):
+            m = re.fullmatch(r"\$\{local\.([a-z_]+)\}", v)
+            return known[m.group(1)] if m and m.group(1) in known else unq(v)
+        return v
+
+    return norm(value)
+
+
+def test_sampler_reports_rule_on_the_default_bus_targets_the_controller():
+    rule = RESOURCES[("aws_cloudwatch_event_rule", "hotkey_controller_sampler_reports")]
+    assert named(rule["name"]) == f"{SCHEMA['prefix']}hotkey-controller-sampler-reports"
+    assert "event_bus_name" not in rule  # the account's default bus
+    assert jsonencoded(rule["event_pattern"]) == {
+        "source": ["heatsink.sampler"],
+        "detail-type": ["heatsink hot-key report"],
+    }
+    # Target and invoke permission both come from local.event_targets.
+    targets = next(b["event_targets"] for b in PARSED["functions.tf"]["locals"] if "event_targets" in b)
+    assert {k: unq(v) for k, v in targets["hotkey_controller_sampler_reports"].items()} == {
+        "rule": "${aws_cloudwatch_event_rule.hotkey_controller_sampler_reports.name}",
+        "fn": "hotkey-controller",
+        "arn": "${aws_cloudwatch_event_rule.hotkey_controller_sampler_reports.arn}",
+    }
+    target = RESOURCES[("aws_cloudwatch_event_target", "function")]
+    assert unq(target["for_each"]) == "${local.event_targets}"
+    assert unq(target["arn"]) == "${aws_lambda_function.function[each.value.fn].arn}"
+    permission = RESOURCES[("aws_lambda_permission", "events")]
+    assert unq(permission["for_each"]) == "${local.event_targets}"
+    assert unq(permission["action"]) == "lambda:InvokeFunction"
+    assert unq(permission["principal"]) == "events.amazonaws.com"
+    assert unq(permission["source_arn"]) == "${each.value.arn}"
+
+
+def test_sampler_publisher_policy_puts_events_on_the_default_bus_for_the_sampler_source_only():
+    policy = RESOURCES[("aws_iam_policy", "sampler_publisher")]
+    assert named(policy["name"]) == f"{SCHEMA['prefix']}sampler-publisher"
+    assert jsonencoded(policy["policy"]) == {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Effect": "Allow",
+                "Action": "events:PutEvents",
+                "Resource": "arn:${data.aws_partition.current.partition}:events:${data.aws_region.current.name}:"
+                "${data.aws_caller_identity.current.account_id}:event-bus/default",
+                "Condition": {"StringEquals": {"events:source": "heatsink.sampler"}},
+            }
+        ],
+    }
+    # Attached by the operator to routers' roles, never to the functions' own roles.
+    assert not [t for (t, _) in RESOURCES if t in ("aws_iam_role_policy_attachment", "aws_iam_policy_attachment")]
+    outputs = {unq(k): v for block in PARSED["outputs.tf"]["output"] for k, v in block.items()}
+    assert unq(outputs["sampler_publisher_policy_arn"]["value"]) == "${aws_iam_policy.sampler_publisher.arn}"
 
 
 def test_http_api_routes():

@@ -60,6 +60,9 @@ pub enum Trigger {
 /// The `source` of sampler-report events.
 pub const SAMPLER_SOURCE: &str = "heatsink.sampler";
 
+/// The `detail-type` of sampler-report events (the stacks' rule matches source and type).
+pub const SAMPLER_DETAIL_TYPE: &str = "heatsink hot-key report";
+
 impl Trigger {
     /// Recognises an EventBridge event (or a direct invocation with the same shape).
     pub fn parse(event: &Value) -> Result<Self, ControlError> {
@@ -277,7 +280,7 @@ mod tests {
         );
         let tick = json!({"detail-type": "Scheduled Event", "source": "aws.events", "detail": {}});
         assert_eq!(Trigger::parse(&tick).unwrap(), Trigger::Schedule);
-        let report = json!({"source": SAMPLER_SOURCE, "detail-type": "Hot keys sampled",
+        let report = json!({"source": SAMPLER_SOURCE, "detail-type": SAMPLER_DETAIL_TYPE,
             "detail": {"partitions": [], "hot": []}});
         assert_eq!(
             Trigger::parse(&report).unwrap(),
@@ -293,6 +296,20 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn the_stacks_route_exactly_the_source_and_detail_type_publishers_send() {
+        // The EventBridge rule in both stacks matches these strings: a drift would silently
+        // stop routing sampler reports to the controller.
+        let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let read = |rel: &str| std::fs::read_to_string(repo.join(rel)).unwrap();
+        let cdk = read("infra/cdk/lib/heatsink-stack.ts");
+        assert!(cdk.contains(&format!("SAMPLER_SOURCE = '{SAMPLER_SOURCE}';")));
+        assert!(cdk.contains(&format!("SAMPLER_DETAIL_TYPE = '{SAMPLER_DETAIL_TYPE}';")));
+        let tf = read("infra/terraform/functions.tf");
+        assert!(tf.contains(&format!("sampler_source      = \"{SAMPLER_SOURCE}\"")));
+        assert!(tf.contains(&format!("sampler_detail_type = \"{SAMPLER_DETAIL_TYPE}\"")));
     }
 
     #[test]

@@ -13,6 +13,7 @@
 //! - [`detect`]: Contributor Insights on tables and GSIs, hot-key and throttle alarms, the dashboard.
 //! - [`directory`]: the hot-key directory, its bounded-age cache and the mitigation controller.
 //! - [`control`]: the hotkey-controller function: triggers, signals, one controller run.
+//! - [`publish`]: a long-lived router's sampler report onto EventBridge, for the controller.
 //! - [`admission`]: per-key and per-tenant token buckets with limits from the directory (429s).
 //! - [`cache`]: the micro-cache for hot reads (TTL, stale-while-revalidate, single-flight).
 //! - [`metrics`]: CloudWatch Embedded Metric Format and the capacity log lines of the functions.
@@ -30,6 +31,7 @@ pub mod error;
 pub mod kinesis;
 pub mod likes;
 pub mod metrics;
+pub mod publish;
 pub mod scatter;
 pub mod schema;
 pub mod sim;

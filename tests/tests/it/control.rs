@@ -5,7 +5,9 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use heatsink::control::{ControllerConfig, ControllerFunction, SAMPLER_SOURCE};
+use heatsink::control::{
+    ControllerConfig, ControllerFunction, SAMPLER_DETAIL_TYPE, SAMPLER_SOURCE,
+};
 use heatsink::core::detect::Ceilings;
 use heatsink::core::hot::{ControlConfig, Mode};
 use heatsink::directory::{CachedDirectory, Controller, Directory};
@@ -37,7 +39,7 @@ async fn a_sampler_report_event_salts_the_write_hot_key_and_caches_the_read_hot_
                "lower_bound": estimate, "error_bound": 0.0, "share_of_ceiling": 1.0,
                "share_of_partition": 1.0, "certain": true, "sampled": {"count": 1, "error": 0}})
     };
-    let event = json!({"source": SAMPLER_SOURCE, "detail-type": "Hot keys sampled", "detail": {
+    let event = json!({"source": SAMPLER_SOURCE, "detail-type": SAMPLER_DETAIL_TYPE, "detail": {
         "partitions": [],
         "hot": [hot("p9", "write", 2_400.0), hot("p1", "read", 9_000.0), hot("p2", "write", 300.0)]
     }});

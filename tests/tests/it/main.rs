@@ -6,6 +6,7 @@ mod control;
 mod directory;
 mod likes;
 mod placement;
+mod publish;
 mod scatter;
 mod sim;
 mod smoke_cloudwatch;

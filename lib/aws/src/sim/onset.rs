@@ -18,7 +18,7 @@ use serde_json::json;
 
 use super::Simulator;
 use super::load::{LoadReport, OpenLoop};
-use crate::control::{ControlError, ControllerFunction, SAMPLER_SOURCE};
+use crate::control::{ControlError, ControllerFunction, SAMPLER_DETAIL_TYPE, SAMPLER_SOURCE};
 use crate::directory::CachedDirectory;
 
 /// One onset run's settings.
@@ -125,8 +125,7 @@ pub async fn run(
             if report.detected_ms.is_none() && hot.hot.iter().any(|h| h.key == onset.key) {
                 report.detected_ms = Some(start.elapsed().as_millis() as u64);
             }
-            let event =
-                json!({"source": SAMPLER_SOURCE, "detail-type": "Hot keys sampled", "detail": hot});
+            let event = json!({"source": SAMPLER_SOURCE, "detail-type": SAMPLER_DETAIL_TYPE, "detail": hot});
             let outcome = function.handle(&event, SystemTime::now()).await?;
             let mine = outcome
                 .changes
