@@ -23,7 +23,7 @@ use aws_sdk_dynamodbstreams::types::ShardIteratorType;
 use clap::Args;
 use heatsink::core::keys::SaltedKey;
 use heatsink::counter::CounterStore;
-use heatsink::likes::{Aggregator, LikeOutcome, LikesApi, dynamodb_event, rebuild};
+use heatsink::likes::{Aggregator, LikeOutcome, LikesApi, RebuildOptions, dynamodb_event, rebuild};
 use heatsink::schema::{self, DEFAULT_PREFIX, Schema, Table};
 use heatsink::sim::load::{LoadReport, OpenLoop};
 use heatsink::sim::model::partition_of;
@@ -430,7 +430,12 @@ impl Run<'_> {
         let (report, faults) = tokio::join!(load, consume);
         eprintln!();
         let faults = faults?;
-        let rebuilt = rebuild(&self.direct, self.schema).await?;
+        // The load is over and the stream drained: every like has been flushed or lost for good,
+        // so no quiet period is needed to tell the two apart.
+        let settled = RebuildOptions {
+            quiet: Duration::ZERO,
+        };
+        let rebuilt = rebuild(&self.direct, self.schema, settled).await?;
         eprintln!(
             "  rebuilder: {} durable likes scanned, {} counters corrected",
             rebuilt.likes_scanned,

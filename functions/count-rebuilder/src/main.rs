@@ -1,6 +1,12 @@
 //! count-rebuilder: on a schedule, recounts every post's likes from the durable `liked` records
 //! and writes the difference into each counter's `fix` sub-key (`heatsink::likes::rebuild`).
+//!
+//! Environment: `HEATSINK_PREFIX` (default `heatsink-`); `HEATSINK_REBUILD_QUIET_SECONDS`, how
+//! long a post must have had no new like before its counter is corrected (default 60).
 
+use std::time::Duration;
+
+use heatsink::likes::RebuildOptions;
 use heatsink::schema::{DEFAULT_PREFIX, Schema};
 use lambda_runtime::{Error, LambdaEvent, run, service_fn};
 use serde_json::Value;
@@ -12,10 +18,18 @@ async fn main() -> Result<(), Error> {
     let prefix = std::env::var("HEATSINK_PREFIX").unwrap_or_else(|_| DEFAULT_PREFIX.into());
     let schema = Schema::new(prefix);
     let ddb = heatsink::metrics::dynamodb_client(&config, &schema);
-    let (ddb, schema) = (&ddb, &schema);
+    let mut options = RebuildOptions::default();
+    if let Ok(secs) = std::env::var("HEATSINK_REBUILD_QUIET_SECONDS") {
+        options.quiet = Duration::from_secs(secs.parse()?);
+    }
+    let (ddb, schema, options) = (&ddb, &schema, &options);
     run(service_fn(move |_event: LambdaEvent<Value>| async move {
-        let report = heatsink::likes::rebuild(ddb, schema).await?;
-        tracing::info!(corrected = report.corrected.len(), "rebuild done");
+        let report = heatsink::likes::rebuild(ddb, schema, options.clone()).await?;
+        tracing::info!(
+            corrected = report.corrected.len(),
+            unsettled = report.unsettled.len(),
+            "rebuild done"
+        );
         Ok::<_, Error>(serde_json::to_value(report)?)
     }))
     .await

@@ -287,6 +287,21 @@ impl CounterStore {
         Ok(())
     }
 
+    /// [`CounterStore::correct`], only if the counter's total without `fix` is still
+    /// `expected_without_fix`; `None` (nothing written) if it moved.
+    pub async fn correct_if_unmoved(
+        &self,
+        key: &CounterKey,
+        true_count: i64,
+        expected_without_fix: i64,
+    ) -> Result<Option<Correction>, CounterStoreError> {
+        let sum = self.read(key).await?;
+        if sum.without_fix() != expected_without_fix {
+            return Ok(None);
+        }
+        self.write_fix(key, &sum, true_count).await.map(Some)
+    }
+
     /// Sets the correction so that a read equals `true_count`; returns what changed.
     pub async fn correct(
         &self,
@@ -294,6 +309,16 @@ impl CounterStore {
         true_count: i64,
     ) -> Result<Correction, CounterStoreError> {
         let sum = self.read(key).await?;
+        self.write_fix(key, &sum, true_count).await
+    }
+
+    /// Writes the `fix` that makes `sum` read as `true_count`, if it differs from the stored one.
+    async fn write_fix(
+        &self,
+        key: &CounterKey,
+        sum: &CounterSum,
+        true_count: i64,
+    ) -> Result<Correction, CounterStoreError> {
         let fix = correction(true_count, sum.without_fix(), sum.fix())?;
         if fix.change != 0 {
             self.ddb

@@ -41,6 +41,15 @@ pub const USER_HEADER: &str = "x-user-id";
 pub const MAX_ID_LEN: usize = 128;
 /// The response header telling how `GET /posts/{post}` was served: `hit`, `stale` or `miss`.
 pub const CACHE_HEADER: &str = "x-heatsink-cache";
+/// The `liked` attribute holding when the like was stored, Unix milliseconds.
+pub const LIKED_AT: &str = "liked_at";
+
+/// Now, Unix milliseconds (0 if the clock is before 1970).
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
 
 /// Errors of the likes application.
 #[derive(Debug, thiserror::Error)]
@@ -213,6 +222,9 @@ impl LikesApi {
             .table_name(&self.liked)
             .item("user", AttributeValue::S(user.to_owned()))
             .item("post", AttributeValue::S(post.to_owned()))
+            // When the like became durable: the rebuilder leaves a post alone until its newest
+            // like is old enough that the aggregator has flushed it (see `RebuildOptions`).
+            .item(LIKED_AT, AttributeValue::N(unix_ms().to_string()))
             .condition_expression("attribute_not_exists(#u)")
             .expression_attribute_names("#u", "user")
             .send()
@@ -744,33 +756,59 @@ pub struct RebuildReport {
     pub posts_checked: u64,
     /// Posts whose `fix` changed, with the change.
     pub corrected: BTreeMap<String, i64>,
+    /// Posts left for a later run: liked within the quiet period, or their counter moved while
+    /// this run counted (a correction then would be off by the likes in flight).
+    pub unsettled: Vec<String>,
     /// Posts whose id or counter items are malformed; reported, left alone.
     pub skipped: Vec<String>,
 }
 
-/// Calls `each` with the string attribute `attr` of every item of `table` (a consistent,
-/// paginated Scan that projects only that attribute).
-async fn scan_strings(
+/// How a rebuild decides that a post's counter can be compared with its durable likes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RebuildOptions {
+    /// A post is corrected only if its newest like is at least this old: every like the count
+    /// compares against must have had time to be flushed by the aggregator. Without it, a like
+    /// still in the stream would be counted once by the `fix` and again by its flush.
+    pub quiet: std::time::Duration,
+}
+
+impl Default for RebuildOptions {
+    /// One minute: well beyond the aggregator's normal lag (a batching window of seconds).
+    fn default() -> Self {
+        Self {
+            quiet: std::time::Duration::from_secs(60),
+        }
+    }
+}
+
+/// Calls `each` with the attributes `attrs` of every item of `table` (a consistent, paginated
+/// Scan that projects only those attributes).
+async fn scan_items(
     ddb: &aws_sdk_dynamodb::Client,
     table: &str,
-    attr: &str,
-    mut each: impl FnMut(&str),
+    attrs: &[&str],
+    mut each: impl FnMut(&HashMap<String, AttributeValue>),
 ) -> Result<(), LikesError> {
+    let names: Vec<String> = (0..attrs.len()).map(|i| format!("#a{i}")).collect();
     let mut start = None;
     loop {
         let out = ddb
             .scan()
             .table_name(table)
-            .projection_expression("#a")
-            .expression_attribute_names("#a", attr)
+            .projection_expression(names.join(", "))
+            .set_expression_attribute_names(Some(
+                names
+                    .iter()
+                    .cloned()
+                    .zip(attrs.iter().map(|a| (*a).to_owned()))
+                    .collect(),
+            ))
             .consistent_read(true)
             .set_exclusive_start_key(start)
             .send()
             .await
             .map_err(dynamo)?;
-        for value in out.items().iter().filter_map(|i| i.get(attr)?.as_s().ok()) {
-            each(value);
-        }
+        out.items().iter().for_each(&mut each);
         start = out.last_evaluated_key;
         if start.is_none() {
             return Ok(());
@@ -778,55 +816,152 @@ async fn scan_strings(
     }
 }
 
+/// A rebuild in progress: the counters as they were before the durable likes were counted.
+///
+/// [`rebuild`] runs [`Rebuild::begin`] then [`Rebuild::finish`]; they are separate so a test
+/// can land a flush in between and see the post left alone rather than mis-corrected.
+#[derive(Debug)]
+pub struct Rebuild {
+    ddb: aws_sdk_dynamodb::Client,
+    counters: CounterStore,
+    liked: String,
+    options: RebuildOptions,
+    /// Each existing counter's total without `fix`, read before the durable likes are counted.
+    before: BTreeMap<String, Result<i64, String>>,
+    report: RebuildReport,
+}
+
+impl Rebuild {
+    /// Reads every existing counter (one Query each) before anything is counted.
+    pub async fn begin(
+        ddb: &aws_sdk_dynamodb::Client,
+        schema: &Schema,
+        options: RebuildOptions,
+    ) -> Result<Self, LikesError> {
+        let counters = CounterStore::new(ddb.clone(), schema.table_name(Table::Counters));
+        let prefix = format!("{COUNTER}#");
+        let mut posts = std::collections::BTreeSet::new();
+        scan_items(ddb, &schema.table_name(Table::Counters), &["pk"], |item| {
+            if let Some(post) = item
+                .get("pk")
+                .and_then(|v| v.as_s().ok())
+                .and_then(|pk| pk.strip_prefix(&prefix))
+            {
+                posts.insert(post.to_owned());
+            }
+        })
+        .await?;
+        let mut before = BTreeMap::new();
+        for post in posts {
+            // An unreadable counter is remembered as such: `finish` reports it and moves on.
+            let sum = match CounterKey::new(COUNTER, &post) {
+                Ok(key) => match counters.read(&key).await {
+                    Ok(sum) => Ok(sum.without_fix()),
+                    Err(
+                        e @ (CounterStoreError::Counter(_) | CounterStoreError::Malformed { .. }),
+                    ) => Err(e.to_string()),
+                    Err(e) => return Err(e.into()),
+                },
+                Err(e) => Err(e.to_string()),
+            };
+            before.insert(post, sum);
+        }
+        Ok(Self {
+            ddb: ddb.clone(),
+            counters,
+            liked: schema.table_name(Table::Liked),
+            options,
+            before,
+            report: RebuildReport::default(),
+        })
+    }
+
+    /// Counts the durable likes and corrects every settled post's `fix`.
+    pub async fn finish(mut self) -> Result<RebuildReport, LikesError> {
+        let ddb = self.ddb.clone();
+        let mut truth: BTreeMap<String, (i64, u64)> = BTreeMap::new();
+        let report = &mut self.report;
+        scan_items(&ddb, &self.liked, &["post", LIKED_AT], |item| {
+            let Some(post) = item.get("post").and_then(|v| v.as_s().ok()) else {
+                return;
+            };
+            // A like stored before `liked_at` existed counts as old.
+            let at = item
+                .get(LIKED_AT)
+                .and_then(|v| v.as_n().ok())
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or(0);
+            let (count, newest) = truth.entry(post.to_owned()).or_insert((0, 0));
+            *count += 1;
+            *newest = (*newest).max(at);
+            report.likes_scanned += 1;
+        })
+        .await?;
+        // Posts whose likes were all removed still have counter items: check those too.
+        for post in self.before.keys() {
+            truth.entry(post.clone()).or_insert((0, 0));
+        }
+        let quiet_ms = u64::try_from(self.options.quiet.as_millis()).unwrap_or(u64::MAX);
+        let cutoff = unix_ms().saturating_sub(quiet_ms);
+        for (post, (count, newest)) in truth {
+            let key = match CounterKey::new(COUNTER, &post) {
+                Ok(k) => k,
+                Err(e) => {
+                    tracing::warn!(post = %post, error = %e, "not a counter key; left alone");
+                    self.report.skipped.push(post);
+                    continue;
+                }
+            };
+            let before = match self.before.get(&post) {
+                Some(Ok(sum)) => *sum,
+                Some(Err(e)) => {
+                    tracing::warn!(post = %post, error = %e, "counter not repairable; left alone");
+                    self.report.skipped.push(post);
+                    continue;
+                }
+                None => 0,
+            };
+            if quiet_ms > 0 && newest > cutoff {
+                self.report.unsettled.push(post);
+                continue;
+            }
+            let fix = match self.counters.correct_if_unmoved(&key, count, before).await {
+                Ok(Some(fix)) => fix,
+                Ok(None) => {
+                    self.report.unsettled.push(post);
+                    continue;
+                }
+                // One malformed counter (an item edited by hand) must not stop the others' repair.
+                Err(e @ (CounterStoreError::Counter(_) | CounterStoreError::Malformed { .. })) => {
+                    tracing::warn!(post = %post, error = %e, "counter not repairable; left alone");
+                    self.report.skipped.push(post);
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
+            self.report.posts_checked += 1;
+            if fix.change != 0 {
+                self.report.corrected.insert(post, fix.change);
+            }
+        }
+        Ok(self.report)
+    }
+}
+
 /// Recounts every post's likes from `liked` and writes the difference into `fix`.
 ///
-/// Exact when no flush lands during the run; a flush racing it leaves an error the next run
-/// removes (the rebuilder is scheduled, e.g. every 5 minutes).
+/// Only settled posts are corrected: no like newer than `options.quiet`, and a counter that did
+/// not move while the likes were counted (read before and again at the correction). A post
+/// still being liked is reported as `unsettled` and left for a later run, so the rebuilder never
+/// turns a hot post's in-flight likes into a lasting error. A flush that lands between the
+/// second read and the `fix` write (milliseconds) can still leave an error; the next run that
+/// finds the post settled removes it.
 pub async fn rebuild(
     ddb: &aws_sdk_dynamodb::Client,
     schema: &Schema,
+    options: RebuildOptions,
 ) -> Result<RebuildReport, LikesError> {
-    let counters = CounterStore::new(ddb.clone(), schema.table_name(Table::Counters));
-    let mut truth: BTreeMap<String, i64> = BTreeMap::new();
-    let mut report = RebuildReport::default();
-    scan_strings(ddb, &schema.table_name(Table::Liked), "post", |post| {
-        *truth.entry(post.to_owned()).or_insert(0) += 1;
-        report.likes_scanned += 1;
-    })
-    .await?;
-    // Posts whose likes were all removed still have counter items: check those too.
-    let prefix = format!("{COUNTER}#");
-    scan_strings(ddb, &schema.table_name(Table::Counters), "pk", |pk| {
-        if let Some(post) = pk.strip_prefix(&prefix) {
-            truth.entry(post.to_owned()).or_insert(0);
-        }
-    })
-    .await?;
-    for (post, count) in truth {
-        let key = match CounterKey::new(COUNTER, &post) {
-            Ok(k) => k,
-            Err(e) => {
-                tracing::warn!(post = %post, error = %e, "not a counter key; left alone");
-                report.skipped.push(post);
-                continue;
-            }
-        };
-        let fix = match counters.correct(&key, count).await {
-            Ok(fix) => fix,
-            // One malformed counter (an item edited by hand) must not stop the others' repair.
-            Err(e @ (CounterStoreError::Counter(_) | CounterStoreError::Malformed { .. })) => {
-                tracing::warn!(post = %post, error = %e, "counter not repairable; left alone");
-                report.skipped.push(post);
-                continue;
-            }
-            Err(e) => return Err(e.into()),
-        };
-        report.posts_checked += 1;
-        if fix.change != 0 {
-            report.corrected.insert(post, fix.change);
-        }
-    }
-    Ok(report)
+    Rebuild::begin(ddb, schema, options).await?.finish().await
 }
 
 /// Builds the Lambda event Lambda would deliver for `records` read from the stream `arn`, so the

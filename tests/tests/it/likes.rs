@@ -3,13 +3,15 @@
 //! flushes conditional absolute totals, and the rebuilder repairs what a crash lost. Every fault
 //! ends with the exact count.
 
+use std::time::Duration;
+
 use aws_lambda_events::apigw::ApiGatewayV2httpRequest;
 use aws_lambda_events::encodings::Body;
 use aws_lambda_events::http::Method;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodbstreams::types::Record;
 use heatsink::counter::CounterStore;
-use heatsink::likes::{Aggregator, LikesApi, dynamodb_event, rebuild};
+use heatsink::likes::{Aggregator, LikesApi, Rebuild, RebuildOptions, dynamodb_event, rebuild};
 use heatsink::schema::Table;
 use heatsink_integration::{Fixture, fixture, table_stream_records};
 
@@ -34,6 +36,13 @@ async fn setup(fx: &Fixture, posts: &[&str]) -> (LikesApi, Aggregator) {
         Some(fx.stack.streams.clone()),
     );
     (api, agg)
+}
+
+/// A rebuild that trusts the stream to be drained: no quiet period (the tests flush by hand).
+fn settled() -> RebuildOptions {
+    RebuildOptions {
+        quiet: Duration::ZERO,
+    }
 }
 
 /// Every record of the `liked` table's stream so far, with the stream ARN.
@@ -128,7 +137,9 @@ async fn duplicate_batches_lost_acks_and_crashes_never_change_the_final_count() 
     assert_eq!(overlap.flush.counted, 0);
     assert_eq!(api.count("p9").await.expect("count"), 20);
     assert_eq!(api.count("p1").await.expect("count"), 10);
-    let report = rebuild(&fx.stack.ddb, &fx.schema).await.expect("rebuild");
+    let report = rebuild(&fx.stack.ddb, &fx.schema, settled())
+        .await
+        .expect("rebuild");
     assert!(
         report.corrected.is_empty(),
         "nothing to correct: {report:?}"
@@ -154,18 +165,85 @@ async fn a_crash_before_the_flush_is_repaired_by_the_rebuilder_exactly() {
         8,
         "short by the lost batch"
     );
-    let fixed = rebuild(&fx.stack.ddb, &fx.schema).await.expect("rebuild");
+    let fixed = rebuild(&fx.stack.ddb, &fx.schema, settled())
+        .await
+        .expect("rebuild");
     assert_eq!(fixed.corrected.get("p9"), Some(&4));
     assert_eq!(
         api.count("p9").await.expect("count"),
         12,
         "exact after one rebuild"
     );
-    let again = rebuild(&fx.stack.ddb, &fx.schema).await.expect("rebuild");
+    let again = rebuild(&fx.stack.ddb, &fx.schema, settled())
+        .await
+        .expect("rebuild");
     assert!(
         again.corrected.is_empty(),
         "a second rebuild changes nothing"
     );
+}
+
+#[tokio::test]
+async fn a_post_still_being_liked_is_left_for_a_later_rebuild_not_mis_corrected() {
+    let fx = fixture!("a_post_still_being_liked_is_left_for_a_later_rebuild_not_mis_corrected");
+    let (api, agg) = setup(&fx, &["p9", "p1"]).await;
+    for i in 0..12 {
+        api.like(&format!("u{i}"), "p9").await.expect("like");
+    }
+    api.like("u0", "p1").await.expect("like");
+    let (arn, records) = stream_records(&fx, 13).await;
+    let p9: Vec<Record> = records
+        .iter()
+        .filter(|r| format!("{:?}", r.dynamodb()).contains("\"p9\""))
+        .cloned()
+        .collect();
+    assert_eq!(p9.len(), 12);
+    // 8 of p9's likes are flushed; 4 are still in the stream (the aggregator is behind).
+    agg.handle_dynamodb(dynamodb_event(&arn, &p9[..8]).expect("event"))
+        .await;
+    assert_eq!(api.count("p9").await.expect("count"), 8);
+
+    // Within the quiet period nothing is corrected: the 4 in flight are not lost, and a fix of
+    // +4 now would count them twice once they are flushed.
+    let hour = RebuildOptions {
+        quiet: Duration::from_secs(3_600),
+    };
+    let early = rebuild(&fx.stack.ddb, &fx.schema, hour)
+        .await
+        .expect("rebuild");
+    assert!(early.corrected.is_empty(), "{early:?}");
+    assert_eq!(early.unsettled, ["p1", "p9"]);
+
+    // A flush that lands while a rebuild is counting: the counter moved, so p9 is left alone.
+    let run = Rebuild::begin(&fx.stack.ddb, &fx.schema, settled())
+        .await
+        .expect("begin");
+    agg.handle_dynamodb(dynamodb_event(&arn, &p9[8..]).expect("event"))
+        .await;
+    let racing = run.finish().await.expect("finish");
+    assert_eq!(racing.unsettled, ["p9"], "{racing:?}");
+    assert!(!racing.corrected.contains_key("p9"), "{racing:?}");
+    assert_eq!(
+        racing.corrected.get("p1"),
+        Some(&1),
+        "p1 was never flushed: repaired"
+    );
+    assert_eq!(
+        api.count("p9").await.expect("count"),
+        12,
+        "exact, no fix needed"
+    );
+    assert_eq!(api.count("p1").await.expect("count"), 1);
+
+    // Settled: nothing left to correct, nothing double-counted.
+    let after = rebuild(&fx.stack.ddb, &fx.schema, settled())
+        .await
+        .expect("rebuild");
+    assert!(
+        after.corrected.is_empty() && after.unsettled.is_empty(),
+        "{after:?}"
+    );
+    assert_eq!(api.count("p9").await.expect("count"), 12);
 }
 
 #[tokio::test]
@@ -208,7 +286,6 @@ async fn a_poison_record_is_reported_and_blocks_nothing_before_it() {
 #[tokio::test]
 async fn likes_over_a_limit_from_the_directory_get_429_and_write_nothing() {
     use std::sync::Arc;
-    use std::time::Duration;
 
     use heatsink::admission::Gate;
     use heatsink::core::guard::{AdmissionConfig, Limit};
