@@ -1,14 +1,18 @@
 locals {
   region = data.aws_region.current.name
+  # EMF series, each with the one emitter that writes it (heatsink::metrics::Metric::emitter; a
+  # Rust unit test checks every line). Leases come from stream consumers outside the module
+  # (`heatsink tail --emf`, or a service embedding heatsink::stream::Worker with emit_emf).
   emf = {
     counter_lag   = ["heatsink", "CounterLagEvents", "Function", "likes-aggregator", { stat = "Maximum" }]
     flush_delay   = ["heatsink", "CounterFlushDelaySeconds", "Function", "likes-aggregator", { stat = "Maximum", yAxis = "right" }]
-    leases_held   = ["heatsink", "LeasesHeld", "Function", "count-rebuilder", { stat = "Maximum" }]
-    leases_expire = ["heatsink", "LeasesExpired", "Function", "count-rebuilder", { stat = "Sum" }]
-    hot_keys      = ["heatsink", "HotKeys", "Function", "hotkey-controller", { stat = "Maximum" }]
-    sampled_hot   = ["heatsink", "SampledHotKeys", "Function", "likes-api", { stat = "Maximum" }]
+    leases_held   = ["heatsink", "LeasesHeld", "Function", "stream-consumer", { stat = "Maximum", label = "held (max per worker)" }]
+    leases_expire = ["heatsink", "LeasesExpired", "Function", "stream-consumer", { stat = "Sum", label = "expired, taken over" }]
+    hot_keys      = ["heatsink", "HotKeys", "Function", "hotkey-controller", { stat = "Maximum", label = "keys in the directory" }]
     rejected      = ["heatsink", "AdmissionRejected", "Function", "likes-api", { stat = "Sum" }]
   }
+  # EventBridge's own count of sampler reports the rule matched (RuleName alone: the default bus).
+  sampler_reports = ["AWS/Events", "MatchedEvents", "RuleName", aws_cloudwatch_event_rule.hotkey_controller_sampler_reports.name, { stat = "Sum", label = "sampler reports delivered", yAxis = "right" }]
   all_throttle_metrics = concat(local.throttle_reasons["key-range"], local.throttle_reasons["quota"], [
     "ReadProvisionedThroughputThrottleEvents", "WriteProvisionedThroughputThrottleEvents",
   ])
@@ -79,15 +83,15 @@ locals {
     {
       type = "metric", width = 8, height = 6
       properties = {
-        title   = "Leases", region = local.region, view = "timeSeries", period = 60
+        title   = "Stream consumer leases (heatsink tail --emf or an embedding service)", region = local.region, view = "timeSeries", period = 60
         metrics = [local.emf.leases_held, local.emf.leases_expire]
       }
     },
     {
       type = "metric", width = 8, height = 6
       properties = {
-        title   = "Hot keys: directory vs client samples", region = local.region, view = "timeSeries", period = 60
-        metrics = [local.emf.hot_keys, local.emf.sampled_hot]
+        title   = "Hot keys: directory vs sampler reports delivered", region = local.region, view = "timeSeries", period = 60
+        metrics = [local.emf.hot_keys, local.sampler_reports]
       }
     },
     {

@@ -38,9 +38,9 @@ locals {
       { Effect = "Allow", Action = ["sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"], Resource = aws_sqs_queue.stream_failures.arn },
     ]
     "count-rebuilder" = [
-      { Effect = "Allow", Action = ["dynamodb:Scan", "dynamodb:Query"], Resource = aws_dynamodb_table.liked.arn },
-      { Effect = "Allow", Action = ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query", "dynamodb:BatchGetItem"], Resource = aws_dynamodb_table.counters.arn },
-      { Effect = "Allow", Action = ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:Query"], Resource = aws_dynamodb_table.leases.arn },
+      # exactly what heatsink::likes::rebuild calls: Scan liked; Scan counter keys, Query each counter, Put its fix
+      { Effect = "Allow", Action = ["dynamodb:Scan"], Resource = aws_dynamodb_table.liked.arn },
+      { Effect = "Allow", Action = ["dynamodb:Scan", "dynamodb:Query", "dynamodb:PutItem"], Resource = aws_dynamodb_table.counters.arn },
     ]
     "hotkey-controller" = [
       { Effect = "Allow", Action = ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:Query", "dynamodb:Scan"], Resource = aws_dynamodb_table.hotkeys.arn },

@@ -3,6 +3,11 @@
 //! Several `tail` processes with the same `--app` share the stream's shards through the lease
 //! table; each prints, as one JSON line per record, what it processes, in processing order, and
 //! checkpoints as it goes. Ctrl-C stops after the current batch and releases the leases.
+//!
+//! With `--emf`, every lease round also writes one CloudWatch Embedded Metric Format line to
+//! stderr (`LeasesHeld`, `LeasesExpired`, dimension `Function=stream-consumer`): run under a log
+//! shipper that sends stderr to CloudWatch Logs and the stacks' dashboard plots them. stdout
+//! carries only the records.
 
 use std::io::Write;
 use std::sync::Mutex;
@@ -60,6 +65,10 @@ pub struct TailArgs {
     /// Resource name prefix (the lease table is `<prefix>leases`, created if missing).
     #[arg(long, env = "HEATSINK_PREFIX", default_value = DEFAULT_PREFIX)]
     prefix: String,
+    /// Write each lease round's metrics (LeasesHeld, LeasesExpired) to stderr as EMF JSON lines,
+    /// dimension Function=stream-consumer; stdout stays records only.
+    #[arg(long)]
+    emf: bool,
 }
 
 /// Parses `250ms`, `30s`, `2m` or a bare number of seconds.
@@ -124,10 +133,10 @@ pub async fn run(args: TailArgs) -> CmdResult {
     if is_dynamodb_stream(&args.stream) {
         let source =
             DynamoDbStreamsSource::new(aws_sdk_dynamodbstreams::Client::new(&config), &args.stream);
-        tail(source, leases, printer, worker_config, args.idle_exit).await
+        tail(source, leases, printer, worker_config, &args).await
     } else {
         let source = KinesisSource::new(aws_sdk_kinesis::Client::new(&config), &args.stream);
-        tail(source, leases, printer, worker_config, args.idle_exit).await
+        tail(source, leases, printer, worker_config, &args).await
     }
 }
 
@@ -136,12 +145,16 @@ async fn tail<S: ShardSource>(
     leases: LeaseTable,
     printer: Printer,
     config: WorkerConfig,
-    idle_exit: Option<Duration>,
+    args: &TailArgs,
 ) -> CmdResult {
     // Fail fast on a missing stream rather than retrying forever in the worker.
     source.list_shards().await?;
-    let worker = Worker::new(source, leases, printer, config);
+    let mut worker = Worker::new(source, leases, printer, config);
+    if args.emf {
+        worker = worker.emit_emf(std::io::stderr());
+    }
     let stats = worker.stats();
+    let idle_exit = args.idle_exit;
     let shutdown = async move {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => {}
@@ -170,7 +183,24 @@ async fn idle(stats: WorkerStats, limit: Option<Duration>) {
 
 #[cfg(test)]
 mod tests {
+    use clap::Parser;
+
     use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        tail: TailArgs,
+    }
+
+    #[test]
+    fn emf_is_opt_in() {
+        let base = ["tail", "--stream", "s", "--app", "a"];
+        let off = Cli::try_parse_from(base).expect("parse");
+        assert!(!off.tail.emf);
+        let on = Cli::try_parse_from(base.iter().chain(&["--emf"])).expect("parse");
+        assert!(on.tail.emf);
+    }
 
     #[test]
     fn durations_read_with_their_unit() {

@@ -23,7 +23,7 @@ import {
   aws_sqs as sqs,
 } from 'aws-cdk-lib';
 import { Construct } from 'constructs';
-import { EMF_METRICS, EMF_NAMESPACE, LOG_FIELDS } from './observability';
+import { EMF_METRICS, EMF_NAMESPACE, EMF_PROCESSES, EmfProcess, LOG_FIELDS } from './observability';
 import {
   DEFAULT_PREFIX,
   FUNCTION_NAMES,
@@ -266,22 +266,12 @@ export class HeatsinkStack extends Stack {
       'dynamodb:BatchGetItem',
     ]);
     grant(f['likes-aggregator'], t.hotkeys, ['dynamodb:GetItem', 'dynamodb:BatchGetItem']);
-    // count-rebuilder: recount from durable likes, write `fix`, one run at a time via a lease.
-    grant(f['count-rebuilder'], t.liked, ['dynamodb:Scan', 'dynamodb:Query']);
-    grant(f['count-rebuilder'], t.counters, [
-      'dynamodb:GetItem',
-      'dynamodb:PutItem',
-      'dynamodb:UpdateItem',
-      'dynamodb:Query',
-      'dynamodb:BatchGetItem',
-    ]);
-    grant(f['count-rebuilder'], t.leases, [
-      'dynamodb:GetItem',
-      'dynamodb:PutItem',
-      'dynamodb:UpdateItem',
-      'dynamodb:DeleteItem',
-      'dynamodb:Query',
-    ]);
+    // count-rebuilder: recount from durable likes, write `fix`. It holds no lease: nothing in a
+    // function reads or writes `leases` (stream consumers outside the stack do).
+    // Exactly what `heatsink::likes::rebuild` calls: Scan `liked`; Scan counter keys, Query each
+    // counter, Put its `fix`.
+    grant(f['count-rebuilder'], t.liked, ['dynamodb:Scan']);
+    grant(f['count-rebuilder'], t.counters, ['dynamodb:Scan', 'dynamodb:Query', 'dynamodb:PutItem']);
     // hotkey-controller: read insight reports and metrics, maintain the hot-key directory.
     grant(f['hotkey-controller'], t.hotkeys, [
       'dynamodb:GetItem',
@@ -356,8 +346,9 @@ export class HeatsinkStack extends Stack {
     });
     // Routers' client samplers (long-lived services embedding heatsink) PutEvents their hot-key
     // reports to the default bus; they name keys within seconds, before Contributor Insights does.
+    const samplerReportsRule = `${prefix}hotkey-controller-sampler-reports`;
     new events.Rule(this, 'HotkeyControllerSamplerReports', {
-      ruleName: `${prefix}hotkey-controller-sampler-reports`,
+      ruleName: samplerReportsRule,
       description: 'heatsink sampler reports (default bus) -> hotkey-controller',
       eventPattern: {
         source: [SAMPLER_SOURCE],
@@ -638,14 +629,25 @@ export class HeatsinkStack extends Stack {
           }),
       ),
     );
-    const emf = (metricName: string, fn: FunctionName, statistic = 'Maximum') =>
+    const emf = (metricName: string, emitter: FunctionName | EmfProcess, statistic = 'Maximum', label?: string) =>
       new cw.Metric({
         namespace: EMF_NAMESPACE,
         metricName,
-        dimensionsMap: { Function: fn },
+        dimensionsMap: { Function: emitter },
         statistic,
+        label,
         period: Duration.minutes(1),
       });
+    // EventBridge's own count of the sampler reports this rule matched (RuleName alone: the
+    // default bus), i.e. what routers delivered; no function emits a metric for them.
+    const samplerReportsMatched = new cw.Metric({
+      namespace: 'AWS/Events',
+      metricName: 'MatchedEvents',
+      dimensionsMap: { RuleName: samplerReportsRule },
+      statistic: 'Sum',
+      label: 'sampler reports delivered',
+      period: Duration.minutes(1),
+    });
     dashboard.addWidgets(
       new cw.GraphWidget({
         title: 'Counter lag (events applied, not yet flushed) and flush delay',
@@ -665,16 +667,20 @@ export class HeatsinkStack extends Stack {
         height: 6,
       }),
       new cw.GraphWidget({
-        title: 'Leases',
-        left: [emf(EMF_METRICS.leasesHeld, 'count-rebuilder'), emf(EMF_METRICS.leasesExpired, 'count-rebuilder', 'Sum')],
+        title: 'Stream consumer leases (heatsink tail --emf or an embedding service)',
+        left: [
+          emf(EMF_METRICS.leasesHeld, EMF_PROCESSES.streamConsumer, 'Maximum', 'held (max per worker)'),
+          emf(EMF_METRICS.leasesExpired, EMF_PROCESSES.streamConsumer, 'Sum', 'expired, taken over'),
+        ],
         width: 8,
         height: 6,
       }),
     );
     dashboard.addWidgets(
       new cw.GraphWidget({
-        title: 'Hot keys: directory vs client samples',
-        left: [emf(EMF_METRICS.hotKeys, 'hotkey-controller'), emf(EMF_METRICS.sampledHotKeys, 'likes-api')],
+        title: 'Hot keys: directory vs sampler reports delivered',
+        left: [emf(EMF_METRICS.hotKeys, 'hotkey-controller', 'Maximum', 'keys in the directory')],
+        right: [samplerReportsMatched],
         width: 8,
         height: 6,
       }),

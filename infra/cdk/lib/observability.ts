@@ -29,18 +29,31 @@ export const LOG_FIELDS = {
 /** CloudWatch namespace of the functions' Embedded Metric Format metrics. */
 export const EMF_NAMESPACE = 'heatsink';
 
-/** EMF metric names (dimension `Function` = the function's short name). */
+/**
+ * Values of the EMF `Function` dimension that are not Lambda functions (those use their short
+ * name, `FUNCTION_NAMES` in `schema.ts`): long-running processes embedding heatsink.
+ */
+export const EMF_PROCESSES = {
+  /** A stream consumer (`heatsink::stream::Worker`): `heatsink tail --emf`, or a service calling `Worker::emit_emf`. */
+  streamConsumer: 'stream-consumer',
+} as const;
+export type EmfProcess = (typeof EMF_PROCESSES)[keyof typeof EMF_PROCESSES];
+
+/**
+ * EMF metric names (dimension `Function` = the emitter's short name). Every one is emitted by
+ * exactly one emitter (`Metric::emitter` in `heatsink::metrics`), named on each line.
+ */
 export const EMF_METRICS = {
-  /** Like events applied to in-memory aggregates but not yet flushed to `counters`. */
+  /** likes-aggregator: like events applied to in-memory aggregates but not yet flushed to `counters`. */
   counterLag: 'CounterLagEvents',
-  /** Seconds between a like's creation and its flush into `counters`. */
+  /** likes-aggregator: seconds between a like's creation and its flush into `counters`. */
   counterFlushDelay: 'CounterFlushDelaySeconds',
-  /** Shard leases held / expired / stolen by this worker (`leases` table). */
+  /** stream-consumer: leases one worker holds after a lease round (a gauge). */
   leasesHeld: 'LeasesHeld',
+  /** stream-consumer: leases a worker took over because their holder let them expire. */
   leasesExpired: 'LeasesExpired',
-  /** Keys currently marked hot in the hot-key directory, and keys sampled hot by clients. */
+  /** hotkey-controller: keys currently marked hot in the hot-key directory. */
   hotKeys: 'HotKeys',
-  sampledHotKeys: 'SampledHotKeys',
-  /** Requests refused with 429 by the admission guard. */
+  /** likes-api: requests refused with 429 by the admission guard. */
   admissionRejected: 'AdmissionRejected',
 } as const;

@@ -3,6 +3,7 @@ import { Match, Template } from 'aws-cdk-lib/assertions';
 import * as fs from 'fs';
 import * as path from 'path';
 import { LikeEventsSource } from '../lib/heatsink-stack';
+import { EMF_METRICS, EMF_NAMESPACE, EMF_PROCESSES } from '../lib/observability';
 import { FUNCTION_NAMES, TABLES } from '../lib/schema';
 import { resources, synth, Synth } from './helpers';
 
@@ -319,9 +320,39 @@ describe('least privilege', () => {
     expect(sorted).toEqual({
       likesapi: ['heatsink-liked'],
       likesaggregator: ['heatsink-counters'],
-      countrebuilder: ['heatsink-counters', 'heatsink-leases'],
+      countrebuilder: ['heatsink-counters'],
       hotkeycontroller: ['heatsink-hotkeys'],
     });
+  });
+
+  test('count-rebuilder may call exactly what heatsink::likes::rebuild calls, per table', () => {
+    const tableIds = Object.fromEntries(
+      Object.entries(resources(s.template, 'AWS::DynamoDB::GlobalTable')).map(([id, r]) => [id, r.Properties.TableName]),
+    );
+    const granted: Record<string, string[]> = {};
+    for (const st of statements().filter((st) => st.id.replace(/^Role|DefaultPolicy.*$/g, '') === 'countrebuilder')) {
+      for (const res of [st.Resource].flat()) {
+        const table = tableIds[res?.['Fn::GetAtt']?.[0]];
+        if (table) granted[table] = [...(granted[table] ?? []), ...[st.Action].flat()].sort();
+      }
+    }
+    expect(granted).toEqual({
+      'heatsink-liked': ['dynamodb:Scan'],
+      'heatsink-counters': ['dynamodb:PutItem', 'dynamodb:Query', 'dynamodb:Scan'],
+    });
+  });
+
+  test('no function reads or writes the leases table: stream consumers run outside the stack', () => {
+    const leasesId = Object.entries(resources(s.template, 'AWS::DynamoDB::GlobalTable')).find(
+      ([, r]) => r.Properties.TableName === 'heatsink-leases',
+    )![0];
+    // Describe* (the controller's Contributor Insights status of every table) is not data access.
+    const dataPlane = statements().filter(
+      (st) =>
+        JSON.stringify(st.Resource).includes(`"${leasesId}"`) &&
+        [st.Action].flat().some((a: string) => !a.startsWith('dynamodb:Describe')),
+    );
+    expect(dataPlane).toEqual([]);
   });
 });
 
@@ -389,6 +420,57 @@ describe('alarms and dashboard', () => {
     expect(alarms().map((a) => a.AlarmName)).toEqual(
       expect.arrayContaining(['heatsink-likes-aggregator-iterator-age', 'heatsink-like-events-write-throttled']),
     );
+  });
+
+  /** The dashboard body with its tokens resolved to the default prefix (`heatsink-`). */
+  const dashboardWidgets = (): any[] => {
+    const dashboards = Object.values(resources(s.template, 'AWS::CloudWatch::Dashboard'));
+    expect(dashboards).toHaveLength(1);
+    const join = dashboards[0].Properties.DashboardBody['Fn::Join'];
+    const text = join[1].map((part: any) => (typeof part === 'string' ? part : 'TOKEN')).join(join[0]);
+    return JSON.parse(text).widgets;
+  };
+  const series = (title: RegExp) => {
+    const widget = dashboardWidgets().find((w) => title.test(w.properties.title ?? ''));
+    expect(widget).toBeDefined();
+    return widget.properties.metrics as any[][];
+  };
+
+  test('dashboard: leases come from stream consumers, never from a function', () => {
+    expect(series(/^Stream consumer leases \(heatsink tail --emf or an embedding service\)$/)).toEqual([
+      ['heatsink', 'LeasesHeld', 'Function', 'stream-consumer', { stat: 'Maximum', label: 'held (max per worker)', period: 60 }],
+      ['heatsink', 'LeasesExpired', 'Function', 'stream-consumer', { stat: 'Sum', label: 'expired, taken over', period: 60 }],
+    ]);
+  });
+
+  test('dashboard: hot keys in the directory vs sampler reports the EventBridge rule matched', () => {
+    expect(series(/^Hot keys: directory vs sampler reports delivered$/)).toEqual([
+      ['heatsink', 'HotKeys', 'Function', 'hotkey-controller', { stat: 'Maximum', label: 'keys in the directory', period: 60 }],
+      [
+        'AWS/Events',
+        'MatchedEvents',
+        'RuleName',
+        'heatsink-hotkey-controller-sampler-reports',
+        { stat: 'Sum', label: 'sampler reports delivered', period: 60, yAxis: 'right' },
+      ],
+    ]);
+  });
+
+  test('dashboard: every EMF series is a metric we emit, graphed with its one emitter', () => {
+    const emitter: Record<string, string> = {
+      [EMF_METRICS.counterLag]: 'likes-aggregator',
+      [EMF_METRICS.counterFlushDelay]: 'likes-aggregator',
+      [EMF_METRICS.leasesHeld]: EMF_PROCESSES.streamConsumer,
+      [EMF_METRICS.leasesExpired]: EMF_PROCESSES.streamConsumer,
+      [EMF_METRICS.hotKeys]: 'hotkey-controller',
+      [EMF_METRICS.admissionRejected]: 'likes-api',
+    };
+    expect(Object.keys(emitter).sort()).toEqual(Object.values(EMF_METRICS).sort());
+    const emf = dashboardWidgets()
+      .flatMap((w) => w.properties.metrics ?? [])
+      .filter((m: any[]) => m[0] === EMF_NAMESPACE);
+    expect(emf.map((m) => m[1]).sort()).toEqual(Object.values(EMF_METRICS).sort());
+    for (const m of emf) expect([m[1], m[2], m[3]]).toEqual([m[1], 'Function', emitter[m[1]]]);
   });
 
   test('dashboard: capacity vs ceilings, top contributors, throttles, counter lag, iterator age, leases', () => {

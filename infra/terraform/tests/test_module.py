@@ -411,6 +411,17 @@ def test_sampler_publisher_policy_puts_events_on_the_default_bus_for_the_sampler
     assert unq(outputs["sampler_publisher_policy_arn"]["value"]) == "${aws_iam_policy.sampler_publisher.arn}"
 
 
+def test_count_rebuilder_may_call_exactly_what_rebuild_calls():
+    # Same grant as the CDK stack's: Scan liked; Scan counter keys, Query each counter, Put its fix.
+    text = FILES["iam.tf"].read_text()
+    block = re.search(r'"count-rebuilder" = \[(.*?)\n    \]', text, re.S).group(1)
+    grants = {
+        table: sorted(re.findall(r'"(dynamodb:\w+)"', actions))
+        for actions, table in re.findall(r"Action = \[([^\]]*)\], Resource = aws_dynamodb_table\.(\w+)\.arn", block)
+    }
+    assert grants == {"liked": ["dynamodb:Scan"], "counters": ["dynamodb:PutItem", "dynamodb:Query", "dynamodb:Scan"]}
+
+
 def test_http_api_routes():
     routes = sorted(unq(b["route_key"]) for (t, _), b in RESOURCES.items() if t == "aws_apigatewayv2_route")
     assert routes == ["GET /posts/{post}", "POST /posts/{post}/likes"]
@@ -441,3 +452,56 @@ def test_dashboard_widgets():
     text = FILES["dashboard.tf"].read_text()
     for needle in ("MaxContributorValue", "per-partition ceiling", "insightRule", "CounterLagEvents", "IteratorAge", "LeasesHeld"):
         assert needle in text
+
+
+def dashboard_locals():
+    for block in PARSED["dashboard.tf"].get("locals", []):
+        if "stream_widgets" in block:
+            return block
+    raise KeyError("locals with stream_widgets")
+
+
+def widget_series(title):
+    """The series of the stream widget titled `title`, with `${local.x.y}` references resolved."""
+    block = dashboard_locals()
+    widget = next(w for w in block["stream_widgets"] if unq(w["properties"]["title"]) == title)
+    out = []
+    for m in widget["properties"]["metrics"]:
+        if isinstance(m, str):
+            path = unq(m).removeprefix("${local.").removesuffix("}").split(".")
+            m = block
+            for key in path:
+                m = m[key]
+        out.append([unq(v) if isinstance(v, str) else {k: unq(x) for k, x in v.items()} for v in m])
+    return out
+
+
+def test_dashboard_leases_come_from_stream_consumers():
+    """No function holds a lease; `heatsink tail --emf` and embedding services emit these."""
+    assert widget_series("Stream consumer leases (heatsink tail --emf or an embedding service)") == [
+        ["heatsink", "LeasesHeld", "Function", "stream-consumer", {"stat": "Maximum", "label": "held (max per worker)"}],
+        ["heatsink", "LeasesExpired", "Function", "stream-consumer", {"stat": "Sum", "label": "expired, taken over"}],
+    ]
+
+
+def test_dashboard_hot_keys_vs_sampler_reports_the_rule_matched():
+    """Routers publish sampler reports; EventBridge's MatchedEvents for the rule counts them."""
+    assert widget_series("Hot keys: directory vs sampler reports delivered") == [
+        ["heatsink", "HotKeys", "Function", "hotkey-controller", {"stat": "Maximum", "label": "keys in the directory"}],
+        [
+            "AWS/Events",
+            "MatchedEvents",
+            "RuleName",
+            "${aws_cloudwatch_event_rule.hotkey_controller_sampler_reports.name}",
+            {"stat": "Sum", "label": "sampler reports delivered", "yAxis": "right"},
+        ],
+    ]
+    text = FILES["dashboard.tf"].read_text()
+    assert "SampledHotKeys" not in text and "count-rebuilder" not in text
+
+
+def test_no_function_reads_or_writes_the_leases_table():
+    """Leases are held by stream consumers outside the module, never by a function."""
+    for fn, statements in iam_locals()["policies"].items():
+        for st in statements:
+            assert "aws_dynamodb_table.leases" not in json.dumps(st), (unq(fn), st)

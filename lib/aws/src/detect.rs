@@ -86,13 +86,14 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::error::describe;
+use crate::metrics::{DIMENSION, Metric as EmfMetric};
 
 /// Seconds per Contributor Insights datapoint: DynamoDB's rules aggregate per minute.
 pub const PERIOD_SECS: i32 = 60;
 /// The most contributors one `GetInsightRuleReport` returns per rule.
 pub const MAX_CONTRIBUTORS: i32 = 100;
 /// CloudWatch namespace of the functions' Embedded Metric Format metrics.
-pub const EMF_NAMESPACE: &str = "heatsink";
+pub const EMF_NAMESPACE: &str = crate::metrics::NAMESPACE;
 /// The rule statistic alarms and graphs watch: the busiest key's count in one datapoint.
 pub const MAX_CONTRIBUTOR_VALUE: &str = "MaxContributorValue";
 
@@ -1113,7 +1114,8 @@ pub struct DashboardSpec {
 
 /// A `PutDashboard` body: the hottest key per second of each `PKC` rule against the partition
 /// ceilings and the alarm line, top contributors of each `PKC`/`PKT` rule, throttles by reason per
-/// target, counter lag, stream iterator age and leases.
+/// target, counter lag, stream iterator age and the stream consumers' leases. Every EMF series is
+/// graphed with its [`EmfMetric::emitter`], the only `Function` that writes it.
 pub fn dashboard_body(
     spec: &DashboardSpec,
     plan: &AlarmPlan,
@@ -1176,7 +1178,15 @@ pub fn dashboard_body(
             json!({"metrics": metrics, "stacked": true}),
         )
     });
-    let emf = |metric: &str, function: &str, stat: &str| json!([EMF_NAMESPACE, metric, "Function", function, {"stat": stat}]);
+    let emf = |m: EmfMetric, options: Value| {
+        json!([
+            EMF_NAMESPACE,
+            m.name(),
+            DIMENSION,
+            m.emitter().name(),
+            options
+        ])
+    };
     let mut iterator_age = vec![json!([
         "AWS/Lambda", "IteratorAge", "FunctionName", format!("{}likes-aggregator", spec.prefix),
         {"stat": "Maximum"}
@@ -1187,17 +1197,17 @@ pub fn dashboard_body(
     let streams = [
         graph(
             "Counter lag: events applied, not yet flushed".into(),
-            json!({"metrics": [emf("CounterLagEvents", "likes-aggregator", "Maximum")]}),
+            json!({"metrics": [emf(EmfMetric::CounterLagEvents, json!({"stat": "Maximum"}))]}),
         ),
         graph(
             "Stream iterator age (ms)".into(),
             json!({"metrics": iterator_age}),
         ),
         graph(
-            "Leases held and expired".into(),
+            "Stream consumer leases (heatsink tail --emf or an embedding service)".into(),
             json!({"metrics": [
-                emf("LeasesHeld", "count-rebuilder", "Maximum"),
-                emf("LeasesExpired", "count-rebuilder", "Sum"),
+                emf(EmfMetric::LeasesHeld, json!({"stat": "Maximum", "label": "held (max per worker)"})),
+                emf(EmfMetric::LeasesExpired, json!({"stat": "Sum", "label": "expired, taken over"})),
             ]}),
         ),
     ];
@@ -1909,6 +1919,50 @@ mod tests {
             "LeasesHeld",
         ] {
             assert!(text.contains(needle), "dashboard lacks {needle}");
+        }
+
+        // Every EMF series names the one emitter that writes it: leases come from stream
+        // consumers, never from a Lambda function.
+        let leases = widgets
+            .iter()
+            .find(|w| {
+                w["properties"]["title"]
+                    .as_str()
+                    .is_some_and(|t| t.starts_with("Stream consumer leases"))
+            })
+            .expect("leases widget");
+        let series: Vec<(&str, &str)> = leases["properties"]["metrics"]
+            .as_array()
+            .expect("series")
+            .iter()
+            .map(|m| {
+                (
+                    m[1].as_str().expect("metric"),
+                    m[3].as_str().expect("emitter"),
+                )
+            })
+            .collect();
+        assert_eq!(
+            series,
+            [
+                ("LeasesHeld", "stream-consumer"),
+                ("LeasesExpired", "stream-consumer")
+            ]
+        );
+        let emf_series: Vec<&Value> = widgets
+            .iter()
+            .filter_map(|w| w["properties"]["metrics"].as_array())
+            .flatten()
+            .filter(|m| m[0] == EMF_NAMESPACE)
+            .collect();
+        assert_eq!(emf_series.len(), 3, "counter lag and the two lease series");
+        for m in emf_series {
+            let metric = EmfMetric::ALL
+                .iter()
+                .find(|x| m[1] == x.name())
+                .expect("a metric we emit");
+            assert_eq!(m[2], DIMENSION);
+            assert_eq!(m[3], metric.emitter().name(), "{m}");
         }
     }
 

@@ -8,11 +8,16 @@
 //! call, no added latency on the request path, no extra IAM permission and no network failure
 //! mode. The price is that a metric exists only once its log line is ingested (seconds).
 //!
+//! Long-running stream consumers write the same documents once per worker round
+//! ([`crate::stream::Worker::emit_emf`]; `heatsink tail --emf` prints them on stderr): shipped to
+//! CloudWatch Logs (the awslogs log driver, the CloudWatch agent), they become metrics the same way.
+//!
 //! The names here are the contract with the alarms and the dashboard (`infra/cdk/lib/
 //! observability.ts` and `infra/terraform/dashboard.tf`): namespace [`NAMESPACE`], one dimension
-//! [`DIMENSION`] whose value is the function's short name ([`Function`]), metric names
+//! [`DIMENSION`] whose value is the emitter's short name ([`Function`]), metric names
 //! [`Metric::name`], log field names in [`log_field`]. A unit test reads `observability.ts` and
-//! fails if either side drifts.
+//! fails if either side drifts; another fails if the Terraform dashboard reads a metric or an
+//! emitter not listed here.
 //!
 //! An [`Emf`] collects the values of one invocation and [`Emf::flush`] prints them, one document
 //! per 100 values of a metric (the specification's limit per metric and per document).
@@ -44,8 +49,8 @@
 //! Why not the `metrics_cloudwatch_embedded` crate: it is a backend of the `metrics` facade, so
 //! it installs one process-global recorder; library code would then depend on a global being set,
 //! and tests could not observe one invocation's document in isolation. It also pulls in
-//! `metrics` and, by default, `lambda_http`. heatsink needs seven fixed metrics with one
-//! dimension, flushed once per invocation: a small typed writer on `serde_json` is less code
+//! `metrics` and, by default, `lambda_http`. heatsink needs six fixed metrics with one
+//! dimension, flushed once per invocation (or round): a small typed writer on `serde_json` is less code
 //! than the glue around the facade.
 
 use std::collections::{BTreeMap, HashMap};
@@ -81,10 +86,11 @@ use serde_json::{Map, Value, json};
 
 use crate::likes::AggregateReport;
 use crate::schema::Schema;
+use crate::stream::RoundReport;
 
 /// CloudWatch namespace of every heatsink EMF metric (`EMF_NAMESPACE` in `observability.ts`).
 pub const NAMESPACE: &str = "heatsink";
-/// The one dimension of every heatsink metric; its value is the function's short name.
+/// The one dimension of every heatsink metric; its value is the emitter's short name.
 pub const DIMENSION: &str = "Function";
 /// Most metric definitions one EMF directive may hold (specification limit).
 pub const MAX_METRICS_PER_DOCUMENT: usize = 100;
@@ -93,7 +99,8 @@ pub const MAX_VALUES_PER_METRIC: usize = 100;
 /// Most dimension keys one EMF dimension set may hold (specification limit).
 pub const MAX_DIMENSIONS_PER_SET: usize = 30;
 
-/// The function a metric comes from: the value of the [`DIMENSION`] dimension.
+/// What a metric comes from, a Lambda function or a long-running process: the value of the
+/// [`DIMENSION`] dimension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Function {
     /// `likes-api`: POST a like, GET a count.
@@ -104,24 +111,39 @@ pub enum Function {
     CountRebuilder,
     /// `hotkey-controller`: Contributor Insights and alarms → hot-key directory.
     HotkeyController,
+    /// `stream-consumer`: not a Lambda function; a long-running [`crate::stream::Worker`]
+    /// (`heatsink tail --emf`, or a service embedding one with `Worker::emit_emf`).
+    StreamConsumer,
 }
 
 impl Function {
-    /// Every function, in the order of `FUNCTION_NAMES` in `infra/cdk/lib/schema.ts`.
-    pub const ALL: [Function; 4] = [
+    /// The Lambda functions, in the order of `FUNCTION_NAMES` in `infra/cdk/lib/schema.ts`.
+    pub const LAMBDAS: [Function; 4] = [
         Function::LikesApi,
         Function::LikesAggregator,
         Function::CountRebuilder,
         Function::HotkeyController,
     ];
 
-    /// The short name: the crate, the binary and the dimension value (no stack prefix).
+    /// Every emitter: the Lambda functions, then the processes of `EMF_PROCESSES` in
+    /// `infra/cdk/lib/observability.ts`.
+    pub const ALL: [Function; 5] = [
+        Function::LikesApi,
+        Function::LikesAggregator,
+        Function::CountRebuilder,
+        Function::HotkeyController,
+        Function::StreamConsumer,
+    ];
+
+    /// The short name: the dimension value and, for a Lambda function, its crate and binary (no
+    /// stack prefix).
     pub const fn name(self) -> &'static str {
         match self {
             Function::LikesApi => "likes-api",
             Function::LikesAggregator => "likes-aggregator",
             Function::CountRebuilder => "count-rebuilder",
             Function::HotkeyController => "hotkey-controller",
+            Function::StreamConsumer => "stream-consumer",
         }
     }
 }
@@ -145,36 +167,40 @@ impl Unit {
     }
 }
 
-/// Every metric the alarms and the dashboard read (`EMF_METRICS` in `observability.ts`).
+/// Every metric heatsink emits, each read by the alarms or the dashboard (`EMF_METRICS` in
+/// `observability.ts`). The emitter is the [`DIMENSION`] value named on each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Metric {
-    /// Like events applied to the in-memory aggregate but not flushed to `counters` when the
-    /// invocation ended (the flush failed; Lambda retries them). 0 after a good flush.
+    /// `likes-aggregator`: like events applied to the in-memory aggregate but not flushed to
+    /// `counters` when the invocation ended (the flush failed; Lambda retries them). 0 after a
+    /// good flush.
     CounterLagEvents,
-    /// Seconds from the oldest like of a flush (its `ApproximateCreationDateTime`) to the end of
-    /// that flush into `counters`.
+    /// `likes-aggregator`: seconds from the oldest like of a flush (its
+    /// `ApproximateCreationDateTime`) to the end of that flush into `counters`.
     CounterFlushDelaySeconds,
-    /// Shard leases held by a stream worker.
+    /// `stream-consumer`: shard leases one worker holds at the end of a main-loop round
+    /// ([`RoundReport::held`]), a gauge: graph the Maximum per worker, or the Sum over a period
+    /// divided by the rounds in it. Summed over the live workers it is the shards being read.
     LeasesHeld,
-    /// Shard leases that expired under a stream worker.
+    /// `stream-consumer`: leases a worker took over in a round because they had expired
+    /// ([`RoundReport::expired`]): their holder stopped renewing without releasing (a crash, a
+    /// hang, a partition). Each expiry is counted once, by the worker that won the lease; graph
+    /// the Sum. Releases at graceful shutdown and rebalancing steals are not expiries.
     LeasesExpired,
-    /// Keys currently marked hot in the hot-key directory.
+    /// `hotkey-controller`: keys currently marked hot in the hot-key directory.
     HotKeys,
-    /// Keys the client-side sampler saw hot.
-    SampledHotKeys,
-    /// Requests refused with 429 by the admission guard.
+    /// `likes-api`: requests refused with 429 by the admission guard.
     AdmissionRejected,
 }
 
 impl Metric {
     /// Every metric.
-    pub const ALL: [Metric; 7] = [
+    pub const ALL: [Metric; 6] = [
         Metric::CounterLagEvents,
         Metric::CounterFlushDelaySeconds,
         Metric::LeasesHeld,
         Metric::LeasesExpired,
         Metric::HotKeys,
-        Metric::SampledHotKeys,
         Metric::AdmissionRejected,
     ];
 
@@ -186,8 +212,20 @@ impl Metric {
             Metric::LeasesHeld => "LeasesHeld",
             Metric::LeasesExpired => "LeasesExpired",
             Metric::HotKeys => "HotKeys",
-            Metric::SampledHotKeys => "SampledHotKeys",
             Metric::AdmissionRejected => "AdmissionRejected",
+        }
+    }
+
+    /// Who emits the metric: its only [`DIMENSION`] value. The dashboards must graph it with
+    /// this value, or they show a series nothing writes.
+    pub const fn emitter(self) -> Function {
+        match self {
+            Metric::CounterLagEvents | Metric::CounterFlushDelaySeconds => {
+                Function::LikesAggregator
+            }
+            Metric::LeasesHeld | Metric::LeasesExpired => Function::StreamConsumer,
+            Metric::HotKeys => Function::HotkeyController,
+            Metric::AdmissionRejected => Function::LikesApi,
         }
     }
 
@@ -245,7 +283,8 @@ pub enum EmfError {
     Write(#[from] std::io::Error),
 }
 
-/// The metric values of one invocation of one function, written as EMF documents.
+/// The metric values of one invocation (or worker round) of one emitter, written as EMF
+/// documents.
 #[derive(Debug, Clone)]
 pub struct Emf {
     function: Function,
@@ -293,6 +332,13 @@ impl Emf {
             self.seconds(Metric::CounterFlushDelaySeconds, Duration::from_millis(ms));
         }
         self
+    }
+
+    /// Adds the metrics of one stream-worker round: [`Metric::LeasesHeld`] and
+    /// [`Metric::LeasesExpired`], both always (a 0 is a data point: "held none", "none expired").
+    pub fn lease_round(&mut self, report: &RoundReport) -> &mut Self {
+        self.count(Metric::LeasesHeld, report.held as u64)
+            .count(Metric::LeasesExpired, report.expired as u64)
     }
 
     /// True when no value was added since the last flush.
@@ -928,7 +974,7 @@ mod tests {
         let ts_metrics: BTreeSet<String> = ts_object(&ts, "EMF_METRICS").into_values().collect();
         let ours: BTreeSet<String> = Metric::ALL.iter().map(|m| m.name().to_owned()).collect();
         assert_eq!(ts_metrics, ours, "EMF_METRICS vs Metric::ALL");
-        assert_eq!(ts_metrics.len(), 7, "parsed every metric");
+        assert_eq!(ts_metrics.len(), 6, "parsed every metric");
 
         let ts_fields: BTreeSet<String> = ts_object(&ts, "LOG_FIELDS").into_values().collect();
         let ours: BTreeSet<String> = log_field::ALL
@@ -943,8 +989,21 @@ mod tests {
             .find(|l| l.starts_with("export const FUNCTION_NAMES"))
             .expect("FUNCTION_NAMES");
         let names: Vec<&str> = line.split('\'').skip(1).step_by(2).collect();
+        let ours: Vec<&str> = Function::LAMBDAS.iter().map(|f| f.name()).collect();
+        assert_eq!(names, ours, "FUNCTION_NAMES vs Function::LAMBDAS");
+
+        // Every emitter is a Lambda function or one of EMF_PROCESSES, and nothing else.
+        let processes: Vec<String> = ts_object(&ts, "EMF_PROCESSES").into_values().collect();
+        assert_eq!(processes, ["stream-consumer"], "parsed EMF_PROCESSES");
+        let emitters: Vec<&str> = names
+            .into_iter()
+            .chain(processes.iter().map(String::as_str))
+            .collect();
         let ours: Vec<&str> = Function::ALL.iter().map(|f| f.name()).collect();
-        assert_eq!(names, ours, "FUNCTION_NAMES vs Function::ALL");
+        assert_eq!(
+            emitters, ours,
+            "FUNCTION_NAMES + EMF_PROCESSES vs Function::ALL"
+        );
     }
 
     #[test]
@@ -957,11 +1016,15 @@ mod tests {
         {
             let quoted: Vec<&str> = line.split('"').skip(1).step_by(2).collect();
             assert_eq!(quoted[0], NAMESPACE);
-            assert!(Metric::ALL.iter().any(|m| m.name() == quoted[1]), "{line}");
+            let metric = Metric::ALL
+                .iter()
+                .find(|m| m.name() == quoted[1])
+                .unwrap_or_else(|| panic!("not a metric we emit: {line}"));
             assert_eq!(quoted[2], DIMENSION, "{line}");
-            assert!(
-                Function::ALL.iter().any(|f| f.name() == quoted[3]),
-                "{line}"
+            assert_eq!(
+                quoted[3],
+                metric.emitter().name(),
+                "graphed with an emitter that never writes it: {line}"
             );
             seen += 1;
         }
@@ -1049,7 +1112,7 @@ mod tests {
         for i in 0..250 {
             emf.count(Metric::HotKeys, i);
         }
-        emf.count(Metric::SampledHotKeys, 7);
+        emf.count(Metric::AdmissionRejected, 7);
         let mut out = vec![];
         assert_eq!(emf.write_to(&mut out, 1_700_000_000_000).expect("write"), 3);
         let docs: Vec<_> = parse_lines(&out).iter().map(check_emf).collect();
@@ -1059,11 +1122,49 @@ mod tests {
             (0..250).map(|i| i as f64).collect::<Vec<_>>(),
             "every value, in order"
         );
-        assert_eq!(docs[0]["SampledHotKeys"], vec![7.0]);
+        assert_eq!(docs[0]["AdmissionRejected"], vec![7.0]);
         assert!(
-            !docs[1].contains_key("SampledHotKeys"),
+            !docs[1].contains_key("AdmissionRejected"),
             "declared only where it has a value"
         );
+    }
+
+    #[test]
+    fn a_worker_round_is_one_document_from_the_stream_consumer() {
+        let report = RoundReport {
+            held: 3,
+            taken: 2,
+            expired: 1,
+            stolen: 1,
+            lost: 1,
+        };
+        let mut emf = Emf::new(Function::StreamConsumer);
+        let mut out = vec![];
+        let written = emf
+            .lease_round(&report)
+            .write_to(&mut out, 1_700_000_000_000)
+            .expect("write");
+        assert_eq!(written, 1);
+        let docs = parse_lines(&out);
+        assert_eq!(docs[0][DIMENSION], "stream-consumer");
+        let values = check_emf(&docs[0]);
+        assert_eq!(
+            values,
+            BTreeMap::from([
+                ("LeasesExpired".to_owned(), vec![1.0]),
+                ("LeasesHeld".to_owned(), vec![3.0]),
+            ]),
+            "held after the round and expiries taken over; takes, steals and losses are not metrics"
+        );
+
+        // An idle round still reports: holding nothing is a value the dashboard should show.
+        let mut emf = Emf::new(Function::StreamConsumer);
+        let idle = check_emf(
+            &emf.lease_round(&RoundReport::default())
+                .documents(1_700_000_000_000)[0],
+        );
+        assert_eq!(idle["LeasesHeld"], vec![0.0]);
+        assert_eq!(idle["LeasesExpired"], vec![0.0]);
     }
 
     #[test]

@@ -17,7 +17,8 @@
 //! - [`Fence`] (`fence.rs`): makes a record processor's own DynamoDB writes conditional on its
 //!   lease counter, so a worker that lost its lease cannot overwrite a newer holder's work.
 //! - [`Worker`] (`worker.rs`): the consumer loop — shard sync, lease taking and rebalancing,
-//!   GetRecords polling, the [`RecordProcessor`], checkpoints, graceful shutdown.
+//!   GetRecords polling, the [`RecordProcessor`], checkpoints, graceful shutdown; per round,
+//!   optionally, the lease metrics as EMF ([`Worker::emit_emf`]).
 //!
 //! ```no_run
 //! use heatsink::stream::{KinesisSource, LeaseTable, ProcessBatch, RecordProcessor, StreamError,
@@ -71,7 +72,7 @@ pub use fence::Fence;
 pub use kinesis::KinesisSource;
 pub use lease_table::{LeaseScan, LeaseTable, MalformedLease};
 pub use source::{RecordBatch, ShardSource, StartAt, StreamRecord};
-pub use worker::{ProcessBatch, RecordProcessor, Worker, WorkerConfig, WorkerStats};
+pub use worker::{ProcessBatch, RecordProcessor, RoundReport, Worker, WorkerConfig, WorkerStats};
 
 /// Milliseconds since the Unix epoch on this worker's clock (lease expiry and creation counters).
 pub fn now_ms() -> u64 {

@@ -7,9 +7,14 @@
 //! shard from the checkpoint, hands each batch to the [`RecordProcessor`] with the lease counter
 //! as fencing token, checkpoints after `Ok`, and at SHARD_END records the end and creates the
 //! children's leases.
+//!
+//! After every round the worker can report what the round did to its leases ([`RoundReport`]):
+//! [`Worker::on_round`] takes any callback, [`Worker::emit_emf`] writes the report as EMF
+//! metrics ([`crate::metrics::Emf::lease_round`]) for the dashboard's leases widget.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
+use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -23,6 +28,7 @@ use tokio::task::{AbortHandle, JoinSet};
 
 use super::lease_table::{MalformedLease, new_lease};
 use super::{LeaseScan, LeaseTable, ShardSource, StartAt, StreamError, StreamRecord, now_ms};
+use crate::metrics::{Emf, Function};
 
 /// One batch handed to a [`RecordProcessor`].
 #[derive(Clone, Debug)]
@@ -169,6 +175,45 @@ impl WorkerStats {
     }
 }
 
+/// What one main-loop round did to this worker's leases, handed to [`Worker::on_round`].
+///
+/// A round that fails part-way (a lease-table read failed) is reported too, with what it did
+/// before failing.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RoundReport {
+    /// Leases this worker holds at the end of the round.
+    pub held: usize,
+    /// Leases acquired this round that nobody held (new shards, released or expired leases).
+    pub taken: usize,
+    /// Of `taken`, leases that had expired: their holder stopped renewing (crashed, hung or
+    /// partitioned) without releasing them. Only the taker can tell an expiry from a release, and
+    /// only one taker wins a lease, so the sum over all workers counts each expiry once.
+    pub expired: usize,
+    /// Leases stolen from a live holder this round to even out the assignment.
+    pub stolen: usize,
+    /// Leases this worker found moved to another worker (stolen, or taken after its own lease
+    /// expired) and stopped reading.
+    pub lost: usize,
+}
+
+impl RoundReport {
+    /// Counts a confirmed take (`steal` false) or steal of `previous`, the row as it was read at
+    /// `now_ms` before the acquisition.
+    pub fn acquired(&mut self, previous: &Lease, steal: bool, now_ms: u64) {
+        if steal {
+            self.stolen += 1;
+            return;
+        }
+        self.taken += 1;
+        if previous.is_expired(now_ms) {
+            self.expired += 1;
+        }
+    }
+}
+
+/// The callback [`Worker::on_round`] installs.
+type RoundHook = Box<dyn FnMut(&RoundReport) + Send + Sync>;
+
 struct Shared<S, P> {
     source: S,
     leases: LeaseTable,
@@ -182,6 +227,7 @@ struct Shared<S, P> {
 /// A consumer of one application: reads the shards it leases, in lineage order.
 pub struct Worker<S, P> {
     shared: Arc<Shared<S, P>>,
+    on_round: Option<RoundHook>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -227,6 +273,7 @@ impl<S: ShardSource, P: RecordProcessor> Worker<S, P> {
                 graph: Mutex::new(ShardGraph::default()),
                 sync_wanted: AtomicBool::new(true),
             }),
+            on_round: None,
         }
     }
 
@@ -235,11 +282,31 @@ impl<S: ShardSource, P: RecordProcessor> Worker<S, P> {
         self.shared.stats.clone()
     }
 
+    /// Calls `hook` with the [`RoundReport`] of every main-loop round, on the main loop (keep it
+    /// quick: renewals wait for it). Replaces any hook set before.
+    pub fn on_round(mut self, hook: impl FnMut(&RoundReport) + Send + Sync + 'static) -> Self {
+        self.on_round = Some(Box::new(hook));
+        self
+    }
+
+    /// Writes every round's lease metrics to `out` as one EMF line ([`Emf::lease_round`],
+    /// dimension `Function` = [`Function::StreamConsumer`]): what the dashboard's leases widget
+    /// plots once the lines reach CloudWatch Logs. A write failure is logged, never fatal.
+    pub fn emit_emf(self, mut out: impl Write + Send + Sync + 'static) -> Self {
+        self.on_round(move |report| {
+            let mut emf = Emf::new(Function::StreamConsumer);
+            if let Err(e) = emf.lease_round(report).write_to(&mut out, now_ms()) {
+                tracing::warn!(error = %e, "EMF lease metrics lost");
+            }
+        })
+    }
+
     /// Runs until `shutdown` completes, then stops every shard after its current batch,
     /// checkpoints and releases its leases. Dropping the future instead stops at once without
     /// releasing (a crash, as far as the other workers can tell: they take over after expiry).
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), StreamError> {
         let shared = self.shared;
+        let mut on_round = self.on_round;
         let me = shared.config.worker_id.clone();
         let mut tasks: JoinSet<(String, ShardExit)> = JoinSet::new();
         let mut held: BTreeMap<String, Held> = BTreeMap::new();
@@ -257,8 +324,16 @@ impl<S: ShardSource, P: RecordProcessor> Worker<S, P> {
                     }
                 }
             }
-            if let Err(e) = shared.round(&mut held, &mut tasks, &stop_rx).await {
+            let mut report = RoundReport::default();
+            if let Err(e) = shared
+                .round(&mut held, &mut tasks, &stop_rx, &mut report)
+                .await
+            {
                 tracing::warn!(worker = %me, error = %e, "lease round failed; retrying");
+            }
+            report.held = held.len();
+            if let Some(hook) = on_round.as_mut() {
+                hook(&report);
             }
             shared.stats.0.rounds.fetch_add(1, Ordering::Relaxed);
             tokio::select! {
@@ -382,12 +457,14 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
         self.leases.recreate(bad, &lease).await
     }
 
-    /// One main-loop round: repair rows, renew held leases, take and steal per the plan.
+    /// One main-loop round: repair rows, renew held leases, take and steal per the plan; counts
+    /// what it lost and acquired in `report`.
     async fn round(
         self: &Arc<Self>,
         held: &mut BTreeMap<String, Held>,
         tasks: &mut JoinSet<(String, ShardExit)>,
         stop: &watch::Receiver<bool>,
+        report: &mut RoundReport,
     ) -> Result<(), StreamError> {
         let me = self.me().to_owned();
         let graph = self.graph();
@@ -425,6 +502,7 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
                 tracing::info!(worker = %me, shard = %shard, "lease lost; stopping the shard");
                 h.abort.abort();
                 self.stats.set_held(&shard, None);
+                report.lost += 1;
             }
         }
         // Plan takes and steals over the eligible shards.
@@ -504,6 +582,7 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
                     }
                     tracing::info!(worker = %me, shard = %shard, counter = lease.counter, steal,
                         "lease acquired");
+                    report.acquired(current, steal, now);
                     self.stats.set_held(&shard, Some(false));
                     let this = Arc::clone(self);
                     let abort = tasks.spawn(this.run_shard(lease.clone(), stop.clone()));
@@ -777,5 +856,45 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
             .into_iter()
             .filter_map(|id| graph.get(id).cloned())
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(owner: Option<&str>, expires_at_ms: u64) -> Lease {
+        Lease {
+            shard_id: "shardId-000000000001".into(),
+            state: if owner.is_some() {
+                LeaseState::Leased
+            } else {
+                LeaseState::Discovered
+            },
+            owner: owner.map(str::to_owned),
+            counter: 7,
+            expires_at_ms,
+            checkpoint: Progress::NotStarted,
+            parents: vec![],
+        }
+    }
+
+    #[test]
+    fn only_a_take_of_a_lapsed_lease_counts_as_expired() {
+        let now = 1_700_000_010_000;
+        let mut report = RoundReport::default();
+        report.acquired(&row(None, 0), false, now); // new shard or released lease
+        report.acquired(&row(Some("w2"), now - 1), false, now); // w2 stopped renewing
+        report.acquired(&row(Some("w3"), now + 5_000), true, now); // rebalancing
+        assert_eq!(
+            report,
+            RoundReport {
+                held: 0,
+                taken: 2,
+                expired: 1,
+                stolen: 1,
+                lost: 0,
+            }
+        );
     }
 }
