@@ -48,6 +48,8 @@ enum Command {
     Tail(cmd::tail::TailArgs),
     /// Print the hottest keys of a table and its GSIs from Contributor Insights (--enable turns it on).
     Top(cmd::top::TopArgs),
+    /// Recount likes from the durable records and correct settled counters (what count-rebuilder runs).
+    Rebuild(cmd::rebuild::RebuildArgs),
 }
 
 #[tokio::main]
@@ -71,6 +73,7 @@ async fn main() -> ExitCode {
         Command::Tail(args) => cmd::tail::run(args).await,
         Command::Hot { command } => cmd::hot::run(command).await,
         Command::Top(args) => cmd::top::run(args).await,
+        Command::Rebuild(args) => cmd::rebuild::run(args).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

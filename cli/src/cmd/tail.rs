@@ -21,7 +21,7 @@ use heatsink::stream::{
 };
 
 use super::lineage::is_dynamodb_stream;
-use super::{CmdResult, sdk_config};
+use super::{CmdResult, parse_duration, sdk_config};
 
 /// Where a new application starts reading shards that have no parent.
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -69,25 +69,6 @@ pub struct TailArgs {
     /// dimension Function=stream-consumer; stdout stays records only.
     #[arg(long)]
     emf: bool,
-}
-
-/// Parses `250ms`, `30s`, `2m` or a bare number of seconds.
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let (number, unit) = text
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .map_or((text, "s"), |i| text.split_at(i));
-    let n: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration like 500ms, 30s or 2m"))?;
-    let secs = match unit {
-        "ms" => n / 1_000.0,
-        "s" => n,
-        "m" => n * 60.0,
-        "h" => n * 3_600.0,
-        _ => return Err(format!("unknown unit {unit:?} in {text:?} (ms, s, m, h)")),
-    };
-    Duration::try_from_secs_f64(secs).map_err(|e| e.to_string())
 }
 
 /// Prints each record as a JSON line; stdout is flushed per batch.

@@ -1,0 +1,125 @@
+//! `heatsink rebuild`: run the count-rebuilder's recount by hand, e.g. after an incident.
+//!
+//! The same `heatsink::likes::rebuild` the scheduled function runs: every post's durable likes are
+//! counted from `liked` and each settled counter's `fix` is set so the count equals them. Posts
+//! liked within `--quiet` or whose counter moved while counting are listed as unsettled and left
+//! alone; run it again once they are quiet (or with `--quiet 0s` when the aggregator is known to
+//! be drained, e.g. with writes stopped).
+
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use heatsink::likes::{RebuildOptions, RebuildReport, rebuild};
+use heatsink::schema::{DEFAULT_PREFIX, Schema};
+
+use super::{CmdResult, parse_duration, sdk_config};
+
+/// Arguments of `heatsink rebuild`.
+#[derive(Debug, Args)]
+pub struct RebuildArgs {
+    /// Resource name prefix (tables `<prefix>liked` and `<prefix>counters`).
+    #[arg(long, env = "HEATSINK_PREFIX", default_value = DEFAULT_PREFIX)]
+    prefix: String,
+    /// Correct a post only if it had no like for this long (e.g. 60s, 0s).
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    quiet: Duration,
+    /// Print the report as JSON on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs one rebuild and prints what it corrected.
+pub async fn run(args: RebuildArgs) -> CmdResult {
+    let schema = Schema::new(args.prefix.clone());
+    let ddb = aws_sdk_dynamodb::Client::new(&sdk_config().await);
+    eprintln!(
+        "heatsink rebuild: recounting {} into {} (quiet {:?}) …",
+        schema.table_name(heatsink::schema::Table::Liked),
+        schema.table_name(heatsink::schema::Table::Counters),
+        args.quiet
+    );
+    let started = Instant::now();
+    let report = rebuild(&ddb, &schema, RebuildOptions { quiet: args.quiet }).await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        for line in render(&report) {
+            println!("{line}");
+        }
+    }
+    eprintln!(
+        "heatsink rebuild: done in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// The report for a terminal: totals, then each correction and each post left alone.
+fn render(r: &RebuildReport) -> Vec<String> {
+    let mut lines = vec![format!(
+        "{} durable likes scanned, {} counters checked, {} corrected, {} unsettled, {} skipped",
+        r.likes_scanned,
+        r.posts_checked,
+        r.corrected.len(),
+        r.unsettled.len(),
+        r.skipped.len()
+    )];
+    for (post, change) in &r.corrected {
+        lines.push(format!("  corrected {post}: {change:+}"));
+    }
+    for post in &r.unsettled {
+        lines.push(format!(
+            "  unsettled {post}: liked recently or counting moved; left for a later run"
+        ));
+    }
+    for post in &r.skipped {
+        lines.push(format!(
+            "  skipped {post}: malformed id or counter items (see the log)"
+        ));
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        rebuild: RebuildArgs,
+    }
+
+    #[test]
+    fn quiet_defaults_to_a_minute_and_reads_units() {
+        let cli = Cli::try_parse_from(["rebuild"]).expect("parse");
+        assert_eq!(cli.rebuild.quiet, Duration::from_secs(60));
+        let cli = Cli::try_parse_from(["rebuild", "--quiet", "0s", "--json"]).expect("parse");
+        assert_eq!(cli.rebuild.quiet, Duration::ZERO);
+        assert!(cli.rebuild.json);
+        assert!(Cli::try_parse_from(["rebuild", "--quiet", "soon"]).is_err());
+    }
+
+    #[test]
+    fn the_report_lists_corrections_with_their_sign_and_what_was_left_alone() {
+        let mut r = RebuildReport {
+            likes_scanned: 13,
+            posts_checked: 2,
+            ..RebuildReport::default()
+        };
+        r.corrected.insert("p1".into(), 4);
+        r.corrected.insert("p2".into(), -1);
+        r.unsettled.push("p9".into());
+        let lines = render(&r);
+        assert_eq!(
+            lines[0],
+            "13 durable likes scanned, 2 counters checked, 2 corrected, 1 unsettled, 0 skipped"
+        );
+        assert_eq!(lines[1], "  corrected p1: +4");
+        assert_eq!(lines[2], "  corrected p2: -1");
+        assert!(lines[3].starts_with("  unsettled p9:"));
+        assert_eq!(lines.len(), 4);
+    }
+}
