@@ -164,3 +164,22 @@ resource "aws_cloudwatch_metric_alarm" "stream_failures" {
   ok_actions          = [aws_sns_topic.alarms.arn]
   tags                = var.tags
 }
+
+# Any correction means likes were lost or applied twice between `liked` and `counters`, and
+# count-rebuilder repaired the counts (one EMF datapoint per run, every 5 minutes).
+resource "aws_cloudwatch_metric_alarm" "counter_corrections" {
+  alarm_name          = "${var.prefix}counter-corrections"
+  alarm_description   = "count-rebuilder corrected counters: likes were lost or applied twice upstream of counters (a lost batch, an aggregator fault); the counts are repaired. Runbook: README \"Alarms\"."
+  namespace           = "heatsink"
+  metric_name         = "CounterCorrectionLikes"
+  dimensions          = { Function = "count-rebuilder" }
+  statistic           = "Sum"
+  period              = 300
+  comparison_operator = "GreaterThanThreshold"
+  evaluation_periods  = 1
+  threshold           = 0
+  treat_missing_data  = "notBreaching"
+  alarm_actions       = [aws_sns_topic.alarms.arn]
+  ok_actions          = [aws_sns_topic.alarms.arn]
+  tags                = var.tags
+}

@@ -10,6 +10,9 @@ locals {
     leases_expire = ["heatsink", "LeasesExpired", "Function", "stream-consumer", { stat = "Sum", label = "expired, taken over" }]
     hot_keys      = ["heatsink", "HotKeys", "Function", "hotkey-controller", { stat = "Maximum", label = "keys in the directory" }]
     rejected      = ["heatsink", "AdmissionRejected", "Function", "likes-api", { stat = "Sum" }]
+    corrected     = ["heatsink", "CounterCorrectionLikes", "Function", "count-rebuilder", { stat = "Sum", label = "likes corrected" }]
+    counters_fix  = ["heatsink", "CountersCorrected", "Function", "count-rebuilder", { stat = "Sum", label = "counters corrected" }]
+    unsettled     = ["heatsink", "CountersUnsettled", "Function", "count-rebuilder", { stat = "Maximum", label = "counters unsettled", yAxis = "right" }]
   }
   # EventBridge's own count of sampler reports the rule matched (RuleName alone: the default bus).
   sampler_reports = ["AWS/Events", "MatchedEvents", "RuleName", aws_cloudwatch_event_rule.hotkey_controller_sampler_reports.name, { stat = "Sum", label = "sampler reports delivered", yAxis = "right" }]
@@ -109,6 +112,14 @@ locals {
         annotations = { horizontal = [{ value = 1000 * 60 * aws_kinesis_stream.like_events.shard_count, label = "all shards, records/min" }] }
       }
     },
+    {
+      # count-rebuilder runs every 5 minutes: one datapoint per run.
+      type = "metric", width = 8, height = 6
+      properties = {
+        title   = "Counter corrections (count-rebuilder)", region = local.region, view = "timeSeries", period = 300
+        metrics = [local.emf.corrected, local.emf.counters_fix, local.emf.unsettled]
+      }
+    },
   ]
 
   alarm_widget = {
@@ -122,6 +133,7 @@ locals {
           aws_cloudwatch_metric_alarm.aggregator_iterator_age.arn,
           aws_cloudwatch_metric_alarm.stream_write_throttled.arn,
           aws_cloudwatch_metric_alarm.stream_failures.arn,
+          aws_cloudwatch_metric_alarm.counter_corrections.arn,
         ],
       )
     }

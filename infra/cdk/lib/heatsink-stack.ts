@@ -478,6 +478,23 @@ export class HeatsinkStack extends Stack {
     });
 
     // ---- Alarms -----------------------------------------------------------------------------------
+    const emf = (
+      metricName: string,
+      emitter: FunctionName | EmfProcess,
+      statistic = 'Maximum',
+      label?: string,
+      period = Duration.minutes(1),
+    ) =>
+      new cw.Metric({
+        namespace: EMF_NAMESPACE,
+        metricName,
+        dimensionsMap: { Function: emitter },
+        statistic,
+        label,
+        period,
+      });
+    // count-rebuilder runs every 5 minutes: its series have one datapoint per run.
+    const perRun = Duration.minutes(5);
     const alarm = (id: string, alarmProps: cw.AlarmProps) => {
       const a = new cw.Alarm(this, id, alarmProps);
       a.addAlarmAction(new cwActions.SnsAction(this.alarmTopic));
@@ -583,6 +600,19 @@ export class HeatsinkStack extends Stack {
       evaluationPeriods: 1,
       treatMissingData: cw.TreatMissingData.NOT_BREACHING,
     });
+    // Any correction means likes were lost or applied twice between `liked` and `counters`, and
+    // the rebuilder repaired the counts (DESIGN.md §3.2: eventually exact, the gap observable).
+    alarm('CounterCorrections', {
+      alarmName: `${prefix}counter-corrections`,
+      alarmDescription:
+        'count-rebuilder corrected counters: likes were lost or applied twice upstream of counters (a lost batch, an aggregator fault); the counts are repaired. Runbook: README "Alarms".',
+      // No label: a labelled metric would synthesize as a one-query metric-math alarm.
+      metric: emf(EMF_METRICS.counterCorrection, 'count-rebuilder', 'Sum', undefined, perRun),
+      threshold: 0,
+      comparisonOperator: cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
+      evaluationPeriods: 1,
+      treatMissingData: cw.TreatMissingData.NOT_BREACHING,
+    });
 
     // ---- Dashboard --------------------------------------------------------------------------------
     const dashboard = new cw.Dashboard(this, 'Dashboard', {
@@ -629,15 +659,6 @@ export class HeatsinkStack extends Stack {
           }),
       ),
     );
-    const emf = (metricName: string, emitter: FunctionName | EmfProcess, statistic = 'Maximum', label?: string) =>
-      new cw.Metric({
-        namespace: EMF_NAMESPACE,
-        metricName,
-        dimensionsMap: { Function: emitter },
-        statistic,
-        label,
-        period: Duration.minutes(1),
-      });
     // EventBridge's own count of the sampler reports this rule matched (RuleName alone: the
     // default bus), i.e. what routers delivered; no function emits a metric for them.
     const samplerReportsMatched = new cw.Metric({
@@ -696,6 +717,19 @@ export class HeatsinkStack extends Stack {
         leftAnnotations: [
           { value: SHARD_RECORDS_CEILING * 60 * STREAMS[0].shards, label: 'all shards, records/min' },
         ],
+        width: 8,
+        height: 6,
+      }),
+    );
+    dashboard.addWidgets(
+      new cw.GraphWidget({
+        title: 'Counter corrections (count-rebuilder)',
+        left: [
+          emf(EMF_METRICS.counterCorrection, 'count-rebuilder', 'Sum', 'likes corrected', perRun),
+          emf(EMF_METRICS.countersCorrected, 'count-rebuilder', 'Sum', 'counters corrected', perRun),
+        ],
+        right: [emf(EMF_METRICS.countersUnsettled, 'count-rebuilder', 'Maximum', 'counters unsettled', perRun)],
+        period: perRun,
         width: 8,
         height: 6,
       }),

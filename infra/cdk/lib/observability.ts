@@ -56,4 +56,10 @@ export const EMF_METRICS = {
   hotKeys: 'HotKeys',
   /** likes-api: requests refused with 429 by the admission guard. */
   admissionRejected: 'AdmissionRejected',
+  /** count-rebuilder: likes the counters were off by, summed over the posts one run corrected (|change| each). */
+  counterCorrection: 'CounterCorrectionLikes',
+  /** count-rebuilder: posts whose counter one run corrected. */
+  countersCorrected: 'CountersCorrected',
+  /** count-rebuilder: posts one run left for a later one (liked within the quiet period, or moving). */
+  countersUnsettled: 'CountersUnsettled',
 } as const;

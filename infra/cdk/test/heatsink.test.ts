@@ -418,8 +418,37 @@ describe('alarms and dashboard', () => {
       expect(a.AlarmActions).toHaveLength(1);
     }
     expect(alarms().map((a) => a.AlarmName)).toEqual(
-      expect.arrayContaining(['heatsink-likes-aggregator-iterator-age', 'heatsink-like-events-write-throttled']),
+      expect.arrayContaining([
+        'heatsink-likes-aggregator-iterator-age',
+        'heatsink-like-events-write-throttled',
+        'heatsink-counter-corrections',
+      ]),
     );
+  });
+
+  test('counter-corrections: any like the rebuilder corrected in a 5-minute run, to the alarm topic', () => {
+    const found = Object.entries(resources(s.template, 'AWS::CloudWatch::Alarm')).filter(
+      ([, a]) => a.Properties.AlarmName === 'heatsink-counter-corrections',
+    );
+    expect(found).toHaveLength(1);
+    const alarm = found[0][1].Properties;
+    expect(alarm).toMatchObject({
+      Namespace: EMF_NAMESPACE,
+      MetricName: EMF_METRICS.counterCorrection,
+      Dimensions: [{ Name: 'Function', Value: 'count-rebuilder' }],
+      Statistic: 'Sum',
+      Period: 300,
+      ComparisonOperator: 'GreaterThanThreshold',
+      Threshold: 0,
+      EvaluationPeriods: 1,
+      TreatMissingData: 'notBreaching',
+    });
+    expect(alarm.DatapointsToAlarm).toBeUndefined();
+    const topic = Object.keys(resources(s.template, 'AWS::SNS::Topic'));
+    expect(topic).toHaveLength(1);
+    expect(alarm.AlarmActions).toEqual([{ Ref: topic[0] }]);
+    expect(alarm.OKActions).toEqual([{ Ref: topic[0] }]);
+    expect(alarm.AlarmDescription).toContain('Runbook: README "Alarms"');
   });
 
   /** The dashboard body with its tokens resolved to the default prefix (`heatsink-`). */
@@ -456,6 +485,24 @@ describe('alarms and dashboard', () => {
     ]);
   });
 
+  test('dashboard: counter corrections per count-rebuilder run', () => {
+    const widget = dashboardWidgets().find((w) => w.properties.title === 'Counter corrections (count-rebuilder)');
+    expect(widget).toBeDefined();
+    // One datapoint per 5-minute run; 300 s is CloudWatch's default, so the series omit it.
+    expect(widget.properties.period).toBe(300);
+    expect(widget.properties.metrics).toEqual([
+      ['heatsink', 'CounterCorrectionLikes', 'Function', 'count-rebuilder', { stat: 'Sum', label: 'likes corrected' }],
+      ['heatsink', 'CountersCorrected', 'Function', 'count-rebuilder', { stat: 'Sum', label: 'counters corrected' }],
+      [
+        'heatsink',
+        'CountersUnsettled',
+        'Function',
+        'count-rebuilder',
+        { stat: 'Maximum', label: 'counters unsettled', yAxis: 'right' },
+      ],
+    ]);
+  });
+
   test('dashboard: every EMF series is a metric we emit, graphed with its one emitter', () => {
     const emitter: Record<string, string> = {
       [EMF_METRICS.counterLag]: 'likes-aggregator',
@@ -464,6 +511,9 @@ describe('alarms and dashboard', () => {
       [EMF_METRICS.leasesExpired]: EMF_PROCESSES.streamConsumer,
       [EMF_METRICS.hotKeys]: 'hotkey-controller',
       [EMF_METRICS.admissionRejected]: 'likes-api',
+      [EMF_METRICS.counterCorrection]: 'count-rebuilder',
+      [EMF_METRICS.countersCorrected]: 'count-rebuilder',
+      [EMF_METRICS.countersUnsettled]: 'count-rebuilder',
     };
     expect(Object.keys(emitter).sort()).toEqual(Object.values(EMF_METRICS).sort());
     const emf = dashboardWidgets()
@@ -486,6 +536,7 @@ describe('alarms and dashboard', () => {
       'IteratorAge',
       'GetRecords.IteratorAgeMilliseconds',
       'LeasesHeld',
+      'CounterCorrectionLikes',
     ]) {
       expect(body).toContain(needle);
     }

@@ -222,7 +222,7 @@ SAME_AS_CDK = {
     "aws_apigatewayv2_route": 2,
     "aws_apigatewayv2_stage": 1,
     "aws_cloudwatch_contributor_insight_rule": 1,  # for_each over the rules
-    "aws_cloudwatch_metric_alarm": 5,  # hot (for_each), throttled (for_each), iterator age, stream throttled, failures
+    "aws_cloudwatch_metric_alarm": 6,  # hot (for_each), throttled (for_each), iterator age, stream throttled, failures, corrections
     "aws_sns_topic": 1,
     "aws_sns_topic_policy": 1,
     "aws_cloudwatch_dashboard": 1,
@@ -450,7 +450,7 @@ def test_alarms_on_insight_rule_max_contributor_and_throttle_reasons():
 
 def test_dashboard_widgets():
     text = FILES["dashboard.tf"].read_text()
-    for needle in ("MaxContributorValue", "per-partition ceiling", "insightRule", "CounterLagEvents", "IteratorAge", "LeasesHeld"):
+    for needle in ("MaxContributorValue", "per-partition ceiling", "insightRule", "CounterLagEvents", "IteratorAge", "LeasesHeld", "CounterCorrectionLikes"):
         assert needle in text
 
 
@@ -497,7 +497,54 @@ def test_dashboard_hot_keys_vs_sampler_reports_the_rule_matched():
         ],
     ]
     text = FILES["dashboard.tf"].read_text()
-    assert "SampledHotKeys" not in text and "count-rebuilder" not in text
+    assert "SampledHotKeys" not in text
+    # count-rebuilder is graphed for its own corrections only, never for hot keys.
+    rebuilder_series = [line for line in text.splitlines() if '"Function", "count-rebuilder"' in line]
+    assert [re.search(r'"heatsink", "(\w+)"', line).group(1) for line in rebuilder_series] == [
+        "CounterCorrectionLikes",
+        "CountersCorrected",
+        "CountersUnsettled",
+    ]
+
+
+def test_dashboard_counter_corrections_per_rebuilder_run():
+    """One datapoint per 5-minute count-rebuilder run, the same series as the CDK dashboard."""
+    title = "Counter corrections (count-rebuilder)"
+    assert widget_series(title) == [
+        ["heatsink", "CounterCorrectionLikes", "Function", "count-rebuilder", {"stat": "Sum", "label": "likes corrected"}],
+        ["heatsink", "CountersCorrected", "Function", "count-rebuilder", {"stat": "Sum", "label": "counters corrected"}],
+        ["heatsink", "CountersUnsettled", "Function", "count-rebuilder", {"stat": "Maximum", "label": "counters unsettled", "yAxis": "right"}],
+    ]
+    widget = next(w for w in dashboard_locals()["stream_widgets"] if unq(w["properties"]["title"]) == title)
+    assert widget["properties"]["period"] == 300
+
+
+def test_counter_corrections_alarm_fires_on_any_correction():
+    alarm = RESOURCES[("aws_cloudwatch_metric_alarm", "counter_corrections")]
+    assert named(alarm["alarm_name"]) == f"{SCHEMA['prefix']}counter-corrections"
+    assert {k: unq(alarm[k]) for k in ("namespace", "metric_name", "statistic", "comparison_operator", "treat_missing_data")} == {
+        "namespace": "heatsink",
+        "metric_name": "CounterCorrectionLikes",
+        "statistic": "Sum",
+        "comparison_operator": "GreaterThanThreshold",
+        "treat_missing_data": "notBreaching",
+    }
+    assert {unq(k): unq(v) for k, v in alarm["dimensions"].items()} == {"Function": "count-rebuilder"}
+    assert (alarm["period"], alarm["evaluation_periods"], alarm["threshold"]) == (300, 1, 0)
+    assert "datapoints_to_alarm" not in alarm
+    assert [unq(a) for a in alarm["alarm_actions"]] == ["${aws_sns_topic.alarms.arn}"]
+    assert [unq(a) for a in alarm["ok_actions"]] == ["${aws_sns_topic.alarms.arn}"]
+    assert unq(alarm["alarm_description"]).endswith('Runbook: README \\"Alarms\\".')
+    # On the dashboard's alarm status widget with the others.
+    alarms = unq(dashboard_alarm_widget()["properties"]["alarms"])
+    assert "aws_cloudwatch_metric_alarm.counter_corrections.arn" in alarms
+
+
+def dashboard_alarm_widget():
+    for block in PARSED["dashboard.tf"].get("locals", []):
+        if "alarm_widget" in block:
+            return block["alarm_widget"]
+    raise KeyError("locals with alarm_widget")
 
 
 def test_no_function_reads_or_writes_the_leases_table():

@@ -90,6 +90,8 @@ use crate::metrics::{DIMENSION, Metric as EmfMetric};
 
 /// Seconds per Contributor Insights datapoint: DynamoDB's rules aggregate per minute.
 pub const PERIOD_SECS: i32 = 60;
+/// Period of the count-rebuilder's series: it runs every 5 minutes (the stacks' schedule).
+const REBUILD_PERIOD_SECS: i32 = 300;
 /// The most contributors one `GetInsightRuleReport` returns per rule.
 pub const MAX_CONTRIBUTORS: i32 = 100;
 /// CloudWatch namespace of the functions' Embedded Metric Format metrics.
@@ -1114,8 +1116,9 @@ pub struct DashboardSpec {
 
 /// A `PutDashboard` body: the hottest key per second of each `PKC` rule against the partition
 /// ceilings and the alarm line, top contributors of each `PKC`/`PKT` rule, throttles by reason per
-/// target, counter lag, stream iterator age and the stream consumers' leases. Every EMF series is
-/// graphed with its [`EmfMetric::emitter`], the only `Function` that writes it.
+/// target, counter lag, stream iterator age, the stream consumers' leases and count-rebuilder's
+/// corrections. Every EMF series is graphed with its [`EmfMetric::emitter`], the only `Function`
+/// that writes it.
 pub fn dashboard_body(
     spec: &DashboardSpec,
     plan: &AlarmPlan,
@@ -1208,6 +1211,15 @@ pub fn dashboard_body(
             json!({"metrics": [
                 emf(EmfMetric::LeasesHeld, json!({"stat": "Maximum", "label": "held (max per worker)"})),
                 emf(EmfMetric::LeasesExpired, json!({"stat": "Sum", "label": "expired, taken over"})),
+            ]}),
+        ),
+        // count-rebuilder runs every 5 minutes: one datapoint per run, not per minute.
+        graph(
+            "Counter corrections (count-rebuilder)".into(),
+            json!({"period": REBUILD_PERIOD_SECS, "metrics": [
+                emf(EmfMetric::CounterCorrectionLikes, json!({"stat": "Sum", "label": "likes corrected"})),
+                emf(EmfMetric::CountersCorrected, json!({"stat": "Sum", "label": "counters corrected"})),
+                emf(EmfMetric::CountersUnsettled, json!({"stat": "Maximum", "label": "counters unsettled", "yAxis": "right"})),
             ]}),
         ),
     ];
@@ -1917,6 +1929,7 @@ mod tests {
             "GetRecords.IteratorAgeMilliseconds",
             "hs-likes-aggregator",
             "LeasesHeld",
+            "CounterCorrectionLikes",
         ] {
             assert!(text.contains(needle), "dashboard lacks {needle}");
         }
@@ -1955,7 +1968,11 @@ mod tests {
             .flatten()
             .filter(|m| m[0] == EMF_NAMESPACE)
             .collect();
-        assert_eq!(emf_series.len(), 3, "counter lag and the two lease series");
+        assert_eq!(
+            emf_series.len(),
+            6,
+            "counter lag, the two lease series and the three correction series"
+        );
         for m in emf_series {
             let metric = EmfMetric::ALL
                 .iter()
@@ -1964,6 +1981,36 @@ mod tests {
             assert_eq!(m[2], DIMENSION);
             assert_eq!(m[3], metric.emitter().name(), "{m}");
         }
+    }
+
+    #[test]
+    fn dashboard_graphs_the_rebuilders_corrections_per_run() {
+        let spec = DashboardSpec {
+            region: "us-east-1".into(),
+            prefix: "hs-".into(),
+            stream: None,
+        };
+        let plan = AlarmPlan::new("hs-", 0.8).expect("plan");
+        let body = dashboard_body(&spec, &plan, &[]);
+        let widget = body["widgets"]
+            .as_array()
+            .expect("widgets")
+            .iter()
+            .find(|w| w["properties"]["title"] == "Counter corrections (count-rebuilder)")
+            .expect("corrections widget");
+        // Same series as the CDK and Terraform dashboards: one datapoint per 5-minute run.
+        assert_eq!(widget["properties"]["period"], 300);
+        assert_eq!(
+            widget["properties"]["metrics"],
+            json!([
+                ["heatsink", "CounterCorrectionLikes", "Function", "count-rebuilder",
+                    {"stat": "Sum", "label": "likes corrected"}],
+                ["heatsink", "CountersCorrected", "Function", "count-rebuilder",
+                    {"stat": "Sum", "label": "counters corrected"}],
+                ["heatsink", "CountersUnsettled", "Function", "count-rebuilder",
+                    {"stat": "Maximum", "label": "counters unsettled", "yAxis": "right"}],
+            ])
+        );
     }
 
     #[test]

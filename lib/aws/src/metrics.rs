@@ -49,7 +49,7 @@
 //! Why not the `metrics_cloudwatch_embedded` crate: it is a backend of the `metrics` facade, so
 //! it installs one process-global recorder; library code would then depend on a global being set,
 //! and tests could not observe one invocation's document in isolation. It also pulls in
-//! `metrics` and, by default, `lambda_http`. heatsink needs six fixed metrics with one
+//! `metrics` and, by default, `lambda_http`. heatsink needs nine fixed metrics with one
 //! dimension, flushed once per invocation (or round): a small typed writer on `serde_json` is less code
 //! than the glue around the facade.
 
@@ -84,7 +84,7 @@ use aws_smithy_types::config_bag::{Storable, StoreReplace};
 use base64::Engine;
 use serde_json::{Map, Value, json};
 
-use crate::likes::AggregateReport;
+use crate::likes::{AggregateReport, RebuildReport};
 use crate::schema::Schema;
 use crate::stream::RoundReport;
 
@@ -191,17 +191,32 @@ pub enum Metric {
     HotKeys,
     /// `likes-api`: requests refused with 429 by the admission guard.
     AdmissionRejected,
+    /// `count-rebuilder`: likes the counters were off by, summed over the posts one run corrected
+    /// ([`RebuildReport::corrected`], each change counted by its absolute value: a lost like and a
+    /// duplicated one both count 1). 0 after a run that found every counter exact; graph and
+    /// alarm on the Sum. Anything above 0 means likes were lost or applied twice upstream of
+    /// `counters` (DESIGN.md §3.2: counts are eventually exact, and the gap is observable).
+    CounterCorrectionLikes,
+    /// `count-rebuilder`: posts whose counter one run corrected (`RebuildReport::corrected`).
+    CountersCorrected,
+    /// `count-rebuilder`: posts one run left for a later one ([`RebuildReport::unsettled`]):
+    /// liked within the quiet period, or their counter moved while the run counted. Steadily
+    /// high means posts are never quiet long enough to be checked.
+    CountersUnsettled,
 }
 
 impl Metric {
     /// Every metric.
-    pub const ALL: [Metric; 6] = [
+    pub const ALL: [Metric; 9] = [
         Metric::CounterLagEvents,
         Metric::CounterFlushDelaySeconds,
         Metric::LeasesHeld,
         Metric::LeasesExpired,
         Metric::HotKeys,
         Metric::AdmissionRejected,
+        Metric::CounterCorrectionLikes,
+        Metric::CountersCorrected,
+        Metric::CountersUnsettled,
     ];
 
     /// The metric name in CloudWatch.
@@ -213,6 +228,9 @@ impl Metric {
             Metric::LeasesExpired => "LeasesExpired",
             Metric::HotKeys => "HotKeys",
             Metric::AdmissionRejected => "AdmissionRejected",
+            Metric::CounterCorrectionLikes => "CounterCorrectionLikes",
+            Metric::CountersCorrected => "CountersCorrected",
+            Metric::CountersUnsettled => "CountersUnsettled",
         }
     }
 
@@ -226,6 +244,9 @@ impl Metric {
             Metric::LeasesHeld | Metric::LeasesExpired => Function::StreamConsumer,
             Metric::HotKeys => Function::HotkeyController,
             Metric::AdmissionRejected => Function::LikesApi,
+            Metric::CounterCorrectionLikes
+            | Metric::CountersCorrected
+            | Metric::CountersUnsettled => Function::CountRebuilder,
         }
     }
 
@@ -339,6 +360,21 @@ impl Emf {
     pub fn lease_round(&mut self, report: &RoundReport) -> &mut Self {
         self.count(Metric::LeasesHeld, report.held as u64)
             .count(Metric::LeasesExpired, report.expired as u64)
+    }
+
+    /// Adds the metrics of one count-rebuilder run, all three always (a 0 is a data point: "every
+    /// counter was exact", so the graph shows 0 rather than a gap):
+    /// [`Metric::CounterCorrectionLikes`], the sum of the absolute changes written into `fix`;
+    /// [`Metric::CountersCorrected`], the posts corrected; [`Metric::CountersUnsettled`], the posts
+    /// left for a later run. Skipped posts (malformed ids or counters) are logged by the rebuild,
+    /// not counted here.
+    pub fn rebuild(&mut self, report: &RebuildReport) -> &mut Self {
+        let likes = report.corrected.values().fold(0u64, |sum, change| {
+            sum.saturating_add(change.unsigned_abs())
+        });
+        self.count(Metric::CounterCorrectionLikes, likes)
+            .count(Metric::CountersCorrected, report.corrected.len() as u64)
+            .count(Metric::CountersUnsettled, report.unsettled.len() as u64)
     }
 
     /// True when no value was added since the last flush.
@@ -974,7 +1010,7 @@ mod tests {
         let ts_metrics: BTreeSet<String> = ts_object(&ts, "EMF_METRICS").into_values().collect();
         let ours: BTreeSet<String> = Metric::ALL.iter().map(|m| m.name().to_owned()).collect();
         assert_eq!(ts_metrics, ours, "EMF_METRICS vs Metric::ALL");
-        assert_eq!(ts_metrics.len(), 6, "parsed every metric");
+        assert_eq!(ts_metrics.len(), 9, "parsed every metric");
 
         let ts_fields: BTreeSet<String> = ts_object(&ts, "LOG_FIELDS").into_values().collect();
         let ours: BTreeSet<String> = log_field::ALL
@@ -1029,6 +1065,44 @@ mod tests {
             seen += 1;
         }
         assert_eq!(seen, Metric::ALL.len(), "one dashboard series per metric");
+    }
+
+    /// `key = value` attributes of one HCL block, quotes kept off string values.
+    fn hcl_attributes(block: &str) -> BTreeMap<&str, &str> {
+        block
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.trim(), v.trim().trim_matches('"')))
+            .collect()
+    }
+
+    #[test]
+    fn the_terraform_alarms_on_our_metrics_read_them_from_their_emitter() {
+        let tf = repo_file("infra/terraform/alarms.tf");
+        let mut seen = BTreeSet::new();
+        for block in tf.split("resource \"aws_cloudwatch_metric_alarm\"").skip(1) {
+            let attrs = hcl_attributes(block);
+            if attrs.get("namespace") != Some(&NAMESPACE) {
+                continue;
+            }
+            let name = attrs["metric_name"];
+            let metric = Metric::ALL
+                .iter()
+                .find(|m| m.name() == name)
+                .unwrap_or_else(|| panic!("alarm on a metric we do not emit: {name}"));
+            let dimensions = attrs["dimensions"];
+            assert_eq!(
+                dimensions,
+                format!("{{ {DIMENSION} = \"{}\" }}", metric.emitter().name()),
+                "{name}: alarmed with an emitter that never writes it"
+            );
+            seen.insert(name);
+        }
+        assert_eq!(
+            seen,
+            BTreeSet::from([Metric::CounterCorrectionLikes.name()]),
+            "parsed the counter-corrections alarm"
+        );
     }
 
     /// Asserts `doc` is a valid EMF document per the specification; returns its metric values.
@@ -1165,6 +1239,67 @@ mod tests {
         );
         assert_eq!(idle["LeasesHeld"], vec![0.0]);
         assert_eq!(idle["LeasesExpired"], vec![0.0]);
+    }
+
+    #[test]
+    fn a_rebuild_run_is_one_document_from_the_count_rebuilder() {
+        let report = RebuildReport {
+            likes_scanned: 1_000,
+            posts_checked: 40,
+            corrected: BTreeMap::from([
+                ("p1".to_owned(), 3),
+                ("p2".to_owned(), -2),
+                ("p3".to_owned(), 1),
+            ]),
+            unsettled: vec!["p4".to_owned(), "p5".to_owned()],
+            skipped: vec!["bad#id".to_owned()],
+        };
+        let mut emf = Emf::new(Function::CountRebuilder);
+        let mut out = vec![];
+        let written = emf
+            .rebuild(&report)
+            .write_to(&mut out, 1_700_000_000_000)
+            .expect("write");
+        assert_eq!(written, 1);
+        let docs = parse_lines(&out);
+        assert_eq!(docs[0][DIMENSION], "count-rebuilder");
+        assert_eq!(
+            check_emf(&docs[0]),
+            BTreeMap::from([
+                ("CounterCorrectionLikes".to_owned(), vec![6.0]),
+                ("CountersCorrected".to_owned(), vec![3.0]),
+                ("CountersUnsettled".to_owned(), vec![2.0]),
+            ]),
+            "likes off by |+3| + |-2| + |+1|, over three posts; two left for later; \
+             scanned, checked and skipped are not metrics"
+        );
+        for m in [
+            Metric::CounterCorrectionLikes,
+            Metric::CountersCorrected,
+            Metric::CountersUnsettled,
+        ] {
+            assert_eq!(m.emitter(), Function::CountRebuilder);
+            assert_eq!(m.unit(), Unit::Count);
+        }
+
+        // A run that found every counter exact still reports, so the graph shows 0, not a gap.
+        let mut emf = Emf::new(Function::CountRebuilder);
+        let exact = check_emf(
+            &emf.rebuild(&RebuildReport::default())
+                .documents(1_700_000_000_000)[0],
+        );
+        assert_eq!(exact["CounterCorrectionLikes"], vec![0.0]);
+        assert_eq!(exact["CountersCorrected"], vec![0.0]);
+        assert_eq!(exact["CountersUnsettled"], vec![0.0]);
+
+        // Changes too large to add up saturate instead of wrapping.
+        let huge = RebuildReport {
+            corrected: BTreeMap::from([("a".to_owned(), i64::MIN), ("b".to_owned(), i64::MAX)]),
+            ..RebuildReport::default()
+        };
+        let mut emf = Emf::new(Function::CountRebuilder);
+        let values = check_emf(&emf.rebuild(&huge).documents(1_700_000_000_000)[0]);
+        assert_eq!(values["CounterCorrectionLikes"], vec![u64::MAX as f64]);
     }
 
     #[test]
