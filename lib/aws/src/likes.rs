@@ -32,6 +32,7 @@ use crate::cache::{CacheError, MicroCache, Source};
 use crate::counter::{CounterStore, CounterStoreError, FlushReport};
 use crate::error::describe;
 use crate::schema::{Schema, Table};
+use crate::stream::now_ms;
 
 /// The counter name of a post's likes (`likes#<post>`).
 pub const COUNTER: &str = "likes";
@@ -43,13 +44,6 @@ pub const MAX_ID_LEN: usize = 128;
 pub const CACHE_HEADER: &str = "x-heatsink-cache";
 /// The `liked` attribute holding when the like was stored, Unix milliseconds.
 pub const LIKED_AT: &str = "liked_at";
-
-/// Now, Unix milliseconds (0 if the clock is before 1970).
-fn unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
 
 /// Errors of the likes application.
 #[derive(Debug, thiserror::Error)]
@@ -224,7 +218,7 @@ impl LikesApi {
             .item("post", AttributeValue::S(post.to_owned()))
             // When the like became durable: the rebuilder leaves a post alone until its newest
             // like is old enough that the aggregator has flushed it (see `RebuildOptions`).
-            .item(LIKED_AT, AttributeValue::N(unix_ms().to_string()))
+            .item(LIKED_AT, AttributeValue::N(now_ms().to_string()))
             .condition_expression("attribute_not_exists(#u)")
             .expression_attribute_names("#u", "user")
             .send()
@@ -816,6 +810,15 @@ async fn scan_items(
     }
 }
 
+/// A malformed counter's error as text (the post is reported and left alone); any other
+/// error (DynamoDB unreachable, throttled) stops the rebuild.
+fn unrepairable(e: CounterStoreError) -> Result<String, LikesError> {
+    match e {
+        CounterStoreError::Counter(_) | CounterStoreError::Malformed { .. } => Ok(e.to_string()),
+        e => Err(e.into()),
+    }
+}
+
 /// A rebuild in progress: the counters as they were before the durable likes were counted.
 ///
 /// [`rebuild`] runs [`Rebuild::begin`] then [`Rebuild::finish`]; they are separate so a test
@@ -857,10 +860,7 @@ impl Rebuild {
             let sum = match CounterKey::new(COUNTER, &post) {
                 Ok(key) => match counters.read(&key).await {
                     Ok(sum) => Ok(sum.without_fix()),
-                    Err(
-                        e @ (CounterStoreError::Counter(_) | CounterStoreError::Malformed { .. }),
-                    ) => Err(e.to_string()),
-                    Err(e) => return Err(e.into()),
+                    Err(e) => Err(unrepairable(e)?),
                 },
                 Err(e) => Err(e.to_string()),
             };
@@ -902,7 +902,7 @@ impl Rebuild {
             truth.entry(post.clone()).or_insert((0, 0));
         }
         let quiet_ms = u64::try_from(self.options.quiet.as_millis()).unwrap_or(u64::MAX);
-        let cutoff = unix_ms().saturating_sub(quiet_ms);
+        let cutoff = now_ms().saturating_sub(quiet_ms);
         for (post, (count, newest)) in truth {
             let key = match CounterKey::new(COUNTER, &post) {
                 Ok(k) => k,
@@ -912,36 +912,32 @@ impl Rebuild {
                     continue;
                 }
             };
-            let before = match self.before.get(&post) {
-                Some(Ok(sum)) => *sum,
-                Some(Err(e)) => {
-                    tracing::warn!(post = %post, error = %e, "counter not repairable; left alone");
-                    self.report.skipped.push(post);
-                    continue;
+            let settled = quiet_ms == 0 || newest <= cutoff;
+            let outcome = match self.before.get(&post) {
+                Some(Err(e)) => Err(e.clone()),
+                _ if !settled => Ok(None),
+                before => {
+                    let before = before.and_then(|b| b.as_ref().ok()).copied().unwrap_or(0);
+                    match self.counters.correct_if_unmoved(&key, count, before).await {
+                        Ok(fix) => Ok(fix),
+                        Err(e) => Err(unrepairable(e)?),
+                    }
                 }
-                None => 0,
             };
-            if quiet_ms > 0 && newest > cutoff {
-                self.report.unsettled.push(post);
-                continue;
-            }
-            let fix = match self.counters.correct_if_unmoved(&key, count, before).await {
-                Ok(Some(fix)) => fix,
-                Ok(None) => {
-                    self.report.unsettled.push(post);
-                    continue;
+            match outcome {
+                Ok(Some(fix)) => {
+                    self.report.posts_checked += 1;
+                    if fix.change != 0 {
+                        self.report.corrected.insert(post, fix.change);
+                    }
                 }
+                // Liked within the quiet period, or the counter moved while counting.
+                Ok(None) => self.report.unsettled.push(post),
                 // One malformed counter (an item edited by hand) must not stop the others' repair.
-                Err(e @ (CounterStoreError::Counter(_) | CounterStoreError::Malformed { .. })) => {
+                Err(e) => {
                     tracing::warn!(post = %post, error = %e, "counter not repairable; left alone");
                     self.report.skipped.push(post);
-                    continue;
                 }
-                Err(e) => return Err(e.into()),
-            };
-            self.report.posts_checked += 1;
-            if fix.change != 0 {
-                self.report.corrected.insert(post, fix.change);
             }
         }
         Ok(self.report)
