@@ -8,7 +8,7 @@
 use clap::{Args, Subcommand, ValueEnum};
 use heatsink::core::hot::{Change, Entry, Mode};
 use heatsink::directory::{Directory, unix_now};
-use heatsink::schema::Schema;
+use heatsink::schema::{DEFAULT_PREFIX, Schema};
 
 use super::{CmdResult, sdk_config};
 
@@ -27,7 +27,7 @@ pub enum HotCommand {
 #[derive(Debug, Args)]
 pub struct Target {
     /// Resource name prefix (the directory is `<prefix>hotkeys`).
-    #[arg(long, env = "HEATSINK_PREFIX", default_value = "heatsink-")]
+    #[arg(long, env = "HEATSINK_PREFIX", default_value = DEFAULT_PREFIX)]
     prefix: String,
 }
 

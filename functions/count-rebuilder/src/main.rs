@@ -12,18 +12,13 @@
 use std::time::Duration;
 
 use heatsink::likes::RebuildOptions;
-use heatsink::metrics::{Emf, Function};
-use heatsink::schema::{DEFAULT_PREFIX, Schema};
+use heatsink::metrics::{Emf, Function, LambdaStart, start_lambda};
 use lambda_runtime::{Error, LambdaEvent, run, service_fn};
 use serde_json::Value;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    heatsink::metrics::init_lambda_logging();
-    let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
-    let prefix = std::env::var("HEATSINK_PREFIX").unwrap_or_else(|_| DEFAULT_PREFIX.into());
-    let schema = Schema::new(prefix);
-    let ddb = heatsink::metrics::dynamodb_client(&config, &schema);
+    let LambdaStart { schema, ddb, .. } = start_lambda().await;
     let mut options = RebuildOptions::default();
     if let Ok(secs) = std::env::var("HEATSINK_REBUILD_QUIET_SECONDS") {
         options.quiet = Duration::from_secs(secs.parse()?);

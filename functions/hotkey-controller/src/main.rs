@@ -9,17 +9,18 @@
 use heatsink::control::{ControllerConfig, ControllerFunction};
 use heatsink::detect::Insights;
 use heatsink::directory::{Controller, Directory};
-use heatsink::metrics::{Emf, Function, Metric};
-use heatsink::schema::{DEFAULT_PREFIX, Schema, Table};
+use heatsink::metrics::{Emf, Function, LambdaStart, Metric, start_lambda};
+use heatsink::schema::Table;
 use lambda_runtime::{Error, LambdaEvent, run, service_fn};
 use serde_json::Value;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    heatsink::metrics::init_lambda_logging();
-    let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
-    let prefix = std::env::var("HEATSINK_PREFIX").unwrap_or_else(|_| DEFAULT_PREFIX.into());
-    let schema = Schema::new(prefix);
+    let LambdaStart {
+        config: sdk,
+        schema,
+        ddb,
+    } = start_lambda().await;
     let tables = match std::env::var("HEATSINK_CONTROLLER_TABLES") {
         Ok(spec) => ControllerConfig::parse_tables(&spec)?,
         Err(_) => {
@@ -27,8 +28,7 @@ async fn main() -> Result<(), Error> {
         }
     };
     let settings = ControllerConfig::new(tables);
-    let directory =
-        Directory::from_schema(heatsink::metrics::dynamodb_client(&sdk, &schema), &schema);
+    let directory = Directory::from_schema(ddb, &schema);
     let function = ControllerFunction::new(
         Controller::new(directory, settings.control.clone()),
         Some(Insights::new(&sdk)),

@@ -4,8 +4,8 @@
 
 use heatsink::counter::CounterStore;
 use heatsink::likes::Aggregator;
-use heatsink::metrics::{Emf, Function};
-use heatsink::schema::{DEFAULT_PREFIX, Schema, Table};
+use heatsink::metrics::{Emf, Function, LambdaStart, start_lambda};
+use heatsink::schema::Table;
 use lambda_runtime::{Error, LambdaEvent, run, service_fn};
 use serde_json::Value;
 
@@ -40,15 +40,13 @@ async fn handle(agg: &Aggregator, event: Value) -> Result<Value, Error> {
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    heatsink::metrics::init_lambda_logging();
-    let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
-    let prefix = std::env::var("HEATSINK_PREFIX").unwrap_or_else(|_| DEFAULT_PREFIX.into());
-    let schema = Schema::new(prefix);
+    let LambdaStart {
+        config,
+        schema,
+        ddb,
+    } = start_lambda().await;
     let agg = Aggregator::new(
-        CounterStore::new(
-            heatsink::metrics::dynamodb_client(&config, &schema),
-            schema.table_name(Table::Counters),
-        ),
+        CounterStore::new(ddb, schema.table_name(Table::Counters)),
         Some(aws_sdk_dynamodbstreams::Client::new(&config)),
     );
     let agg = &agg;

@@ -14,17 +14,12 @@ use heatsink::cache::MicroCache;
 use heatsink::core::guard::{AdmissionConfig, Limit};
 use heatsink::directory::{CachedDirectory, Directory};
 use heatsink::likes::LikesApi;
-use heatsink::metrics::{Emf, Function, Metric};
-use heatsink::schema::{DEFAULT_PREFIX, Schema};
+use heatsink::metrics::{Emf, Function, LambdaStart, Metric, start_lambda};
 use lambda_runtime::{Error, LambdaEvent, run, service_fn};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    heatsink::metrics::init_lambda_logging();
-    let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
-    let prefix = std::env::var("HEATSINK_PREFIX").unwrap_or_else(|_| DEFAULT_PREFIX.into());
-    let schema = Schema::new(prefix);
-    let ddb = heatsink::metrics::dynamodb_client(&config, &schema);
+    let LambdaStart { schema, ddb, .. } = start_lambda().await;
     let per_user: u32 = match std::env::var("HEATSINK_USER_LIKES_PER_SECOND") {
         Ok(v) => v.parse()?,
         Err(_) => 10,

@@ -2,8 +2,9 @@
 //!
 //! This crate holds the AWS adapters and async runtime pieces; the decisions they carry out live
 //! in the pure [`heatsink_core`] crate, re-exported here as [`core`]. Every adapter takes an
-//! `aws_config::SdkConfig` or an SDK client: nothing here reads the environment by itself, so the
-//! same code runs against AWS, LocalStack, moto, dynoxide or DynamoDB Local.
+//! `aws_config::SdkConfig` or an SDK client: no adapter reads the environment by itself, so the
+//! same code runs against AWS, LocalStack, moto, dynoxide or DynamoDB Local. (The one exception is
+//! [`metrics::start_lambda`], the cold start the Lambda binaries call explicitly.)
 //!
 //! - [`schema`]: the one definition of every table and stream, and idempotent creation.
 //! - [`counter`]: conditional absolute flushes, one-Query reads and corrections of hot counters.

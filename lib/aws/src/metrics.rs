@@ -85,7 +85,7 @@ use base64::Engine;
 use serde_json::{Map, Value, json};
 
 use crate::likes::{AggregateReport, RebuildReport};
-use crate::schema::Schema;
+use crate::schema::{DEFAULT_PREFIX, Schema};
 use crate::stream::RoundReport;
 
 /// CloudWatch namespace of every heatsink EMF metric (`EMF_NAMESPACE` in `observability.ts`).
@@ -488,6 +488,33 @@ pub fn dynamodb_client(
         .interceptor(CapacityLog::new(schema))
         .build();
     aws_sdk_dynamodb::Client::from_conf(conf)
+}
+
+/// What every function starts with, read once at cold start by [`start_lambda`].
+#[derive(Debug, Clone)]
+pub struct LambdaStart {
+    /// The SDK configuration from the Lambda environment.
+    pub config: aws_config::SdkConfig,
+    /// The tables named by `HEATSINK_PREFIX` (default [`DEFAULT_PREFIX`]).
+    pub schema: Schema,
+    /// A DynamoDB client logging consumed capacity ([`dynamodb_client`]).
+    pub ddb: aws_sdk_dynamodb::Client,
+}
+
+/// A function's cold start: JSON logging ([`init_lambda_logging`]), the SDK configuration, the
+/// schema from `HEATSINK_PREFIX` and the capacity-logging DynamoDB client. The one place the
+/// library reads the environment; each binary in `functions/` calls it first.
+pub async fn start_lambda() -> LambdaStart {
+    init_lambda_logging();
+    let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    let prefix = std::env::var("HEATSINK_PREFIX").unwrap_or_else(|_| DEFAULT_PREFIX.into());
+    let schema = Schema::new(prefix);
+    let ddb = dynamodb_client(&config, &schema);
+    LambdaStart {
+        config,
+        schema,
+        ddb,
+    }
 }
 
 /// The partition key attributes of one table and of its GSIs.
