@@ -247,36 +247,27 @@ async fn map_hit(m: &Mutex<HashMap<String, u64>>) -> u64 {
         .unwrap_or_default()
 }
 
+/// ns per call of `hit` over `n` sequential calls on one task (generic, so nothing is boxed in
+/// the timed loop).
+fn ns_per_hit<F: Future<Output = u64>>(
+    rt: &tokio::runtime::Runtime,
+    n: u32,
+    hit: impl Fn() -> F,
+) -> f64 {
+    rt.block_on(async {
+        let t = Instant::now();
+        for _ in 0..n {
+            black_box(hit().await);
+        }
+        t.elapsed().as_nanos() as f64 / f64::from(n)
+    })
+}
+
 /// ns per fresh hit over `n` sequential reads on one task.
 fn plain_loop(rt: &tokio::runtime::Runtime, caches: &HitCaches, n: u32) {
-    let time = |f: &dyn Fn() -> Duration| f().as_nanos() as f64 / f64::from(n);
-    let micro = time(&|| {
-        rt.block_on(async {
-            let t = Instant::now();
-            for _ in 0..n {
-                black_box(micro_hit(&caches.micro).await);
-            }
-            t.elapsed()
-        })
-    });
-    let moka = time(&|| {
-        rt.block_on(async {
-            let t = Instant::now();
-            for _ in 0..n {
-                black_box(moka_hit(&caches.moka).await);
-            }
-            t.elapsed()
-        })
-    });
-    let map = time(&|| {
-        rt.block_on(async {
-            let t = Instant::now();
-            for _ in 0..n {
-                black_box(map_hit(&caches.map).await);
-            }
-            t.elapsed()
-        })
-    });
+    let micro = ns_per_hit(rt, n, || micro_hit(&caches.micro));
+    let moka = ns_per_hit(rt, n, || moka_hit(&caches.moka));
+    let map = ns_per_hit(rt, n, || map_hit(&caches.map));
     println!("\nfresh hit cost ({n} sequential reads of one key, one task)");
     println!("{:<40} {:>10} {:>10}", "cache", "ns/hit", "vs moka");
     for (name, ns) in [

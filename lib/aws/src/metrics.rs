@@ -886,34 +886,32 @@ fn consumed(op: Op, context: &FinalizerInterceptorContextRef<'_>) -> Vec<Consume
     let Some(Ok(out)) = context.output_or_error() else {
         return vec![];
     };
-    let one = |c: Option<&ConsumedCapacity>| c.cloned().into_iter().collect();
+    // Each output type has its own `consumed_capacity` (no shared trait): one arm per type.
+    macro_rules! one {
+        ($output:ty) => {
+            out.downcast_ref::<$output>()
+                .and_then(|o| o.consumed_capacity())
+                .cloned()
+                .into_iter()
+                .collect()
+        };
+    }
+    macro_rules! many {
+        ($output:ty) => {
+            out.downcast_ref::<$output>()
+                .map(|o| o.consumed_capacity().to_vec())
+                .unwrap_or_default()
+        };
+    }
     match op {
-        Op::GetItem => one(out
-            .downcast_ref::<GetItemOutput>()
-            .and_then(|o| o.consumed_capacity())),
-        Op::PutItem => one(out
-            .downcast_ref::<PutItemOutput>()
-            .and_then(|o| o.consumed_capacity())),
-        Op::UpdateItem => one(out
-            .downcast_ref::<UpdateItemOutput>()
-            .and_then(|o| o.consumed_capacity())),
-        Op::DeleteItem => one(out
-            .downcast_ref::<DeleteItemOutput>()
-            .and_then(|o| o.consumed_capacity())),
-        Op::Query => one(out
-            .downcast_ref::<QueryOutput>()
-            .and_then(|o| o.consumed_capacity())),
-        Op::Scan => one(out
-            .downcast_ref::<ScanOutput>()
-            .and_then(|o| o.consumed_capacity())),
-        Op::BatchGetItem => out
-            .downcast_ref::<BatchGetItemOutput>()
-            .map(|o| o.consumed_capacity().to_vec())
-            .unwrap_or_default(),
-        Op::BatchWriteItem => out
-            .downcast_ref::<BatchWriteItemOutput>()
-            .map(|o| o.consumed_capacity().to_vec())
-            .unwrap_or_default(),
+        Op::GetItem => one!(GetItemOutput),
+        Op::PutItem => one!(PutItemOutput),
+        Op::UpdateItem => one!(UpdateItemOutput),
+        Op::DeleteItem => one!(DeleteItemOutput),
+        Op::Query => one!(QueryOutput),
+        Op::Scan => one!(ScanOutput),
+        Op::BatchGetItem => many!(BatchGetItemOutput),
+        Op::BatchWriteItem => many!(BatchWriteItemOutput),
     }
 }
 
@@ -926,17 +924,20 @@ fn failure_code(op: Op, context: &FinalizerInterceptorContextRef<'_>) -> String 
     let Some(e) = err.as_operation_error() else {
         return "transport".to_owned();
     };
+    macro_rules! code {
+        ($error:ty) => {
+            e.downcast_ref::<$error>().and_then(|e| e.code())
+        };
+    }
     let code = match op {
-        Op::GetItem => e.downcast_ref::<GetItemError>().and_then(|e| e.code()),
-        Op::PutItem => e.downcast_ref::<PutItemError>().and_then(|e| e.code()),
-        Op::UpdateItem => e.downcast_ref::<UpdateItemError>().and_then(|e| e.code()),
-        Op::DeleteItem => e.downcast_ref::<DeleteItemError>().and_then(|e| e.code()),
-        Op::Query => e.downcast_ref::<QueryError>().and_then(|e| e.code()),
-        Op::Scan => e.downcast_ref::<ScanError>().and_then(|e| e.code()),
-        Op::BatchGetItem => e.downcast_ref::<BatchGetItemError>().and_then(|e| e.code()),
-        Op::BatchWriteItem => e
-            .downcast_ref::<BatchWriteItemError>()
-            .and_then(|e| e.code()),
+        Op::GetItem => code!(GetItemError),
+        Op::PutItem => code!(PutItemError),
+        Op::UpdateItem => code!(UpdateItemError),
+        Op::DeleteItem => code!(DeleteItemError),
+        Op::Query => code!(QueryError),
+        Op::Scan => code!(ScanError),
+        Op::BatchGetItem => code!(BatchGetItemError),
+        Op::BatchWriteItem => code!(BatchWriteItemError),
     };
     code.unwrap_or("unknown").to_owned()
 }
