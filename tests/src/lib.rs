@@ -200,6 +200,14 @@ macro_rules! fixture {
     };
 }
 
+/// One hot key as a sampler report carries it (the JSON of `heatsink_core::detect::HotKey`),
+/// certain and at its estimate, on partition `t/p1`.
+pub fn sampled_hot_key(key: &str, kind: &str, estimate: f64) -> serde_json::Value {
+    serde_json::json!({"partition": "t/p1", "key": key, "kind": kind, "estimate": estimate,
+        "lower_bound": estimate, "error_bound": 0.0, "share_of_ceiling": 1.0,
+        "share_of_partition": 1.0, "certain": true, "sampled": {"count": 1, "error": 0}})
+}
+
 /// Every record of `table`'s change stream so far (all shards, from the trim horizon), waiting
 /// up to 15 s until at least `at_least` have arrived; returns the stream ARN with them.
 pub async fn table_stream_records(

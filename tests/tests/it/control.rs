@@ -14,7 +14,7 @@ use heatsink::directory::{CachedDirectory, Controller, Directory};
 use heatsink::schema::Table;
 use heatsink::sim::onset::{self, Onset};
 use heatsink::sim::{Limits, SimConfig, Simulator};
-use heatsink_integration::{Fixture, fixture};
+use heatsink_integration::{Fixture, fixture, sampled_hot_key};
 use serde_json::json;
 
 /// The controller function over the fixture's directory, comparing rates with `ceilings`.
@@ -34,14 +34,13 @@ async fn a_sampler_report_event_salts_the_write_hot_key_and_caches_the_read_hot_
     let fx = fixture!("a_sampler_report_event_salts_the_write_hot_key_and_caches_the_read_hot_one");
     fx.table(Table::Hotkeys).await;
     let f = function(&fx, Ceilings::dynamodb());
-    let hot = |key: &str, kind: &str, estimate: f64| {
-        json!({"partition": "t/p1", "key": key, "kind": kind, "estimate": estimate,
-               "lower_bound": estimate, "error_bound": 0.0, "share_of_ceiling": 1.0,
-               "share_of_partition": 1.0, "certain": true, "sampled": {"count": 1, "error": 0}})
-    };
     let event = json!({"source": SAMPLER_SOURCE, "detail-type": SAMPLER_DETAIL_TYPE, "detail": {
         "partitions": [],
-        "hot": [hot("p9", "write", 2_400.0), hot("p1", "read", 9_000.0), hot("p2", "write", 300.0)]
+        "hot": [
+            sampled_hot_key("p9", "write", 2_400.0),
+            sampled_hot_key("p1", "read", 9_000.0),
+            sampled_hot_key("p2", "write", 300.0),
+        ]
     }});
     let outcome = f.handle(&event, SystemTime::now()).await.expect("handled");
     assert_eq!(outcome.trigger, "sampler");

@@ -14,7 +14,7 @@ use heatsink::core::hot::{ControlConfig, Mode};
 use heatsink::directory::{Controller, Directory};
 use heatsink::publish::{EventBridgeSink, PublishError, Publisher};
 use heatsink::schema::Table;
-use heatsink_integration::fixture;
+use heatsink_integration::{fixture, sampled_hot_key};
 use serde_json::{Value, json};
 
 /// Whether the lane names EventBridge and SQS endpoints (never fall through to real AWS).
@@ -34,13 +34,8 @@ fn events_endpoints(test: &str) -> bool {
 
 /// A report naming p9 write-hot at 2,400/s and p1 read-hot at 9,000/s.
 fn report() -> Report {
-    let hot = |key: &str, kind: &str, estimate: f64| {
-        json!({"partition": "t/p1", "key": key, "kind": kind, "estimate": estimate,
-               "lower_bound": estimate, "error_bound": 0.0, "share_of_ceiling": 1.0,
-               "share_of_partition": 1.0, "certain": true, "sampled": {"count": 1, "error": 0}})
-    };
     serde_json::from_value(json!({"partitions": [],
-        "hot": [hot("p1", "read", 9_000.0), hot("p9", "write", 2_400.0)]}))
+        "hot": [sampled_hot_key("p1", "read", 9_000.0), sampled_hot_key("p9", "write", 2_400.0)]}))
     .expect("report")
 }
 
