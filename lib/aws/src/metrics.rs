@@ -1180,6 +1180,15 @@ mod tests {
         out
     }
 
+    /// What `emf` writes, which must be exactly one line, parsed.
+    fn only_line(emf: &Emf) -> Value {
+        let mut out = vec![];
+        assert_eq!(emf.write_to(&mut out, 1_700_000_000_000).expect("write"), 1);
+        let mut docs = parse_lines(&out);
+        assert_eq!(docs.len(), 1);
+        docs.remove(0)
+    }
+
     fn parse_lines(out: &[u8]) -> Vec<Value> {
         String::from_utf8_lossy(out)
             .lines()
@@ -1240,16 +1249,9 @@ mod tests {
             stolen: 1,
             lost: 1,
         };
-        let mut emf = Emf::new(Function::StreamConsumer);
-        let mut out = vec![];
-        let written = emf
-            .lease_round(&report)
-            .write_to(&mut out, 1_700_000_000_000)
-            .expect("write");
-        assert_eq!(written, 1);
-        let docs = parse_lines(&out);
-        assert_eq!(docs[0][DIMENSION], "stream-consumer");
-        let values = check_emf(&docs[0]);
+        let doc = only_line(Emf::new(Function::StreamConsumer).lease_round(&report));
+        assert_eq!(doc[DIMENSION], "stream-consumer");
+        let values = check_emf(&doc);
         assert_eq!(
             values,
             BTreeMap::from([
@@ -1282,17 +1284,10 @@ mod tests {
             unsettled: vec!["p4".to_owned(), "p5".to_owned()],
             skipped: vec!["bad#id".to_owned()],
         };
-        let mut emf = Emf::new(Function::CountRebuilder);
-        let mut out = vec![];
-        let written = emf
-            .rebuild(&report)
-            .write_to(&mut out, 1_700_000_000_000)
-            .expect("write");
-        assert_eq!(written, 1);
-        let docs = parse_lines(&out);
-        assert_eq!(docs[0][DIMENSION], "count-rebuilder");
+        let doc = only_line(Emf::new(Function::CountRebuilder).rebuild(&report));
+        assert_eq!(doc[DIMENSION], "count-rebuilder");
         assert_eq!(
-            check_emf(&docs[0]),
+            check_emf(&doc),
             BTreeMap::from([
                 ("CounterCorrectionLikes".to_owned(), vec![6.0]),
                 ("CountersCorrected".to_owned(), vec![3.0]),
