@@ -1,4 +1,5 @@
-//! Sizing S and placing sub-keys so every shard stays under target (Part 5, Formula 2).
+//! Sizing S and placing sub-keys so every shard stays under target: the shard-load sizing rule
+//! (docs/write-sharding.md).
 //!
 //! Each shard's load is its background (other keys' traffic) plus, for each sub-key of the hot
 //! key it holds, rate ÷ S. The planner tries S = `min_salts`, `min_salts + 1`, … up to
@@ -14,7 +15,7 @@ use super::MAX_SALTS;
 use super::error::KeyError;
 use super::salt::check_salts;
 
-/// The default fraction of a shard's ceiling a plan may use (Part 5: "at or under 80%").
+/// The default fraction of a shard's ceiling a plan may use: every shard at or under 80%.
 pub const DEFAULT_TARGET: f64 = 0.8;
 
 /// Relative slack on "at or under target", so float rounding never rejects an exact fit.
@@ -284,8 +285,9 @@ mod tests {
     use crate::keys::{ShardRange, place_salts_with_counts};
     use proptest::prelude::*;
 
-    /// Part 3/5: 16 posts at 50 likes/s, four per shard; S2 holds p9, so its other traffic is
-    /// three posts (150/s) and the others carry 200/s. p9 takes 2,400/s; the ceiling is 1,000/s.
+    /// The celebrity post (docs/hot-keys.md): 16 posts at 50 likes/s, four per shard; S2 holds
+    /// p9, so its other traffic is three posts (150/s) and the others carry 200/s. p9 takes
+    /// 2,400/s; the ceiling is 1,000/s.
     fn seed_request() -> PlanRequest {
         PlanRequest::new(2_400.0, 1_000.0, vec![200.0, 200.0, 150.0, 200.0])
     }
