@@ -434,7 +434,7 @@ mod tests {
     }
 
     #[test]
-    fn seed_celebrity_is_salted_by_the_planner() {
+    fn the_celebrity_post_is_salted_by_the_planner() {
         let mut dir = BTreeMap::new();
         step(&mut dir, &[write("p9", 2_400.0)], 0);
         assert_eq!(dir["p9"].salts.current(), 3, "2,400/3 = 800 = 80% of 1,000");
