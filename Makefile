@@ -2,8 +2,9 @@
 SHELL := /bin/bash
 STACK := localstack/stack
 CARGO ?= cargo
-# Demo arguments. The default runs the seed's numbers at 1/10 scale (p9 at 240 likes/s against
-# 100 WCU/s partitions: the same ratios at a speed a local emulator sustains in a debug build);
+# Demo arguments. The default runs the celebrity post (docs/hot-keys.md) at 1/10 scale (p9 at
+# 240 likes/s against 100 WCU/s partitions: the same ratios at a speed a local emulator sustains
+# in a debug build);
 # e.g. `make demo DEMO_ARGS="--scale 1 --rate 10000"` for full scale.
 DEMO_ARGS ?= --scale 0.1 --duration 5 --chaos lost-ack=0.05,dup-batch=0.05,crash=0.05,seed=1
 

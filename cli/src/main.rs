@@ -26,7 +26,7 @@ enum Command {
     },
     /// Print the tables and streams heatsink uses.
     Schema(cmd::schema::SchemaArgs),
-    /// Size S for a hot key so every shard stays under target (Part 5, Formula 2).
+    /// Size S for a hot key so every shard, counting its other traffic, stays under target.
     Plan(cmd::plan::PlanArgs),
     /// Inspect where keys land.
     Keys {

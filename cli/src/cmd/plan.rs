@@ -1,4 +1,5 @@
-//! `heatsink plan`: size S for a hot key with Part 5's Formula 2 and show each shard's load.
+//! `heatsink plan`: size S for a hot key with the shard-load sizing rule and show each shard's
+//! load (docs/write-sharding.md).
 
 use clap::Args;
 use heatsink::core::keys::{DEFAULT_TARGET, PlanRequest, evaluate, plan};

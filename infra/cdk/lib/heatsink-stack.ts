@@ -601,7 +601,8 @@ export class HeatsinkStack extends Stack {
       treatMissingData: cw.TreatMissingData.NOT_BREACHING,
     });
     // Any correction means likes were lost or applied twice between `liked` and `counters`, and
-    // the rebuilder repaired the counts (DESIGN.md §3.2: eventually exact, the gap observable).
+    // the rebuilder repaired the counts (counts are eventually exact and the gap is observable;
+    // see docs/counters.md).
     alarm('CounterCorrections', {
       alarmName: `${prefix}counter-corrections`,
       alarmDescription:

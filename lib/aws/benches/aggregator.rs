@@ -1,4 +1,4 @@
-//! Aggregator cost per 1,000 change records (issue 4): the pre-aggregating aggregator against
+//! Aggregator cost per 1,000 change records: the pre-aggregating aggregator against
 //! the naive consumer (one `UpdateItem ADD` per record), side by side in one run.
 //!
 //! - **pure**: the aggregator's in-process work on a 1,000-record event: decoding the Lambda

@@ -1,6 +1,6 @@
 //! Micro-cache: answer repeated reads of a hot key from memory for about a second.
 //!
-//! Part 4 of the seeds: one celebrity post is read 66,667 times a second, 22× what one DynamoDB
+//! The celebrity post of docs/hot-keys.md is read 66,667 times a second, 22× what one DynamoDB
 //! partition serves (3,000 RCU/s), and no amount of capacity splits one key. A router that keeps
 //! the answer for a 1 s TTL sends the store about one fetch per key per second whatever the read
 //! rate: 9,000 reads/s through six routers become about 6 fetches/s. The price is staleness,

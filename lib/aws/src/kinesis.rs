@@ -2,9 +2,10 @@
 //!
 //! Kinesis hashes a partition key with MD5 into 0..2^128 and sends the record to the open shard
 //! whose hash-key range holds it ([`heatsink_core::keys::kinesis_hash_key`]). Because that hash
-//! is public, a hot key's salts can be *chosen* to land on distinct shards instead of hoping
-//! (Part 5: "where you know the slot function, check where each sub-key lands"). This module
-//! reads the open shards' ranges from the stream and feeds them to the pure placement code.
+//! is public, a hot key's salts can be *chosen* to land on distinct shards instead of hoping:
+//! where the slot function is known, check where each sub-key lands (docs/write-sharding.md).
+//! This module reads the open shards' ranges from the stream and feeds them to the pure
+//! placement code.
 
 use aws_sdk_kinesis::types::{ShardFilter, ShardFilterType};
 use heatsink_core::keys::{KeyError, ShardRange, parse_hash_key, validate_shards};

@@ -52,7 +52,7 @@
 //!    provided a record is delivered only after every earlier record of the same writer was
 //!    delivered and flushed at least once (Lambda's per-shard order; see "Adapters" below).
 //! 2. A long-lived writer's flush, retried any number of times or with a lost response, counts
-//!    once. A crash loses at most the unflushed buffer (one flush interval, 500 ms in Part 5),
+//!    once. A crash loses at most the unflushed buffer (one flush interval, e.g. 500 ms),
 //!    which stays missing until the next rebuild.
 //! 3. Salted sub-keys are at-least-once: an additive write retried after a lost response counts
 //!    twice, until the next rebuild.

@@ -11,7 +11,7 @@
 //! use std::time::Duration;
 //! use heatsink_core::detect::{Access, Ceilings, Detector, DetectorConfig, Kind};
 //!
-//! // 1 in 100 requests sampled, a 5 s window: Part 3's p9 on shard S2.
+//! // 1 in 100 requests sampled, a 5 s window: the celebrity post p9 on shard S2.
 //! let mut detector = Detector::new(DetectorConfig::default())?;
 //! for i in 0..127u64 {
 //!     let key = if i < 118 { "p9" } else { "p1" };
@@ -181,11 +181,11 @@ pub enum Outcome {
 /// Detector settings; every knob has its unit in its name or doc.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DetectorConfig {
-    /// `N`: one request in `N` is sampled (1 = every request). Default 100 (Part 3).
+    /// `N`: one request in `N` is sampled (1 = every request). Default 100.
     pub sample_one_in: u32,
     /// `m`: counters per sketch (one sketch per partition, kind and sub-window). Default 64.
     pub capacity: usize,
-    /// Length of the sliding window. Default 5 s (Part 3).
+    /// Length of the sliding window. Default 5 s.
     pub window: Duration,
     /// `W`: sub-windows the window is cut into (1..=1,024); it slides by `window / W`. Default 5.
     pub sub_windows: u32,
@@ -223,7 +223,7 @@ impl Ceilings {
     pub const DYNAMODB_WRITE: f64 = 1_000.0;
     /// Kinesis's write ceiling of one shard, records/s.
     pub const KINESIS_WRITE: f64 = 1_000.0;
-    /// Default threshold: a key above 10 % of its partition's ceiling is reported (Part 3).
+    /// Default threshold: a key above 10 % of its partition's ceiling is reported.
     pub const DEFAULT_THRESHOLD: f64 = 0.1;
 
     /// Ceilings per kind (`None`: never report that kind) and a threshold in `(0, ∞)`.
@@ -578,7 +578,8 @@ mod tests {
     #[test]
     fn part_three_p9_is_reported_hot_for_writes_and_its_neighbours_are_not() {
         let mut d = detector(16);
-        // 5 s of S2 writes, 1 % sampled: 118 of p9, 3 each of p1, p5, p13 (Part 3's 118 of 127).
+        // 5 s of S2 writes, 1 % sampled: 118 of p9, 3 each of p1, p5, p13 (118 of 127, as in
+        // docs/hot-keys.md).
         let mut events: Vec<&str> = vec!["p9"; 118];
         for key in ["p1", "p5", "p13"] {
             events.extend([key; 3]);

@@ -1,12 +1,14 @@
-//! The hot-key directory's records and the mitigation controller's decisions (Parts 3–4).
+//! The hot-key directory's records and the mitigation controller's decisions (see
+//! docs/detection.md).
 //!
 //! Detection names a hot key; this module decides what to do about it and remembers the
 //! decision. A directory entry says, for one key, which mitigation is on: **cache** its reads
 //! (read-hot: a micro-cache in each router absorbs them), **salt** its writes over S sub-keys
-//! (write-hot: S from the Formula 2 planner), or **limit** a tenant (abusive: admission answers
-//! 429). Readers and writers load the directory with a bounded age ([`Snapshot`] plugs into the
-//! write-sharding [`SaltPolicy`](crate::keys::SaltPolicy)), and every change is conditional on the
-//! entry's `epoch`, so two controllers never overwrite each other's decision unseen.
+//! (write-hot: S from the shard-load sizing planner), or **limit** a tenant (abusive: admission
+//! answers 429). Readers and writers load the directory with a bounded age ([`Snapshot`] plugs
+//! into the write-sharding [`SaltPolicy`](crate::keys::SaltPolicy)), and every change is
+//! conditional on the entry's `epoch`, so two controllers never overwrite each other's decision
+//! unseen.
 //!
 //! The controller ([`decide`]) is a pure function of the signals (sampler reports, Contributor
 //! Insights contributors), the current entries and the time. It acts at `on_share` of a
@@ -30,7 +32,7 @@
 //! use heatsink_core::hot::{decide, ControlConfig, Mode, Signal, Change};
 //! use heatsink_core::detect::Kind;
 //!
-//! // Part 5: p9 takes 2,400 likes/s against a 1,000 WCU/s partition.
+//! // The celebrity post p9 takes 2,400 likes/s against a 1,000 WCU/s partition.
 //! let signals = [Signal::new("p9", Kind::Write, 2_400.0, 1_000.0, "sampler")];
 //! let changes = decide(&signals, &[], 1_000, &ControlConfig::default());
 //! let Change::Put { entry, expected_epoch } = &changes[0] else { unreachable!() };

@@ -1,13 +1,13 @@
 //! Key strategies: split a hot key into sub-keys, decide where each write and read goes, and
-//! size the split so no shard melts (seed Parts 2, 5 and 7).
+//! size the split so no shard melts (see docs/write-sharding.md).
 //!
 //! A salted key splits one hot logical key `k` into S sub-keys `k#0 … k#S-1`. Each write goes to
 //! one of them (random, round-robin, or one per writer); a read fans out to all S and merges. A
 //! calculated suffix instead derives the sub-key from an attribute of the item, so a reader of
 //! one item goes to one sub-key; a GSI shard applies the same to a hot index key. On Kinesis
 //! the partition-key hash is known (MD5), so sub-keys can be placed on distinct shards, and the
-//! planner (Part 5, Formula 2) picks S so every shard, counting its other traffic, stays at or
-//! under 80% of its ceiling.
+//! planner (the shard-load sizing rule) picks S so every shard, counting its other traffic, stays
+//! at or under 80% of its ceiling.
 //!
 //! ```
 //! use heatsink_core::keys::{plan, PlanRequest, SaltChoice, SaltPolicy, FixedSaltPolicy};
@@ -55,7 +55,7 @@
 //! - `hash`: [`stable_hash64`], [`CalculatedSuffix`]; `gsi`: [`GsiShard`].
 //! - `kinesis`: [`kinesis_hash_key`], [`ShardRange`], [`shard_for`], [`validate_shards`].
 //! - `placement`: [`place_salts`], [`explicit_hash_keys`] and their per-shard-count variants.
-//! - `plan`: [`plan`], [`evaluate`], [`PlanRequest`], [`Plan`] (Formula 2).
+//! - `plan`: [`plan`], [`evaluate`], [`PlanRequest`], [`Plan`] (the shard-load sizing rule).
 //! - `error`: [`KeyError`], the one error type of this module.
 
 mod error;
@@ -85,11 +85,11 @@ pub const SEPARATOR: char = '#';
 /// The largest salt count S (and GSI shard count N) heatsink accepts: 256.
 ///
 /// A salted read fans out to all S sub-keys, so S bounds read cost: 256 is 3 `BatchGetItem`
-/// calls (100 keys each) or 256 parallel queries. It is 4× the largest S the seed's loops use
+/// calls (100 keys each) or 256 parallel queries. It is 4× the largest S common designs use
 /// (10 to 64). It also buys all the write capacity a default account can use: 256 DynamoDB
 /// partitions × 1,000 WCU is over 6× the default 40,000 WCU per-table quota, and on Kinesis a
 /// sub-key beyond one per shard adds nothing (default quota: 200 to 500 shards per region).
-/// Past that, pre-aggregate (Part 5). Three salt digits also keep the suffix to 4 bytes.
+/// Past that, pre-aggregate (docs/counters.md). Three salt digits also keep the suffix to 4 bytes.
 pub const MAX_SALTS: u16 = 256;
 
 /// DynamoDB's limit on a partition-key value, in UTF-8 bytes.

@@ -68,7 +68,7 @@ async fn a_key_that_turns_hot_is_named_salted_and_spread_in_the_closed_loop() {
     fx.table(Table::Hotkeys).await;
     fx.table(Table::Counters).await;
     // Scaled down 20× so every emulator keeps up on a busy machine: 50 WCU/s partitions and
-    // 120 writes/s on p9 (the seed's 2,400 against 1,000).
+    // 120 writes/s on p9 (the celebrity post's 2,400 against 1,000; docs/hot-keys.md).
     let upstream = std::env::var("AWS_ENDPOINT_URL_DYNAMODB").expect("fixture checked it");
     let mut config = SimConfig::new(&upstream);
     config.limits = Limits {

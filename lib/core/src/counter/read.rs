@@ -125,7 +125,7 @@ mod tests {
 
     #[test]
     fn a_rebuild_makes_up_for_a_lost_flush() {
-        // Part 5: router R4 crashed with 211 likes in its buffer.
+        // A router crashed with 211 likes in its buffer (docs/counters.md).
         let c = correction(10_000, 9_789, 0).unwrap();
         assert_eq!(
             c,

@@ -155,7 +155,7 @@ impl Shard {
     }
 }
 
-/// A long-lived writer (Part 5's router): buffers, seals with a flush number, flushes.
+/// A long-lived writer (a router): buffers, seals with a flush number, flushes.
 struct Router {
     writer: WriterId,
     counter: FlushCounter,

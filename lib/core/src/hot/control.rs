@@ -72,7 +72,7 @@ impl Signal {
 /// The controller's thresholds and timers; shares are fractions of a partition's ceiling.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ControlConfig {
-    /// Act when a key's share reaches this. Default 0.8 (Part 5's "at or under 80 %").
+    /// Act when a key's share reaches this. Default 0.8 (the planner's "at or under 80 %").
     pub on_share: f64,
     /// A key is calm below this share. Default 0.5; the band in between holds the state.
     pub off_share: f64,
@@ -340,8 +340,8 @@ fn calm(entry: &Entry, now: u64, cfg: &ControlConfig) -> Option<Change> {
     }
 }
 
-/// S from the Formula 2 planner for `hot`'s rate, each sub-key on its own partition; at most
-/// [`MAX_SALTS`] (a rate beyond what 256 sub-keys absorb gets the most there is).
+/// S from the shard-load sizing planner for `hot`'s rate, each sub-key on its own partition; at
+/// most [`MAX_SALTS`] (a rate beyond what 256 sub-keys absorb gets the most there is).
 fn salts_for(hot: &Signal, cfg: &ControlConfig) -> u16 {
     let shards = usize::from(MAX_SALTS);
     let request = PlanRequest::uniform(hot.rate, hot.ceiling, 0.0, shards).with_target(cfg.target);
@@ -434,7 +434,7 @@ mod tests {
     }
 
     #[test]
-    fn seed_celebrity_is_salted_by_the_planner() {
+    fn the_celebrity_post_is_salted_by_the_planner() {
         let mut dir = BTreeMap::new();
         step(&mut dir, &[write("p9", 2_400.0)], 0);
         assert_eq!(dir["p9"].salts.current(), 3, "2,400/3 = 800 = 80% of 1,000");

@@ -56,7 +56,7 @@ pub enum KeyError {
     ZeroSalts,
 
     /// A salt count above [`MAX_SALTS`](crate::keys::MAX_SALTS).
-    #[error("{salts} salts is over the maximum of {max}; add capacity another way (Part 5)")]
+    #[error("{salts} salts is over the maximum of {max}; add capacity another way (pre-aggregate)")]
     TooManySalts {
         /// The requested count.
         salts: u32,
@@ -179,7 +179,7 @@ pub enum KeyError {
     /// The hot key plus every shard's background exceeds the shards' total target capacity.
     #[error(
         "demand {demand}/s exceeds the shards' target capacity {capacity}/s; add shards or \
-         reduce the rate (pre-aggregate, Part 5)"
+         reduce the rate (pre-aggregate)"
     )]
     OverCapacity {
         /// Hot-key rate plus the sum of background loads (records/s).

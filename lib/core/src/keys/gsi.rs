@@ -9,7 +9,8 @@ use super::salt::{SaltedKey, sub_key_name};
 ///
 /// An item goes to shard `n` = [`stable_hash64`](crate::keys::stable_hash64)`(item id) mod N`, so
 /// every write about one item lands on one index key, and `all_shards` lists what a reader
-/// queries in parallel (Part 5, "GSI write sharding"; Part 7, D2: `nova#0..nova#7`).
+/// queries in parallel (e.g. a creator's index key `nova` as `nova#0..nova#7`; see
+/// docs/write-sharding.md).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct GsiShard {
     key: SaltedKey,

@@ -1,4 +1,5 @@
-//! Sizing S and placing sub-keys so every shard stays under target (Part 5, Formula 2).
+//! Sizing S and placing sub-keys so every shard stays under target: the shard-load sizing rule
+//! (docs/write-sharding.md).
 //!
 //! Each shard's load is its background (other keys' traffic) plus, for each sub-key of the hot
 //! key it holds, rate ÷ S. The planner tries S = `min_salts`, `min_salts + 1`, … up to
@@ -14,7 +15,7 @@ use super::MAX_SALTS;
 use super::error::KeyError;
 use super::salt::check_salts;
 
-/// The default fraction of a shard's ceiling a plan may use (Part 5: "at or under 80%").
+/// The default fraction of a shard's ceiling a plan may use: every shard at or under 80%.
 pub const DEFAULT_TARGET: f64 = 0.8;
 
 /// Relative slack on "at or under target", so float rounding never rejects an exact fit.
@@ -284,9 +285,10 @@ mod tests {
     use crate::keys::{ShardRange, place_salts_with_counts};
     use proptest::prelude::*;
 
-    /// Part 3/5: 16 posts at 50 likes/s, four per shard; S2 holds p9, so its other traffic is
-    /// three posts (150/s) and the others carry 200/s. p9 takes 2,400/s; the ceiling is 1,000/s.
-    fn seed_request() -> PlanRequest {
+    /// The celebrity post (docs/hot-keys.md): 16 posts at 50 likes/s, four per shard; S2 holds
+    /// p9, so its other traffic is three posts (150/s) and the others carry 200/s. p9 takes
+    /// 2,400/s; the ceiling is 1,000/s.
+    fn p9_request() -> PlanRequest {
         PlanRequest::new(2_400.0, 1_000.0, vec![200.0, 200.0, 150.0, 200.0])
     }
 
@@ -295,8 +297,8 @@ mod tests {
     }
 
     #[test]
-    fn the_seeds_hot_post_needs_four_sub_keys_at_750_and_800_per_shard() {
-        let p = plan(&seed_request()).unwrap();
+    fn the_celebrity_post_needs_four_sub_keys_at_750_and_800_per_shard() {
+        let p = plan(&p9_request()).unwrap();
         assert_eq!(p.salts, 4);
         assert_eq!(p.subkeys_per_shard(), vec![1, 1, 1, 1]);
         assert_eq!(loads(&p), vec![800.0, 800.0, 750.0, 800.0]);
@@ -304,8 +306,8 @@ mod tests {
     }
 
     #[test]
-    fn the_seeds_choice_of_eight_puts_two_sub_keys_on_every_shard() {
-        let p = plan(&seed_request().with_min_salts(8)).unwrap();
+    fn a_choice_of_eight_puts_two_sub_keys_on_every_shard() {
+        let p = plan(&p9_request().with_min_salts(8)).unwrap();
         assert_eq!(p.salts, 8);
         assert_eq!(p.subkeys_per_shard(), vec![2, 2, 2, 2]);
         assert_eq!(loads(&p), vec![800.0, 800.0, 750.0, 800.0]);
@@ -346,17 +348,14 @@ mod tests {
         assert_eq!(loads(&p), vec![1_000.0, 1_000.0, 1_000.0, 200.0]);
         assert_eq!(p.max_utilisation, 1.0);
         // The planner never returns it.
-        let chosen = plan(&seed_request().with_min_salts(naive)).unwrap();
+        let chosen = plan(&p9_request().with_min_salts(naive)).unwrap();
         assert_eq!(chosen.salts, 4);
-        assert_eq!(
-            evaluate(&seed_request(), naive).unwrap().max_utilisation,
-            1.0
-        );
+        assert_eq!(evaluate(&p9_request(), naive).unwrap().max_utilisation, 1.0);
     }
 
     #[test]
     fn a_plan_can_be_placed_on_kinesis_shards() {
-        let p = plan(&seed_request().with_min_salts(8)).unwrap();
+        let p = plan(&p9_request().with_min_salts(8)).unwrap();
         let shards = ShardRange::even_split(4).unwrap();
         let placed = place_salts_with_counts("likes:p9", &p.subkeys_per_shard(), &shards).unwrap();
         assert!(placed.on_target);
@@ -417,7 +416,7 @@ mod tests {
             plan(&PlanRequest::uniform(1.0, 1_000.0, 0.0, 4).with_min_salts(0)),
             Err(KeyError::ZeroSalts)
         );
-        assert_eq!(evaluate(&seed_request(), 0), Err(KeyError::ZeroSalts));
+        assert_eq!(evaluate(&p9_request(), 0), Err(KeyError::ZeroSalts));
     }
 
     /// Independent oracle: S fits iff the shards' room for sub-keys of rate/S adds up to S.
