@@ -25,9 +25,8 @@ use heatsink::core::keys::SaltedKey;
 use heatsink::counter::CounterStore;
 use heatsink::likes::{Aggregator, LikeOutcome, LikesApi, RebuildOptions, dynamodb_event, rebuild};
 use heatsink::schema::{self, DEFAULT_PREFIX, Schema, Table};
-use heatsink::sim::load::{LoadReport, OpenLoop};
-use heatsink::sim::model::partition_of;
-use heatsink::sim::{SimConfig, Simulator, Stats};
+use heatsink_sim::load::{LoadReport, OpenLoop};
+use heatsink_sim::{SimConfig, Simulator, Stats, partition_of};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use serde::Serialize;
 

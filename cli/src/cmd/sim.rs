@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::Args;
 use heatsink::publish::{EventBridgeSink, Publisher};
-use heatsink::sim::{Limits, SimConfig, Simulator};
+use heatsink_sim::{Limits, SimConfig, Simulator};
 
 use super::{CmdResult, sdk_config};
 

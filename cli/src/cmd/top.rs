@@ -7,7 +7,7 @@ use clap::{Args, ValueEnum};
 use heatsink::detect::{
     Contributor, HotKeys, Insights, InsightsStatus, NamedKey, ReportQuery, RuleKind, Source, merge,
 };
-use heatsink::sim::sampler::fetch_report;
+use heatsink_sim::sampler::fetch_report;
 
 use super::{CmdResult, sdk_config};
 

@@ -18,7 +18,6 @@
 //! - [`admission`]: per-key and per-tenant token buckets with limits from the directory (429s).
 //! - [`cache`]: the micro-cache for hot reads (TTL, stale-while-revalidate, single-flight).
 //! - [`metrics`]: CloudWatch Embedded Metric Format and the capacity log lines of the functions.
-//! - [`sim`]: the partition simulator, a throttling proxy in front of any DynamoDB endpoint.
 //! - [`error`]: error types.
 pub use heatsink_core as core;
 
@@ -35,7 +34,6 @@ pub mod metrics;
 pub mod publish;
 pub mod scatter;
 pub mod schema;
-pub mod sim;
 pub mod stream;
 #[cfg(test)]
 mod testing;

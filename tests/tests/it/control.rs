@@ -12,8 +12,8 @@ use heatsink::core::detect::Ceilings;
 use heatsink::core::hot::{ControlConfig, Mode};
 use heatsink::directory::{CachedDirectory, Controller, Directory};
 use heatsink::schema::Table;
-use heatsink::sim::onset::{self, Onset};
-use heatsink::sim::{Limits, SimConfig, Simulator};
+use heatsink_sim::onset::{self, Onset};
+use heatsink_sim::{Limits, SimConfig, Simulator};
 use heatsink_integration::{Fixture, fixture, sampled_hot_key};
 use serde_json::json;
 
@@ -127,7 +127,7 @@ async fn a_key_that_turns_hot_is_named_salted_and_spread_in_the_closed_loop() {
         "S settles in a few steps: {report:?}"
     );
     // What `heatsink top --from-sampler` reads: the salted sub-keys, over HTTP.
-    let served = heatsink::sim::sampler::fetch_report(&sim.endpoint())
+    let served = heatsink_sim::sampler::fetch_report(&sim.endpoint())
         .await
         .expect("report");
     assert!(

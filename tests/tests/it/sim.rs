@@ -6,7 +6,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use heatsink::core::keys::SaltedKey;
 use heatsink::schema::Table;
-use heatsink::sim::{Limits, SimConfig, Simulator};
+use heatsink_sim::{Limits, SimConfig, Simulator};
 use heatsink_integration::fixture;
 
 /// A simulator with small ceilings (20 WCU/s per partition), so a load that any emulator serves

@@ -8,7 +8,7 @@
 //! one datapoint over the line: 60–120 s before the controller is even invoked.
 //!
 //! Needs the local stack: `eval "$(localstack/stack env --lane dynoxide)"` then
-//! `cargo bench -p heatsink --bench onset` (env `ONSET_RATE`, `ONSET_TRIALS` override).
+//! `cargo bench -p heatsink-sim --bench onset` (env `ONSET_RATE`, `ONSET_TRIALS` override).
 //! Without `AWS_ENDPOINT_URL_DYNAMODB` it prints a skip line and exits 0.
 
 mod common;
@@ -21,7 +21,7 @@ use heatsink::control::{ControllerConfig, ControllerFunction};
 use heatsink::core::hot::ControlConfig;
 use heatsink::directory::{CachedDirectory, Controller, Directory};
 use heatsink::schema::Table;
-use heatsink::sim::onset::{self, Onset, OnsetReport};
+use heatsink_sim::onset::{self, Onset, OnsetReport};
 
 /// The median and the worst of some milliseconds.
 fn median_max(mut v: Vec<u64>) -> String {

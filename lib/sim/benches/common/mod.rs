@@ -3,7 +3,7 @@
 use aws_config::SdkConfig;
 use aws_sdk_dynamodb::Client;
 use heatsink::schema::{self, Schema, Table};
-use heatsink::sim::{SimConfig, Simulator};
+use heatsink_sim::{SimConfig, Simulator};
 
 /// The number in the environment variable `name`, else `default`.
 pub fn env_or(name: &str, default: u32) -> u32 {

@@ -18,8 +18,8 @@ use serde_json::json;
 
 use super::Simulator;
 use super::load::{LoadReport, OpenLoop};
-use crate::control::{ControlError, ControllerFunction, SAMPLER_DETAIL_TYPE, SAMPLER_SOURCE};
-use crate::directory::CachedDirectory;
+use heatsink::control::{ControlError, ControllerFunction, SAMPLER_DETAIL_TYPE, SAMPLER_SOURCE};
+use heatsink::directory::CachedDirectory;
 
 /// One onset run's settings.
 #[derive(Debug, Clone)]

@@ -16,8 +16,8 @@
 //! cleared by `POST /_sim/reset`, on the same port.
 //!
 //! ```no_run
-//! # async fn f() -> Result<(), heatsink::sim::SimError> {
-//! use heatsink::sim::{SimConfig, Simulator};
+//! # async fn f() -> Result<(), heatsink_sim::SimError> {
+//! use heatsink_sim::{SimConfig, Simulator};
 //! let sim = Simulator::start(SimConfig::new("http://127.0.0.1:5000")).await?;
 //! // point the SDK at sim.endpoint() instead of the emulator …
 //! let stats = sim.stats();
@@ -35,6 +35,9 @@ pub mod model;
 pub mod onset;
 pub mod request;
 pub mod sampler;
+
+/// Where the simulator places a partition-key value: MD5 of its bytes modulo the partition count.
+pub use model::partition_of;
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -162,6 +165,17 @@ pub struct PartitionReport {
     pub max_read_utilisation: f64,
 }
 
+/// One partition's write utilisation over time ([`Stats::write_utilisation`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PartitionSeries {
+    /// The partition's index within its table.
+    pub partition: u32,
+    /// Consumed WCU in each second since the simulator started, over the write ceiling.
+    pub per_second: Vec<f64>,
+    /// Write requests this partition refused.
+    pub throttled: u64,
+}
+
 /// Everything the simulator measured, as served at `/_sim/stats`.
 #[derive(Debug, Clone, Serialize)]
 pub struct Stats {
@@ -202,6 +216,31 @@ impl Stats {
             .filter(|p| p.id.table == table)
             .map(|p| p.stats.throttled_reads + p.stats.throttled_writes)
             .sum()
+    }
+
+    /// The partition of `table` (not of a GSI) that a string partition-key value lands on.
+    pub fn partition_of(&self, key: &str) -> u32 {
+        model::partition_of(key.as_bytes(), self.partitions_per_table)
+    }
+
+    /// Write utilisation per second of each partition of `table` (its GSIs excluded), as a
+    /// fraction of the write ceiling (1.0 = at the ceiling), with the throttled writes per
+    /// partition: what a chart of the table's hot partitions plots.
+    pub fn write_utilisation(&self, table: &str) -> Vec<PartitionSeries> {
+        let ceiling = if self.write_ceiling > 0.0 {
+            self.write_ceiling
+        } else {
+            1.0
+        };
+        self.partitions
+            .iter()
+            .filter(|p| p.id.table == table && p.id.index.is_none())
+            .map(|p| PartitionSeries {
+                partition: p.id.partition,
+                per_second: p.stats.wcu_per_second.iter().map(|v| v / ceiling).collect(),
+                throttled: p.stats.throttled_writes,
+            })
+            .collect()
     }
 
     /// The highest utilisation (reads or writes) any partition of `table` reached in any second.
