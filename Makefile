@@ -19,10 +19,11 @@ demo:
 	target/debug/heatsink demo $(DEMO_ARGS)
 	@echo "The local stack is still running: stop it with 'localstack/stack down'."
 
-## Stack up, format and lint checks, every test on the moto, dynoxide and LocalStack lanes,
-## stack down (also when a step fails).
+## Shell lint, stack up, format and lint checks, every test on the moto, dynoxide and LocalStack
+## lanes, stack down (also when a step fails).
 test:
 	@set -euo pipefail; \
+	$(STACK) lint; \
 	trap '$(STACK) down' EXIT; \
 	$(STACK) up; \
 	$(CARGO) fmt --all --check; \
@@ -44,8 +45,10 @@ test:
 lambdas:
 	$(MAKE) -C infra lambdas
 
-## Formatting and lints only (no stack needed).
+## Formatting and lints only (no stack needed): shellcheck of the shell scripts (installs
+## itself into .emu/venv-tools unless one is on PATH), rustfmt, clippy.
 lint:
+	$(STACK) lint
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 
