@@ -1,6 +1,7 @@
 # heatsink: the two commands a newcomer needs are `make demo` and `make test`.
 SHELL := /bin/bash
 STACK := localstack/stack
+STACK_TEST := localstack/test-stack
 CARGO ?= cargo
 # Demo arguments. The default runs the celebrity post (docs/hot-keys.md) at 1/10 scale (p9 at
 # 240 likes/s against 100 WCU/s partitions: the same ratios at a speed a local emulator sustains
@@ -8,7 +9,7 @@ CARGO ?= cargo
 # e.g. `make demo DEMO_ARGS="--scale 1 --rate 10000"` for full scale.
 DEMO_ARGS ?= --scale 0.1 --duration 5 --chaos lost-ack=0.05,dup-batch=0.05,crash=0.05,seed=1
 
-.PHONY: demo test lint lambdas stack-up stack-down
+.PHONY: demo test lint lambdas stack-up stack-down stack-test
 
 ## Bring the local stack up (if needed), create the resources, run the main scenario. The stack
 ## keeps running afterwards; `localstack/stack down` stops it.
@@ -20,10 +21,14 @@ demo:
 	target/debug/heatsink demo $(DEMO_ARGS)
 	@echo "The local stack is still running: stop it with 'localstack/stack down'."
 
-## Stack up, format and lint checks, every test on the moto, dynoxide and LocalStack lanes,
-## stack down (also when a step fails).
+## Shell lint, the stack script's smoke test (up/env/status/down, leaves the stack down), stack
+## up, format and lint checks, every test on the moto, dynoxide and LocalStack lanes, stack down
+## (also when a step fails).
 test:
 	@set -euo pipefail; \
+	$(STACK) lint; \
+	echo "== localstack/stack smoke test"; \
+	$(STACK_TEST); \
 	trap '$(STACK) down' EXIT; \
 	$(STACK) up; \
 	$(CARGO) fmt --all --check; \
@@ -45,8 +50,10 @@ test:
 lambdas:
 	$(MAKE) -C infra lambdas
 
-## Formatting and lints only (no stack needed).
+## Formatting and lints only (no stack needed): shellcheck of the shell scripts (installs
+## itself into .emu/venv-tools unless one is on PATH), rustfmt, clippy.
 lint:
+	$(STACK) lint
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 
@@ -55,3 +62,7 @@ stack-up:
 
 stack-down:
 	$(STACK) down
+
+## The stack script's smoke test alone (~10 s once installed; stops the stack).
+stack-test:
+	$(STACK_TEST)
