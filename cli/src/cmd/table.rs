@@ -76,10 +76,14 @@ impl Grid {
         self.lines_indented(0)
     }
 
-    /// Prints the table on stdout.
+    /// Prints the table on stdout; stops quietly when stdout is closed (`| head`).
     pub fn print(&mut self) {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
         for line in self.lines() {
-            println!("{line}");
+            if writeln!(out, "{line}").is_err() {
+                return;
+            }
         }
     }
 }
