@@ -78,8 +78,58 @@ async fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e}");
+            // Commands wrap their AWS errors in one-line failures; any other error is folded to
+            // one line here too, with no SDK `Debug` dump.
+            eprintln!("error: {}", cmd::fail::render_any(&*e));
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+    use clap::error::ErrorKind;
+
+    use super::*;
+
+    fn refused(argv: &[&str]) -> ErrorKind {
+        match Cli::try_parse_from(["heatsink"].iter().chain(argv)) {
+            Ok(cli) => panic!("{argv:?} parsed: {cli:?}"),
+            Err(e) => e.kind(),
+        }
+    }
+
+    #[test]
+    fn the_former_panics_are_parse_errors() {
+        let max = u64::MAX.to_string();
+        for argv in [
+            &["plan", "--rate", "2400", "--shards", "18446744073709551615"][..],
+            &["plan", "--rate", "2400", "--shards", "1000000000"],
+            &["hot", "set", "p9", "--mode", "cache", "--ttl", &max],
+            &["hot", "set", "p9", "--mode", "cache", "--ttl", "315360001"],
+            &["hot", "set", "p9", "--mode", "cache", "--ttl", "0"],
+            &["hot", "set", "p9", "--mode", "salt", "--salts", "1"],
+            &["hot", "set", "p9", "--mode", "salt", "--salts", "257"],
+            &["hot", "set", "t", "--mode", "limit", "--limit", "0"],
+            &["keys", "where", "k", "--stream", "s", "--salts", "0"],
+            &["demo", "--duration", "0"],
+            &["demo", "--duration", &max],
+            &["demo", "--salts", "1000"],
+            &["demo", "--max-in-flight", "0"],
+            &["demo", "--scale", "NaN"],
+            &["demo", "--partitions", "0"],
+            &["top", "--table", "t", "--minutes", "0"],
+            &["rebuild", "--quiet", "1000h"],
+            &["tail", "--stream", "s", "--app", "a", "--idle-exit", "200h"],
+        ] {
+            assert_eq!(refused(argv), ErrorKind::ValueValidation, "{argv:?}");
+        }
+    }
+
+    #[test]
+    fn the_cli_definition_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
     }
 }

@@ -10,10 +10,10 @@
 //!
 //! It prints likes sent, counter write requests, the busiest partition's utilisation, throttles
 //! and the final count against the truth. `--chaos` injects aggregator faults (lost acks,
-//! duplicate batches, crashes before a flush); `--plot` draws per-partition utilisation.
+//! duplicate batches, crashes before a flush); `--plot` draws per-partition utilisation (SVG or
+//! PNG, by the file's extension).
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -41,25 +41,26 @@ pub struct DemoArgs {
     /// Likes per second on the celebrity post p9 (the seed: 2,400; up to 10,000).
     #[arg(long, default_value_t = 2400, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     rate: u32,
-    /// Baseline likes per second on each of the other 15 posts.
-    #[arg(long, default_value_t = 10)]
+    /// Baseline likes per second on each of the other 15 posts (0–10,000).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=10_000))]
     baseline: u32,
-    /// Seconds of load per strategy.
-    #[arg(long, default_value_t = 5)]
+    /// Seconds of load per strategy (1–3,600).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=3_600))]
     duration: u64,
-    /// Partitions the simulator gives each table.
-    #[arg(long, default_value_t = 4)]
+    /// Partitions the simulator gives each table (1–1,000).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1_000))]
     partitions: u32,
-    /// Sub-keys of p9 for the salted strategy (the seed's 8 is sized for 2,400 likes/s).
-    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(2..=1000))]
+    /// Sub-keys of p9 for the salted strategy (the seed's 8 is sized for 2,400 likes/s; 2–256).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(2..=256))]
     salts: u16,
     /// Most likes in flight; beyond it the load generator sheds likes and reports how many
-    /// (each in-flight like holds one HTTP connection to the simulator).
-    #[arg(long, default_value_t = 512)]
+    /// (each in-flight like holds one HTTP connection to the simulator; 1–65,536).
+    #[arg(long, default_value_t = 512,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=65_536))]
     max_in_flight: usize,
     /// Scale rates and partition ceilings together (0.1 = p9 at 240/s against 100 WCU/s
-    /// partitions): the same ratios at a speed a local emulator sustains.
-    #[arg(long, default_value_t = 1.0)]
+    /// partitions): the same ratios at a speed a local emulator sustains (0.01–1).
+    #[arg(long, default_value_t = 1.0, value_parser = super::scale)]
     scale: f64,
     /// Faults for the pre-aggregated run: `lost-ack=P,dup-batch=P,crash=P,seed=N`.
     #[arg(long)]
@@ -67,7 +68,8 @@ pub struct DemoArgs {
     /// Print a machine-readable summary instead of the table.
     #[arg(long)]
     json: bool,
-    /// Write an SVG chart of per-partition write utilisation over time.
+    /// Write a chart of per-partition write utilisation over time: SVG or PNG, by the file's
+    /// extension (`.svg`, `.png`).
     #[arg(long)]
     plot: Option<std::path::PathBuf>,
 }
@@ -193,28 +195,6 @@ fn post_of(tag: &str, strategy: &str, i: u64, baseline: u32, rate: u32) -> Strin
     format!("{tag}-{strategy}-p{n}")
 }
 
-fn progress(strategy: &str, sent: u64, total: u64) {
-    use std::io::IsTerminal;
-    // On a terminal: a bar redrawn in place. In a log: one line per 10 %.
-    if !std::io::stderr().is_terminal() {
-        let step = (total / 10).max(1);
-        if sent.is_multiple_of(step) || sent == total {
-            eprintln!("  {strategy}: {sent}/{total} likes sent");
-        }
-        return;
-    }
-    let width: u64 = 30;
-    let done = (sent * width)
-        .checked_div(total)
-        .map_or(width, |d| d.min(width));
-    eprint!(
-        "\r  {strategy:<15} [{}{}] {sent}/{total} likes",
-        "#".repeat(done as usize),
-        " ".repeat((width - done) as usize)
-    );
-    let _ = std::io::stderr().flush();
-}
-
 impl Run<'_> {
     /// The open-loop schedule, shedding (and counting) likes beyond `--max-in-flight`.
     fn load(&self) -> OpenLoop {
@@ -278,7 +258,7 @@ impl Run<'_> {
         self.sim.reset();
         let (tag, args, table) = (&self.tag, self.args, self.counters());
         let ddb = &self.via_sim;
-        let total = self.total();
+        let phase = super::progress::Phase::start(strategy, self.total(), "likes sent");
         let (p9_sent, p9_acked) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
         let report = self
             .load()
@@ -316,10 +296,10 @@ impl Run<'_> {
                         r
                     }
                 },
-                |sent| progress(strategy, sent, total),
+                |sent| phase.set(sent),
             )
             .await;
-        eprintln!();
+        phase.finish();
         // The count of p9: its one item, or the sum of its salted sub-keys.
         let p9 = format!("{strategy}#{tag}-{strategy}-p9");
         let keys: Vec<String> = if salts > 1 {
@@ -397,7 +377,7 @@ impl Run<'_> {
         let p9_acked = Arc::new(AtomicU64::new(0));
         let p9_sent = Arc::new(AtomicU64::new(0));
         let done = Arc::new(AtomicBool::new(false));
-        let total = self.total();
+        let phase = super::progress::Phase::start(STRATEGY, self.total(), "likes sent");
         let acked = p9_acked.clone();
         let load = async {
             let report = self
@@ -419,7 +399,7 @@ impl Run<'_> {
                             r
                         }
                     },
-                    |sent| progress(STRATEGY, sent, total),
+                    |sent| phase.set(sent),
                 )
                 .await;
             done.store(true, Ordering::Relaxed);
@@ -427,7 +407,7 @@ impl Run<'_> {
         };
         let consume = consume_stream(&self.streams, &agg, &arn, done.clone(), chaos);
         let (report, faults) = tokio::join!(load, consume);
-        eprintln!();
+        phase.finish();
         let faults = faults?;
         // The load is over and the stream drained: every like has been flushed or lost for good,
         // so no quiet period is needed to tell the two apart.
@@ -576,6 +556,10 @@ pub async fn run(args: DemoArgs) -> CmdResult {
         Some(text) => parse_chaos(text)?,
         None => Chaos::default(),
     };
+    if let Some(path) = &args.plot {
+        // Refuse a bad --plot before minutes of load, not after.
+        super::chart::Format::of(path)?;
+    }
     let upstream = std::env::var("AWS_ENDPOINT_URL_DYNAMODB").map_err(|_| {
         "the demo runs on the local stack: eval \"$(localstack/stack env)\" first (make demo does)"
     })?;
@@ -583,13 +567,20 @@ pub async fn run(args: DemoArgs) -> CmdResult {
     let direct = aws_sdk_dynamodb::Client::new(&config);
     let schema = Schema::new(args.prefix.clone());
     for table in [Table::Liked, Table::Counters, Table::Posts] {
-        schema::ensure_table(&direct, &schema.table(table)).await?;
+        schema::ensure_table(&direct, &schema.table(table))
+            .await
+            .map_err(|e| super::local::schema_failure(&config, &e))?;
     }
     let mut sim_config = SimConfig::new(&upstream);
     sim_config.limits.partitions = args.partitions;
     sim_config.limits.write_ceiling *= args.scale;
     sim_config.limits.read_ceiling *= args.scale;
-    let sim = Simulator::start(sim_config).await?;
+    let sim = Simulator::start(sim_config).await.map_err(|e| {
+        super::fail::Failure::new(format!(
+            "cannot start the partition simulator in front of {upstream}: {}: check AWS_ENDPOINT_URL_DYNAMODB",
+            super::fail::chain(&e)
+        ))
+    })?;
     let via_sim = aws_sdk_dynamodb::Client::from_conf(
         aws_sdk_dynamodb::config::Builder::from(&config)
             .endpoint_url(sim.endpoint())
@@ -626,20 +617,35 @@ pub async fn run(args: DemoArgs) -> CmdResult {
             );
         }
     }
+    // A strategy's failure as one line naming the tables, the local stack's endpoint and a next step.
+    let failed = |strategy: &str, e: Box<dyn std::error::Error + Send + Sync>| {
+        let tables = format!(
+            "{}, {} and {}",
+            schema.table_name(Table::Liked),
+            schema.table_name(Table::Counters),
+            schema.table_name(Table::Posts)
+        );
+        super::fail::Target::new(&config, super::fail::Service::DynamoDb, "tables", tables)
+            .fail(&format!("run the {strategy} strategy on"), &*e)
+    };
     let outcomes = vec![
-        run.additive("naive", 1).await?,
-        run.additive("salted", args.salts).await?,
-        run.pre_aggregated(chaos).await?,
+        run.additive("naive", 1)
+            .await
+            .map_err(|e| failed("naive", e))?,
+        run.additive("salted", args.salts)
+            .await
+            .map_err(|e| failed("salted", e))?,
+        run.pre_aggregated(chaos)
+            .await
+            .map_err(|e| failed("pre-aggregated", e))?,
     ];
     if let Some(path) = &args.plot {
-        std::fs::write(
-            path,
-            plot_svg(
-                &outcomes,
-                &schema.table_name(Table::Counters),
-                1000.0 * args.scale,
-            ),
-        )?;
+        let panels = chart_panels(
+            &outcomes,
+            &schema.table_name(Table::Counters),
+            1000.0 * args.scale,
+        );
+        super::chart::write(path, &panels)?;
         eprintln!("wrote {}", path.display());
     }
     if args.json {
@@ -652,32 +658,33 @@ pub async fn run(args: DemoArgs) -> CmdResult {
             }))?
         );
     } else {
-        println!(
-            "\n{:<15} {:>15} {:>16} {:>10} {:>10} {:>22} {:>10} {:>14} {:>7}",
-            "strategy",
-            "p9 likes sent",
-            "counter writes",
-            "writes/1k",
-            "writes/s",
-            "max partition util.",
-            "throttled",
-            "count read",
-            "exact"
-        );
+        use super::table::{Align, Grid};
+        let mut grid = Grid::new(&[
+            ("strategy", Align::Left),
+            ("p9 likes sent", Align::Right),
+            ("counter writes", Align::Right),
+            ("writes/1k", Align::Right),
+            ("writes/s", Align::Right),
+            ("max partition util.", Align::Right),
+            ("throttled", Align::Right),
+            ("count read", Align::Right),
+            ("exact", Align::Right),
+        ]);
         for o in &outcomes {
-            println!(
-                "{:<15} {:>15} {:>16} {:>10.1} {:>10.1} {:>21.0}% {:>10} {:>14} {:>7}",
-                o.strategy,
+            grid.row([
+                o.strategy.to_owned(),
                 format!("{}/{}", o.likes_sent, o.likes_offered),
-                o.partition_writes,
-                o.writes_per_1k_likes,
-                o.writes_per_s,
-                o.max_partition_utilisation * 100.0,
-                o.counter_throttled,
+                o.partition_writes.to_string(),
+                format!("{:.1}", o.writes_per_1k_likes),
+                format!("{:.1}", o.writes_per_s),
+                format!("{:.0}%", o.max_partition_utilisation * 100.0),
+                o.counter_throttled.to_string(),
                 format!("{}/{}", o.count_read, o.truth),
-                if o.count_read == o.truth { "yes" } else { "NO" }
-            );
+                if o.count_read == o.truth { "yes" } else { "NO" }.to_owned(),
+            ]);
         }
+        println!();
+        grid.print();
         if let Some(shed) = outcomes
             .iter()
             .filter(|o| o.shed > 0)
@@ -716,66 +723,61 @@ pub async fn run(args: DemoArgs) -> CmdResult {
     Ok(())
 }
 
-/// A small hand-written SVG: one polyline per counters partition, write utilisation per second,
-/// one panel per strategy. (A plotting crate would add minutes of compile time for one chart.)
-fn plot_svg(outcomes: &[Outcome], table: &str, ceiling: f64) -> String {
-    let (w, h, pad) = (300.0, 200.0, 30.0);
-    let colours = [
-        "#d62728", "#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-    ];
-    let mut svg = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"sans-serif\" font-size=\"11\">",
-        w * outcomes.len() as f64,
-        h + 20.0
-    );
-    for (k, o) in outcomes.iter().enumerate() {
-        let x0 = k as f64 * w;
-        svg.push_str(&format!(
-            "<text x=\"{}\" y=\"14\">{} (write utilisation per partition)</text>",
-            x0 + pad,
-            o.strategy
-        ));
-        let y = |u: f64| 20.0 + pad + (h - 2.0 * pad) * (1.0 - (u / 1.5).min(1.0));
-        svg.push_str(&format!(
-            "<line x1=\"{a}\" x2=\"{b}\" y1=\"{c}\" y2=\"{c}\" stroke=\"#999\" stroke-dasharray=\"4\"/><text x=\"{a}\" y=\"{d}\">100%</text>",
-            a = x0 + pad, b = x0 + w - 5.0, c = y(1.0), d = y(1.0) - 2.0
-        ));
-        let parts: Vec<_> = o
-            .stats
-            .iter()
-            .flat_map(|s| s.partitions.iter())
-            .filter(|p| p.id.table == table && p.id.index.is_none())
-            .collect();
-        let secs = parts
-            .iter()
-            .map(|p| p.stats.wcu_per_second.len())
-            .max()
-            .unwrap_or(1)
-            .max(2);
-        let first = parts
-            .iter()
-            .filter_map(|p| p.stats.wcu_per_second.iter().position(|v| *v > 0.0))
-            .min()
-            .unwrap_or(0);
-        for (i, p) in parts.iter().enumerate() {
-            let pts: Vec<String> = p.stats.wcu_per_second
-                [first.min(p.stats.wcu_per_second.len())..]
+/// The chart of `--plot`: one panel per strategy, one series per counters partition (its write
+/// utilisation, % of `ceiling`, per second from the first second with writes), and a throttle
+/// mark at each second a throttling partition ran at 95 % of its ceiling or more (the simulator
+/// counts throttles per partition, not per second).
+fn chart_panels(outcomes: &[Outcome], table: &str, ceiling: f64) -> Vec<super::chart::Panel> {
+    use super::chart::{Panel, Series};
+    outcomes
+        .iter()
+        .map(|o| {
+            let parts: Vec<_> = o
+                .stats
                 .iter()
-                .enumerate()
-                .map(|(t, v)| {
-                    let x = x0 + pad + (w - pad - 5.0) * t as f64 / (secs - first).max(1) as f64;
-                    format!("{x:.1},{:.1}", y(v / ceiling))
+                .flat_map(|s| s.partitions.iter())
+                .filter(|p| p.id.table == table && p.id.index.is_none())
+                .collect();
+            let first = parts
+                .iter()
+                .filter_map(|p| p.stats.wcu_per_second.iter().position(|v| *v > 0.0))
+                .min()
+                .unwrap_or(0);
+            let series = parts
+                .iter()
+                .map(|p| {
+                    let per_second = p.stats.wcu_per_second.get(first..).unwrap_or_default();
+                    let points: Vec<(f64, f64)> = per_second
+                        .iter()
+                        .enumerate()
+                        .map(|(t, v)| (t as f64, v / ceiling.max(f64::MIN_POSITIVE) * 100.0))
+                        .collect();
+                    let throttles = if p.stats.throttled_writes > 0 {
+                        points.iter().copied().filter(|(_, u)| *u >= 95.0).collect()
+                    } else {
+                        Vec::new()
+                    };
+                    let name = if p.stats.throttled_writes > 0 {
+                        format!(
+                            "p{} ({} throttled)",
+                            p.id.partition, p.stats.throttled_writes
+                        )
+                    } else {
+                        format!("p{}", p.id.partition)
+                    };
+                    Series {
+                        name,
+                        points,
+                        throttles,
+                    }
                 })
                 .collect();
-            svg.push_str(&format!(
-                "<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\" points=\"{}\"/>",
-                colours[i % colours.len()],
-                pts.join(" ")
-            ));
-        }
-    }
-    svg.push_str("</svg>");
-    svg
+            Panel {
+                title: format!("{}: {table} partitions", o.strategy),
+                series,
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]

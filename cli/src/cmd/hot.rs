@@ -5,12 +5,21 @@
 //! with "changed since epoch N"; run it again). Clearing a salt entry does not delete it: writers
 //! go back to the plain key while readers keep reading the old sub-keys until `--drained`.
 
+use aws_sdk_dynamodb::types::{AttributeValue, Select};
 use clap::{Args, Subcommand, ValueEnum};
 use heatsink::core::hot::{Change, Entry, Mode};
-use heatsink::directory::{Directory, unix_now};
+use heatsink::directory::{Directory, DirectoryError, unix_now};
 use heatsink::schema::{DEFAULT_PREFIX, Schema};
 
+use super::fail::{Failure, Service, Target};
+use super::table::{Align, Grid};
 use super::{CmdResult, sdk_config};
+
+/// The longest `--ttl`: ten years, in seconds.
+pub const MAX_TTL_SECS: u64 = 10 * 365 * 86_400;
+
+/// The highest `--limit`, requests per second (far above any one key's traffic).
+pub const MAX_LIMIT: u32 = 1_000_000;
 
 /// `heatsink hot` subcommands.
 #[derive(Debug, Subcommand)]
@@ -25,7 +34,7 @@ pub enum HotCommand {
 
 /// Where the directory is.
 #[derive(Debug, Args)]
-pub struct Target {
+pub struct DirTarget {
     /// Resource name prefix (the directory is `<prefix>hotkeys`).
     #[arg(long, env = "HEATSINK_PREFIX", default_value = DEFAULT_PREFIX)]
     prefix: String,
@@ -35,7 +44,7 @@ pub struct Target {
 #[derive(Debug, Args)]
 pub struct ListArgs {
     #[command(flatten)]
-    target: Target,
+    target: DirTarget,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -45,20 +54,21 @@ pub struct ListArgs {
 #[derive(Debug, Args)]
 pub struct SetArgs {
     #[command(flatten)]
-    target: Target,
+    target: DirTarget,
     /// The key (a partition key, or tenant#<id>).
     key: String,
     /// The mitigation.
     #[arg(long, value_enum)]
     mode: ModeArg,
     /// Salt mode: the number of sub-keys S (2–256).
-    #[arg(long, required_if_eq("mode", "salt"))]
+    #[arg(long, required_if_eq("mode", "salt"), value_parser = clap::value_parser!(u16).range(2..=256))]
     salts: Option<u16>,
-    /// Limit mode: requests per second admitted.
-    #[arg(long, required_if_eq("mode", "limit"))]
+    /// Limit mode: requests per second admitted (1–1,000,000).
+    #[arg(long, required_if_eq("mode", "limit"),
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_LIMIT)))]
     limit: Option<u32>,
-    /// Cache and limit: seconds until the entry expires.
-    #[arg(long, default_value_t = 3_600)]
+    /// Cache and limit: seconds until the entry expires (1 s to 10 years).
+    #[arg(long, default_value_t = 3_600, value_parser = clap::value_parser!(u64).range(1..=MAX_TTL_SECS))]
     ttl: u64,
     /// Why (kept in the entry).
     #[arg(long, default_value = "set by hand")]
@@ -69,12 +79,19 @@ pub struct SetArgs {
 #[derive(Debug, Args)]
 pub struct ClearArgs {
     #[command(flatten)]
-    target: Target,
+    target: DirTarget,
     /// The key.
     key: String,
-    /// Salt entries: the old sub-keys are verified empty; remove the entry.
+    /// Salt entries: verify that every sub-key readers still read (all but the plain key) is
+    /// empty in --table, then remove the entry; refuses, naming the non-empty sub-keys, if not.
     #[arg(long)]
     drained: bool,
+    /// With --drained: the salted table whose items the key's sub-keys partition.
+    #[arg(long, value_name = "TABLE")]
+    table: Option<String>,
+    /// With --drained: the table's partition-key attribute (a string holding the sub-key).
+    #[arg(long, value_name = "ATTR", default_value = "pk", requires = "table")]
+    key_attribute: String,
 }
 
 /// The mitigation named on the command line.
@@ -87,28 +104,145 @@ enum ModeArg {
 
 /// Runs a `heatsink hot` subcommand.
 pub async fn run(command: HotCommand) -> CmdResult {
-    let ddb = aws_sdk_dynamodb::Client::new(&sdk_config().await);
-    let dir = |t: &Target| Directory::from_schema(ddb.clone(), &Schema::new(&t.prefix));
+    let config = sdk_config().await;
+    let ddb = aws_sdk_dynamodb::Client::new(&config);
+    let dir = |t: &DirTarget| Directory::from_schema(ddb.clone(), &Schema::new(&t.prefix));
+    // Directory errors as one line naming the table, the endpoint and the next step.
+    let failed = |dir: &Directory, action: &str, e: DirectoryError| -> Failure {
+        match e {
+            DirectoryError::Dynamo(_) => {
+                Target::new(&config, Service::DynamoDb, "table", dir.table()).fail(action, &e)
+            }
+            other => Failure::new(other.to_string()),
+        }
+    };
     match command {
-        HotCommand::List(args) => list(&dir(&args.target), args.json).await,
+        HotCommand::List(args) => list(&dir(&args.target), args.json, &failed).await,
         HotCommand::Set(args) => {
             let dir = dir(&args.target);
-            let current = dir.get(&args.key).await?;
+            let current = dir
+                .get(&args.key)
+                .await
+                .map_err(|e| failed(&dir, "read the hot-key entry from", e))?;
             let change = set(&args, current.as_ref(), unix_now())?;
-            apply(&dir, change).await
+            apply(&dir, change, &failed).await
         }
         HotCommand::Clear(args) => {
             let dir = dir(&args.target);
-            let Some(current) = dir.get(&args.key).await? else {
-                return Err(format!("{} has no hot-key entry in {}", args.key, dir.table()).into());
+            let Some(current) = dir
+                .get(&args.key)
+                .await
+                .map_err(|e| failed(&dir, "read the hot-key entry from", e))?
+            else {
+                return Err(format!(
+                    "{} has no hot-key entry in {}: check the key with 'heatsink hot list' (or --prefix)",
+                    args.key,
+                    dir.table()
+                )
+                .into());
             };
-            apply(&dir, clear(&current, args.drained)?).await
+            if args.drained {
+                let check = drain_check(&current)?;
+                if !check.is_empty() {
+                    let table = args.table.as_deref().ok_or_else(|| {
+                        format!(
+                            "{}: --drained needs --table TABLE (and --key-attribute if it is not pk) to verify that {} are empty",
+                            current.key,
+                            check.join(", ")
+                        )
+                    })?;
+                    let target = Target::new(&config, Service::DynamoDb, "table", table)
+                        .if_missing("check --table");
+                    let mut non_empty = Vec::new();
+                    for sub_key in &check {
+                        if holds_items(&ddb, table, &args.key_attribute, sub_key)
+                            .await
+                            .map_err(|e| target.sdk("query the sub-keys of", &e))?
+                        {
+                            non_empty.push(sub_key.clone());
+                        }
+                    }
+                    refuse_unless_drained(&current, table, &non_empty)?;
+                }
+            }
+            apply(&dir, clear(&current, args.drained)?, &failed).await
         }
     }
 }
 
-async fn list(dir: &Directory, json: bool) -> CmdResult {
-    let entries = dir.list().await?;
+/// The sub-keys that must be empty before `entry` may be removed: every sub-key readers still
+/// read (the current set and, while draining, the old-only set), except the plain key itself,
+/// which readers keep reading once the entry is gone.
+fn drain_check(entry: &Entry) -> Result<Vec<String>, String> {
+    if entry.mode != Mode::Salt {
+        return Ok(Vec::new());
+    }
+    let read = entry
+        .salts
+        .read_set(&entry.key)
+        .map_err(|e| format!("{}: {e}", entry.key))?;
+    Ok(read.into_iter().filter(|k| *k != entry.key).collect())
+}
+
+/// Refuses the removal of `entry` while any of its sub-keys in `table` holds items.
+fn refuse_unless_drained(entry: &Entry, table: &str, non_empty: &[String]) -> Result<(), String> {
+    // The drain proper (old-only sub-keys) is the core's rule; the current set is checked too
+    // because removing the entry sends readers back to the plain key alone.
+    let drained = entry
+        .salts
+        .finish_drain(&entry.key, |k| !non_empty.iter().any(|n| n == k));
+    if non_empty.is_empty() && drained.is_ok() {
+        return Ok(());
+    }
+    let next = if entry.salts.current() > 1 {
+        format!(
+            "start the drain with 'heatsink hot clear {}' (writers go back to the plain key), move their items to {} or delete them, then run 'heatsink hot clear {} --drained' again",
+            entry.key, entry.key, entry.key
+        )
+    } else {
+        format!(
+            "move their items to {} or delete them, then run 'heatsink hot clear {} --drained' again",
+            entry.key, entry.key
+        )
+    };
+    Err(format!(
+        "{}: not drained, sub-key(s) {} of table {table} still hold items (readers would stop reading them): {next}",
+        entry.key,
+        non_empty.join(", ")
+    ))
+}
+
+/// True when `table` holds at least one item whose partition key `attr` is `sub_key` (a
+/// strongly consistent Query with `Limit 1`).
+async fn holds_items(
+    ddb: &aws_sdk_dynamodb::Client,
+    table: &str,
+    attr: &str,
+    sub_key: &str,
+) -> Result<bool, aws_sdk_dynamodb::error::SdkError<aws_sdk_dynamodb::operation::query::QueryError>>
+{
+    let out = ddb
+        .query()
+        .table_name(table)
+        .key_condition_expression("#k = :v")
+        .expression_attribute_names("#k", attr)
+        .expression_attribute_values(":v", AttributeValue::S(sub_key.to_owned()))
+        .select(Select::Count)
+        .consistent_read(true)
+        .limit(1)
+        .send()
+        .await?;
+    Ok(out.count() > 0)
+}
+
+/// How a directory error becomes a one-line failure.
+type Failed<'a> = dyn Fn(&Directory, &str, DirectoryError) -> Failure + 'a;
+
+async fn list(dir: &Directory, json: bool, failed: &Failed<'_>) -> CmdResult {
+    let entries = dir
+        .list()
+        .await
+        .map_err(|e| failed(dir, "list the hot-key entries of", e))?;
     if json {
         println!("{}", serde_json::to_string_pretty(&entries)?);
         return Ok(());
@@ -118,10 +252,15 @@ async fn list(dir: &Directory, json: bool) -> CmdResult {
         return Ok(());
     }
     let now = unix_now();
-    println!(
-        "{:<24} {:<6} {:>9} {:>6} {:>6} {:>9}  reason",
-        "key", "mode", "S", "limit", "epoch", "age"
-    );
+    let mut grid = Grid::new(&[
+        ("key", Align::Left),
+        ("mode", Align::Left),
+        ("S", Align::Right),
+        ("limit", Align::Right),
+        ("epoch", Align::Right),
+        ("age", Align::Right),
+        ("reason", Align::Left),
+    ]);
     for e in entries {
         let salts = match e.salts.draining() {
             Some(old) => format!("{}<-{old}", e.salts.current()),
@@ -132,23 +271,28 @@ async fn list(dir: &Directory, json: bool) -> CmdResult {
             (true, Some(t)) => format!(" [calm {}s]", now.saturating_sub(t)),
             (true, None) => String::new(),
         };
-        println!(
-            "{:<24} {:<6} {:>9} {:>6} {:>6} {:>8}s  {}{state}",
-            e.key,
-            e.mode,
+        grid.row([
+            e.key.clone(),
+            e.mode.to_string(),
             salts,
             e.limit_per_second.map_or("-".into(), |l| l.to_string()),
-            e.epoch,
-            now.saturating_sub(e.since),
-            e.reason
-        );
+            e.epoch.to_string(),
+            format!("{}s", now.saturating_sub(e.since)),
+            format!("{}{state}", e.reason),
+        ]);
     }
+    grid.print();
     Ok(())
 }
 
 /// The change `hot set` makes, from the current entry (if any).
 fn set(args: &SetArgs, current: Option<&Entry>, now: u64) -> Result<Change, String> {
-    let expires = now + args.ttl;
+    let expires = now.checked_add(args.ttl).ok_or_else(|| {
+        format!(
+            "--ttl {}: now + ttl overflows; give at most {MAX_TTL_SECS} s (10 years)",
+            args.ttl
+        )
+    })?;
     let mut entry = match args.mode {
         ModeArg::Cache => Entry::cache(&args.key, &args.reason, now, expires),
         ModeArg::Limit => {
@@ -179,7 +323,12 @@ fn set(args: &SetArgs, current: Option<&Entry>, now: u64) -> Result<Change, Stri
                 c.salts.current()
             ));
         }
-        entry.epoch = c.epoch + 1;
+        entry.epoch = c.epoch.checked_add(1).ok_or_else(|| {
+            format!(
+                "{}: epoch {} is at its maximum; remove the entry with 'heatsink hot clear {} --drained' and set it again",
+                c.key, c.epoch, c.key
+            )
+        })?;
     }
     Ok(Change::Put {
         entry,
@@ -208,7 +357,7 @@ fn clear(current: &Entry, drained: bool) -> Result<Change, String> {
             Ok(Change::Put {
                 entry: Entry {
                     salts,
-                    epoch: current.epoch + 1,
+                    epoch: current.epoch.saturating_add(1),
                     reason: "cleared by hand: draining".into(),
                     ..current.clone()
                 },
@@ -218,8 +367,10 @@ fn clear(current: &Entry, drained: bool) -> Result<Change, String> {
     }
 }
 
-async fn apply(dir: &Directory, change: Change) -> CmdResult {
-    dir.apply(&change).await?;
+async fn apply(dir: &Directory, change: Change, failed: &Failed<'_>) -> CmdResult {
+    dir.apply(&change)
+        .await
+        .map_err(|e| failed(dir, "write the hot-key entry to", e))?;
     match &change {
         Change::Put { entry, .. } => println!(
             "{}: {} S={}{} epoch {}",
@@ -243,7 +394,7 @@ mod tests {
 
     use super::*;
 
-    #[derive(Parser)]
+    #[derive(Debug, Parser)]
     struct Cli {
         #[command(subcommand)]
         hot: HotCommand,
@@ -290,12 +441,8 @@ mod tests {
         let current = Entry::salt("p9", 4, "auto", 10).unwrap();
         let err = set(&set_args(&["p9", "--mode", "cache"]), Some(&current), 20).unwrap_err();
         assert!(err.contains("clear it first"), "{err}");
-        let limit = set(
-            &set_args(&["t", "--mode", "limit", "--limit", "0"]),
-            None,
-            0,
-        );
-        assert!(limit.is_err());
+        let limit = Cli::try_parse_from(["hot", "set", "t", "--mode", "limit", "--limit", "0"]);
+        assert!(limit.is_err(), "--limit 0 is refused by the parser");
     }
 
     #[test]
@@ -321,5 +468,77 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn ttl_is_bounded_and_now_plus_ttl_cannot_overflow() {
+        let args = set_args(&["p1", "--mode", "cache", "--ttl", "315360000"]);
+        assert!(set(&args, None, unix_now()).is_ok());
+        let err = set(&args, None, u64::MAX - 5).unwrap_err();
+        assert!(err.contains("overflows"), "{err}");
+        let e = Cli::try_parse_from(["hot", "set", "p1", "--mode", "cache", "--ttl", "315360001"])
+            .expect_err("over 10 years");
+        assert_eq!(e.kind(), clap::error::ErrorKind::ValueValidation);
+    }
+
+    fn draining() -> Entry {
+        let salted = Entry::salt("likes#p9", 4, "auto", 10).unwrap();
+        let Ok(Change::Put { entry, .. }) = clear(&salted, false) else {
+            panic!()
+        };
+        entry
+    }
+
+    #[test]
+    fn drained_checks_every_sub_key_readers_still_read_except_the_plain_key() {
+        assert_eq!(
+            drain_check(&draining()).unwrap(),
+            ["likes#p9#0", "likes#p9#1", "likes#p9#2", "likes#p9#3"]
+        );
+        // A steady salted entry: removing it would hide its current sub-keys too.
+        let steady = Entry::salt("likes#p9", 2, "auto", 10).unwrap();
+        assert_eq!(drain_check(&steady).unwrap(), ["likes#p9#0", "likes#p9#1"]);
+        assert!(
+            drain_check(&Entry::cache("p1", "r", 0, 10))
+                .unwrap()
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn drained_is_refused_naming_the_non_empty_sub_keys_and_what_to_do() {
+        let entry = draining();
+        assert_eq!(
+            refuse_unless_drained(&entry, "heatsink-counters", &[]),
+            Ok(())
+        );
+        let err = refuse_unless_drained(
+            &entry,
+            "heatsink-counters",
+            &["likes#p9#1".into(), "likes#p9#3".into()],
+        )
+        .unwrap_err();
+        assert!(err.contains("likes#p9#1, likes#p9#3"), "{err}");
+        assert!(err.contains("table heatsink-counters"), "{err}");
+        assert!(
+            err.contains("heatsink hot clear likes#p9 --drained"),
+            "{err}"
+        );
+        assert!(!err.contains('\n'));
+        let steady = Entry::salt("likes#p9", 2, "auto", 10).unwrap();
+        let err = refuse_unless_drained(&steady, "t", &["likes#p9#0".into()]).unwrap_err();
+        assert!(
+            err.contains("start the drain with 'heatsink hot clear likes#p9'"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn table_flags_belong_to_clear() {
+        assert!(Cli::try_parse_from(["hot", "clear", "k", "--drained", "--table", "t"]).is_ok());
+        assert!(
+            Cli::try_parse_from(["hot", "clear", "k", "--key-attribute", "id"]).is_err(),
+            "--key-attribute needs --table"
+        );
     }
 }

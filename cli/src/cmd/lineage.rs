@@ -7,6 +7,8 @@ use heatsink::core::stream::{Lease, ShardGraph};
 use heatsink::schema::{DEFAULT_PREFIX, Schema};
 use heatsink::stream::{DynamoDbStreamsSource, KinesisSource, LeaseTable, ShardSource};
 
+use super::fail::{Service, Target};
+use super::table::{Align, Grid};
 use super::{CmdResult, sdk_config};
 
 /// Arguments of `heatsink lineage`.
@@ -31,21 +33,37 @@ pub fn is_dynamodb_stream(stream: &str) -> bool {
 /// Prints the shard tree.
 pub async fn run(args: LineageArgs) -> CmdResult {
     let config = sdk_config().await;
-    let shards = if is_dynamodb_stream(&args.stream) {
+    let service = if is_dynamodb_stream(&args.stream) {
+        Service::DynamoDbStreams
+    } else {
+        Service::Kinesis
+    };
+    let listed = if service == Service::DynamoDbStreams {
         DynamoDbStreamsSource::new(aws_sdk_dynamodbstreams::Client::new(&config), &args.stream)
             .list_shards()
-            .await?
+            .await
     } else {
         KinesisSource::new(aws_sdk_kinesis::Client::new(&config), &args.stream)
             .list_shards()
-            .await?
+            .await
     };
+    let shards = listed.map_err(|e| {
+        Target::new(&config, service, "stream", &args.stream)
+            .if_missing("check --stream (a Kinesis stream name or a DynamoDB stream ARN), or run 'heatsink local bootstrap'")
+            .fail("list the shards of", &e)
+    })?;
     let graph = ShardGraph::new(shards)?;
     let leases: BTreeMap<String, Lease> = match &args.app {
         Some(app) => {
             let ddb = aws_sdk_dynamodb::Client::new(&config);
-            let table = LeaseTable::from_schema(ddb, &Schema::new(&args.prefix), app);
-            let scan = table.scan().await?;
+            let schema = Schema::new(&args.prefix);
+            let table = LeaseTable::from_schema(ddb, &schema, app);
+            let scan = table.scan().await.map_err(|e| {
+                let name = schema.table_name(heatsink::schema::Table::Leases);
+                Target::new(&config, Service::DynamoDb, "lease table", name)
+                    .if_missing("check --prefix, or run 'heatsink tail' once to create it")
+                    .fail("scan the leases of", &e)
+            })?;
             for bad in &scan.malformed {
                 println!("malformed lease row {}: {}", bad.shard_id, bad.reason);
             }
@@ -74,42 +92,50 @@ fn drawn_under<'a>(graph: &'a ShardGraph, id: &str) -> Option<&'a str> {
     graph.parents_in_graph(id).into_iter().next()
 }
 
-fn describe(graph: &ShardGraph, id: &str, lease: Option<&Lease>, with_app: bool) -> String {
+/// A shard's cells after its tree-drawn id: state, parents, hash range and, with `--app`, its
+/// checkpoint and lease.
+fn describe(graph: &ShardGraph, id: &str, lease: Option<&Lease>, with_app: bool) -> Vec<String> {
     let Some(info) = graph.get(id) else {
-        return id.to_owned();
+        return Vec::new();
     };
-    let mut out = format!("{id}  {}", if info.is_closed() { "closed" } else { "open" });
     let parents: Vec<&str> = info.parents().collect();
-    if !parents.is_empty() {
-        out.push_str(&format!("  parents {}", parents.join("+")));
-    }
-    if let Some((start, end)) = info.hash_range {
-        out.push_str(&format!("  hash {start}..{end}"));
-    }
+    let mut cells = vec![
+        if info.is_closed() { "closed" } else { "open" }.to_owned(),
+        parents.join("+"),
+        info.hash_range
+            .map_or(String::new(), |(start, end)| format!("{start}..{end}")),
+    ];
     if with_app {
         match lease {
             Some(l) => {
-                out.push_str(&format!(
-                    "  checkpoint {}  {}",
-                    match &l.checkpoint {
-                        heatsink::core::stream::Progress::InProgress(seq) => seq.to_string(),
-                        other => other.to_checkpoint(),
-                    },
-                    l.state
-                ));
+                cells.push(match &l.checkpoint {
+                    heatsink::core::stream::Progress::InProgress(seq) => seq.to_string(),
+                    other => other.to_checkpoint(),
+                });
+                let mut state = l.state.to_string();
                 if let Some(owner) = &l.owner {
-                    out.push_str(&format!(" by {owner} (token {})", l.counter));
+                    state.push_str(&format!(" by {owner} (token {})", l.counter));
                 }
+                cells.push(state);
             }
-            None => out.push_str("  no lease"),
+            None => cells.extend(["no lease".to_owned(), String::new()]),
         }
     }
-    out
+    cells
 }
 
-/// The tree as lines: roots first, each child under its first listed parent.
+/// The tree as table lines: a header, then roots first, each child under its first listed parent.
 fn tree_lines(graph: &ShardGraph, leases: &BTreeMap<String, Lease>, with_app: bool) -> Vec<String> {
-    let mut lines = Vec::new();
+    let mut columns = vec![
+        ("shard", Align::Left),
+        ("state", Align::Left),
+        ("parents", Align::Left),
+        ("hash range", Align::Left),
+    ];
+    if with_app {
+        columns.extend([("checkpoint", Align::Left), ("lease", Align::Left)]);
+    }
+    let mut grid = Grid::new(&columns);
     let roots: Vec<&str> = graph
         .lineage_order()
         .filter(|id| drawn_under(graph, id).is_none())
@@ -130,10 +156,9 @@ fn tree_lines(graph: &ShardGraph, leases: &BTreeMap<String, Lease>, with_app: bo
         } else {
             "├─ "
         };
-        lines.push(format!(
-            "{prefix}{branch}{}",
-            describe(graph, id, leases.get(id), with_app)
-        ));
+        let mut row = vec![format!("{prefix}{branch}{id}")];
+        row.extend(describe(graph, id, leases.get(id), with_app));
+        grid.row(row);
         let child_prefix = if is_root {
             String::new()
         } else {
@@ -148,7 +173,7 @@ fn tree_lines(graph: &ShardGraph, leases: &BTreeMap<String, Lease>, with_app: bo
             stack.push((child, child_prefix.clone(), i + 1 == children.len()));
         }
     }
-    lines
+    grid.lines()
 }
 
 #[cfg(test)]
@@ -180,10 +205,11 @@ mod tests {
         assert_eq!(
             lines,
             [
-                "s0  closed",
-                "├─ s1  closed  parents s0",
-                "│  └─ s3  open  parents s1+s2",
-                "└─ s2  closed  parents s0",
+                "shard    state  parents hash range",
+                "s0       closed",
+                "├─ s1    closed s0",
+                "│  └─ s3 open   s1+s2",
+                "└─ s2    closed s0",
             ]
         );
     }

@@ -1,8 +1,11 @@
 //! `heatsink local …`: set up the resources on the local stack (or any endpoint).
 
 use clap::{Args, Subcommand};
+use heatsink::error::SchemaError;
 use heatsink::schema::{self, DEFAULT_PREFIX, Outcome, Schema};
 
+use super::fail::{self, Service, Target};
+use super::table::{Align, Grid};
 use super::{CmdResult, sdk_config};
 
 /// Subcommands of `heatsink local`.
@@ -32,13 +35,34 @@ async fn bootstrap(args: BootstrapArgs) -> CmdResult {
     let ddb = aws_sdk_dynamodb::Client::new(&config);
     let kinesis = aws_sdk_kinesis::Client::new(&config);
     let schema = Schema::new(args.prefix);
-    let report = schema::ensure(&ddb, &kinesis, &schema).await?;
+    let report = schema::ensure(&ddb, &kinesis, &schema)
+        .await
+        .map_err(|e| schema_failure(&config, &e))?;
+    let mut grid = Grid::headless(&[Align::Left, Align::Left, Align::Left]);
     for line in report {
         let what = match line.outcome {
             Outcome::Created => "created",
             Outcome::Exists => "exists, left alone",
         };
-        println!("{:<6} {:<28} {what}", line.kind, line.name);
+        grid.row([
+            line.kind.to_string(),
+            line.name.to_string(),
+            what.to_owned(),
+        ]);
     }
+    grid.print();
     Ok(())
+}
+
+/// A schema error as one line naming the table or stream, the endpoint and the next step.
+pub fn schema_failure(config: &aws_config::SdkConfig, e: &SchemaError) -> fail::Failure {
+    match e {
+        SchemaError::Dynamo { resource, .. } => {
+            Target::new(config, Service::DynamoDb, "table", resource).fail("create or check", e)
+        }
+        SchemaError::Kinesis { resource, .. } => {
+            Target::new(config, Service::Kinesis, "stream", resource).fail("create or check", e)
+        }
+        other => fail::Failure::new(other.to_string()),
+    }
 }

@@ -1,14 +1,18 @@
 //! One module per subcommand.
 
+pub mod chart;
 pub mod demo;
+pub mod fail;
 pub mod hot;
 pub mod keys;
 pub mod lineage;
 pub mod local;
 pub mod plan;
+pub mod progress;
 pub mod rebuild;
 pub mod schema;
 pub mod sim;
+pub mod table;
 pub mod tail;
 pub mod top;
 
@@ -36,5 +40,83 @@ pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
         "h" => n * 3_600.0,
         _ => return Err(format!("unknown unit {unit:?} in {text:?} (ms, s, m, h)")),
     };
+    if !(0.0..=MAX_DURATION_SECS).contains(&secs) {
+        return Err(format!(
+            "{text:?} is outside 0s..=7 days (the longest a command waits)"
+        ));
+    }
     std::time::Duration::try_from_secs_f64(secs).map_err(|e| e.to_string())
+}
+
+/// The longest duration any flag accepts: a week.
+pub const MAX_DURATION_SECS: f64 = 7.0 * 86_400.0;
+
+/// The largest rate, ceiling or background any flag accepts, per second (far above any single
+/// key, shard or partition: Kinesis takes 1,000 records/s per shard, DynamoDB 1,000 WCU/s).
+pub const MAX_RATE: f64 = 1e9;
+
+/// A finite number in `lo..=hi` (`lo` excluded when `open_low`), for clap's `value_parser`.
+fn bounded(text: &str, lo: f64, hi: f64, open_low: bool) -> Result<f64, String> {
+    let v: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number"))?;
+    let low_ok = if open_low { v > lo } else { v >= lo };
+    if v.is_finite() && low_ok && v <= hi {
+        Ok(v)
+    } else {
+        let low = if open_low { "(" } else { "[" };
+        Err(format!("{text} is outside {low}{lo}, {hi}]"))
+    }
+}
+
+/// A rate or ceiling per second: finite, above 0, at most [`MAX_RATE`].
+pub fn positive_rate(text: &str) -> Result<f64, String> {
+    bounded(text, 0.0, MAX_RATE, true)
+}
+
+/// Background traffic per second: finite, 0 to [`MAX_RATE`].
+pub fn non_negative_rate(text: &str) -> Result<f64, String> {
+    bounded(text, 0.0, MAX_RATE, false)
+}
+
+/// A fraction of a ceiling: above 0, at most 1.
+pub fn fraction(text: &str) -> Result<f64, String> {
+    bounded(text, 0.0, 1.0, true)
+}
+
+/// A number of seconds of burst: 0 to one hour.
+pub fn burst_seconds(text: &str) -> Result<f64, String> {
+    bounded(text, 0.0, 3_600.0, false)
+}
+
+/// The demo's `--scale`: 0.01 to 1.
+pub fn scale(text: &str) -> Result<f64, String> {
+    bounded(text, 0.01, 1.0, false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounded_numbers_refuse_nan_infinity_and_out_of_range() {
+        assert_eq!(positive_rate("2400"), Ok(2400.0));
+        for bad in ["0", "-1", "NaN", "inf", "1e10", "x"] {
+            assert!(positive_rate(bad).is_err(), "{bad}");
+        }
+        assert_eq!(non_negative_rate("0"), Ok(0.0));
+        assert!(fraction("0").is_err() && fraction("1.5").is_err());
+        assert_eq!(fraction("1"), Ok(1.0));
+        assert!(scale("0.001").is_err() && scale("1").is_ok());
+        assert!(burst_seconds("-1").is_err());
+    }
+
+    #[test]
+    fn durations_are_bounded_to_a_week() {
+        assert!(parse_duration("7d").is_err(), "no day unit");
+        assert!(parse_duration("168h").is_ok());
+        assert!(parse_duration("169h").is_err());
+        assert!(parse_duration("1e300").is_err());
+    }
 }

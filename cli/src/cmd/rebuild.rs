@@ -12,6 +12,8 @@ use clap::Args;
 use heatsink::likes::{RebuildOptions, RebuildReport, rebuild};
 use heatsink::schema::{DEFAULT_PREFIX, Schema};
 
+use super::fail::{Service, Target};
+use super::table::{Align, Grid};
 use super::{CmdResult, parse_duration, sdk_config};
 
 /// Arguments of `heatsink rebuild`.
@@ -20,7 +22,7 @@ pub struct RebuildArgs {
     /// Resource name prefix (tables `<prefix>liked` and `<prefix>counters`).
     #[arg(long, env = "HEATSINK_PREFIX", default_value = DEFAULT_PREFIX)]
     prefix: String,
-    /// Correct a post only if it had no like for this long (e.g. 60s, 0s).
+    /// Correct a post only if it had no like for this long (e.g. 60s, 0s; at most 168h).
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     quiet: Duration,
     /// Print the report as JSON on stdout.
@@ -31,7 +33,8 @@ pub struct RebuildArgs {
 /// Runs one rebuild and prints what it corrected.
 pub async fn run(args: RebuildArgs) -> CmdResult {
     let schema = Schema::new(args.prefix.clone());
-    let ddb = aws_sdk_dynamodb::Client::new(&sdk_config().await);
+    let config = sdk_config().await;
+    let ddb = aws_sdk_dynamodb::Client::new(&config);
     eprintln!(
         "heatsink rebuild: recounting {} into {} (quiet {:?}) …",
         schema.table_name(heatsink::schema::Table::Liked),
@@ -39,7 +42,16 @@ pub async fn run(args: RebuildArgs) -> CmdResult {
         args.quiet
     );
     let started = Instant::now();
-    let report = rebuild(&ddb, &schema, RebuildOptions { quiet: args.quiet }).await?;
+    let report = rebuild(&ddb, &schema, RebuildOptions { quiet: args.quiet })
+        .await
+        .map_err(|e| {
+            let tables = format!(
+                "{} and {}",
+                schema.table_name(heatsink::schema::Table::Liked),
+                schema.table_name(heatsink::schema::Table::Counters)
+            );
+            Target::new(&config, Service::DynamoDb, "tables", tables).fail("recount", &e)
+        })?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -64,19 +76,32 @@ fn render(r: &RebuildReport) -> Vec<String> {
         r.unsettled.len(),
         r.skipped.len()
     )];
+    let mut grid = Grid::headless(&[Align::Left, Align::Left, Align::Right, Align::Left]);
     for (post, change) in &r.corrected {
-        lines.push(format!("  corrected {post}: {change:+}"));
+        grid.row([
+            "corrected".to_owned(),
+            post.clone(),
+            format!("{change:+}"),
+            String::new(),
+        ]);
     }
     for post in &r.unsettled {
-        lines.push(format!(
-            "  unsettled {post}: liked recently or counting moved; left for a later run"
-        ));
+        grid.row([
+            "unsettled",
+            post.as_str(),
+            "",
+            "liked recently or counting moved; left for a later run",
+        ]);
     }
     for post in &r.skipped {
-        lines.push(format!(
-            "  skipped {post}: malformed id or counter items (see the log)"
-        ));
+        grid.row([
+            "skipped",
+            post.as_str(),
+            "",
+            "malformed id or counter items (see the log)",
+        ]);
     }
+    lines.extend(grid.lines_indented(2));
     lines
 }
 
@@ -117,9 +142,12 @@ mod tests {
             lines[0],
             "13 durable likes scanned, 2 counters checked, 2 corrected, 1 unsettled, 0 skipped"
         );
-        assert_eq!(lines[1], "  corrected p1: +4");
-        assert_eq!(lines[2], "  corrected p2: -1");
-        assert!(lines[3].starts_with("  unsettled p9:"));
+        assert_eq!(lines[1], "  corrected p1 +4");
+        assert_eq!(lines[2], "  corrected p2 -1");
+        assert!(
+            lines[3].starts_with("  unsettled p9    liked recently"),
+            "{lines:?}"
+        );
         assert_eq!(lines.len(), 4);
     }
 }

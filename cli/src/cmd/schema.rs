@@ -4,6 +4,7 @@ use clap::Args;
 use heatsink::schema::{DEFAULT_PREFIX, Schema};
 
 use super::CmdResult;
+use super::table::{Align, Grid};
 
 /// Arguments of `heatsink schema`.
 #[derive(Debug, Args)]
@@ -23,10 +24,12 @@ pub fn run(args: SchemaArgs) -> CmdResult {
         println!("{}", serde_json::to_string_pretty(&schema.to_json())?);
         return Ok(());
     }
-    println!(
-        "{:<24} {:<14} {:<12} extras",
-        "table", "partition key", "sort key"
-    );
+    let mut grid = Grid::new(&[
+        ("table", Align::Left),
+        ("partition key", Align::Left),
+        ("sort key", Align::Left),
+        ("extras", Align::Left),
+    ]);
     for t in schema.tables() {
         let mut extras = vec![];
         if let Some(view) = t.stream {
@@ -46,16 +49,21 @@ pub fn run(args: SchemaArgs) -> CmdResult {
                     .unwrap_or_default()
             ));
         }
-        println!(
-            "{:<24} {:<14} {:<12} {}",
-            t.name,
-            t.partition_key.name,
-            t.sort_key.as_ref().map(|k| k.name).unwrap_or("-"),
-            extras.join("; ")
-        );
+        grid.row([
+            t.name.to_string(),
+            t.partition_key.name.to_owned(),
+            t.sort_key.as_ref().map_or("-", |k| k.name).to_owned(),
+            extras.join("; "),
+        ]);
     }
+    grid.print();
+    let mut streams = Grid::headless(&[Align::Left, Align::Left]);
     for st in schema.streams() {
-        println!("{:<24} kinesis stream, {} shards", st.name, st.shards);
+        streams.row([
+            st.name.to_string(),
+            format!("kinesis stream, {} shards", st.shards),
+        ]);
     }
+    streams.print();
     Ok(())
 }

@@ -7,7 +7,12 @@ use clap::Args;
 use heatsink::publish::{EventBridgeSink, Publisher};
 use heatsink_sim::{Limits, SimConfig, Simulator};
 
-use super::{CmdResult, sdk_config};
+use super::fail::{self, Failure, Service, Target};
+use super::{CmdResult, burst_seconds, positive_rate, sdk_config};
+
+/// Most partitions per table the simulator models (DynamoDB's own split limit is far above what
+/// one local proxy can usefully show).
+pub const MAX_PARTITIONS: i64 = 1_000;
 
 /// Arguments of `heatsink sim`.
 #[derive(Debug, Args)]
@@ -18,24 +23,24 @@ pub struct SimArgs {
     /// Where to listen (loopback only; port 0 picks a free one).
     #[arg(long, default_value = "127.0.0.1:8100")]
     listen: SocketAddr,
-    /// Partitions per table and per index.
-    #[arg(long, default_value_t = 4)]
+    /// Partitions per table and per index (1–1,000).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=MAX_PARTITIONS))]
     partitions: u32,
-    /// Write ceiling per partition, WCU/s.
-    #[arg(long, default_value_t = 1000.0)]
+    /// Write ceiling per partition, WCU/s (above 0, at most 1e9).
+    #[arg(long, default_value_t = 1000.0, value_parser = positive_rate)]
     write_ceiling: f64,
-    /// Read ceiling per partition, RCU/s.
-    #[arg(long, default_value_t = 3000.0)]
+    /// Read ceiling per partition, RCU/s (above 0, at most 1e9).
+    #[arg(long, default_value_t = 3000.0, value_parser = positive_rate)]
     read_ceiling: f64,
-    /// Burst a partition may bank while idle, in seconds of its ceiling.
-    #[arg(long, default_value_t = 1.0)]
+    /// Burst a partition may bank while idle, in seconds of its ceiling (0–3,600).
+    #[arg(long, default_value_t = 1.0, value_parser = burst_seconds)]
     burst_seconds: f64,
-    /// The hot-key sampler at /_sim/hot records 1 item request in N.
-    #[arg(long, default_value_t = 10)]
+    /// The hot-key sampler at /_sim/hot records 1 item request in N (1–1,000,000).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     sample_one_in: u32,
     /// Publish the sampler's report to EventBridge every SECS seconds while it names hot keys
-    /// (source `heatsink.sampler`; the stacks route it to the hotkey-controller).
-    #[arg(long, value_name = "SECS")]
+    /// (source `heatsink.sampler`; the stacks route it to the hotkey-controller; 1–86,400).
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=86_400))]
     publish_every: Option<u64>,
     /// The event bus to publish on (name or ARN; default: the account's default bus).
     #[arg(long, requires = "publish_every")]
@@ -46,9 +51,6 @@ pub struct SimArgs {
 pub async fn run(args: SimArgs) -> CmdResult {
     if !args.listen.ip().is_loopback() {
         return Err(format!("--listen {} is not a loopback address", args.listen).into());
-    }
-    if args.partitions == 0 {
-        return Err("--partitions must be at least 1".into());
     }
     let mut config = SimConfig {
         upstream: args.upstream.clone(),
@@ -62,7 +64,13 @@ pub async fn run(args: SimArgs) -> CmdResult {
         ..SimConfig::new(&args.upstream)
     };
     config.sampler.sample_one_in = args.sample_one_in;
-    let sim = Simulator::start(config).await?;
+    let sim = Simulator::start(config).await.map_err(|e| {
+        Failure::new(format!(
+            "cannot start the simulator in front of {}: {}: check --upstream and --listen (port 0 picks a free one)",
+            args.upstream,
+            fail::chain(&e)
+        ))
+    })?;
     eprintln!(
         "heatsink sim: {} -> {} ({} partitions/table, {} WCU/s and {} RCU/s each); stats at {0}/_sim/stats, hot keys at {0}/_sim/hot; Ctrl-C stops",
         sim.endpoint(),
@@ -73,7 +81,6 @@ pub async fn run(args: SimArgs) -> CmdResult {
     );
     match args.publish_every {
         None => tokio::signal::ctrl_c().await?,
-        Some(0) => return Err("--publish-every must be at least 1 second".into()),
         Some(secs) => publish_until_ctrl_c(&sim, secs, args.event_bus).await?,
     }
     let stats = sim.stats();
@@ -88,7 +95,15 @@ pub async fn run(args: SimArgs) -> CmdResult {
 
 /// Every second, offers the sampler's report to a publisher with a `secs`-second cadence.
 async fn publish_until_ctrl_c(sim: &Simulator, secs: u64, bus: Option<String>) -> CmdResult {
-    let client = aws_sdk_eventbridge::Client::new(&sdk_config().await);
+    let config = sdk_config().await;
+    let client = aws_sdk_eventbridge::Client::new(&config);
+    let target = Target::new(
+        &config,
+        Service::EventBridge,
+        "event bus",
+        bus.as_deref().unwrap_or("default"),
+    )
+    .if_missing("check --event-bus");
     let every = Duration::from_secs(secs);
     let mut publisher = Publisher::new(EventBridgeSink::new(client, bus.clone()), every);
     eprintln!(
@@ -119,7 +134,10 @@ async fn publish_until_ctrl_c(sim: &Simulator, secs: u64, bus: Option<String>) -
             ),
             Ok(None) => {}
             // A failed publish is retried at the next tick; the proxy keeps serving.
-            Err(e) => eprintln!("heatsink sim: {e} (retrying in 1 s)"),
+            Err(e) => eprintln!(
+                "heatsink sim: {} (retrying in 1 s)",
+                target.fail("publish the hot-key report to", &e)
+            ),
         }
     }
 }
@@ -130,7 +148,7 @@ mod tests {
 
     use super::*;
 
-    #[derive(Parser)]
+    #[derive(Debug, Parser)]
     struct Cli {
         #[command(flatten)]
         sim: SimArgs,
@@ -148,5 +166,27 @@ mod tests {
             .expect("parse");
         assert_eq!(cli.sim.publish_every, Some(2));
         assert_eq!(cli.sim.event_bus.as_deref(), Some("b"));
+    }
+
+    #[test]
+    fn numbers_out_of_range_are_clap_errors() {
+        let up = ["sim", "--upstream", "http://127.0.0.1:8001"];
+        for bad in [
+            &["--partitions", "0"][..],
+            &["--partitions", "4294967295"],
+            &["--write-ceiling", "0"],
+            &["--read-ceiling", "NaN"],
+            &["--burst-seconds=-1"],
+            &["--sample-one-in", "0"],
+            &["--publish-every", "0"],
+            &["--publish-every", "18446744073709551615"],
+        ] {
+            let err = Cli::try_parse_from(up.iter().chain(bad)).expect_err(&bad.join(" "));
+            assert_eq!(
+                err.kind(),
+                clap::error::ErrorKind::ValueValidation,
+                "{bad:?}"
+            );
+        }
     }
 }

@@ -20,7 +20,9 @@ use heatsink::stream::{
     StartAt, StreamError, Worker, WorkerConfig, WorkerStats, now_ms,
 };
 
+use super::fail::{Service, Target};
 use super::lineage::is_dynamodb_stream;
+use super::local::schema_failure;
 use super::{CmdResult, parse_duration, sdk_config};
 
 /// Where a new application starts reading shards that have no parent.
@@ -55,8 +57,8 @@ pub struct TailArgs {
     /// Output format.
     #[arg(long, value_enum, default_value = "jsonl")]
     output: Output,
-    /// Exit 0 after this long (`30s`, `500ms`, `2m`) with no records and every reachable shard
-    /// finished or caught up.
+    /// Exit 0 after this long (`30s`, `500ms`, `2m`; at most 168h) with no records and every
+    /// reachable shard finished or caught up.
     #[arg(long, value_parser = parse_duration)]
     idle_exit: Option<Duration>,
     /// This worker's name in the lease table (default `tail-<pid>-<ms>`).
@@ -95,7 +97,9 @@ pub async fn run(args: TailArgs) -> CmdResult {
     let config = sdk_config().await;
     let ddb = aws_sdk_dynamodb::Client::new(&config);
     let schema = Schema::new(&args.prefix);
-    schema::ensure_table(&ddb, &schema.table(Table::Leases)).await?;
+    schema::ensure_table(&ddb, &schema.table(Table::Leases))
+        .await
+        .map_err(|e| schema_failure(&config, &e))?;
     let leases = LeaseTable::from_schema(ddb, &schema, &args.app);
     let worker_id = args
         .worker_id
@@ -114,11 +118,20 @@ pub async fn run(args: TailArgs) -> CmdResult {
     if is_dynamodb_stream(&args.stream) {
         let source =
             DynamoDbStreamsSource::new(aws_sdk_dynamodbstreams::Client::new(&config), &args.stream);
-        tail(source, leases, printer, worker_config, &args).await
+        let target = stream_target(&config, Service::DynamoDbStreams, &args.stream);
+        tail(source, leases, printer, worker_config, &args, &target).await
     } else {
         let source = KinesisSource::new(aws_sdk_kinesis::Client::new(&config), &args.stream);
-        tail(source, leases, printer, worker_config, &args).await
+        let target = stream_target(&config, Service::Kinesis, &args.stream);
+        tail(source, leases, printer, worker_config, &args, &target).await
     }
+}
+
+/// Where the stream's calls go, for one-line failures.
+fn stream_target(config: &aws_config::SdkConfig, service: Service, stream: &str) -> Target {
+    Target::new(config, service, "stream", stream).if_missing(
+        "check --stream (a Kinesis stream name or a DynamoDB stream ARN), or run 'heatsink local bootstrap'",
+    )
 }
 
 async fn tail<S: ShardSource>(
@@ -127,9 +140,13 @@ async fn tail<S: ShardSource>(
     printer: Printer,
     config: WorkerConfig,
     args: &TailArgs,
+    target: &Target,
 ) -> CmdResult {
     // Fail fast on a missing stream rather than retrying forever in the worker.
-    source.list_shards().await?;
+    source
+        .list_shards()
+        .await
+        .map_err(|e| target.fail("list the shards of", &e))?;
     let mut worker = Worker::new(source, leases, printer, config);
     if args.emf {
         worker = worker.emit_emf(std::io::stderr());
@@ -142,7 +159,10 @@ async fn tail<S: ShardSource>(
             () = idle(stats, idle_exit) => {}
         }
     };
-    worker.run(shutdown).await?;
+    worker
+        .run(shutdown)
+        .await
+        .map_err(|e| target.fail("read", &e))?;
     Ok(())
 }
 

@@ -5,10 +5,13 @@ use std::time::SystemTime;
 use aws_sdk_dynamodb::types::ContributorInsightsMode;
 use clap::{Args, ValueEnum};
 use heatsink::detect::{
-    Contributor, HotKeys, Insights, InsightsStatus, NamedKey, ReportQuery, RuleKind, Source, merge,
+    Contributor, HotKeys, Insights, InsightsError, InsightsStatus, NamedKey, ReportQuery, RuleKind,
+    Source, merge,
 };
 use heatsink_sim::sampler::fetch_report;
 
+use super::fail::{self, Failure, Service, Target};
+use super::table::{Align, Grid};
 use super::{CmdResult, sdk_config};
 
 /// Arguments of `heatsink top`.
@@ -60,16 +63,42 @@ impl From<Mode> for ContributorInsightsMode {
 /// Prints the hottest keys, or enables Contributor Insights with `--enable`.
 pub async fn run(args: TopArgs) -> CmdResult {
     let sampled = match &args.from_sampler {
-        Some(url) => Some(fetch_report(url).await?),
+        Some(url) => Some(fetch_report(url).await.map_err(|e| {
+            Failure::new(format!(
+                "{}: check --from-sampler (is 'heatsink sim' running and listening there?)",
+                fail::chain(&e)
+            ))
+        })?),
         None => None,
     };
     let Some(table) = &args.table else {
         let report = sampled.unwrap_or_default();
         return print_named(&merge(&[], &report), "the sampler", args.json);
     };
-    let insights = Insights::new(&sdk_config().await);
+    let config = sdk_config().await;
+    let insights = Insights::new(&config);
+    let failed = |action: &str, e: InsightsError| -> Failure {
+        match &e {
+            InsightsError::Dynamo { resource, .. } => {
+                Target::new(&config, Service::DynamoDb, "table", resource)
+                    .if_missing("check --table (and the region)")
+                    .fail(action, &e)
+            }
+            InsightsError::CloudWatch { resource, .. } => {
+                Target::new(&config, Service::CloudWatch, "insight rule", resource)
+                    .if_missing(
+                        "describe the table again: re-enabling Contributor Insights renames rules",
+                    )
+                    .fail(action, &e)
+            }
+            _ => Failure::new(fail::chain(&e)),
+        }
+    };
     if args.enable {
-        let statuses = insights.enable(table, args.mode.into()).await?;
+        let statuses = insights
+            .enable(table, args.mode.into())
+            .await
+            .map_err(|e| failed("enable Contributor Insights on", e))?;
         print_enabled(&statuses, args.json)?;
         return Ok(());
     }
@@ -77,7 +106,10 @@ pub async fn run(args: TopArgs) -> CmdResult {
         limit: args.limit,
         ..ReportQuery::last(args.minutes, SystemTime::now())
     };
-    let hot = insights.hot_keys(table, &query).await?;
+    let hot = insights
+        .hot_keys(table, &query)
+        .await
+        .map_err(|e| failed("read the Contributor Insights report of", e))?;
     if let Some(report) = sampled {
         let what = format!("{table} (Contributor Insights) and the sampler");
         return print_named(&merge(&hot.contributors, &report), &what, args.json);
@@ -100,14 +132,20 @@ fn print_named(named: &[NamedKey], what: &str, json: bool) -> CmdResult {
         return Ok(());
     }
     println!("hot keys named by {what}, hottest first");
-    println!("  {:<32} {:>10}  source", "key", "per s");
+    let mut grid = Grid::new(&[
+        ("key", Align::Left),
+        ("per s", Align::Right),
+        ("source", Align::Left),
+    ]);
     for n in named {
-        println!(
-            "  {:<32} {:>10.1}  {}",
-            n.key,
-            n.per_second,
-            source_text(&n.source)
-        );
+        grid.row([
+            n.key.clone(),
+            format!("{:.1}", n.per_second),
+            source_text(&n.source),
+        ]);
+    }
+    for line in grid.lines_indented(2) {
+        println!("{line}");
     }
     if named.is_empty() {
         println!("  none over the threshold in the window");
@@ -153,9 +191,11 @@ fn print_enabled(statuses: &[InsightsStatus], json: bool) -> CmdResult {
         println!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(());
     }
+    let mut grid = Grid::headless(&[Align::Left, Align::Left, Align::Left]);
     for (target, status, mode) in rows {
-        println!("{target:<40} {status:<10} {mode}");
+        grid.row([target, status.to_owned(), mode.to_owned()]);
     }
+    grid.print();
     println!("the first datapoint appears about a minute after ENABLED; then run `heatsink top`");
     Ok(())
 }
@@ -171,20 +211,23 @@ fn render(table: &str, minutes: u32, hot: &HotKeys) -> Vec<String> {
             continue;
         }
         lines.push(format!("{} ({})", kind.describe(), kind.code()));
-        lines.push(format!(
-            "  {:<32} {:<32} {:>12} {:>10} {:>12}",
-            "table/index", "key", "peak/min", "peak/s", "total"
-        ));
-        lines.extend(rows.iter().map(|c| {
-            format!(
-                "  {:<32} {:<32} {:>12.0} {:>10.1} {:>12.0}",
+        let mut grid = Grid::new(&[
+            ("table/index", Align::Left),
+            ("key", Align::Left),
+            ("peak/min", Align::Right),
+            ("peak/s", Align::Right),
+            ("total", Align::Right),
+        ]);
+        for c in rows {
+            grid.row([
                 c.target.to_string(),
                 c.keys.join(" | "),
-                c.max_value,
-                c.peak_per_second(),
-                c.approximate_aggregate_value
-            )
-        }));
+                format!("{:.0}", c.max_value),
+                format!("{:.1}", c.peak_per_second()),
+                format!("{:.0}", c.approximate_aggregate_value),
+            ]);
+        }
+        lines.extend(grid.lines_indented(2));
     }
     if hot.contributors.is_empty() {
         lines.push(
