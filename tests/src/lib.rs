@@ -14,7 +14,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use aws_config::SdkConfig;
-use heatsink::schema::{self, Schema, StreamSpec, Table, TableSpec};
+use heatsink::schema::{self, StreamSpec, TableSpec};
+use heatsink_photo_app::schema::{Schema, Table};
 use rand::Rng;
 
 /// Clients for every service of one lane of the local stack.
@@ -108,7 +109,7 @@ impl Fixture {
     /// Creates a Kinesis stream with `shards` shards under this fixture's prefix and waits for ACTIVE.
     pub async fn stream(&self, logical: &'static str, shards: i32) -> StreamSpec {
         let spec = StreamSpec {
-            logical,
+            logical: logical.into(),
             name: format!("{}{logical}", self.schema.prefix()),
             shards,
         };

@@ -21,10 +21,13 @@ use std::time::{Duration, Instant};
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodbstreams::types::ShardIteratorType;
 use clap::Args;
-use heatsink::core::keys::SaltedKey;
+use heatsink::keys::SaltedKey;
 use heatsink::counter::CounterStore;
-use heatsink::likes::{Aggregator, LikeOutcome, LikesApi, RebuildOptions, dynamodb_event, rebuild};
-use heatsink::schema::{self, DEFAULT_PREFIX, Schema, Table};
+use heatsink::lambda::dynamodb_event;
+use heatsink_photo_app::rebuild::{RebuildOptions, rebuild};
+use heatsink_photo_app::{Aggregator, LikeOutcome, LikesApi, aggregator};
+use heatsink::schema::{self, DEFAULT_PREFIX};
+use heatsink_photo_app::schema::{Schema, Table};
 use heatsink_sim::load::{LoadReport, OpenLoop};
 use heatsink_sim::{SimConfig, Simulator, Stats, partition_of};
 use rand::{Rng, SeedableRng, rngs::StdRng};
@@ -361,7 +364,7 @@ impl Run<'_> {
                 .await?;
         }
         let api = Arc::new(LikesApi::new(self.via_sim.clone(), self.schema));
-        let agg = Aggregator::new(
+        let agg = aggregator(
             CounterStore::new(self.via_sim.clone(), self.counters()),
             Some(self.streams.clone()),
         );
@@ -417,7 +420,7 @@ impl Run<'_> {
         let rebuilt = rebuild(&self.direct, self.schema, settled).await?;
         eprintln!(
             "  rebuilder: {} durable likes scanned, {} counters corrected",
-            rebuilt.likes_scanned,
+            rebuilt.events_scanned,
             rebuilt.corrected.len()
         );
         let count = api.count(&format!("{tag}-{STRATEGY}-p9")).await?;

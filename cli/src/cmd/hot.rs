@@ -7,7 +7,7 @@
 
 use aws_sdk_dynamodb::types::{AttributeValue, Select};
 use clap::{Args, Subcommand, ValueEnum};
-use heatsink::core::hot::{Change, Entry, Mode};
+use heatsink::hot::{Change, Entry, Mode};
 use heatsink::directory::{Directory, DirectoryError, unix_now};
 use heatsink::schema::{DEFAULT_PREFIX, Schema};
 

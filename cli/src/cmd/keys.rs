@@ -1,7 +1,7 @@
 //! `heatsink keys where`: which Kinesis shard a key, and each of its salts, lands on.
 
 use clap::{Args, Subcommand};
-use heatsink::core::keys::{SaltedKey, kinesis_hash_key, place_salts, shard_for};
+use heatsink::keys::{SaltedKey, kinesis_hash_key, place_salts, shard_for};
 use heatsink::kinesis::open_shard_ranges;
 
 use super::fail::{Service, Target};

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use clap::Args;
-use heatsink::core::stream::{Lease, ShardGraph};
+use heatsink::stream::{Lease, ShardGraph};
 use heatsink::schema::{DEFAULT_PREFIX, Schema};
 use heatsink::stream::{DynamoDbStreamsSource, KinesisSource, LeaseTable, ShardSource};
 
@@ -109,7 +109,7 @@ fn describe(graph: &ShardGraph, id: &str, lease: Option<&Lease>, with_app: bool)
         match lease {
             Some(l) => {
                 cells.push(match &l.checkpoint {
-                    heatsink::core::stream::Progress::InProgress(seq) => seq.to_string(),
+                    heatsink::stream::Progress::InProgress(seq) => seq.to_string(),
                     other => other.to_checkpoint(),
                 });
                 let mut state = l.state.to_string();
@@ -178,7 +178,7 @@ fn tree_lines(graph: &ShardGraph, leases: &BTreeMap<String, Lease>, with_app: bo
 
 #[cfg(test)]
 mod tests {
-    use heatsink::core::stream::ShardInfo;
+    use heatsink::stream::ShardInfo;
 
     use super::*;
 

@@ -3,6 +3,7 @@
 use clap::{Args, Subcommand};
 use heatsink::error::SchemaError;
 use heatsink::schema::{self, DEFAULT_PREFIX, Outcome, Schema};
+use heatsink_photo_app::schema::Schema as PhotoSchema;
 
 use super::fail::{self, Service, Target};
 use super::table::{Align, Grid};
@@ -11,7 +12,8 @@ use super::{CmdResult, sdk_config};
 /// Subcommands of `heatsink local`.
 #[derive(Debug, Subcommand)]
 pub enum LocalCommand {
-    /// Create every table and stream that is missing (existing ones are left alone).
+    /// Create heatsink's tables that are missing (existing ones are left alone); with
+    /// --photo-app also the reference photo app's tables and stream, which `heatsink demo` uses.
     Bootstrap(BootstrapArgs),
 }
 
@@ -21,6 +23,9 @@ pub struct BootstrapArgs {
     /// Resource name prefix.
     #[arg(long, env = "HEATSINK_PREFIX", default_value = DEFAULT_PREFIX)]
     prefix: String,
+    /// Also create the photo app's tables (`liked`, `posts`) and its `like-events` stream.
+    #[arg(long)]
+    photo_app: bool,
 }
 
 /// Runs a `local` subcommand.
@@ -34,10 +39,20 @@ async fn bootstrap(args: BootstrapArgs) -> CmdResult {
     let config = sdk_config().await;
     let ddb = aws_sdk_dynamodb::Client::new(&config);
     let kinesis = aws_sdk_kinesis::Client::new(&config);
-    let schema = Schema::new(args.prefix);
-    let report = schema::ensure(&ddb, &kinesis, &schema)
+    let (tables, streams) = if args.photo_app {
+        let photo = PhotoSchema::new(args.prefix);
+        (photo.tables(), photo.streams())
+    } else {
+        (Schema::new(args.prefix).tables(), vec![])
+    };
+    let mut report = schema::ensure_tables(&ddb, &tables)
         .await
         .map_err(|e| schema_failure(&config, &e))?;
+    report.extend(
+        schema::ensure_streams(&kinesis, &streams)
+            .await
+            .map_err(|e| schema_failure(&config, &e))?,
+    );
     let mut grid = Grid::headless(&[Align::Left, Align::Left, Align::Left]);
     for line in report {
         let what = match line.outcome {

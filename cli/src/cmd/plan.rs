@@ -2,7 +2,7 @@
 //! load (docs/write-sharding.md).
 
 use clap::Args;
-use heatsink::core::keys::{DEFAULT_TARGET, PlanRequest, evaluate, plan};
+use heatsink::keys::{DEFAULT_TARGET, PlanRequest, evaluate, plan};
 
 use super::table::{Align, Grid};
 use super::{CmdResult, fraction, non_negative_rate, positive_rate};

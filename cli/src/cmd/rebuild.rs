@@ -1,6 +1,6 @@
 //! `heatsink rebuild`: run the count-rebuilder's recount by hand, e.g. after an incident.
 //!
-//! The same `heatsink::likes::rebuild` the scheduled function runs: every post's durable likes are
+//! The same `heatsink_photo_app::rebuild::rebuild` the scheduled function runs: every post's durable likes are
 //! counted from `liked` and each settled counter's `fix` is set so the count equals them. Posts
 //! liked within `--quiet` or whose counter moved while counting are listed as unsettled and left
 //! alone; run it again once they are quiet (or with `--quiet 0s` when the aggregator is known to
@@ -9,8 +9,9 @@
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use heatsink::likes::{RebuildOptions, RebuildReport, rebuild};
-use heatsink::schema::{DEFAULT_PREFIX, Schema};
+use heatsink_photo_app::rebuild::{RebuildOptions, RebuildReport, rebuild};
+use heatsink::schema::DEFAULT_PREFIX;
+use heatsink_photo_app::schema::{Schema, Table};
 
 use super::fail::{Service, Target};
 use super::table::{Align, Grid};
@@ -37,8 +38,8 @@ pub async fn run(args: RebuildArgs) -> CmdResult {
     let ddb = aws_sdk_dynamodb::Client::new(&config);
     eprintln!(
         "heatsink rebuild: recounting {} into {} (quiet {:?}) …",
-        schema.table_name(heatsink::schema::Table::Liked),
-        schema.table_name(heatsink::schema::Table::Counters),
+        schema.table_name(Table::Liked),
+        schema.table_name(Table::Counters),
         args.quiet
     );
     let started = Instant::now();
@@ -47,8 +48,8 @@ pub async fn run(args: RebuildArgs) -> CmdResult {
         .map_err(|e| {
             let tables = format!(
                 "{} and {}",
-                schema.table_name(heatsink::schema::Table::Liked),
-                schema.table_name(heatsink::schema::Table::Counters)
+                schema.table_name(Table::Liked),
+                schema.table_name(Table::Counters)
             );
             Target::new(&config, Service::DynamoDb, "tables", tables).fail("recount", &e)
         })?;
@@ -70,8 +71,8 @@ pub async fn run(args: RebuildArgs) -> CmdResult {
 fn render(r: &RebuildReport) -> Vec<String> {
     let mut lines = vec![format!(
         "{} durable likes scanned, {} counters checked, {} corrected, {} unsettled, {} skipped",
-        r.likes_scanned,
-        r.posts_checked,
+        r.events_scanned,
+        r.counters_checked,
         r.corrected.len(),
         r.unsettled.len(),
         r.skipped.len()
@@ -130,8 +131,8 @@ mod tests {
     #[test]
     fn the_report_lists_corrections_with_their_sign_and_what_was_left_alone() {
         let mut r = RebuildReport {
-            likes_scanned: 13,
-            posts_checked: 2,
+            events_scanned: 13,
+            counters_checked: 2,
             ..RebuildReport::default()
         };
         r.corrected.insert("p1".into(), 4);

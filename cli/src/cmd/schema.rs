@@ -1,7 +1,8 @@
 //! `heatsink schema`: the resource definitions, for people and for the infra tests.
 
 use clap::Args;
-use heatsink::schema::{DEFAULT_PREFIX, Schema};
+use heatsink::schema::DEFAULT_PREFIX;
+use heatsink_photo_app::schema::Schema;
 
 use super::CmdResult;
 use super::table::{Align, Grid};
@@ -52,7 +53,7 @@ pub fn run(args: SchemaArgs) -> CmdResult {
         grid.row([
             t.name.to_string(),
             t.partition_key.name.to_owned(),
-            t.sort_key.as_ref().map_or("-", |k| k.name).to_owned(),
+            t.sort_key.as_ref().map_or("-", |k| k.name.as_str()).to_owned(),
             extras.join("; "),
         ]);
     }

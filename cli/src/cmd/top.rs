@@ -4,7 +4,7 @@ use std::time::SystemTime;
 
 use aws_sdk_dynamodb::types::ContributorInsightsMode;
 use clap::{Args, ValueEnum};
-use heatsink::detect::{
+use heatsink::insights::{
     Contributor, HotKeys, Insights, InsightsError, InsightsStatus, NamedKey, ReportQuery, RuleKind,
     Source, merge,
 };
@@ -79,13 +79,13 @@ pub async fn run(args: TopArgs) -> CmdResult {
     let insights = Insights::new(&config);
     let failed = |action: &str, e: InsightsError| -> Failure {
         match &e {
-            InsightsError::Dynamo { resource, .. } => {
-                Target::new(&config, Service::DynamoDb, "table", resource)
+            InsightsError::Aws(aws) if aws.service() == "DynamoDB" => {
+                Target::new(&config, Service::DynamoDb, "table", aws.resource())
                     .if_missing("check --table (and the region)")
                     .fail(action, &e)
             }
-            InsightsError::CloudWatch { resource, .. } => {
-                Target::new(&config, Service::CloudWatch, "insight rule", resource)
+            InsightsError::Aws(aws) => {
+                Target::new(&config, Service::CloudWatch, "insight rule", aws.resource())
                     .if_missing(
                         "describe the table again: re-enabling Contributor Insights renames rules",
                     )
@@ -240,14 +240,14 @@ fn render(table: &str, minutes: u32, hot: &HotKeys) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    use heatsink::detect::{Gap, Target};
+    use heatsink::insights::{Gap, Target};
 
     use super::*;
 
     #[test]
     fn sampler_keys_print_with_their_partition_and_certainty() {
-        use heatsink::core::detect::{Estimate, HotKey, Kind};
-        let mut report = heatsink::core::detect::Report::default();
+        use heatsink::detect::{Estimate, HotKey, Kind};
+        let mut report = heatsink::detect::Report::default();
         report.hot.push(HotKey {
             partition: "counters/p3".into(),
             key: "likes#p9".into(),

@@ -7,10 +7,12 @@
 //! table, read-hot: the celebrity post's count).
 
 use heatsink::control::{ControllerConfig, ControllerFunction};
-use heatsink::detect::Insights;
 use heatsink::directory::{Controller, Directory};
-use heatsink::metrics::{Emf, Function, LambdaStart, Metric, start_lambda};
-use heatsink::schema::Table;
+use heatsink::insights::Insights;
+use heatsink::metrics::Emf;
+use heatsink_photo_app::lambda::{LambdaStart, start_lambda};
+use heatsink_photo_app::metrics::{Function, Metric};
+use heatsink_photo_app::schema::Table;
 use lambda_runtime::{Error, LambdaEvent, run, service_fn};
 use serde_json::Value;
 
@@ -28,7 +30,7 @@ async fn main() -> Result<(), Error> {
         }
     };
     let settings = ControllerConfig::new(tables);
-    let directory = Directory::from_schema(ddb, &schema);
+    let directory = Directory::from_schema(ddb, schema.toolkit());
     let function = ControllerFunction::new(
         Controller::new(directory, settings.control.clone()),
         Some(Insights::new(&sdk)),

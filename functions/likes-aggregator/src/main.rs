@@ -1,22 +1,25 @@
-//! likes-aggregator: the `liked` table's change records (DynamoDB Streams, or Kinesis Data
-//! Streams for DynamoDB) → per-post deltas → conditional absolute flushes, with partial batch
-//! responses. All logic is in `heatsink::likes::Aggregator`.
+//! likes-aggregator: a table's change records (DynamoDB Streams, or Kinesis Data Streams for
+//! DynamoDB) → per-key deltas → conditional absolute flushes, with partial batch responses.
+//! The logic is the toolkit's `heatsink::counter::aggregate::StreamAggregator`.
+//!
+//! It counts the photo app's likes by default; `HEATSINK_COUNTER`, `HEATSINK_COUNT_BY` and
+//! `HEATSINK_COUNTERS_TABLE` make it count any table's items per attribute value
+//! (`heatsink_photo_app::counting`).
 
 use heatsink::counter::CounterStore;
-use heatsink::likes::Aggregator;
-use heatsink::metrics::{Emf, Function, LambdaStart, start_lambda};
-use heatsink::schema::Table;
+use heatsink::counter::aggregate::{ChangeMapper, StreamAggregator};
+use heatsink::metrics::Emf;
+use heatsink_photo_app::counting::Counting;
+use heatsink_photo_app::lambda::{LambdaStart, start_lambda};
+use heatsink_photo_app::metrics::{AppEmf, Function};
 use lambda_runtime::{Error, LambdaEvent, run, service_fn};
 use serde_json::Value;
 
+type Aggregator = StreamAggregator<Box<dyn ChangeMapper>>;
+
 /// Dispatches on the first record's `eventSource`; anything else is refused with an error.
 async fn handle(agg: &Aggregator, event: Value) -> Result<Value, Error> {
-    let source = event
-        .pointer("/Records/0/eventSource")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_owned();
-    match source.as_str() {
+    match heatsink::lambda::event_source(&event).unwrap_or("") {
         "aws:kinesis" => {
             let (resp, report) = agg.handle_kinesis(serde_json::from_value(event)?).await;
             tracing::info!(report = %serde_json::to_string(&report)?, "kinesis batch");
@@ -45,8 +48,10 @@ async fn main() -> Result<(), Error> {
         schema,
         ddb,
     } = start_lambda().await;
-    let agg = Aggregator::new(
-        CounterStore::new(ddb, schema.table_name(Table::Counters)),
+    let counting = Counting::from_env(&schema);
+    let agg = StreamAggregator::new(
+        CounterStore::new(ddb, counting.counters_table.clone()),
+        counting.mapper(),
         Some(aws_sdk_dynamodbstreams::Client::new(&config)),
     );
     let agg = &agg;

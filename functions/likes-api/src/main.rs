@@ -1,5 +1,5 @@
 //! likes-api: `POST /posts/{post}/likes` and `GET /posts/{post}` behind a Function URL or an
-//! API Gateway HTTP API. All logic is in `heatsink::likes::LikesApi`.
+//! API Gateway HTTP API. All logic is in `heatsink_photo_app::LikesApi`.
 //!
 //! Environment: `HEATSINK_PREFIX` (default `heatsink-`); `HEATSINK_USER_LIKES_PER_SECOND`, the
 //! admission limit per user (default 10/s, bursts of twice that; the hot-key directory's `limit`
@@ -11,10 +11,12 @@ use std::time::Duration;
 use aws_lambda_events::apigw::ApiGatewayV2httpRequest;
 use heatsink::admission::Gate;
 use heatsink::cache::MicroCache;
-use heatsink::core::guard::{AdmissionConfig, Limit};
 use heatsink::directory::{CachedDirectory, Directory};
-use heatsink::likes::LikesApi;
-use heatsink::metrics::{Emf, Function, LambdaStart, Metric, start_lambda};
+use heatsink::guard::{AdmissionConfig, Limit};
+use heatsink::metrics::Emf;
+use heatsink_photo_app::LikesApi;
+use heatsink_photo_app::lambda::{LambdaStart, start_lambda};
+use heatsink_photo_app::metrics::{Function, Metric};
 use lambda_runtime::{Error, LambdaEvent, run, service_fn};
 
 #[tokio::main]
@@ -26,7 +28,7 @@ async fn main() -> Result<(), Error> {
     };
     // The directory is read at most every 5 s per instance: a Scan of the few hot keys.
     let directory = CachedDirectory::new(
-        Directory::from_schema(ddb.clone(), &schema),
+        Directory::from_schema(ddb.clone(), schema.toolkit()),
         Duration::from_secs(5),
     );
     let gate = Gate::new(

@@ -207,7 +207,7 @@ async fn bench() -> Result<(), BoxError> {
     let leases = schema.table(Table::Leases);
     schema::ensure_table(&ddb, &leases).await?;
     let stream = StreamSpec {
-        logical: "consumer",
+        logical: "consumer".into(),
         name: format!("{}consumer", schema.prefix()),
         shards: i32::try_from(shards)?,
     };

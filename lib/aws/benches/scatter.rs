@@ -7,7 +7,7 @@
 use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
 use criterion::{Criterion, criterion_group, criterion_main};
 use heatsink::scatter::{FanOut, MergedQuery};
-use heatsink::schema::{self, Schema, Table};
+use heatsink::schema::{self, GsiSpec, KeyAttr, TableSpec};
 
 const ROWS: usize = 400;
 const PAGE: usize = 100;
@@ -64,7 +64,12 @@ fn bench(c: &mut Criterion) {
     let (ddb, table) = rt.block_on(async {
         let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
         let ddb = aws_sdk_dynamodb::Client::new(&config);
-        let spec = Schema::new(format!("bench-{:08x}-", rand::random::<u32>())).table(Table::Posts);
+        // A posts table with a creator GSI, the shape the photo app shards.
+        let spec = TableSpec::new(
+            format!("bench-{:08x}-posts", rand::random::<u32>()),
+            KeyAttr::s("post"),
+        )
+        .gsi(GsiSpec::new("by-creator", KeyAttr::s("creator_shard")).sort_key(KeyAttr::s("created_at")));
         schema::ensure_table(&ddb, &spec)
             .await
             .expect("posts table");

@@ -9,8 +9,8 @@
 //!   sampler names keys within seconds, before Contributor Insights' one-minute datapoints.
 //!
 //! Contributor Insights counts accesses, reads and writes together, so which fix a table's hot
-//! key needs is configuration ([`ControllerConfig::tables`]: `counters` is read-hot in the
-//! photo app, `liked` write-hot). A throttled-keys (`PKT`) contributor is at least at its
+//! key needs is configuration ([`ControllerConfig::tables`]: a counters table is typically
+//! read-hot, a table of durable events write-hot). A throttled-keys (`PKT`) contributor is at least at its
 //! partition's ceiling whatever its throttled count, so it is taken at the ceiling. The
 //! decision itself is [`heatsink_core::hot::decide`]: hysteresis, planner-sized S, epochs.
 
@@ -21,8 +21,13 @@ use heatsink_core::hot::{ControlConfig, Signal};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::detect::{Contributor, Insights, InsightsError, ReportQuery, RuleKind};
 use crate::directory::{ControlReport, Controller, DirectoryError};
+use crate::insights::{Contributor, Insights, InsightsError, ReportQuery, RuleKind};
+use crate::metrics::MetricDef;
+use crate::publish::SAMPLER_SOURCE;
+
+/// Keys marked hot in the hot-key directory after a controller run (a gauge).
+pub const HOT_KEYS: MetricDef = MetricDef::count("HotKeys");
 
 /// Errors of the controller function.
 #[derive(Debug, thiserror::Error)]
@@ -57,11 +62,6 @@ pub enum Trigger {
     Sampler(Report),
 }
 
-/// The `source` of sampler-report events.
-pub const SAMPLER_SOURCE: &str = "heatsink.sampler";
-
-/// The `detail-type` of sampler-report events (the stacks' rule matches source and type).
-pub const SAMPLER_DETAIL_TYPE: &str = "heatsink hot-key report";
 
 impl Trigger {
     /// Recognises an EventBridge event (or a direct invocation with the same shape).
@@ -265,7 +265,8 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::detect::{Datapoint, Target};
+    use crate::insights::{Datapoint, Target};
+    use crate::publish::SAMPLER_DETAIL_TYPE;
 
     #[test]
     fn the_three_triggers_are_recognised_and_others_are_typed_errors() {
@@ -315,10 +316,10 @@ mod tests {
     #[test]
     fn table_kinds_parse_and_bad_specs_are_refused() {
         assert_eq!(
-            ControllerConfig::parse_tables("hs-counters:read, hs-liked:write,").unwrap(),
+            ControllerConfig::parse_tables("hs-counters:read, hs-events:write,").unwrap(),
             [
                 ("hs-counters".into(), Kind::Read),
-                ("hs-liked".into(), Kind::Write)
+                ("hs-events".into(), Kind::Write)
             ]
         );
         for bad in ["hs-counters", "hs-counters:cache", ":read"] {

@@ -11,8 +11,7 @@
 //!
 //! ```no_run
 //! # async fn f(ddb: aws_sdk_dynamodb::Client) -> Result<(), heatsink::counter::CounterStoreError> {
-//! use heatsink::core::counter::{CounterKey, Deltas, Seq, WriterId};
-//! use heatsink::counter::CounterStore;
+//! use heatsink::counter::{CounterKey, CounterStore, Deltas, Seq, WriterId};
 //! let store = CounterStore::new(ddb, "heatsink-counters");
 //! let mut batch = Deltas::new();
 //! batch.add_record(CounterKey::new("likes", "p9")?, Seq::parse("1001")?, 1)?;
@@ -24,14 +23,23 @@
 //! Limits: a flush touches each key of the batch with one read and one conditional put (so a
 //! batch of 100 records for one hot post costs 2 requests, not 100); a key whose condition keeps
 //! failing is retried [`MAX_ROUNDS`] times and then reported as an error for that batch.
+//!
+//! - [`aggregate`] (feature `lambda`): count your own change stream in your own Lambda, over a
+//!   [`ChangeMapper`](aggregate::ChangeMapper) you write.
+//! - [`rebuild`]: recount from durable events and correct settled counters.
+//! - The pure decisions ([`Deltas`], [`FlushPlan`], [`Seq`], …) are re-exported from
+//!   `heatsink_core::counter`, so one import path serves both layers.
+
+#[cfg(feature = "lambda")]
+#[cfg_attr(docsrs, doc(cfg(feature = "lambda")))]
+pub mod aggregate;
+pub mod rebuild;
+
+pub use heatsink_core::counter::*;
 
 use std::collections::{BTreeMap, HashMap};
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use heatsink_core::counter::{
-    Correction, CounterError, CounterKey, CounterSum, Deltas, FlushPlan, FlushWrite, Seq, Stored,
-    SubKey, WriterId, correction, sum_counter,
-};
 
 use crate::error::describe;
 use crate::scatter::{Backoff, Item, batch_get_with};

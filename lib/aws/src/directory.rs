@@ -17,9 +17,9 @@
 //! ```no_run
 //! # async fn f(ddb: aws_sdk_dynamodb::Client) -> Result<(), heatsink::directory::DirectoryError> {
 //! use std::time::Duration;
-//! use heatsink::core::detect::Kind;
-//! use heatsink::core::hot::{ControlConfig, Signal};
-//! use heatsink::core::keys::SaltPolicy;
+//! use heatsink::detect::Kind;
+//! use heatsink::hot::{ControlConfig, Signal};
+//! use heatsink::keys::SaltPolicy;
 //! use heatsink::directory::{CachedDirectory, Controller, Directory, unix_now};
 //!
 //! let directory = Directory::new(ddb, "heatsink-hotkeys");

@@ -1,39 +1,99 @@
 //! heatsink: keep hot keys from melting DynamoDB partitions and Kinesis shards.
 //!
-//! This crate holds the AWS adapters and async runtime pieces; the decisions they carry out live
-//! in the pure [`heatsink_core`] crate, re-exported here as [`core`]. Every adapter takes an
-//! `aws_config::SdkConfig` or an SDK client: no adapter reads the environment by itself, so the
-//! same code runs against AWS, LocalStack, moto, dynoxide or DynamoDB Local. (The one exception is
-//! [`metrics::start_lambda`], the cold start the Lambda binaries call explicitly.)
+//! Hashing spreads *keys*, not *load*: one celebrity post taking 10,000 likes/s lands on one
+//! DynamoDB partition (1,000 WCU/s, 3,000 RCU/s) or one Kinesis shard (1,000 records/s, 1 MiB/s)
+//! however many partitions the table has. heatsink is the toolkit for that key: spread its
+//! writes, read it back, count it without one write per event, find it, mitigate it, and consume
+//! its streams in order. The decisions are pure functions in `heatsink-core`; this crate carries
+//! them out against AWS, and re-exports each core module under the same name, so one import
+//! path serves both (`heatsink::keys::SaltedKey`, `heatsink::counter::CounterStore`).
 //!
-//! - [`schema`]: the one definition of every table and stream, and idempotent creation.
-//! - [`counter`]: conditional absolute flushes, one-Query reads and corrections of hot counters.
-//! - [`likes`]: the reference application's handlers (likes API, aggregator, rebuilder).
-//! - [`scatter`]: parallel fan-out, batch reads and merged pagination across shards.
-//! - [`kinesis`]: which shard a key lands on; salts chosen to spread a hot key.
-//! - [`detect`]: Contributor Insights on tables and GSIs, hot-key and throttle alarms, the dashboard.
-//! - [`directory`]: the hot-key directory, its bounded-age cache and the mitigation controller.
-//! - [`control`]: the hotkey-controller function: triggers, signals, one controller run.
-//! - [`publish`]: a long-lived router's sampler report onto EventBridge, for the controller.
-//! - [`admission`]: per-key and per-tenant token buckets with limits from the directory (429s).
-//! - [`cache`]: the micro-cache for hot reads (TTL, stale-while-revalidate, single-flight).
-//! - [`metrics`]: CloudWatch Embedded Metric Format and the capacity log lines of the functions.
-//! - [`error`]: error types.
-pub use heatsink_core as core;
+//! # A tour
+//!
+//! **Spread** a hot key's writes over S sub-keys, and **read it back** with one merged fan-out:
+//!
+//! ```
+//! use heatsink::keys::SaltedKey;
+//! let key = SaltedKey::new("likes#p9", 4)?;
+//! let subs: Vec<String> = key.sub_keys().collect();
+//! assert_eq!(subs, ["likes#p9#0", "likes#p9#1", "likes#p9#2", "likes#p9#3"]);
+//! # Ok::<(), heatsink::keys::KeyError>(())
+//! ```
+//!
+//! [`scatter`] reads the sub-keys in parallel and merges sorted pages across shards.
+//!
+//! **Count** without one write per event: a [`counter::aggregate::StreamAggregator`] sums a
+//! change-stream batch per key and flushes absolute totals under a conditional write
+//! ([`counter::CounterStore`]), so a retried batch never counts twice; [`counter::rebuild`]
+//! repairs a counter from the durable events.
+//!
+//! **Find** the hot key: [`insights`] reads DynamoDB Contributor Insights; the client sampler
+//! (`heatsink::detect`, a Space-Saving top-K) sees your own requests within seconds.
+//!
+//! **Mitigate**: the [`directory`] tells writers which keys to salt, cache or limit, epoch by
+//! epoch; [`cache`] serves hot reads with single-flight; [`admission`] refuses excess writes with
+//! a `Retry-After`.
+//!
+//! **Consume** streams in lineage order ([`stream`]): parents before children across splits and
+//! merges, leases in DynamoDB, fencing tokens for your writes.
+//!
+//! # Features
+//!
+//! The DynamoDB pieces are always on; everything else is opt-in, so a service that only salts
+//! its keys does not compile the Kinesis or CloudWatch SDKs.
+//!
+//! | feature | what it adds | extra dependencies |
+//! |---|---|---|
+//! | *(always)* | [`schema`], [`counter`] (store, rebuild), [`scatter`], [`directory`], [`admission`], [`control`]'s decisions, [`metrics`], [`publish`]'s encoding | `aws-sdk-dynamodb` |
+//! | `kinesis` | [`kinesis`]: where keys land on a stream; Kinesis streams in [`schema`] | `aws-sdk-kinesis` |
+//! | `streams` | [`stream`]: the lineage-ordered consumer (Kinesis and DynamoDB Streams) | `aws-sdk-kinesis`, `aws-sdk-dynamodbstreams` |
+//! | `insights` | [`insights`] (Contributor Insights, alarms, dashboards) and [`control`]'s controller function | `aws-sdk-cloudwatch` |
+//! | `publish` | [`publish::EventBridgeSink`]: sampler reports onto EventBridge | `aws-sdk-eventbridge` |
+//! | `lambda` | [`lambda`] (cold start, stream-event helpers) and [`counter::aggregate`] | `aws_lambda_events`, `aws-config`, `tracing-subscriber`, `aws-sdk-dynamodbstreams` |
+//! | `cache` | [`cache`]: the micro-cache for hot reads | `moka` |
+//! | `full` | all of the above | |
+//!
+//! Every adapter takes an SDK client or an `aws_types::SdkConfig`: no adapter reads the
+//! environment by itself, so the same code runs against AWS, LocalStack, moto, dynoxide or
+//! DynamoDB Local. The one exception is [`lambda::start`], the cold start a Lambda binary calls.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod admission;
+#[cfg(feature = "cache")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cache")))]
 pub mod cache;
+pub mod clock;
 pub mod control;
 pub mod counter;
-pub mod detect;
 pub mod directory;
 pub mod error;
+#[cfg(feature = "insights")]
+#[cfg_attr(docsrs, doc(cfg(feature = "insights")))]
+pub mod insights;
+#[cfg(feature = "kinesis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "kinesis")))]
 pub mod kinesis;
-pub mod likes;
+#[cfg(feature = "lambda")]
+#[cfg_attr(docsrs, doc(cfg(feature = "lambda")))]
+pub mod lambda;
 pub mod metrics;
 pub mod publish;
 pub mod scatter;
 pub mod schema;
+#[cfg(feature = "streams")]
+#[cfg_attr(docsrs, doc(cfg(feature = "streams")))]
 pub mod stream;
-#[cfg(test)]
-mod testing;
+#[cfg(any(test, feature = "test-util"))]
+#[doc(hidden)]
+pub mod testing;
+
+/// The client sampler: Space-Saving top-K per partition over sliding windows (pure).
+pub use heatsink_core::detect;
+/// Admission decisions: GCRA buckets per key and tenant (pure).
+pub use heatsink_core::guard;
+/// Hot-key directory entries and the mitigation controller's decision (pure).
+pub use heatsink_core::hot;
+/// Key strategies: salted keys, calculated suffixes, GSI shards, the S planner (pure).
+pub use heatsink_core::keys;
+/// Merging sorted pages across shards (pure).
+pub use heatsink_core::merge;

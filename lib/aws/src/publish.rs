@@ -20,7 +20,11 @@ use aws_sdk_eventbridge::error::{DisplayErrorContext, ProvideErrorMetadata};
 use aws_sdk_eventbridge::types::PutEventsRequestEntry;
 use heatsink_core::detect::Report;
 
-use crate::control::{SAMPLER_DETAIL_TYPE, SAMPLER_SOURCE};
+/// The `source` of sampler-report events.
+pub const SAMPLER_SOURCE: &str = "heatsink.sampler";
+
+/// The `detail-type` of sampler-report events (the stacks' rule matches source and type).
+pub const SAMPLER_DETAIL_TYPE: &str = "heatsink hot-key report";
 
 /// EventBridge's limit on one PutEvents entry, bytes (time + source + detail-type + detail).
 pub const MAX_ENTRY_BYTES: usize = 256 * 1024;

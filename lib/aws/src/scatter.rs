@@ -15,7 +15,7 @@
 //! ```no_run
 //! # async fn f(ddb: aws_sdk_dynamodb::Client) -> Result<(), heatsink::scatter::ScatterError> {
 //! use heatsink::scatter::MergedQuery;
-//! let q = MergedQuery::gsi("heatsink-posts", "by-creator", "creator_shard", "created_at",
+//! let q = MergedQuery::gsi("shop-orders", "by-creator", "creator_shard", "created_at",
 //!     (0..16).map(|n| format!("nova#{n}")).collect(), &["post"]);
 //! let first = q.page(&ddb, 20, None).await?;
 //! let second = q.page(&ddb, 20, first.next.as_deref()).await?;

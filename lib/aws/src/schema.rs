@@ -1,22 +1,33 @@
-//! The one definition of every DynamoDB table and Kinesis stream heatsink uses.
+//! Tables as data: the toolkit's own tables, and a [`TableSpec`] API for yours.
 //!
-//! Tables are described once here, as plain data ([`TableSpec`], [`StreamSpec`]); the CLI's
-//! `heatsink local bootstrap` creates them from it ([`ensure`]), the integration tests create
-//! uniquely-prefixed copies from it, and the infrastructure tests compare the synthesized CDK
-//! template and the Terraform module with its JSON export ([`Schema::to_json`], printed by
-//! `heatsink schema --json`). A table name is `prefix + logical name`, so one account can hold
-//! several isolated copies (`heatsink-liked`, `t1a2b-liked`, …).
+//! A table is described once, as plain data ([`TableSpec`], [`StreamSpec`]); [`ensure_table`]
+//! creates it if it is missing and checks it if it exists (a table with another key schema,
+//! GSI or stream is a [`SchemaError::Mismatch`] naming the first difference, and is left alone).
+//! The same definition feeds the capacity log ([`crate::metrics::CapacityLog`]), which must know
+//! each table's partition key, and the infrastructure tests, which compare a synthesized
+//! stack with the JSON export ([`schema_json`]).
+//!
+//! heatsink's own tables are named `prefix + logical name`, so one account can hold several
+//! isolated copies (`heatsink-counters`, `t1a2b-counters`, …):
 //!
 //! | logical name | keys | extras | why |
 //! |---|---|---|---|
-//! | `liked` | `user` / `post` | stream NEW_AND_OLD_IMAGES | durable per-user like record; its change stream feeds the counters (Part 5) |
-//! | `counters` | `pk` / `sk` | | writer, salted and `fix` sub-keys of each counter |
-//! | `hotkeys` | `key` | TTL `expires_at` | hot-key directory: key → mitigation, S, epoch |
+//! | `counters` | `pk` / `sk` | | writer, salted and `fix` sub-keys of each counter ([`crate::counter`]) |
+//! | `hotkeys` | `key` | TTL `expires_at` | hot-key directory: key → mitigation, S, epoch ([`crate::directory`]) |
 //! | `leases` | `app` / `shard_id` | | stream consumer leases and checkpoints |
-//! | `posts` | `post` | GSI `by-creator` on `creator_shard` / `created_at` | a GSI sharded `creator#n` |
 //!
-//! The Kinesis stream `like-events` is where the `liked` table's changes land in production
-//! (Kinesis Data Streams for DynamoDB); locally the aggregator also reads DynamoDB Streams.
+//! Your own tables are [`TableSpec`]s built the same way:
+//!
+//! ```
+//! use heatsink::schema::{GsiSpec, KeyAttr, StreamView, TableSpec};
+//!
+//! let orders = TableSpec::new("shop-orders", KeyAttr::s("customer"))
+//!     .sort_key(KeyAttr::s("order"))
+//!     .gsi(GsiSpec::new("by-day", KeyAttr::s("day_shard")).sort_key(KeyAttr::n("at")))
+//!     .stream(StreamView::NewAndOldImages);
+//! assert_eq!(orders.name, "shop-orders");
+//! assert_eq!(orders.gsis[0].partition_key.name, "day_shard");
+//! ```
 
 use std::time::{Duration, Instant};
 
@@ -25,15 +36,14 @@ use aws_sdk_dynamodb::types::{
     ProjectionType, ScalarAttributeType, StreamSpecification, StreamViewType, TableDescription,
     TableStatus, TimeToLiveSpecification,
 };
-use aws_sdk_kinesis::types::{StreamMode, StreamModeDetails, StreamStatus};
 use serde::Serialize;
 
 use crate::error::SchemaError;
 
-/// The table-name prefix used when none is given: `heatsink-liked`, `heatsink-counters`, ….
+/// The table-name prefix used when none is given: `heatsink-counters`, `heatsink-leases`, ….
 pub const DEFAULT_PREFIX: &str = "heatsink-";
 
-/// How long [`ensure`] and the wait helpers wait for a table or stream to become ACTIVE.
+/// How long [`ensure_table`] and the wait helpers wait for a table or stream to become ACTIVE.
 pub const ACTIVE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A DynamoDB key attribute type (only the scalar types a key may have).
@@ -61,16 +71,35 @@ impl AttrType {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct KeyAttr {
     /// Attribute name as stored in items.
-    pub name: &'static str,
+    pub name: String,
     /// Attribute type.
     #[serde(rename = "type")]
     pub kind: AttrType,
 }
 
-const fn s(name: &'static str) -> KeyAttr {
-    KeyAttr {
-        name,
-        kind: AttrType::S,
+impl KeyAttr {
+    /// A string key attribute.
+    pub fn s(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            kind: AttrType::S,
+        }
+    }
+
+    /// A number key attribute.
+    pub fn n(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            kind: AttrType::N,
+        }
+    }
+
+    /// A binary key attribute.
+    pub fn b(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            kind: AttrType::B,
+        }
     }
 }
 
@@ -78,11 +107,28 @@ const fn s(name: &'static str) -> KeyAttr {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct GsiSpec {
     /// Index name.
-    pub name: &'static str,
+    pub name: String,
     /// Index partition key.
     pub partition_key: KeyAttr,
     /// Index sort key.
     pub sort_key: Option<KeyAttr>,
+}
+
+impl GsiSpec {
+    /// An index `name` on `partition_key`, without a sort key.
+    pub fn new(name: impl Into<String>, partition_key: KeyAttr) -> Self {
+        Self {
+            name: name.into(),
+            partition_key,
+            sort_key: None,
+        }
+    }
+
+    /// The index's sort key.
+    pub fn sort_key(mut self, key: KeyAttr) -> Self {
+        self.sort_key = Some(key);
+        self
+    }
 }
 
 /// What a table's change stream carries.
@@ -95,7 +141,7 @@ pub enum StreamView {
     NewImage,
     /// The item before the change.
     OldImage,
-    /// Both images: the aggregator needs the old one to see an un-like.
+    /// Both images: an aggregator needs the old one to see a removal.
     NewAndOldImages,
 }
 
@@ -110,50 +156,13 @@ impl StreamView {
     }
 }
 
-/// The logical tables heatsink uses; a [`Schema`] turns each into a concrete [`TableSpec`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Table {
-    /// Durable per-user like records (`user`, `post`), streamed.
-    Liked,
-    /// Counter sub-keys (`pk`, `sk`).
-    Counters,
-    /// Hot-key directory (`key`), TTL'd.
-    Hotkeys,
-    /// Stream consumer leases (`app`, `shard_id`).
-    Leases,
-    /// Posts with a write-sharded GSI on the creator.
-    Posts,
-}
-
-impl Table {
-    /// Every logical table, in creation order.
-    pub const ALL: [Table; 5] = [
-        Table::Liked,
-        Table::Counters,
-        Table::Hotkeys,
-        Table::Leases,
-        Table::Posts,
-    ];
-
-    /// The logical name, the part of the table name after the prefix.
-    pub fn logical_name(self) -> &'static str {
-        match self {
-            Table::Liked => "liked",
-            Table::Counters => "counters",
-            Table::Hotkeys => "hotkeys",
-            Table::Leases => "leases",
-            Table::Posts => "posts",
-        }
-    }
-}
-
 /// A table's full definition.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct TableSpec {
-    /// Which logical table this is.
-    pub table: Table,
-    /// Concrete table name (prefix + logical name).
+    /// The logical name (the part after a stack's prefix); the full name when there is none.
+    #[serde(rename = "table")]
+    pub logical: String,
+    /// Concrete table name.
     pub name: String,
     /// Partition key.
     pub partition_key: KeyAttr,
@@ -164,21 +173,95 @@ pub struct TableSpec {
     /// Change stream view, if the table streams.
     pub stream: Option<StreamView>,
     /// TTL attribute (epoch seconds), if items expire.
-    pub ttl_attribute: Option<&'static str>,
+    pub ttl_attribute: Option<String>,
+}
+
+impl TableSpec {
+    /// A table `name` keyed by `partition_key` alone, with no index, stream or TTL.
+    pub fn new(name: impl Into<String>, partition_key: KeyAttr) -> Self {
+        let name = name.into();
+        Self {
+            logical: name.clone(),
+            name,
+            partition_key,
+            sort_key: None,
+            gsis: vec![],
+            stream: None,
+            ttl_attribute: None,
+        }
+    }
+
+    /// A table named `prefix + logical`, remembering `logical` for the JSON export.
+    pub fn prefixed(prefix: &str, logical: &str, partition_key: KeyAttr) -> Self {
+        Self {
+            logical: logical.to_owned(),
+            ..Self::new(format!("{prefix}{logical}"), partition_key)
+        }
+    }
+
+    /// The table's sort key.
+    pub fn sort_key(mut self, key: KeyAttr) -> Self {
+        self.sort_key = Some(key);
+        self
+    }
+
+    /// Adds a global secondary index.
+    pub fn gsi(mut self, gsi: GsiSpec) -> Self {
+        self.gsis.push(gsi);
+        self
+    }
+
+    /// Turns the change stream on with `view`.
+    pub fn stream(mut self, view: StreamView) -> Self {
+        self.stream = Some(view);
+        self
+    }
+
+    /// Items expire at the epoch seconds held in `attribute` (DynamoDB TTL).
+    pub fn ttl(mut self, attribute: impl Into<String>) -> Self {
+        self.ttl_attribute = Some(attribute.into());
+        self
+    }
 }
 
 /// A Kinesis data stream's definition.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct StreamSpec {
     /// Logical name.
-    pub logical: &'static str,
-    /// Concrete stream name (prefix + logical name).
+    pub logical: String,
+    /// Concrete stream name.
     pub name: String,
     /// Provisioned shard count.
     pub shards: i32,
 }
 
-/// The set of resources of one heatsink installation, named with one prefix.
+/// heatsink's own tables; a [`Schema`] turns each into a concrete [`TableSpec`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Table {
+    /// Counter sub-keys (`pk`, `sk`).
+    Counters,
+    /// Hot-key directory (`key`), TTL'd.
+    Hotkeys,
+    /// Stream consumer leases (`app`, `shard_id`).
+    Leases,
+}
+
+impl Table {
+    /// Every table of the toolkit, in creation order.
+    pub const ALL: [Table; 3] = [Table::Counters, Table::Hotkeys, Table::Leases];
+
+    /// The logical name, the part of the table name after the prefix.
+    pub fn logical_name(self) -> &'static str {
+        match self {
+            Table::Counters => "counters",
+            Table::Hotkeys => "hotkeys",
+            Table::Leases => "leases",
+        }
+    }
+}
+
+/// The toolkit's tables of one installation, named with one prefix.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Schema {
     prefix: String,
@@ -191,96 +274,52 @@ impl Default for Schema {
 }
 
 impl Schema {
-    /// A schema whose resource names all start with `prefix`.
+    /// A schema whose table names all start with `prefix`.
     pub fn new(prefix: impl Into<String>) -> Self {
         Self {
             prefix: prefix.into(),
         }
     }
 
-    /// The prefix every resource name starts with.
+    /// The prefix every table name starts with.
     pub fn prefix(&self) -> &str {
         &self.prefix
     }
 
-    /// The concrete name of a logical table.
+    /// The concrete name of one of the toolkit's tables.
     pub fn table_name(&self, table: Table) -> String {
         format!("{}{}", self.prefix, table.logical_name())
     }
 
-    /// The full definition of one table.
+    /// The full definition of one of the toolkit's tables.
     pub fn table(&self, table: Table) -> TableSpec {
-        let name = self.table_name(table);
-        let base = TableSpec {
-            table,
-            name,
-            partition_key: s("pk"),
-            sort_key: None,
-            gsis: vec![],
-            stream: None,
-            ttl_attribute: None,
-        };
+        let spec = |pk: &str| TableSpec::prefixed(&self.prefix, table.logical_name(), KeyAttr::s(pk));
         match table {
-            Table::Liked => TableSpec {
-                partition_key: s("user"),
-                sort_key: Some(s("post")),
-                stream: Some(StreamView::NewAndOldImages),
-                ..base
-            },
-            Table::Counters => TableSpec {
-                partition_key: s("pk"),
-                sort_key: Some(s("sk")),
-                ..base
-            },
-            Table::Hotkeys => TableSpec {
-                partition_key: s("key"),
-                ttl_attribute: Some("expires_at"),
-                ..base
-            },
-            Table::Leases => TableSpec {
-                partition_key: s("app"),
-                sort_key: Some(s("shard_id")),
-                ..base
-            },
-            Table::Posts => TableSpec {
-                partition_key: s("post"),
-                gsis: vec![GsiSpec {
-                    name: "by-creator",
-                    partition_key: s("creator_shard"),
-                    sort_key: Some(s("created_at")),
-                }],
-                ..base
-            },
+            Table::Counters => spec("pk").sort_key(KeyAttr::s("sk")),
+            Table::Hotkeys => spec("key").ttl("expires_at"),
+            Table::Leases => spec("app").sort_key(KeyAttr::s("shard_id")),
         }
     }
 
-    /// Every table definition, in creation order.
+    /// Every table definition of the toolkit, in creation order.
     pub fn tables(&self) -> Vec<TableSpec> {
         Table::ALL.iter().map(|t| self.table(*t)).collect()
     }
 
-    /// The Kinesis stream the `liked` table's changes flow into in production.
-    pub fn like_events(&self) -> StreamSpec {
-        StreamSpec {
-            logical: "like-events",
-            name: format!("{}like-events", self.prefix),
-            shards: 4,
-        }
-    }
-
-    /// Every stream definition.
-    pub fn streams(&self) -> Vec<StreamSpec> {
-        vec![self.like_events()]
-    }
-
-    /// The schema as JSON, the contract the CDK and Terraform tests check their resources against.
+    /// The toolkit's tables as JSON ([`schema_json`]).
     pub fn to_json(&self) -> serde_json::Value {
-        serde_json::json!({
-            "prefix": self.prefix,
-            "tables": self.tables(),
-            "streams": self.streams(),
-        })
+        schema_json(&self.prefix, &self.tables(), &[])
     }
+}
+
+/// A stack's tables and streams as JSON: the contract infrastructure tests check their
+/// resources against (`{"prefix", "tables": [TableSpec…], "streams": [StreamSpec…]}`).
+pub fn schema_json(prefix: &str, tables: &[TableSpec], streams: &[StreamSpec]) -> serde_json::Value {
+    serde_json::json!({
+        "prefix": prefix,
+        "tables": tables,
+        "streams": streams,
+    })
 }
 
 impl TableSpec {
@@ -294,10 +333,10 @@ impl TableSpec {
         let mut seen = std::collections::BTreeSet::new();
         attrs
             .into_iter()
-            .filter(|a| seen.insert(a.name))
+            .filter(|a| seen.insert(a.name.as_str()))
             .filter_map(|a| {
                 AttributeDefinition::builder()
-                    .attribute_name(a.name)
+                    .attribute_name(&a.name)
                     .attribute_type(a.kind.to_sdk())
                     .build()
                     .ok()
@@ -310,7 +349,7 @@ impl TableSpec {
         for (attr, kind) in [(Some(pk), KeyType::Hash), (sk, KeyType::Range)] {
             if let Some(a) = attr
                 && let Ok(e) = KeySchemaElement::builder()
-                    .attribute_name(a.name)
+                    .attribute_name(&a.name)
                     .key_type(kind)
                     .build()
             {
@@ -354,7 +393,7 @@ impl TableSpec {
             let Some(g) = found
                 .global_secondary_indexes()
                 .iter()
-                .find(|g| g.index_name() == Some(gsi.name))
+                .find(|g| g.index_name() == Some(gsi.name.as_str()))
             else {
                 return Err(format!("GSI `{}` is missing", gsi.name));
             };
@@ -437,7 +476,7 @@ pub async fn ensure_table(
         )));
     for gsi in &spec.gsis {
         let index = GlobalSecondaryIndex::builder()
-            .index_name(gsi.name)
+            .index_name(&gsi.name)
             .set_key_schema(Some(TableSpec::key_schema(
                 &gsi.partition_key,
                 gsi.sort_key.as_ref(),
@@ -472,7 +511,7 @@ pub async fn ensure_table(
         Err(e) => return Err(SchemaError::dynamo(&spec.name, e)),
     }
     wait_table_active(ddb, &spec.name).await?;
-    if let Some(attr) = spec.ttl_attribute {
+    if let Some(attr) = &spec.ttl_attribute {
         ddb.update_time_to_live()
             .table_name(&spec.name)
             .time_to_live_specification(
@@ -490,6 +529,7 @@ pub async fn ensure_table(
 }
 
 /// Creates a Kinesis stream if missing and waits for ACTIVE; checks its shard count if present.
+#[cfg(feature = "kinesis")]
 pub async fn ensure_stream(
     kinesis: &aws_sdk_kinesis::Client,
     spec: &StreamSpec,
@@ -519,6 +559,7 @@ pub async fn ensure_stream(
                 .is_some_and(|se| se.is_resource_not_found_exception()) => {}
         Err(e) => return Err(SchemaError::kinesis(&spec.name, e)),
     }
+    use aws_sdk_kinesis::types::{StreamMode, StreamModeDetails};
     let created = kinesis
         .create_stream()
         .stream_name(&spec.name)
@@ -542,28 +583,37 @@ pub async fn ensure_stream(
     Ok(Outcome::Created)
 }
 
-/// Creates every table and stream of `schema` that is missing; existing ones are left alone.
+/// Creates every table of `tables` that is missing; existing ones are checked and left alone.
 ///
-/// A resource that exists with a different shape fails with [`SchemaError::Mismatch`] naming it.
-pub async fn ensure(
+/// A table that exists with a different shape fails with [`SchemaError::Mismatch`] naming it.
+pub async fn ensure_tables(
     ddb: &aws_sdk_dynamodb::Client,
-    kinesis: &aws_sdk_kinesis::Client,
-    schema: &Schema,
+    tables: &[TableSpec],
 ) -> Result<Vec<Ensured>, SchemaError> {
     let mut report = vec![];
-    for spec in schema.tables() {
-        let outcome = ensure_table(ddb, &spec).await?;
+    for spec in tables {
+        let outcome = ensure_table(ddb, spec).await?;
         report.push(Ensured {
             kind: "table",
-            name: spec.name,
+            name: spec.name.clone(),
             outcome,
         });
     }
-    for spec in schema.streams() {
-        let outcome = ensure_stream(kinesis, &spec).await?;
+    Ok(report)
+}
+
+/// Creates every Kinesis stream of `streams` that is missing; existing ones are left alone.
+#[cfg(feature = "kinesis")]
+pub async fn ensure_streams(
+    kinesis: &aws_sdk_kinesis::Client,
+    streams: &[StreamSpec],
+) -> Result<Vec<Ensured>, SchemaError> {
+    let mut report = vec![];
+    for spec in streams {
+        let outcome = ensure_stream(kinesis, spec).await?;
         report.push(Ensured {
             kind: "stream",
-            name: spec.name,
+            name: spec.name.clone(),
             outcome,
         });
     }
@@ -615,6 +665,7 @@ pub async fn wait_table_active(
 }
 
 /// Polls DescribeStreamSummary until the stream is ACTIVE, up to [`ACTIVE_TIMEOUT`].
+#[cfg(feature = "kinesis")]
 pub async fn wait_stream_active(
     kinesis: &aws_sdk_kinesis::Client,
     name: &str,
@@ -628,7 +679,7 @@ pub async fn wait_stream_active(
             .map_err(|e| SchemaError::kinesis(name, e))?;
         Ok(out
             .stream_description_summary()
-            .is_some_and(|s| s.stream_status() == &StreamStatus::Active))
+            .is_some_and(|s| s.stream_status() == &aws_sdk_kinesis::types::StreamStatus::Active))
     })
     .await
 }
@@ -641,28 +692,21 @@ mod tests {
     fn table_names_are_prefix_plus_logical_name() {
         let schema = Schema::new("t1-");
         let names: Vec<String> = schema.tables().into_iter().map(|t| t.name).collect();
-        assert_eq!(
-            names,
-            [
-                "t1-liked",
-                "t1-counters",
-                "t1-hotkeys",
-                "t1-leases",
-                "t1-posts"
-            ]
-        );
-        assert_eq!(schema.like_events().name, "t1-like-events");
+        assert_eq!(names, ["t1-counters", "t1-hotkeys", "t1-leases"]);
     }
 
     #[test]
     fn attribute_definitions_cover_every_key_once() {
-        let posts = Schema::default().table(Table::Posts);
-        let names: Vec<String> = posts
+        let photos = TableSpec::new("photos", KeyAttr::s("photo")).gsi(
+            GsiSpec::new("by-creator", KeyAttr::s("creator_shard"))
+                .sort_key(KeyAttr::s("created_at")),
+        );
+        let names: Vec<String> = photos
             .attribute_definitions()
             .into_iter()
             .map(|d| d.attribute_name)
             .collect();
-        assert_eq!(names, ["post", "creator_shard", "created_at"]);
+        assert_eq!(names, ["photo", "creator_shard", "created_at"]);
     }
 
     #[test]
@@ -683,7 +727,9 @@ mod tests {
 
     #[test]
     fn a_table_missing_its_stream_is_reported_as_a_mismatch() {
-        let spec = Schema::default().table(Table::Liked);
+        let spec = TableSpec::new("orders", KeyAttr::s("customer"))
+            .sort_key(KeyAttr::s("order"))
+            .stream(StreamView::NewAndOldImages);
         let found = TableDescription::builder()
             .set_key_schema(Some(TableSpec::key_schema(
                 &spec.partition_key,
@@ -696,14 +742,14 @@ mod tests {
     }
 
     #[test]
-    fn the_json_export_names_every_table_key_and_index() {
+    fn the_json_export_names_every_table_key_and_ttl() {
         let json = Schema::default().to_json();
         let tables = json["tables"].as_array().expect("tables array");
-        assert_eq!(tables.len(), 5);
-        assert_eq!(tables[0]["name"], "heatsink-liked");
-        assert_eq!(tables[0]["stream"], "NEW_AND_OLD_IMAGES");
-        assert_eq!(tables[4]["gsis"][0]["name"], "by-creator");
-        assert_eq!(tables[2]["ttl_attribute"], "expires_at");
-        assert_eq!(json["streams"][0]["shards"], 4);
+        assert_eq!(tables.len(), 3);
+        assert_eq!(tables[0]["name"], "heatsink-counters");
+        assert_eq!(tables[0]["table"], "counters");
+        assert_eq!(tables[1]["ttl_attribute"], "expires_at");
+        assert_eq!(tables[2]["sort_key"]["name"], "shard_id");
+        assert_eq!(json["streams"].as_array().map(Vec::len), Some(0));
     }
 }

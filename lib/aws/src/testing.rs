@@ -1,4 +1,4 @@
-//! Test helpers shared by the unit tests of this crate.
+//! Test helpers for the unit tests of heatsink and of crates built on it (feature `test-util`).
 
 /// A client of the SDK crate `$krate` (`aws_sdk_dynamodb`, `aws_sdk_cloudwatch`, ...) answering
 /// from the aws-smithy-mocks `$rule`s in any order: `mock_client!` in [`RuleMode::MatchAny`],
@@ -7,6 +7,7 @@
 /// interceptor.
 ///
 /// [`RuleMode::MatchAny`]: aws_smithy_mocks::RuleMode::MatchAny
+#[macro_export]
 macro_rules! mocked {
     ($krate:ident with $conf:expr; $($rule:expr),* $(,)?) => {
         aws_smithy_mocks::mock_client!(
@@ -17,8 +18,8 @@ macro_rules! mocked {
         )
     };
     ($krate:ident $(, $rule:expr)* $(,)?) => {
-        $crate::testing::mocked!($krate with |conf| conf; $($rule),*)
+        $crate::mocked!($krate with |conf| conf; $($rule),*)
     };
 }
 
-pub(crate) use mocked;
+pub use crate::mocked;

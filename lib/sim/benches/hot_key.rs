@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use common::{Stack, env_or};
-use heatsink::core::keys::SaltedKey;
+use heatsink::keys::SaltedKey;
 use heatsink::schema::Table;
 use heatsink_sim::load::{LoadReport, OpenLoop};
 use heatsink_sim::{Simulator, Stats};

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use common::{Stack, env_or};
 use heatsink::control::{ControllerConfig, ControllerFunction};
-use heatsink::core::hot::ControlConfig;
+use heatsink::hot::ControlConfig;
 use heatsink::directory::{CachedDirectory, Controller, Directory};
 use heatsink::schema::Table;
 use heatsink_sim::onset::{self, Onset, OnsetReport};

@@ -3,10 +3,11 @@
 //! rules the alarms watch are named by hand in DynamoDB's format.
 
 use aws_sdk_cloudwatch::types::MetricAlarm;
-use heatsink::detect::{
-    AlarmPlan, DashboardSpec, InsightRule, InsightsStatus, Target, ThrottleReason, dashboard_body,
-    insight_rule_metric, put_alarms, put_dashboard,
+use heatsink::insights::{
+    AlarmPlan, InsightRule, InsightsStatus, Target, ThrottleReason, insight_rule_metric,
+    put_alarms, put_dashboard,
 };
+use heatsink_photo_app::dashboard::{DashboardSpec, dashboard_body};
 use heatsink_integration::Fixture;
 
 /// The fixture, or `None` (after a `skip:` line) on a lane whose CloudWatch lacks CBOR.

@@ -5,13 +5,14 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use heatsink::publish::{SAMPLER_DETAIL_TYPE, SAMPLER_SOURCE};
 use heatsink::control::{
-    ControllerConfig, ControllerFunction, SAMPLER_DETAIL_TYPE, SAMPLER_SOURCE,
+    ControllerConfig, ControllerFunction,
 };
-use heatsink::core::detect::Ceilings;
-use heatsink::core::hot::{ControlConfig, Mode};
+use heatsink::detect::Ceilings;
+use heatsink::hot::{ControlConfig, Mode};
 use heatsink::directory::{CachedDirectory, Controller, Directory};
-use heatsink::schema::Table;
+use heatsink_photo_app::schema::Table;
 use heatsink_sim::onset::{self, Onset};
 use heatsink_sim::{Limits, SimConfig, Simulator};
 use heatsink_integration::{Fixture, fixture, sampled_hot_key};
@@ -19,7 +20,7 @@ use serde_json::json;
 
 /// The controller function over the fixture's directory, comparing rates with `ceilings`.
 fn function(fx: &Fixture, ceilings: Ceilings) -> ControllerFunction {
-    let directory = Directory::from_schema(fx.stack.ddb.clone(), &fx.schema);
+    let directory = Directory::from_schema(fx.stack.ddb.clone(), fx.schema.toolkit());
     let mut config = ControllerConfig::new(vec![]);
     config.ceilings = ceilings;
     ControllerFunction::new(
@@ -46,7 +47,7 @@ async fn a_sampler_report_event_salts_the_write_hot_key_and_caches_the_read_hot_
     assert_eq!(outcome.trigger, "sampler");
     assert_eq!(outcome.signals, 3);
     assert_eq!(outcome.hot_keys, 2, "p2 at 30% is left alone: {outcome:?}");
-    let dir = Directory::from_schema(fx.stack.ddb.clone(), &fx.schema);
+    let dir = Directory::from_schema(fx.stack.ddb.clone(), fx.schema.toolkit());
     let entries = dir.list().await.expect("list");
     let modes: Vec<_> = entries
         .iter()
@@ -86,7 +87,7 @@ async fn a_key_that_turns_hot_is_named_salted_and_spread_in_the_closed_loop() {
     );
     let ceilings = Ceilings::new(Some(150.0), Some(50.0), 0.1).expect("ceilings");
     let f = function(&fx, ceilings);
-    let directory = Directory::from_schema(fx.stack.ddb.clone(), &fx.schema);
+    let directory = Directory::from_schema(fx.stack.ddb.clone(), fx.schema.toolkit());
     let cached = Arc::new(CachedDirectory::new(
         directory.clone(),
         Duration::from_millis(250),
@@ -154,7 +155,7 @@ async fn mocked_insights_alarm_trigger_salts_the_named_key_in_the_real_directory
     use aws_sdk_dynamodb::operation::describe_table::DescribeTableOutput;
     use aws_sdk_dynamodb::types::{ContributorInsightsStatus, TableDescription};
     use aws_smithy_mocks::mock;
-    use heatsink::detect::Insights;
+    use heatsink::insights::Insights;
 
     let fx = fixture!("mocked_insights_alarm_trigger_salts_the_named_key_in_the_real_directory");
     fx.table(Table::Hotkeys).await;
@@ -196,10 +197,10 @@ async fn mocked_insights_alarm_trigger_salts_the_named_key_in_the_real_directory
     });
     let ddb = mocked!(aws_sdk_dynamodb, describe, insights);
     let cw = mocked!(aws_sdk_cloudwatch, report);
-    let directory = Directory::from_schema(fx.stack.ddb.clone(), &fx.schema);
+    let directory = Directory::from_schema(fx.stack.ddb.clone(), fx.schema.toolkit());
     let config = ControllerConfig::new(vec![(
         table.to_owned(),
-        heatsink::core::detect::Kind::Write,
+        heatsink::detect::Kind::Write,
     )]);
     let f = ControllerFunction::new(
         Controller::new(directory.clone(), ControlConfig::default()),

@@ -4,16 +4,16 @@
 
 use std::time::Duration;
 
-use heatsink::core::detect::Kind;
-use heatsink::core::hot::{Change, ControlConfig, Entry, Mode, Signal};
-use heatsink::core::keys::SaltPolicy;
+use heatsink::detect::Kind;
+use heatsink::hot::{Change, ControlConfig, Entry, Mode, Signal};
+use heatsink::keys::SaltPolicy;
 use heatsink::directory::{CachedDirectory, Controller, Directory, DirectoryError};
-use heatsink::schema::Table;
+use heatsink_photo_app::schema::Table;
 use heatsink_integration::{Fixture, fixture};
 
 async fn directory(fx: &Fixture) -> Directory {
     fx.table(Table::Hotkeys).await;
-    Directory::from_schema(fx.stack.ddb.clone(), &fx.schema)
+    Directory::from_schema(fx.stack.ddb.clone(), fx.schema.toolkit())
 }
 
 fn write(key: &str, rate: f64) -> Signal {
@@ -197,7 +197,7 @@ async fn a_controller_that_decided_on_a_stale_view_loses_and_redecides() {
     let dir = directory(&fx).await;
     let signals = [write("p9", 4_000.0)];
     // B decided from an empty directory, then A wrote first.
-    let stale = heatsink::core::hot::decide(&signals, &[], 50, &ControlConfig::default());
+    let stale = heatsink::hot::decide(&signals, &[], 50, &ControlConfig::default());
     let a = Controller::new(dir.clone(), ControlConfig::default());
     assert_eq!(a.run(&signals, 50).await.expect("a").applied.len(), 1);
     let err = dir.apply(&stale[0]).await.expect_err("stale create");

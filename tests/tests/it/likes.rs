@@ -11,8 +11,10 @@ use aws_lambda_events::http::Method;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodbstreams::types::Record;
 use heatsink::counter::CounterStore;
-use heatsink::likes::{Aggregator, LikesApi, Rebuild, RebuildOptions, dynamodb_event, rebuild};
-use heatsink::schema::Table;
+use heatsink::lambda::dynamodb_event;
+use heatsink_photo_app::rebuild::{Rebuild, RebuildOptions, rebuild};
+use heatsink_photo_app::{Aggregator, LikesApi, aggregator};
+use heatsink_photo_app::schema::Table;
 use heatsink_integration::{Fixture, fixture, table_stream_records};
 
 async fn setup(fx: &Fixture, posts: &[&str]) -> (LikesApi, Aggregator) {
@@ -31,7 +33,7 @@ async fn setup(fx: &Fixture, posts: &[&str]) -> (LikesApi, Aggregator) {
     }
     let ddb = fx.stack.ddb.clone();
     let api = LikesApi::new(ddb.clone(), &fx.schema);
-    let agg = Aggregator::new(
+    let agg = aggregator(
         CounterStore::new(ddb, fx.schema.table_name(Table::Counters)),
         Some(fx.stack.streams.clone()),
     );
@@ -288,14 +290,14 @@ async fn likes_over_a_limit_from_the_directory_get_429_and_write_nothing() {
     use std::sync::Arc;
 
     use heatsink::admission::Gate;
-    use heatsink::core::guard::{AdmissionConfig, Limit};
-    use heatsink::core::hot::{Change, Entry};
+    use heatsink::guard::{AdmissionConfig, Limit};
+    use heatsink::hot::{Change, Entry};
     use heatsink::directory::{CachedDirectory, Directory, unix_now};
 
     let fx = fixture!("likes_over_a_limit_from_the_directory_get_429_and_write_nothing");
     let (api, _) = setup(&fx, &["p1", "p2", "p3"]).await;
     fx.table(Table::Hotkeys).await;
-    let directory = Directory::from_schema(fx.stack.ddb.clone(), &fx.schema);
+    let directory = Directory::from_schema(fx.stack.ddb.clone(), fx.schema.toolkit());
     // The bot u9 is limited to 1 like/s by a directory entry; everyone else gets 100/s.
     let entry = Entry::limit(
         "tenant#u9",

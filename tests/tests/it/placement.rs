@@ -2,7 +2,7 @@
 //! Kinesis actually puts the record on, and the chosen salts spread a hot key evenly.
 
 use aws_sdk_kinesis::primitives::Blob;
-use heatsink::core::keys::{explicit_hash_keys, kinesis_hash_key, place_salts, shard_for};
+use heatsink::keys::{explicit_hash_keys, kinesis_hash_key, place_salts, shard_for};
 use heatsink::kinesis::open_shard_ranges;
 use heatsink_integration::fixture;
 

@@ -6,14 +6,15 @@
 use std::time::{Duration, SystemTime};
 
 use aws_sdk_sqs::types::QueueAttributeName;
+use heatsink::publish::{SAMPLER_DETAIL_TYPE, SAMPLER_SOURCE};
 use heatsink::control::{
-    ControllerConfig, ControllerFunction, SAMPLER_DETAIL_TYPE, SAMPLER_SOURCE,
+    ControllerConfig, ControllerFunction,
 };
-use heatsink::core::detect::Report;
-use heatsink::core::hot::{ControlConfig, Mode};
+use heatsink::detect::Report;
+use heatsink::hot::{ControlConfig, Mode};
 use heatsink::directory::{Controller, Directory};
 use heatsink::publish::{EventBridgeSink, PublishError, Publisher};
-use heatsink::schema::Table;
+use heatsink_photo_app::schema::Table;
 use heatsink_integration::{fixture, sampled_hot_key};
 use serde_json::{Value, json};
 
@@ -159,7 +160,7 @@ async fn a_published_report_is_routed_by_the_stacks_rule_and_mitigated_by_the_co
     assert_eq!(delivered[0]["detail-type"], SAMPLER_DETAIL_TYPE);
 
     // The event as delivered drives the controller: p9 salted, p1 cached.
-    let directory = Directory::from_schema(fx.stack.ddb.clone(), &fx.schema);
+    let directory = Directory::from_schema(fx.stack.ddb.clone(), fx.schema.toolkit());
     let function = ControllerFunction::new(
         Controller::new(directory.clone(), ControlConfig::default()),
         None,

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 
 use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
 use heatsink::scatter::{FanOut, Item, MergedQuery, ScatterError, batch_get};
-use heatsink::schema::Table;
+use heatsink_photo_app::schema::Table;
 use heatsink_integration::fixture;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
@@ -158,7 +158,7 @@ async fn a_token_for_another_query_or_edited_by_hand_is_refused() {
         matches!(
             other,
             Err(ScatterError::Token(
-                heatsink::core::merge::TokenError::OtherQuery
+                heatsink::merge::TokenError::OtherQuery
             ))
         ),
         "{other:?}"
@@ -174,7 +174,7 @@ async fn a_token_for_another_query_or_edited_by_hand_is_refused() {
         matches!(
             refused,
             Err(ScatterError::Token(
-                heatsink::core::merge::TokenError::Malformed(_)
+                heatsink::merge::TokenError::Malformed(_)
             ))
         ),
         "{refused:?}"

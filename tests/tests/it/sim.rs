@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use heatsink::core::keys::SaltedKey;
-use heatsink::schema::Table;
+use heatsink::keys::SaltedKey;
+use heatsink_photo_app::schema::Table;
 use heatsink_sim::{Limits, SimConfig, Simulator};
 use heatsink_integration::fixture;
 

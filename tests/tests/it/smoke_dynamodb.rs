@@ -2,7 +2,7 @@
 //! and the change stream behave as heatsink relies on.
 
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
-use heatsink::schema::Table;
+use heatsink_photo_app::schema::Table;
 use heatsink_integration::{fixture, table_stream_records};
 
 fn s(v: &str) -> AttributeValue {
@@ -113,7 +113,7 @@ async fn a_gsi_query_returns_one_index_shard_in_sort_key_order() {
             .await
             .expect("put post");
     }
-    let gsi = posts.gsis[0].name;
+    let gsi = posts.gsis[0].name.as_str();
     let out = ddb
         .query()
         .table_name(&posts.name)

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::{PutRecordsRequestEntry, ScalingType, StreamStatus};
-use heatsink::schema::Table;
+use heatsink_photo_app::schema::Table;
 use heatsink::stream::{
     DynamoDbStreamsSource, Fence, KinesisSource, LeaseTable, ProcessBatch, RecordProcessor,
     ShardSource, StreamError, Worker, WorkerConfig, WorkerStats,
@@ -348,14 +348,14 @@ async fn no_record_is_lost_or_reordered_across_split_merge_and_rescale_with_a_wo
     );
     let table = leases("check");
     if let Some(row) = table.get(&zombie.shard).await.expect("lease row") {
-        let stale = heatsink::core::stream::Lease {
+        let stale = heatsink::stream::Lease {
             owner: Some("w0".into()),
             counter: zombie.token,
-            state: heatsink::core::stream::LeaseState::Processing,
+            state: heatsink::stream::LeaseState::Processing,
             ..row
         };
         let refused = table
-            .checkpoint(&stale, heatsink::core::counter::Seq::from_u64(u64::MAX))
+            .checkpoint(&stale, heatsink::counter::Seq::from_u64(u64::MAX))
             .await;
         assert!(
             refused.as_ref().is_err_and(StreamError::is_lease_lost),

@@ -63,6 +63,7 @@ mod error;
 mod fence;
 mod kinesis;
 mod lease_table;
+pub mod metrics;
 mod source;
 mod worker;
 
@@ -72,6 +73,7 @@ pub use fence::Fence;
 pub use kinesis::KinesisSource;
 pub use lease_table::{LeaseScan, LeaseTable, MalformedLease};
 pub use source::{RecordBatch, ShardSource, StartAt, StreamRecord};
+pub use heatsink_core::stream::*;
 pub use worker::{ProcessBatch, RecordProcessor, RoundReport, Worker, WorkerConfig, WorkerStats};
 
 /// Milliseconds since the Unix epoch on this worker's clock (lease expiry and creation counters).

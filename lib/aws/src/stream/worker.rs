@@ -10,7 +10,7 @@
 //!
 //! After every round the worker can report what the round did to its leases ([`RoundReport`]):
 //! [`Worker::on_round`] takes any callback, [`Worker::emit_emf`] writes the report as EMF
-//! metrics ([`crate::metrics::Emf::lease_round`]) for the dashboard's leases widget.
+//! metrics ([`RoundReport::metrics`]) for a dashboard's leases widget.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -28,7 +28,7 @@ use tokio::task::{AbortHandle, JoinSet};
 
 use super::lease_table::{MalformedLease, new_lease};
 use super::{LeaseScan, LeaseTable, ShardSource, StartAt, StreamError, StreamRecord, now_ms};
-use crate::metrics::{Emf, Function};
+use crate::metrics::Emf;
 
 /// One batch handed to a [`RecordProcessor`].
 #[derive(Clone, Debug)]
@@ -289,13 +289,14 @@ impl<S: ShardSource, P: RecordProcessor> Worker<S, P> {
         self
     }
 
-    /// Writes every round's lease metrics to `out` as one EMF line ([`Emf::lease_round`],
-    /// dimension `Function` = [`Function::StreamConsumer`]): what the dashboard's leases widget
+    /// Writes every round's lease metrics to `out` as one EMF line ([`RoundReport::metrics`],
+    /// dimension `Function` = [`super::metrics::CONSUMER`]): what a dashboard's leases widget
     /// plots once the lines reach CloudWatch Logs. A write failure is logged, never fatal.
     pub fn emit_emf(self, mut out: impl Write + Send + Sync + 'static) -> Self {
         self.on_round(move |report| {
-            let mut emf = Emf::new(Function::StreamConsumer);
-            if let Err(e) = emf.lease_round(report).write_to(&mut out, now_ms()) {
+            let mut emf = Emf::new(super::metrics::CONSUMER);
+            report.metrics(&mut emf);
+            if let Err(e) = emf.write_to(&mut out, now_ms()) {
                 tracing::warn!(error = %e, "EMF lease metrics lost");
             }
         })

@@ -18,7 +18,7 @@
 //!
 //! The events are built from real stream records of a `liked` table (the post mix of
 //! `heatsink demo`: 2,400 likes/s on p9, 10/s on each of 15 others) with
-//! [`heatsink::likes::dynamodb_event`], as the tests and the demo do.
+//! [`heatsink::lambda::dynamodb_event`], as the tests and the demo do.
 //!
 //! Needs the local stack: `eval "$(localstack/stack env --lane dynoxide)"` then
 //! `cargo bench -p heatsink --bench aggregator` (env `AGG_RECORDS`, default 1000, sets the batch
@@ -36,10 +36,13 @@ use aws_sdk_dynamodbstreams::types::{Record, ShardIteratorType};
 use base64::Engine as _;
 use criterion::{BatchSize, Criterion, SamplingMode};
 use futures::StreamExt;
-use heatsink::core::counter::{CounterKey, Deltas, Seq};
+use heatsink::counter::{CounterKey, Deltas, Seq};
 use heatsink::counter::CounterStore;
-use heatsink::likes::{AggregateReport, Aggregator, COUNTER, dynamodb_event, like_event};
-use heatsink::schema::{self, Schema, Table};
+use heatsink::lambda::dynamodb_event;
+use heatsink_photo_app::aggregator::{AggregateReport, aggregator};
+use heatsink_photo_app::mapper::{COUNTER, like_event};
+use heatsink::schema;
+use heatsink_photo_app::schema::{Schema, Table};
 use serde_json::{Value, json};
 
 /// The demo's mix: of every 2,550 likes, 2,400 go to p9 and 10 to each of 15 other posts,
@@ -100,7 +103,7 @@ fn pure_dynamodb(event: &DynamoDbEvent) -> Deltas {
         {
             obj.insert("dynamodb".into(), c);
         }
-        let ev = like_event(&seq, &change).expect("a like");
+        let ev = like_event(&change).expect("a like");
         let key = CounterKey::new(COUNTER, &ev.post).expect("key");
         *posts.entry(key.clone()).or_insert(0u64) += 1;
         deltas
@@ -116,7 +119,7 @@ fn pure_kinesis(event: &KinesisEvent) -> Deltas {
     for r in &event.records {
         let seq = &r.kinesis.sequence_number;
         let change: Value = serde_json::from_slice(&r.kinesis.data.0).expect("JSON change");
-        let ev = like_event(seq, &change).expect("a like");
+        let ev = like_event(&change).expect("a like");
         let key = CounterKey::new(COUNTER, &ev.post).expect("key");
         *posts.entry(key.clone()).or_insert(0u64) += 1;
         deltas
@@ -259,9 +262,8 @@ async fn naive(ddb: &aws_sdk_dynamodb::Client, table: &str, event: &DynamoDbEven
         .records
         .iter()
         .map(|r| {
-            let seq = r.change.sequence_number.clone().unwrap_or_default();
             let v = serde_json::to_value(r).expect("record serialises");
-            like_event(&seq, &v).expect("a like").post
+            like_event(&v).expect("a like").post
         })
         .collect();
     futures::stream::iter(likes)
@@ -425,7 +427,7 @@ fn main() {
     let counted = AtomicU64::new(0);
     let counters = schema.table_name(Table::Counters);
     let agg = clients.as_ref().map(|(ddb, streams)| {
-        Aggregator::new(
+        aggregator(
             CounterStore::new(ddb.clone(), counters.clone()),
             Some(streams.clone()),
         )

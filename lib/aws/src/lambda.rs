@@ -1,0 +1,257 @@
+//! Lambda pieces: a function's cold start, and helpers for stream events.
+//!
+//! **Cold start** ([`start`]): logging set up the way the Lambda runtime asks
+//! (`AWS_LAMBDA_LOG_FORMAT` `JSON` or `Text`, JSON when unset, so capacity lines keep their
+//! `fields` for Contributor Insights; level from `RUST_LOG`, else `AWS_LAMBDA_LOG_LEVEL`, else
+//! `info`), the SDK configuration from the environment, and a DynamoDB client that logs the
+//! consumed capacity of the tables you name ([`crate::metrics::CapacityLog`]). This is the one
+//! place the library reads the environment; call it first in `main`.
+//!
+//! **Stream events**: partial batch responses name the first record to retry
+//! ([`kinesis_failure`], [`dynamodb_failure`]), and [`dynamodb_event`] turns records read with
+//! the DynamoDB Streams SDK into the exact event Lambda would deliver, for local drivers and
+//! replays.
+//!
+//! ```no_run
+//! # async fn f() {
+//! use heatsink::schema::{KeyAttr, TableSpec};
+//! let start = heatsink::lambda::start(|prefix| {
+//!     vec![TableSpec::new(format!("{prefix}orders"), KeyAttr::s("customer"))]
+//! })
+//! .await;
+//! let _orders = start.ddb.get_item().table_name(format!("{}orders", start.prefix));
+//! # }
+//! ```
+
+use std::collections::HashMap;
+
+use aws_lambda_events::dynamodb::Event as DynamoDbEvent;
+use aws_lambda_events::streams::{DynamoDbBatchItemFailure, KinesisBatchItemFailure};
+use serde_json::{Value, json};
+
+use crate::schema::{DEFAULT_PREFIX, TableSpec};
+
+/// The environment variable naming the table prefix of a deployment (default [`DEFAULT_PREFIX`]).
+pub const PREFIX_VAR: &str = "HEATSINK_PREFIX";
+
+/// How the Lambda runtime asks functions to log (`AWS_LAMBDA_LOG_FORMAT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// One JSON object per line, event fields under `fields` (the default).
+    Json,
+    /// Plain text lines.
+    Text,
+}
+
+/// The log format and level filter for the Lambda environment: `AWS_LAMBDA_LOG_FORMAT`
+/// (`Text`, else JSON) and `RUST_LOG`, else `AWS_LAMBDA_LOG_LEVEL` (`TRACE`…`ERROR`, `FATAL` read
+/// as `error`), else `info`. Pure: the caller passes the variables' values.
+pub fn log_settings(
+    format: Option<&str>,
+    rust_log: Option<&str>,
+    lambda_level: Option<&str>,
+) -> (LogFormat, String) {
+    let format = match format {
+        Some(f) if f.eq_ignore_ascii_case("text") => LogFormat::Text,
+        _ => LogFormat::Json,
+    };
+    let level = match (rust_log, lambda_level) {
+        (Some(filter), _) if !filter.trim().is_empty() => filter.to_owned(),
+        (_, Some(level)) => match level.to_ascii_lowercase().as_str() {
+            l @ ("trace" | "debug" | "info" | "warn" | "error") => l.to_owned(),
+            "fatal" => "error".to_owned(),
+            _ => "info".to_owned(),
+        },
+        _ => "info".to_owned(),
+    };
+    (format, level)
+}
+
+/// Installs the log subscriber for Lambda ([`log_settings`] from the environment): no ANSI
+/// colours, no timestamp (CloudWatch stamps every line). Does nothing if a subscriber is already
+/// installed.
+pub fn init_logging() {
+    let var = |name: &str| std::env::var(name).ok();
+    let (format, level) = log_settings(
+        var("AWS_LAMBDA_LOG_FORMAT").as_deref(),
+        var("RUST_LOG").as_deref(),
+        var("AWS_LAMBDA_LOG_LEVEL").as_deref(),
+    );
+    let filter = tracing_subscriber::EnvFilter::try_new(&level)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // An error only means a subscriber is already installed; keep that one.
+    let _ = match format {
+        LogFormat::Json => {
+            tracing::subscriber::set_global_default(subscriber(filter, std::io::stdout))
+        }
+        LogFormat::Text => tracing::subscriber::set_global_default(
+            tracing_subscriber::fmt()
+                .with_ansi(false)
+                .without_time()
+                .with_env_filter(filter)
+                .with_writer(std::io::stdout)
+                .finish(),
+        ),
+    };
+}
+
+/// The JSON subscriber [`init_logging`] installs, writing to `writer`: event fields nested under
+/// `fields` (where Contributor Insights rules look, e.g. `$.fields.partition_key`).
+pub fn subscriber<W>(
+    filter: tracing_subscriber::EnvFilter,
+    writer: W,
+) -> impl tracing::Subscriber + Send + Sync
+where
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
+    tracing_subscriber::fmt()
+        .json()
+        .with_ansi(false)
+        .without_time()
+        .with_env_filter(filter)
+        .with_writer(writer)
+        .finish()
+}
+
+/// What a function starts with, read once at cold start by [`start`].
+#[derive(Debug, Clone)]
+pub struct LambdaStart {
+    /// The SDK configuration from the Lambda environment.
+    pub config: aws_types::SdkConfig,
+    /// The table prefix from `HEATSINK_PREFIX` (default [`DEFAULT_PREFIX`]).
+    pub prefix: String,
+    /// A DynamoDB client logging consumed capacity on the tables `start` was given.
+    pub ddb: aws_sdk_dynamodb::Client,
+}
+
+/// A function's cold start: [`init_logging`], the SDK configuration, the prefix from
+/// `HEATSINK_PREFIX`, and a capacity-logging DynamoDB client over the tables `tables(prefix)`
+/// names.
+pub async fn start(tables: impl FnOnce(&str) -> Vec<TableSpec>) -> LambdaStart {
+    init_logging();
+    let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    let prefix = std::env::var(PREFIX_VAR).unwrap_or_else(|_| DEFAULT_PREFIX.into());
+    let ddb = crate::metrics::dynamodb_client(&config, &tables(&prefix));
+    LambdaStart {
+        config,
+        prefix,
+        ddb,
+    }
+}
+
+/// A Kinesis partial-batch failure naming the record to retry from.
+pub fn kinesis_failure(id: String) -> KinesisBatchItemFailure {
+    let mut f = KinesisBatchItemFailure::default();
+    f.item_identifier = Some(id);
+    f
+}
+
+/// A DynamoDB Streams partial-batch failure naming the record to retry from.
+pub fn dynamodb_failure(id: String) -> DynamoDbBatchItemFailure {
+    let mut f = DynamoDbBatchItemFailure::default();
+    f.item_identifier = Some(id);
+    f
+}
+
+/// The `eventSource` of an event's first record (`aws:kinesis`, `aws:dynamodb`, …), to dispatch
+/// a function that takes several sources; `None` for an empty or unknown shape.
+pub fn event_source(event: &Value) -> Option<&str> {
+    event.pointer("/Records/0/eventSource").and_then(Value::as_str)
+}
+
+/// Builds the Lambda event Lambda would deliver for `records` read from the stream `arn`, so
+/// demos, tests and replays drive a handler (e.g.
+/// [`crate::counter::aggregate::StreamAggregator::handle_dynamodb`]) with exactly what AWS sends.
+pub fn dynamodb_event(
+    arn: &str,
+    records: &[aws_sdk_dynamodbstreams::types::Record],
+) -> Result<DynamoDbEvent, serde_json::Error> {
+    let records: Vec<Value> = records
+        .iter()
+        .map(|r| {
+            let change = r.dynamodb();
+            let image =
+                |m: Option<&HashMap<String, aws_sdk_dynamodbstreams::types::AttributeValue>>| {
+                    Value::Object(
+                        m.into_iter()
+                            .flatten()
+                            .map(|(k, v)| (k.clone(), stream_attr_json(v)))
+                            .collect(),
+                    )
+                };
+            json!({
+                "eventID": r.event_id().unwrap_or_default(),
+                "eventName": r.event_name().map(|n| n.as_str()).unwrap_or_default(),
+                "eventVersion": "1.1",
+                "eventSource": "aws:dynamodb",
+                "awsRegion": r.aws_region().unwrap_or("us-east-1"),
+                "eventSourceARN": arn,
+                "dynamodb": {
+                    "ApproximateCreationDateTime": change
+                        .and_then(|c| c.approximate_creation_date_time())
+                        .map(|t| t.secs())
+                        .unwrap_or_default(),
+                    "Keys": image(change.and_then(|c| c.keys.as_ref())),
+                    "NewImage": image(change.and_then(|c| c.new_image.as_ref())),
+                    "OldImage": image(change.and_then(|c| c.old_image.as_ref())),
+                    "SequenceNumber": change.and_then(|c| c.sequence_number()).unwrap_or_default(),
+                    "SizeBytes": change.and_then(|c| c.size_bytes()).unwrap_or_default(),
+                    "StreamViewType": change
+                        .and_then(|c| c.stream_view_type())
+                        .map(|v| v.as_str())
+                        .unwrap_or("NEW_AND_OLD_IMAGES"),
+                }
+            })
+        })
+        .collect();
+    serde_json::from_value(json!({ "Records": records }))
+}
+
+fn stream_attr_json(v: &aws_sdk_dynamodbstreams::types::AttributeValue) -> Value {
+    use aws_sdk_dynamodbstreams::types::AttributeValue as A;
+    match v {
+        A::S(s) => json!({ "S": s }),
+        A::N(n) => json!({ "N": n }),
+        A::Bool(b) => json!({ "BOOL": b }),
+        A::Null(b) => json!({ "NULL": b }),
+        A::Ss(v) => json!({ "SS": v }),
+        A::Ns(v) => json!({ "NS": v }),
+        A::L(l) => json!({ "L": l.iter().map(stream_attr_json).collect::<Vec<_>>() }),
+        A::M(m) => {
+            json!({ "M": m.iter().map(|(k, v)| (k.clone(), stream_attr_json(v))).collect::<serde_json::Map<_, _>>() })
+        }
+        _ => json!({ "NULL": true }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lambda_log_settings_follow_the_runtime_variables() {
+        assert_eq!(log_settings(None, None, None), (LogFormat::Json, "info".into()));
+        assert_eq!(
+            log_settings(Some("Text"), None, Some("DEBUG")),
+            (LogFormat::Text, "debug".into())
+        );
+        assert_eq!(log_settings(Some("JSON"), None, Some("FATAL")).1, "error");
+        assert_eq!(
+            log_settings(None, Some("heatsink=trace"), Some("WARN")).1,
+            "heatsink=trace",
+            "RUST_LOG wins"
+        );
+        assert_eq!(log_settings(None, None, Some("loud")).1, "info");
+    }
+
+    #[test]
+    fn the_event_source_is_read_from_the_first_record() {
+        let kinesis = json!({"Records": [{"eventSource": "aws:kinesis"}]});
+        assert_eq!(event_source(&kinesis), Some("aws:kinesis"));
+        assert_eq!(event_source(&json!({"Records": []})), None);
+        assert_eq!(
+            kinesis_failure("42".into()).item_identifier.as_deref(),
+            Some("42")
+        );
+    }
+}

@@ -1,0 +1,222 @@
+//! The photo app's dashboard: the toolkit's hot-key widgets, then counter lag, stream iterator
+//! age, the stream consumers' leases and count-rebuilder's corrections. Every EMF series is
+//! graphed with its [`Metric::emitter`], the only `Function` that writes it.
+
+use heatsink::insights::{AlarmPlan, InsightsStatus, graph};
+use serde_json::{Value, json};
+
+use crate::metrics::{DIMENSION, Metric, NAMESPACE};
+
+/// Period of the count-rebuilder's series: it runs every 5 minutes (the stacks' schedule).
+const REBUILD_PERIOD_SECS: i32 = 300;
+
+/// Where the dashboard's stream and function widgets look.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DashboardSpec {
+    /// AWS region of every metric.
+    pub region: String,
+    /// Resource prefix of the deployed functions (`<prefix>likes-aggregator`).
+    pub prefix: String,
+    /// The Kinesis stream of like events, if deployed.
+    pub stream: Option<String>,
+}
+
+/// The photo app's own widgets (counter lag, iterator age, leases, corrections).
+pub fn app_widgets(spec: &DashboardSpec) -> [Value; 4] {
+    let graph = |title: String, props: Value| graph(&spec.region, title, props);
+    let emf = |m: Metric, options: Value| {
+        json!([NAMESPACE, m.name(), DIMENSION, m.emitter().name(), options])
+    };
+    let mut iterator_age = vec![json!([
+        "AWS/Lambda", "IteratorAge", "FunctionName", format!("{}likes-aggregator", spec.prefix),
+        {"stat": "Maximum"}
+    ])];
+    iterator_age.extend(spec.stream.iter().map(|s| {
+        json!(["AWS/Kinesis", "GetRecords.IteratorAgeMilliseconds", "StreamName", s, {"stat": "Maximum"}])
+    }));
+    [
+        graph(
+            "Counter lag: events applied, not yet flushed".into(),
+            json!({"metrics": [emf(Metric::CounterLagEvents, json!({"stat": "Maximum"}))]}),
+        ),
+        graph(
+            "Stream iterator age (ms)".into(),
+            json!({"metrics": iterator_age}),
+        ),
+        graph(
+            "Stream consumer leases (heatsink tail --emf or an embedding service)".into(),
+            json!({"metrics": [
+                emf(Metric::LeasesHeld, json!({"stat": "Maximum", "label": "held (max per worker)"})),
+                emf(Metric::LeasesExpired, json!({"stat": "Sum", "label": "expired, taken over"})),
+            ]}),
+        ),
+        // count-rebuilder runs every 5 minutes: one datapoint per run, not per minute.
+        graph(
+            "Counter corrections (count-rebuilder)".into(),
+            json!({"period": REBUILD_PERIOD_SECS, "metrics": [
+                emf(Metric::CounterCorrectionLikes, json!({"stat": "Sum", "label": "likes corrected"})),
+                emf(Metric::CountersCorrected, json!({"stat": "Sum", "label": "counters corrected"})),
+                emf(Metric::CountersUnsettled, json!({"stat": "Maximum", "label": "counters unsettled", "yAxis": "right"})),
+            ]}),
+        ),
+    ]
+}
+
+/// The whole `PutDashboard` body: [`heatsink::insights::dashboard_body`] with [`app_widgets`].
+pub fn dashboard_body(spec: &DashboardSpec, plan: &AlarmPlan, statuses: &[InsightsStatus]) -> Value {
+    heatsink::insights::dashboard_body(&spec.region, plan, statuses, app_widgets(spec))
+}
+
+#[cfg(test)]
+mod tests {
+    use aws_sdk_dynamodb::types::{ContributorInsightsMode, ContributorInsightsStatus};
+    use heatsink::insights::{InsightRule, RuleKind, Target};
+
+    use super::*;
+
+    const TABLE: &str = "heatsink-likes";
+
+    fn rule_name(kind: &str, slug: &str) -> String {
+        format!("DynamoDBContributorInsights-{kind}-{slug}-1700000000000")
+    }
+
+    fn enabled(target: Target, kinds: &[RuleKind]) -> InsightsStatus {
+        let slug = target.slug();
+        InsightsStatus {
+            rules: kinds
+                .iter()
+                .filter_map(|k| InsightRule::new(target.clone(), rule_name(k.code(), &slug)))
+                .collect(),
+            target,
+            status: Some(ContributorInsightsStatus::Enabled),
+            mode: Some(ContributorInsightsMode::AccessedAndThrottledKeys),
+            failure: None,
+        }
+    }
+
+    #[test]
+    fn dashboard_shows_ceilings_contributors_throttles_and_streams() {
+        let spec = DashboardSpec {
+            region: "us-east-1".into(),
+            prefix: "hs-".into(),
+            stream: Some("hs-like-events".into()),
+        };
+        let plan = AlarmPlan::new("hs-", 0.8).expect("plan");
+        let statuses = [
+            enabled(Target::table(TABLE), &RuleKind::ALL),
+            enabled(Target::index(TABLE, "by_post"), &[RuleKind::Pkc]),
+        ];
+        let body = dashboard_body(&spec, &plan, &statuses);
+        let widgets = body["widgets"].as_array().expect("widgets");
+        let titles: Vec<&str> = widgets
+            .iter()
+            .filter_map(|w| w["properties"]["title"].as_str())
+            .collect();
+        assert_eq!(
+            titles
+                .iter()
+                .filter(|t| t.contains("hottest partition key"))
+                .count(),
+            2
+        );
+        assert_eq!(titles.iter().filter(|t| t.contains("most ")).count(), 3);
+        assert_eq!(
+            titles
+                .iter()
+                .filter(|t| t.contains("throttles by reason"))
+                .count(),
+            2
+        );
+        let text = body.to_string();
+        for needle in [
+            "INSIGHT_RULE_METRIC('DynamoDBContributorInsights-PKC-heatsink-likes-1700000000000', 'MaxContributorValue') / 60",
+            "\"value\":800.0",
+            "WriteKeyRangeThroughputThrottleEvents",
+            "CounterLagEvents",
+            "GetRecords.IteratorAgeMilliseconds",
+            "hs-likes-aggregator",
+            "LeasesHeld",
+            "CounterCorrectionLikes",
+        ] {
+            assert!(text.contains(needle), "dashboard lacks {needle}");
+        }
+
+        // Every EMF series names the one emitter that writes it: leases come from stream
+        // consumers, never from a Lambda function.
+        let leases = widgets
+            .iter()
+            .find(|w| {
+                w["properties"]["title"]
+                    .as_str()
+                    .is_some_and(|t| t.starts_with("Stream consumer leases"))
+            })
+            .expect("leases widget");
+        let series: Vec<(&str, &str)> = leases["properties"]["metrics"]
+            .as_array()
+            .expect("series")
+            .iter()
+            .map(|m| {
+                (
+                    m[1].as_str().expect("metric"),
+                    m[3].as_str().expect("emitter"),
+                )
+            })
+            .collect();
+        assert_eq!(
+            series,
+            [
+                ("LeasesHeld", "stream-consumer"),
+                ("LeasesExpired", "stream-consumer")
+            ]
+        );
+        let emf_series: Vec<&Value> = widgets
+            .iter()
+            .filter_map(|w| w["properties"]["metrics"].as_array())
+            .flatten()
+            .filter(|m| m[0] == NAMESPACE)
+            .collect();
+        assert_eq!(
+            emf_series.len(),
+            6,
+            "counter lag, the two lease series and the three correction series"
+        );
+        for m in emf_series {
+            let metric = Metric::ALL
+                .iter()
+                .find(|x| m[1] == x.name())
+                .expect("a metric we emit");
+            assert_eq!(m[2], DIMENSION);
+            assert_eq!(m[3], metric.emitter().name(), "{m}");
+        }
+    }
+
+    #[test]
+    fn dashboard_graphs_the_rebuilders_corrections_per_run() {
+        let spec = DashboardSpec {
+            region: "us-east-1".into(),
+            prefix: "hs-".into(),
+            stream: None,
+        };
+        let plan = AlarmPlan::new("hs-", 0.8).expect("plan");
+        let body = dashboard_body(&spec, &plan, &[]);
+        let widget = body["widgets"]
+            .as_array()
+            .expect("widgets")
+            .iter()
+            .find(|w| w["properties"]["title"] == "Counter corrections (count-rebuilder)")
+            .expect("corrections widget");
+        // Same series as the CDK and Terraform dashboards: one datapoint per 5-minute run.
+        assert_eq!(widget["properties"]["period"], 300);
+        assert_eq!(
+            widget["properties"]["metrics"],
+            json!([
+                ["heatsink", "CounterCorrectionLikes", "Function", "count-rebuilder",
+                    {"stat": "Sum", "label": "likes corrected"}],
+                ["heatsink", "CountersCorrected", "Function", "count-rebuilder",
+                    {"stat": "Sum", "label": "counters corrected"}],
+                ["heatsink", "CountersUnsettled", "Function", "count-rebuilder",
+                    {"stat": "Maximum", "label": "counters unsettled", "yAxis": "right"}],
+            ])
+        );
+    }
+}
