@@ -110,7 +110,7 @@ pub async fn run(command: HotCommand) -> CmdResult {
     // Directory errors as one line naming the table, the endpoint and the next step.
     let failed = |dir: &Directory, action: &str, e: DirectoryError| -> Failure {
         match e {
-            DirectoryError::Dynamo(_) => {
+            DirectoryError::Aws(_) => {
                 Target::new(&config, Service::DynamoDb, "table", dir.table()).fail(action, &e)
             }
             other => Failure::new(other.to_string()),

@@ -41,8 +41,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
-use crate::error::describe;
-use crate::scatter::{Backoff, Item, batch_get_with};
+use crate::error::AwsError;
+use crate::scatter::{Backoff, Item, ScatterError, batch_get_with};
 
 /// Rounds of re-read and re-plan for keys whose conditional put lost a race.
 pub const MAX_ROUNDS: usize = 5;
@@ -67,8 +67,39 @@ pub enum CounterStoreError {
     #[error("counter {0} kept changing under the flush; retry the batch")]
     Contended(String),
     /// DynamoDB refused the request or could not be reached; retry the batch.
-    #[error("DynamoDB: {0}")]
-    Dynamo(String),
+    #[error(transparent)]
+    Aws(Box<AwsError>),
+    /// The flush's BatchGetItem failed without a DynamoDB error (keys left unprocessed after
+    /// every retry); retry the batch.
+    #[error(transparent)]
+    Read(ScatterError),
+}
+
+impl From<ScatterError> for CounterStoreError {
+    fn from(e: ScatterError) -> Self {
+        match e {
+            ScatterError::Aws(e) => Self::Aws(e),
+            other => Self::Read(other),
+        }
+    }
+}
+
+/// Boxed: an [`AwsError`] is large, and this enum is the `Err` of every call.
+impl From<AwsError> for CounterStoreError {
+    fn from(e: AwsError) -> Self {
+        Self::Aws(Box::new(e))
+    }
+}
+
+impl CounterStoreError {
+    /// The failed DynamoDB call behind this error, if it is one.
+    pub fn aws(&self) -> Option<&AwsError> {
+        match self {
+            Self::Aws(e) => Some(e.as_ref()),
+            Self::Read(e) => e.aws(),
+            _ => None,
+        }
+    }
 }
 
 /// What a flush did.
@@ -95,10 +126,6 @@ pub struct CounterStore {
 
 fn s(v: impl Into<String>) -> AttributeValue {
     AttributeValue::S(v.into())
-}
-
-fn dynamo<E: std::error::Error>(e: E) -> CounterStoreError {
-    CounterStoreError::Dynamo(describe(&e))
 }
 
 fn get_s<'a>(item: &'a Item, attr: &str) -> Option<&'a str> {
@@ -139,9 +166,8 @@ impl CounterStore {
             .iter()
             .map(|k| Item::from([("pk".into(), s(k.pk())), ("sk".into(), s(sk.clone()))]))
             .collect();
-        let items = batch_get_with(&self.ddb, &self.table, requests, Backoff::default(), true)
-            .await
-            .map_err(|e| CounterStoreError::Dynamo(e.to_string()))?;
+        let items =
+            batch_get_with(&self.ddb, &self.table, requests, Backoff::default(), true).await?;
         let mut out = BTreeMap::new();
         for item in items {
             let pk = get_s(&item, "pk").unwrap_or_default().to_owned();
@@ -231,13 +257,14 @@ impl CounterStore {
         };
         match req.send().await {
             Ok(_) => Ok(true),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|se| se.is_conditional_check_failed_exception()) =>
-            {
-                Ok(false)
+            Err(e) => {
+                let e = AwsError::dynamodb("PutItem", &self.table, e);
+                if e.is_conditional_check_failed() {
+                    Ok(false)
+                } else {
+                    Err(e.into())
+                }
             }
-            Err(e) => Err(dynamo(e)),
         }
     }
 
@@ -265,7 +292,7 @@ impl CounterStore {
                 .set_exclusive_start_key(start)
                 .send()
                 .await
-                .map_err(dynamo)?;
+                .map_err(|e| AwsError::dynamodb("Query", &self.table, e))?;
             items.extend(out.items.unwrap_or_default());
             start = out.last_evaluated_key;
             if start.is_none() {
@@ -291,7 +318,7 @@ impl CounterStore {
             .expression_attribute_values(":d", AttributeValue::N(delta.to_string()))
             .send()
             .await
-            .map_err(dynamo)?;
+            .map_err(|e| AwsError::dynamodb("UpdateItem", &self.table, e))?;
         Ok(())
     }
 
@@ -337,7 +364,7 @@ impl CounterStore {
                 .item("total", AttributeValue::N(fix.fix.to_string()))
                 .send()
                 .await
-                .map_err(dynamo)?;
+                .map_err(|e| AwsError::dynamodb("PutItem", &self.table, e))?;
         }
         Ok(fix)
     }
@@ -355,4 +382,82 @@ fn count_applied(entries: &[(Seq, i64)], w: &FlushWrite) -> (u64, u64) {
         }
     }
     (counted, skipped)
+}
+
+#[cfg(test)]
+mod tests {
+    use aws_sdk_dynamodb::config::http::HttpResponse;
+    use aws_sdk_dynamodb::config::retry::RetryConfig;
+    use aws_sdk_dynamodb::error::{ErrorMetadata, SdkError};
+    use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+    use aws_sdk_dynamodb::types::error::{
+        ConditionalCheckFailedException, ProvisionedThroughputExceededException,
+    };
+    use aws_smithy_mocks::mock;
+
+    use super::*;
+    use crate::testing::mocked;
+
+    /// The first error of type `T` in `err`'s source chain, `err` included.
+    fn in_chain<'a, T: std::error::Error + 'static>(
+        err: &'a (dyn std::error::Error + 'static),
+    ) -> Option<&'a T> {
+        std::iter::successors(Some(err), |e| e.source()).find_map(|e| e.downcast_ref::<T>())
+    }
+
+    async fn add_salted_failing_with(err: fn() -> UpdateItemError) -> CounterStoreError {
+        let update = mock!(aws_sdk_dynamodb::Client::update_item).then_error(err);
+        let ddb =
+            mocked!(aws_sdk_dynamodb with |c| c.retry_config(RetryConfig::disabled()); update);
+        let key = CounterKey::new("likes", "p9").expect("valid key");
+        CounterStore::new(ddb, "t-counters")
+            .add_salted(&key, 3, 1)
+            .await
+            .expect_err("mocked to fail")
+    }
+
+    fn meta(code: &str) -> ErrorMetadata {
+        ErrorMetadata::builder()
+            .code(code)
+            .message("mocked")
+            .build()
+    }
+
+    #[tokio::test]
+    async fn a_failed_update_reaches_the_sdk_error_through_the_store_error() {
+        let err = add_salted_failing_with(|| {
+            UpdateItemError::ProvisionedThroughputExceededException(
+                ProvisionedThroughputExceededException::builder()
+                    .meta(meta("ProvisionedThroughputExceededException"))
+                    .build(),
+            )
+        })
+        .await;
+        assert!(matches!(err, CounterStoreError::Aws(_)), "{err:?}");
+        let aws = err.aws().expect("an AWS failure");
+        assert!(aws.is_throttling());
+        assert!(!aws.is_conditional_check_failed());
+        assert_eq!(
+            (aws.operation(), aws.resource()),
+            ("UpdateItem", "t-counters")
+        );
+        let sdk = in_chain::<SdkError<UpdateItemError, HttpResponse>>(&err)
+            .expect("the SDK error is in the source chain");
+        assert!(
+            sdk.as_service_error()
+                .is_some_and(UpdateItemError::is_provisioned_throughput_exceeded_exception)
+        );
+
+        let err = add_salted_failing_with(|| {
+            UpdateItemError::ConditionalCheckFailedException(
+                ConditionalCheckFailedException::builder()
+                    .meta(meta("ConditionalCheckFailedException"))
+                    .build(),
+            )
+        })
+        .await;
+        let aws = err.aws().expect("an AWS failure");
+        assert!(aws.is_conditional_check_failed());
+        assert!(!aws.is_throttling());
+    }
 }

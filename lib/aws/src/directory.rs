@@ -43,7 +43,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
-use crate::error::describe;
+use crate::error::AwsError;
 use crate::schema::{Schema, Table};
 
 /// Rounds of re-read and re-decide when a change loses its epoch race.
@@ -74,12 +74,25 @@ pub enum DirectoryError {
     #[error(transparent)]
     Hot(#[from] HotError),
     /// DynamoDB refused or could not be reached.
-    #[error("DynamoDB call on the hot-key directory failed: {0}")]
-    Dynamo(String),
+    #[error(transparent)]
+    Aws(Box<AwsError>),
 }
 
-fn dynamo<E: std::error::Error>(e: E) -> DirectoryError {
-    DirectoryError::Dynamo(describe(&e))
+/// Boxed: an [`AwsError`] is large, and this enum is the `Err` of every call.
+impl From<AwsError> for DirectoryError {
+    fn from(e: AwsError) -> Self {
+        Self::Aws(Box::new(e))
+    }
+}
+
+impl DirectoryError {
+    /// The failed DynamoDB call behind this error, if it is one.
+    pub fn aws(&self) -> Option<&AwsError> {
+        match self {
+            Self::Aws(e) => Some(e.as_ref()),
+            _ => None,
+        }
+    }
 }
 
 /// Seconds since the Unix epoch now (the directory's and DynamoDB TTL's unit of time).
@@ -209,7 +222,7 @@ impl Directory {
             .consistent_read(true)
             .send()
             .await
-            .map_err(dynamo)?;
+            .map_err(|e| AwsError::dynamodb("GetItem", &self.table, e))?;
         out.item.map(from_item).transpose()
     }
 
@@ -229,7 +242,7 @@ impl Directory {
                 .set_exclusive_start_key(start)
                 .send()
                 .await
-                .map_err(dynamo)?;
+                .map_err(|e| AwsError::dynamodb("Scan", &self.table, e))?;
             for item in out.items.unwrap_or_default() {
                 entries.push(from_item(item)?);
             }
@@ -275,13 +288,10 @@ impl Directory {
                 };
                 match put.send().await {
                     Ok(_) => Ok(()),
-                    Err(e)
-                        if e.as_service_error()
-                            .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
-                    {
-                        Err(conflict(*expected_epoch))
-                    }
-                    Err(e) => Err(dynamo(e)),
+                    Err(e) => Err(match AwsError::dynamodb("PutItem", &self.table, e) {
+                        e if e.is_conditional_check_failed() => conflict(*expected_epoch),
+                        e => e.into(),
+                    }),
                 }
             }
             Change::Remove {
@@ -298,13 +308,10 @@ impl Directory {
                     .expression_attribute_values(":e", n(*expected_epoch));
                 match delete.send().await {
                     Ok(_) => Ok(()),
-                    Err(e)
-                        if e.as_service_error()
-                            .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
-                    {
-                        Err(conflict(Some(*expected_epoch)))
-                    }
-                    Err(e) => Err(dynamo(e)),
+                    Err(e) => Err(match AwsError::dynamodb("DeleteItem", &self.table, e) {
+                        e if e.is_conditional_check_failed() => conflict(Some(*expected_epoch)),
+                        e => e.into(),
+                    }),
                 }
             }
         }
@@ -441,7 +448,81 @@ impl CachedDirectory {
 
 #[cfg(test)]
 mod tests {
+    use aws_sdk_dynamodb::config::http::HttpResponse;
+    use aws_sdk_dynamodb::config::retry::RetryConfig;
+    use aws_sdk_dynamodb::error::{ErrorMetadata, SdkError};
+    use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
+    use aws_sdk_dynamodb::operation::put_item::PutItemError;
+    use aws_sdk_dynamodb::types::error::{
+        ConditionalCheckFailedException, ProvisionedThroughputExceededException,
+    };
+    use aws_smithy_mocks::mock;
+
     use super::*;
+    use crate::testing::mocked;
+
+    /// The first error of type `T` in `err`'s source chain, `err` included.
+    fn in_chain<'a, T: std::error::Error + 'static>(
+        err: &'a (dyn std::error::Error + 'static),
+    ) -> Option<&'a T> {
+        std::iter::successors(Some(err), |e| e.source()).find_map(|e| e.downcast_ref::<T>())
+    }
+
+    fn meta(code: &str) -> ErrorMetadata {
+        ErrorMetadata::builder()
+            .code(code)
+            .message("mocked")
+            .build()
+    }
+
+    #[tokio::test]
+    async fn a_failed_condition_is_a_conflict_and_other_failures_keep_the_sdk_error() {
+        let put = mock!(aws_sdk_dynamodb::Client::put_item).then_error(|| {
+            PutItemError::ProvisionedThroughputExceededException(
+                ProvisionedThroughputExceededException::builder()
+                    .meta(meta("ProvisionedThroughputExceededException"))
+                    .build(),
+            )
+        });
+        let delete = mock!(aws_sdk_dynamodb::Client::delete_item).then_error(|| {
+            DeleteItemError::ConditionalCheckFailedException(
+                ConditionalCheckFailedException::builder()
+                    .meta(meta("ConditionalCheckFailedException"))
+                    .build(),
+            )
+        });
+        let ddb =
+            mocked!(aws_sdk_dynamodb with |c| c.retry_config(RetryConfig::disabled()); put, delete);
+        let directory = Directory::new(ddb, "t-hotkeys");
+
+        let put = Change::Put {
+            entry: Entry::cache("p1", "read-hot", 10, 3_610),
+            expected_epoch: None,
+        };
+        let err = directory.apply(&put).await.expect_err("mocked to fail");
+        assert!(matches!(err, DirectoryError::Aws(_)), "{err:?}");
+        let aws = err.aws().expect("an AWS failure");
+        assert!(aws.is_throttling());
+        assert!(!aws.is_conditional_check_failed());
+        assert_eq!((aws.operation(), aws.resource()), ("PutItem", "t-hotkeys"));
+        let sdk = in_chain::<SdkError<PutItemError, HttpResponse>>(&err)
+            .expect("the SDK error is in the source chain");
+        assert!(
+            sdk.as_service_error()
+                .is_some_and(PutItemError::is_provisioned_throughput_exceeded_exception)
+        );
+
+        let remove = Change::Remove {
+            key: "p1".into(),
+            expected_epoch: 4,
+        };
+        let err = directory.apply(&remove).await.expect_err("mocked to fail");
+        assert!(
+            matches!(&err, DirectoryError::Conflict { key, expected: Some(4) } if key == "p1"),
+            "{err:?}"
+        );
+        assert!(err.aws().is_none());
+    }
 
     #[test]
     fn records_round_trip_every_mode_and_salt_state() {

@@ -64,9 +64,16 @@ pub enum Failure {
 
 /// One failed AWS call, kept whole: service, operation, resource, error code and the SDK error
 /// itself as [`source`](std::error::Error::source).
+///
+/// One pointer wide (the details are boxed), so area errors can carry it without making every
+/// `Result` large.
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct AwsError(Box<Details>);
+
 #[derive(Debug, thiserror::Error)]
 #[error("{service} {operation} on {resource} failed: {summary}")]
-pub struct AwsError {
+struct Details {
     service: &'static str,
     operation: &'static str,
     resource: String,
@@ -103,7 +110,7 @@ impl AwsError {
             (Failure::Service, Some(code), None) => code.to_owned(),
             _ => describe(&err),
         };
-        Self {
+        Self(Box::new(Details {
             service,
             operation,
             resource: resource.into(),
@@ -111,7 +118,7 @@ impl AwsError {
             code,
             summary,
             source: Box::new(err),
-        }
+        }))
     }
 
     /// A DynamoDB call's error.
@@ -129,27 +136,27 @@ impl AwsError {
 
     /// The AWS service, as AWS names it (`DynamoDB`, `Kinesis`, `DynamoDB Streams`, …).
     pub fn service(&self) -> &'static str {
-        self.service
+        self.0.service
     }
 
     /// The API operation (`PutItem`, `GetRecords`, …).
     pub fn operation(&self) -> &'static str {
-        self.operation
+        self.0.operation
     }
 
     /// The table, stream, shard, rule or bus the call was about.
     pub fn resource(&self) -> &str {
-        &self.resource
+        &self.0.resource
     }
 
     /// How the call failed.
     pub fn failure(&self) -> Failure {
-        self.failure
+        self.0.failure
     }
 
     /// The service's error code (`ConditionalCheckFailedException`, …), if it answered.
     pub fn code(&self) -> Option<&str> {
-        self.code.as_deref()
+        self.0.code.as_deref()
     }
 
     /// True when the service throttled the call: back off, then retry.
@@ -170,7 +177,7 @@ impl AwsError {
     /// True when the failure is worth retrying after a pause: throttling, a timeout, an
     /// unreachable endpoint, an unreadable response, or a 5xx-style service fault.
     pub fn is_transient(&self) -> bool {
-        match self.failure {
+        match self.0.failure {
             Failure::Timeout | Failure::Unreachable | Failure::Response => true,
             Failure::Construction => false,
             Failure::Service => {
@@ -187,7 +194,7 @@ impl AwsError {
 
     /// The SDK error itself, e.g. `downcast::<SdkError<PutItemError, HttpResponse>>()`.
     pub fn sdk_error<T: std::error::Error + 'static>(&self) -> Option<&T> {
-        self.source.downcast_ref::<T>()
+        self.0.source.downcast_ref::<T>()
     }
 }
 

@@ -7,21 +7,25 @@
 //! This module reads the open shards' ranges from the stream and feeds them to the pure
 //! placement code.
 
+use aws_sdk_kinesis::error::BuildError;
 use aws_sdk_kinesis::types::{ShardFilter, ShardFilterType};
 use heatsink_core::keys::{KeyError, ShardRange, parse_hash_key, validate_shards};
 
-use crate::error::describe;
+use crate::error::AwsError;
 
 /// Errors of Kinesis placement.
 #[derive(Debug, thiserror::Error)]
 pub enum KinesisError {
     /// Kinesis refused the call or could not be reached.
-    #[error("Kinesis call on {stream} failed: {message}")]
-    Call {
+    #[error(transparent)]
+    Aws(Box<AwsError>),
+    /// The ListShards request could not be built (a bug on our side, not Kinesis's answer).
+    #[error("ListShards request for {stream} could not be built: {source}")]
+    Request {
         /// Stream name.
         stream: String,
-        /// The SDK error with its cause chain.
-        message: String,
+        /// What the SDK's builder refused.
+        source: BuildError,
     },
     /// The shard map Kinesis returned is not usable (gaps, overlaps, bad numbers).
     #[error("shard map of {stream}: {source}")]
@@ -33,15 +37,28 @@ pub enum KinesisError {
     },
 }
 
+/// Boxed: an [`AwsError`] is large, and this enum is the `Err` of every call.
+impl From<AwsError> for KinesisError {
+    fn from(e: AwsError) -> Self {
+        Self::Aws(Box::new(e))
+    }
+}
+
+impl KinesisError {
+    /// The failed Kinesis call behind this error, if it is one.
+    pub fn aws(&self) -> Option<&AwsError> {
+        match self {
+            Self::Aws(e) => Some(e.as_ref()),
+            _ => None,
+        }
+    }
+}
+
 /// The open shards of `stream`, sorted by starting hash key, validated to cover 0..2^128 once.
 pub async fn open_shard_ranges(
     kinesis: &aws_sdk_kinesis::Client,
     stream: &str,
 ) -> Result<Vec<ShardRange>, KinesisError> {
-    let call_err = |e: &dyn std::error::Error| KinesisError::Call {
-        stream: stream.to_owned(),
-        message: describe(&e),
-    };
     let map_err = |source| KinesisError::ShardMap {
         stream: stream.to_owned(),
         source,
@@ -55,10 +72,16 @@ pub async fn open_shard_ranges(
                 ShardFilter::builder()
                     .r#type(ShardFilterType::AtLatest)
                     .build()
-                    .map_err(|e| call_err(&e))?,
+                    .map_err(|source| KinesisError::Request {
+                        stream: stream.to_owned(),
+                        source,
+                    })?,
             ),
         };
-        let out = req.send().await.map_err(|e| call_err(&e))?;
+        let out = req
+            .send()
+            .await
+            .map_err(|e| AwsError::new("Kinesis", "ListShards", stream, e))?;
         for shard in out.shards() {
             // AT_LATEST lists open shards; the ending-sequence check guards emulators that ignore it.
             if shard
@@ -85,4 +108,75 @@ pub async fn open_shard_ranges(
     ranges.sort_by_key(|r| r.start);
     validate_shards(&ranges).map_err(map_err)?;
     Ok(ranges)
+}
+
+#[cfg(test)]
+mod tests {
+    use aws_sdk_kinesis::config::http::HttpResponse;
+    use aws_sdk_kinesis::error::{ErrorMetadata, SdkError};
+    use aws_sdk_kinesis::operation::list_shards::ListShardsError;
+    use aws_sdk_kinesis::types::error::ResourceNotFoundException;
+    use aws_smithy_mocks::{MockResponseInterceptor, Rule, RuleMode, mock};
+
+    use super::*;
+
+    /// A Kinesis client answering from `rule`, without retries (the crate's `mocked!` needs the
+    /// SDK's `test-util` feature, which this crate does not enable for Kinesis).
+    fn kinesis(rule: Rule) -> aws_sdk_kinesis::Client {
+        use aws_sdk_kinesis::config::{BehaviorVersion, Credentials, Region, retry::RetryConfig};
+        let conf = aws_sdk_kinesis::Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .region(Region::new("us-east-1"))
+            .credentials_provider(Credentials::new("test", "test", None, None, "test"))
+            .retry_config(RetryConfig::disabled())
+            .http_client(aws_smithy_mocks::create_mock_http_client())
+            .interceptor(
+                MockResponseInterceptor::new()
+                    .rule_mode(RuleMode::MatchAny)
+                    .with_rule(&rule),
+            )
+            .build();
+        aws_sdk_kinesis::Client::from_conf(conf)
+    }
+
+    /// The first error of type `T` in `err`'s source chain, `err` included.
+    fn in_chain<'a, T: std::error::Error + 'static>(
+        err: &'a (dyn std::error::Error + 'static),
+    ) -> Option<&'a T> {
+        std::iter::successors(Some(err), |e| e.source()).find_map(|e| e.downcast_ref::<T>())
+    }
+
+    #[tokio::test]
+    async fn a_missing_stream_keeps_the_sdk_error_as_the_source() {
+        let list = mock!(aws_sdk_kinesis::Client::list_shards).then_error(|| {
+            ListShardsError::ResourceNotFoundException(
+                ResourceNotFoundException::builder()
+                    .message("Stream t-likes not found")
+                    .meta(
+                        ErrorMetadata::builder()
+                            .code("ResourceNotFoundException")
+                            .message("Stream t-likes not found")
+                            .build(),
+                    )
+                    .build(),
+            )
+        });
+        let err = open_shard_ranges(&kinesis(list), "t-likes")
+            .await
+            .expect_err("mocked to fail");
+        let aws = err.aws().expect("an AWS failure");
+        assert!(aws.is_not_found());
+        assert!(!aws.is_throttling());
+        assert!(!aws.is_conditional_check_failed());
+        assert_eq!(
+            err.to_string(),
+            "Kinesis ListShards on t-likes failed: ResourceNotFoundException: Stream t-likes not found"
+        );
+        let sdk = in_chain::<SdkError<ListShardsError, HttpResponse>>(&err)
+            .expect("the SDK error is in the source chain");
+        assert!(
+            sdk.as_service_error()
+                .is_some_and(ListShardsError::is_resource_not_found_exception)
+        );
+    }
 }

@@ -16,9 +16,10 @@
 use std::future::Future;
 use std::time::Duration;
 
-use aws_sdk_eventbridge::error::{DisplayErrorContext, ProvideErrorMetadata};
 use aws_sdk_eventbridge::types::PutEventsRequestEntry;
 use heatsink_core::detect::Report;
+
+use crate::error::AwsError;
 
 /// The `source` of sampler-report events.
 pub const SAMPLER_SOURCE: &str = "heatsink.sampler";
@@ -36,8 +37,8 @@ const TIME_BYTES: usize = 14;
 #[derive(Debug, thiserror::Error)]
 pub enum PublishError {
     /// The PutEvents call failed (network, credentials, throttling after the SDK's retries).
-    #[error("EventBridge PutEvents failed: {0}")]
-    Call(String),
+    #[error(transparent)]
+    Aws(Box<AwsError>),
     /// EventBridge accepted the call but refused the entry.
     #[error("EventBridge refused the report: {code}: {message}")]
     Rejected {
@@ -49,6 +50,23 @@ pub enum PublishError {
     /// The report cannot be encoded, or not even one hot key fits in an entry.
     #[error("sampler report cannot be encoded: {0}")]
     Encode(String),
+}
+
+/// Boxed: an [`AwsError`] is large, and this enum is the `Err` of every call.
+impl From<AwsError> for PublishError {
+    fn from(e: AwsError) -> Self {
+        Self::Aws(Box::new(e))
+    }
+}
+
+impl PublishError {
+    /// The failed PutEvents call behind this error, if it is one.
+    pub fn aws(&self) -> Option<&AwsError> {
+        match self {
+            Self::Aws(e) => Some(e.as_ref()),
+            _ => None,
+        }
+    }
 }
 
 /// A report encoded as one entry's `Detail`, and what was left out to fit.
@@ -186,12 +204,8 @@ impl ReportSink for EventBridgeSink {
             .send()
             .await
             .map_err(|e| {
-                // A service error's code and message say it all; the full context (raw
-                // response included) only for transport failures.
-                PublishError::Call(match (e.code(), e.message()) {
-                    (Some(code), message) => format!("{code}: {}", message.unwrap_or("no message")),
-                    _ => DisplayErrorContext(&e).to_string(),
-                })
+                let bus = self.bus.as_deref().unwrap_or("default");
+                AwsError::new("EventBridge", "PutEvents", bus, e)
             })?;
         if out.failed_entry_count() == 0 {
             return Ok(());
@@ -263,12 +277,72 @@ impl<S: ReportSink> Publisher<S> {
 mod tests {
     use std::sync::{Arc, Mutex};
 
+    use aws_sdk_eventbridge::config::http::HttpResponse;
+    use aws_sdk_eventbridge::error::{ErrorMetadata, ProvideErrorMetadata, SdkError};
+    use aws_sdk_eventbridge::operation::put_events::PutEventsError;
+    use aws_smithy_mocks::{MockResponseInterceptor, Rule, RuleMode, mock};
     use heatsink_core::detect::{HotKey, Kind, PartitionLoad};
     use proptest::prelude::*;
     use serde_json::Value;
 
     use super::*;
     use crate::control::Trigger;
+
+    /// An EventBridge client answering from `rule`, without retries (the crate's `mocked!`
+    /// needs the SDK's `test-util` feature, which this crate does not enable for EventBridge).
+    fn eventbridge(rule: Rule) -> aws_sdk_eventbridge::Client {
+        use aws_sdk_eventbridge::config::{
+            BehaviorVersion, Credentials, Region, retry::RetryConfig,
+        };
+        let conf = aws_sdk_eventbridge::Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .region(Region::new("us-east-1"))
+            .credentials_provider(Credentials::new("test", "test", None, None, "test"))
+            .retry_config(RetryConfig::disabled())
+            .http_client(aws_smithy_mocks::create_mock_http_client())
+            .interceptor(
+                MockResponseInterceptor::new()
+                    .rule_mode(RuleMode::MatchAny)
+                    .with_rule(&rule),
+            )
+            .build();
+        aws_sdk_eventbridge::Client::from_conf(conf)
+    }
+
+    /// The first error of type `T` in `err`'s source chain, `err` included.
+    fn in_chain<'a, T: std::error::Error + 'static>(
+        err: &'a (dyn std::error::Error + 'static),
+    ) -> Option<&'a T> {
+        std::iter::successors(Some(err), |e| e.source()).find_map(|e| e.downcast_ref::<T>())
+    }
+
+    #[tokio::test]
+    async fn a_throttled_put_events_keeps_the_sdk_error_as_the_source() {
+        let put = mock!(aws_sdk_eventbridge::Client::put_events).then_error(|| {
+            PutEventsError::generic(
+                ErrorMetadata::builder()
+                    .code("ThrottlingException")
+                    .message("Rate exceeded")
+                    .build(),
+            )
+        });
+        let sink = EventBridgeSink::new(eventbridge(put), Some("heatsink-bus".into()));
+        let err = sink.put("{}".into()).await.expect_err("mocked to fail");
+        let aws = err.aws().expect("an AWS failure");
+        assert!(aws.is_throttling());
+        assert!(!aws.is_conditional_check_failed());
+        assert_eq!(
+            (aws.service(), aws.operation(), aws.resource()),
+            ("EventBridge", "PutEvents", "heatsink-bus")
+        );
+        assert_eq!(
+            err.to_string(),
+            "EventBridge PutEvents on heatsink-bus failed: ThrottlingException: Rate exceeded"
+        );
+        let sdk = in_chain::<SdkError<PutEventsError, HttpResponse>>(&err)
+            .expect("the SDK error is in the source chain");
+        assert_eq!(sdk.code(), Some("ThrottlingException"));
+    }
 
     /// A write-hot key named `key` at `estimate` writes/s (the shape the sampler reports).
     fn hot_key(key: &str, estimate: f64) -> HotKey {
@@ -377,7 +451,12 @@ mod tests {
             let mut fail = self.fail.lock().unwrap();
             if *fail > 0 {
                 *fail -= 1;
-                return Err(PublishError::Call("throttled".into()));
+                return Err(PublishError::from(AwsError::new(
+                    "EventBridge",
+                    "PutEvents",
+                    "default",
+                    SdkError::<PutEventsError, HttpResponse>::construction_failure("throttled"),
+                )));
             }
             self.sent.lock().unwrap().push(detail);
             Ok(())

@@ -32,7 +32,7 @@ use heatsink_core::merge::{
     Cursor, KeyMap, KeyValue, PageEnd, ShardBuffer, Token, TokenError, fingerprint, merge_page,
 };
 
-use crate::error::describe;
+use crate::error::AwsError;
 
 /// One DynamoDB item.
 pub type Item = HashMap<String, AttributeValue>;
@@ -57,9 +57,26 @@ pub enum ScatterError {
     /// BatchGetItem still had unprocessed keys after every retry.
     #[error("BatchGetItem left {0} keys unprocessed after all retries")]
     Unprocessed(usize),
-    /// DynamoDB refused the request.
-    #[error("DynamoDB: {0}")]
-    Dynamo(String),
+    /// DynamoDB refused the request or could not be reached.
+    #[error(transparent)]
+    Aws(Box<AwsError>),
+}
+
+/// Boxed: an [`AwsError`] is large, and this enum is the `Err` of every call.
+impl From<AwsError> for ScatterError {
+    fn from(e: AwsError) -> Self {
+        Self::Aws(Box::new(e))
+    }
+}
+
+impl ScatterError {
+    /// The failed DynamoDB call behind this error, if it is one.
+    pub fn aws(&self) -> Option<&AwsError> {
+        match self {
+            Self::Aws(e) => Some(e.as_ref()),
+            _ => None,
+        }
+    }
 }
 
 /// What became of one shard's request.
@@ -256,7 +273,7 @@ pub async fn batch_get_with(
                 .request_items(table, request)
                 .send()
                 .await
-                .map_err(|e| ScatterError::Dynamo(describe(&e)))?;
+                .map_err(|e| AwsError::dynamodb("BatchGetItem", table, e))?;
             if let Some(mut got) = out.responses {
                 items.extend(got.remove(table).unwrap_or_default());
             }
@@ -478,7 +495,7 @@ impl MergedQuery {
         i: usize,
         start: Option<Item>,
         limit: i32,
-    ) -> Result<(usize, Vec<Item>, Option<Item>), String> {
+    ) -> Result<(usize, Vec<Item>, Option<Item>), AwsError> {
         let out = ddb
             .query()
             .table_name(&self.table)
@@ -491,7 +508,7 @@ impl MergedQuery {
             .set_exclusive_start_key(start)
             .send()
             .await
-            .map_err(|e| describe(&e))?;
+            .map_err(|e| AwsError::dynamodb("Query", &self.table, e))?;
         Ok((i, out.items.unwrap_or_default(), out.last_evaluated_key))
     }
 
@@ -561,7 +578,70 @@ fn to_item(key: &KeyMap) -> Item {
 
 #[cfg(test)]
 mod tests {
+    use aws_sdk_dynamodb::config::http::HttpResponse;
+    use aws_sdk_dynamodb::config::retry::RetryConfig;
+    use aws_sdk_dynamodb::error::{ErrorMetadata, SdkError};
+    use aws_sdk_dynamodb::operation::batch_get_item::BatchGetItemError;
+    use aws_sdk_dynamodb::operation::query::QueryError;
+    use aws_sdk_dynamodb::types::error::ProvisionedThroughputExceededException;
+    use aws_smithy_mocks::mock;
+
     use super::*;
+    use crate::testing::mocked;
+
+    /// The first error of type `T` in `err`'s source chain, `err` included.
+    fn in_chain<'a, T: std::error::Error + 'static>(
+        err: &'a (dyn std::error::Error + 'static),
+    ) -> Option<&'a T> {
+        std::iter::successors(Some(err), |e| e.source()).find_map(|e| e.downcast_ref::<T>())
+    }
+
+    fn throttled() -> ProvisionedThroughputExceededException {
+        ProvisionedThroughputExceededException::builder()
+            .message("slow down")
+            .meta(
+                ErrorMetadata::builder()
+                    .code("ProvisionedThroughputExceededException")
+                    .message("slow down")
+                    .build(),
+            )
+            .build()
+    }
+
+    #[tokio::test]
+    async fn a_failed_batch_get_reaches_the_sdk_error_and_a_failed_shard_names_the_call() {
+        let get = mock!(aws_sdk_dynamodb::Client::batch_get_item)
+            .then_error(|| BatchGetItemError::ProvisionedThroughputExceededException(throttled()));
+        let query = mock!(aws_sdk_dynamodb::Client::query)
+            .then_error(|| QueryError::ProvisionedThroughputExceededException(throttled()));
+        let ddb =
+            mocked!(aws_sdk_dynamodb with |c| c.retry_config(RetryConfig::disabled()); get, query);
+        let key = Item::from([("pk".to_owned(), AttributeValue::S("p9#0".into()))]);
+        let err = batch_get(&ddb, "t-posts", vec![key], Backoff::default())
+            .await
+            .expect_err("mocked to fail");
+        let aws = err.aws().expect("an AWS failure");
+        assert!(aws.is_throttling());
+        assert!(!aws.is_conditional_check_failed());
+        assert_eq!(
+            (aws.operation(), aws.resource()),
+            ("BatchGetItem", "t-posts")
+        );
+        let sdk = in_chain::<SdkError<BatchGetItemError, HttpResponse>>(&err)
+            .expect("the SDK error is in the source chain");
+        assert!(
+            sdk.as_service_error()
+                .is_some_and(BatchGetItemError::is_provisioned_throughput_exceeded_exception)
+        );
+
+        let q = MergedQuery::table("t-posts", "pk", "sk", vec!["p9#0".into()]);
+        let err = q.page(&ddb, 10, None).await.expect_err("mocked to fail");
+        assert!(
+            matches!(&err, ScatterError::Partial { missing, total: 1 }
+                if missing == &["shard 0 (DynamoDB Query on t-posts failed: ProvisionedThroughputExceededException: slow down)"]),
+            "{err:?}"
+        );
+    }
 
     #[tokio::test]
     async fn a_slow_shard_is_reported_missing_not_dropped_silently() {

@@ -186,7 +186,7 @@ async fn a_published_report_is_routed_by_the_stacks_rule_and_mitigated_by_the_co
         .await
         .expect_err("no such bus");
     assert!(
-        matches!(&err, PublishError::Call(m) if m.starts_with("ResourceNotFoundException: ")),
+        matches!(&err, PublishError::Aws(e) if e.code() == Some("ResourceNotFoundException")),
         "{err}"
     );
 

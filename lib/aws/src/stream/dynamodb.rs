@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 use super::source::parse_seq;
 use super::{RecordBatch, ShardSource, StartAt, StreamError, StreamRecord};
 
-const SERVICE: &str = "dynamodbstreams";
+const SERVICE: &str = "DynamoDB Streams";
 
 /// A DynamoDB table's change stream (by stream ARN) as a [`ShardSource`].
 ///
@@ -77,7 +77,9 @@ impl ShardSource for DynamoDbStreamsSource {
                 .set_exclusive_start_shard_id(start.take())
                 .send()
                 .await
-                .map_err(|e| StreamError::from_sdk(SERVICE, &self.stream_arn, e))?;
+                .map_err(|e| {
+                    StreamError::from_sdk(SERVICE, "DescribeStream", &self.stream_arn, e)
+                })?;
             let Some(desc) = out.stream_description() else {
                 return Ok(shards);
             };
@@ -116,13 +118,12 @@ impl ShardSource for DynamoDbStreamsSource {
         let out = req
             .send()
             .await
-            .map_err(|e| StreamError::from_sdk(SERVICE, &resource, e))?;
+            .map_err(|e| StreamError::from_sdk(SERVICE, "GetShardIterator", &resource, e))?;
         out.shard_iterator()
             .map(str::to_owned)
             .ok_or(StreamError::NotFound {
-                service: SERVICE,
                 resource,
-                message: "GetShardIterator returned no iterator".into(),
+                source: None,
             })
     }
 
@@ -134,7 +135,7 @@ impl ShardSource for DynamoDbStreamsSource {
             .limit(limit)
             .send()
             .await
-            .map_err(|e| StreamError::from_sdk(SERVICE, &self.stream_arn, e))?;
+            .map_err(|e| StreamError::from_sdk(SERVICE, "GetRecords", &self.stream_arn, e))?;
         let mut records = Vec::with_capacity(out.records().len());
         for r in out.records() {
             let Some(change) = r.dynamodb() else { continue };

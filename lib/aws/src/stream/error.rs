@@ -1,43 +1,30 @@
 //! `StreamError`: what can go wrong reading a stream, moving a lease or running a processor.
 
-use aws_sdk_dynamodb::error::ProvideErrorMetadata;
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 
-use crate::error::describe;
+use crate::error::AwsError;
 
 /// Errors of the stream adapters, named for what the caller can do about them.
 #[derive(Debug, thiserror::Error)]
 pub enum StreamError {
     /// The service throttled the call (ProvisionedThroughputExceeded, LimitExceeded, …): back off.
-    #[error("{service} throttled the call on {resource}: {message}")]
-    Throttled {
-        /// `kinesis`, `dynamodbstreams` or `dynamodb`.
-        service: &'static str,
-        /// Stream, shard or table.
-        resource: String,
-        /// The SDK error with its cause chain.
-        message: String,
-    },
+    #[error("{} throttled {} on {}", .0.service(), .0.operation(), .0.resource())]
+    Throttled(#[source] Box<AwsError>),
     /// The shard iterator expired (5 minutes unused): get a new one after the last checkpoint.
-    #[error("shard iterator expired on {resource}")]
-    ExpiredIterator {
-        /// Stream or shard.
-        resource: String,
-    },
+    #[error("shard iterator expired on {}", .0.resource())]
+    ExpiredIterator(#[source] Box<AwsError>),
     /// The records asked for were trimmed past retention: restart at TRIM_HORIZON.
-    #[error("records of {resource} were trimmed past retention")]
-    Trimmed {
-        /// Stream or shard.
-        resource: String,
-    },
+    #[error("records of {} were trimmed past retention", .0.resource())]
+    Trimmed(#[source] Box<AwsError>),
     /// The stream, shard or table does not exist (deleted, or trimmed past retention).
-    #[error("{service}: {resource} not found: {message}")]
+    #[error("{resource} not found")]
     NotFound {
-        /// The service that said so.
-        service: &'static str,
         /// Stream, shard or table.
         resource: String,
-        /// The SDK error with its cause chain.
-        message: String,
+        /// The service's `ResourceNotFoundException`; `None` when an answer lacked what was
+        /// asked for (GetShardIterator without an iterator).
+        #[source]
+        source: Option<Box<AwsError>>,
     },
     /// Someone else changed the lease since it was read: re-read it, never retry blindly.
     #[error("lease of {shard_id:?} changed under us (conditional write failed)")]
@@ -70,54 +57,62 @@ pub enum StreamError {
     #[error("record processor failed: {0}")]
     Processor(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// Any other AWS failure (network, validation, access): retried on the next round.
-    #[error("{service} call on {resource} failed: {message}")]
-    Call {
-        /// The service.
-        service: &'static str,
-        /// Stream, shard or table.
-        resource: String,
-        /// The SDK error with its cause chain.
-        message: String,
-    },
+    #[error(transparent)]
+    Aws(Box<AwsError>),
+}
+
+/// Classifies a failed call by its error code, like [`StreamError::from_sdk`] (boxed: an
+/// [`AwsError`] is large, and this enum is the `Err` of every call).
+impl From<AwsError> for StreamError {
+    fn from(err: AwsError) -> Self {
+        let boxed = Box::new(err);
+        if boxed.is_throttling() {
+            Self::Throttled(boxed)
+        } else if boxed.code() == Some("ExpiredIteratorException") {
+            Self::ExpiredIterator(boxed)
+        } else if boxed.code() == Some("TrimmedDataAccessException") {
+            Self::Trimmed(boxed)
+        } else if boxed.is_not_found() {
+            Self::NotFound {
+                resource: boxed.resource().to_owned(),
+                source: Some(boxed),
+            }
+        } else {
+            Self::Aws(boxed)
+        }
+    }
 }
 
 impl StreamError {
-    /// Maps an SDK error to the variant the caller can act on, by its error code.
-    pub(crate) fn from_sdk<E>(service: &'static str, resource: &str, err: E) -> Self
+    /// Maps `service`'s failed `operation` on `resource` to the variant the caller can act on,
+    /// by its error code; the SDK error is kept whole as the [`AwsError`] inside.
+    pub(crate) fn from_sdk<E, R>(
+        service: &'static str,
+        operation: &'static str,
+        resource: &str,
+        err: SdkError<E, R>,
+    ) -> Self
     where
-        E: std::error::Error + ProvideErrorMetadata,
+        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+        R: std::fmt::Debug + Send + Sync + 'static,
     {
-        let resource = resource.to_owned();
-        match err.code() {
-            Some(
-                "ProvisionedThroughputExceededException"
-                | "LimitExceededException"
-                | "ThrottlingException"
-                | "RequestLimitExceeded"
-                | "KMSThrottlingException",
-            ) => Self::Throttled {
-                service,
-                resource,
-                message: describe(&err),
-            },
-            Some("ExpiredIteratorException") => Self::ExpiredIterator { resource },
-            Some("TrimmedDataAccessException") => Self::Trimmed { resource },
-            Some("ResourceNotFoundException") => Self::NotFound {
-                service,
-                resource,
-                message: describe(&err),
-            },
-            _ => Self::Call {
-                service,
-                resource,
-                message: describe(&err),
-            },
+        AwsError::new(service, operation, resource, err).into()
+    }
+
+    /// The failed AWS call behind this error, if it is one.
+    pub fn aws(&self) -> Option<&AwsError> {
+        match self {
+            Self::Throttled(e) | Self::ExpiredIterator(e) | Self::Trimmed(e) | Self::Aws(e) => {
+                Some(e.as_ref())
+            }
+            Self::NotFound { source, .. } => source.as_deref(),
+            _ => None,
         }
     }
 
     /// True for errors worth retrying after a pause (throttling, network, unknown failures).
     pub fn is_transient(&self) -> bool {
-        matches!(self, Self::Throttled { .. } | Self::Call { .. })
+        matches!(self, Self::Throttled(_) | Self::Aws(_))
     }
 
     /// True when the worker no longer holds the lease and must stop the shard.
@@ -128,5 +123,85 @@ impl StreamError {
                 | Self::Fenced { .. }
                 | Self::Core(heatsink_core::stream::StreamError::LeaseLost { .. })
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use aws_sdk_dynamodb::config::http::HttpResponse;
+    use aws_sdk_dynamodb::config::retry::RetryConfig;
+    use aws_sdk_dynamodb::error::ErrorMetadata;
+    use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+    use aws_sdk_dynamodb::types::error::{
+        ConditionalCheckFailedException, ResourceNotFoundException,
+    };
+    use aws_smithy_mocks::mock;
+
+    use super::*;
+    use crate::testing::mocked;
+
+    /// The first error of type `T` in `err`'s source chain, `err` included.
+    fn in_chain<'a, T: std::error::Error + 'static>(
+        err: &'a (dyn std::error::Error + 'static),
+    ) -> Option<&'a T> {
+        std::iter::successors(Some(err), |e| e.source()).find_map(|e| e.downcast_ref::<T>())
+    }
+
+    fn meta(code: &str) -> ErrorMetadata {
+        ErrorMetadata::builder()
+            .code(code)
+            .message("mocked")
+            .build()
+    }
+
+    async fn update_failing_with(err: fn() -> UpdateItemError) -> StreamError {
+        let update = mock!(aws_sdk_dynamodb::Client::update_item).then_error(err);
+        let ddb =
+            mocked!(aws_sdk_dynamodb with |c| c.retry_config(RetryConfig::disabled()); update);
+        let out = ddb.update_item().table_name("t-leases").send().await;
+        out.map_err(|e| StreamError::from_sdk("DynamoDB", "UpdateItem", "t-leases", e))
+            .expect_err("mocked to fail")
+    }
+
+    #[tokio::test]
+    async fn dynamodb_failures_are_classified_and_keep_the_sdk_error() {
+        let err = update_failing_with(|| {
+            UpdateItemError::ResourceNotFoundException(
+                ResourceNotFoundException::builder()
+                    .meta(meta("ResourceNotFoundException"))
+                    .build(),
+            )
+        })
+        .await;
+        assert!(
+            matches!(&err, StreamError::NotFound { resource, source: Some(_) } if resource == "t-leases"),
+            "{err:?}"
+        );
+        assert!(err.aws().is_some_and(AwsError::is_not_found));
+        assert!(in_chain::<SdkError<UpdateItemError, HttpResponse>>(&err).is_some());
+
+        let err = update_failing_with(|| {
+            UpdateItemError::ConditionalCheckFailedException(
+                ConditionalCheckFailedException::builder()
+                    .meta(meta("ConditionalCheckFailedException"))
+                    .build(),
+            )
+        })
+        .await;
+        assert!(matches!(err, StreamError::Aws(_)), "{err:?}");
+        assert!(
+            err.is_transient(),
+            "as before: any other AWS failure is retried"
+        );
+        let aws = err.aws().expect("an AWS failure");
+        assert!(aws.is_conditional_check_failed());
+        assert!(!aws.is_throttling());
+        assert_eq!(aws.operation(), "UpdateItem");
+        let sdk = in_chain::<SdkError<UpdateItemError, HttpResponse>>(&err)
+            .expect("the SDK error is in the source chain");
+        assert!(
+            sdk.as_service_error()
+                .is_some_and(UpdateItemError::is_conditional_check_failed_exception)
+        );
     }
 }

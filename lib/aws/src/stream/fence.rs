@@ -77,14 +77,14 @@ impl Fence {
         result: Result<T, SdkError<E, R>>,
     ) -> Result<T, StreamError>
     where
-        E: ProvideErrorMetadata + std::error::Error + 'static,
-        R: std::fmt::Debug,
+        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+        R: std::fmt::Debug + Send + Sync + 'static,
     {
         result.map_err(|e| {
             if e.code() == Some("ConditionalCheckFailedException") {
                 StreamError::Fenced { token: self.token }
             } else {
-                StreamError::from_sdk("dynamodb", table, e)
+                StreamError::from_sdk("DynamoDB", "UpdateItem", table, e)
             }
         })
     }

@@ -7,7 +7,7 @@ use heatsink_core::stream::ShardInfo;
 use super::source::parse_seq;
 use super::{RecordBatch, ShardSource, StartAt, StreamError, StreamRecord};
 
-const SERVICE: &str = "kinesis";
+const SERVICE: &str = "Kinesis";
 
 /// A Kinesis data stream as a [`ShardSource`].
 #[derive(Clone, Debug)]
@@ -50,7 +50,7 @@ impl ShardSource for KinesisSource {
             let out = req
                 .send()
                 .await
-                .map_err(|e| StreamError::from_sdk(SERVICE, &self.stream, e))?;
+                .map_err(|e| StreamError::from_sdk(SERVICE, "ListShards", &self.stream, e))?;
             for s in out.shards() {
                 let seqs = s.sequence_number_range();
                 shards.push(ShardInfo {
@@ -86,13 +86,12 @@ impl ShardSource for KinesisSource {
         let out = req
             .send()
             .await
-            .map_err(|e| StreamError::from_sdk(SERVICE, &resource, e))?;
+            .map_err(|e| StreamError::from_sdk(SERVICE, "GetShardIterator", &resource, e))?;
         out.shard_iterator()
             .map(str::to_owned)
             .ok_or(StreamError::NotFound {
-                service: SERVICE,
                 resource,
-                message: "GetShardIterator returned no iterator".into(),
+                source: None,
             })
     }
 
@@ -104,7 +103,7 @@ impl ShardSource for KinesisSource {
             .limit(limit)
             .send()
             .await
-            .map_err(|e| StreamError::from_sdk(SERVICE, &self.stream, e))?;
+            .map_err(|e| StreamError::from_sdk(SERVICE, "GetRecords", &self.stream, e))?;
         let mut records = Vec::with_capacity(out.records().len());
         for r in out.records() {
             records.push(StreamRecord {
@@ -127,5 +126,100 @@ impl ShardSource for KinesisSource {
             child_shards,
             millis_behind: out.millis_behind_latest(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use aws_sdk_kinesis::config::http::HttpResponse;
+    use aws_sdk_kinesis::error::{ErrorMetadata, SdkError};
+    use aws_sdk_kinesis::operation::get_records::GetRecordsError;
+    use aws_sdk_kinesis::types::error::{
+        ExpiredIteratorException, ProvisionedThroughputExceededException,
+    };
+    use aws_smithy_mocks::{MockResponseInterceptor, Rule, RuleMode, mock};
+
+    use super::*;
+    use crate::error::AwsError;
+
+    /// A Kinesis client answering from `rule`, without retries (the crate's `mocked!` needs the
+    /// SDK's `test-util` feature, which this crate does not enable for Kinesis).
+    fn kinesis(rule: Rule) -> aws_sdk_kinesis::Client {
+        use aws_sdk_kinesis::config::{BehaviorVersion, Credentials, Region, retry::RetryConfig};
+        let conf = aws_sdk_kinesis::Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .region(Region::new("us-east-1"))
+            .credentials_provider(Credentials::new("test", "test", None, None, "test"))
+            .retry_config(RetryConfig::disabled())
+            .http_client(aws_smithy_mocks::create_mock_http_client())
+            .interceptor(
+                MockResponseInterceptor::new()
+                    .rule_mode(RuleMode::MatchAny)
+                    .with_rule(&rule),
+            )
+            .build();
+        aws_sdk_kinesis::Client::from_conf(conf)
+    }
+
+    /// The first error of type `T` in `err`'s source chain, `err` included.
+    fn in_chain<'a, T: std::error::Error + 'static>(
+        err: &'a (dyn std::error::Error + 'static),
+    ) -> Option<&'a T> {
+        std::iter::successors(Some(err), |e| e.source()).find_map(|e| e.downcast_ref::<T>())
+    }
+
+    fn meta(code: &str) -> ErrorMetadata {
+        ErrorMetadata::builder()
+            .code(code)
+            .message("mocked")
+            .build()
+    }
+
+    async fn get_records_failing_with(err: fn() -> GetRecordsError) -> StreamError {
+        let get = mock!(aws_sdk_kinesis::Client::get_records).then_error(err);
+        KinesisSource::new(kinesis(get), "t-likes")
+            .get_records("AAAA", 100)
+            .await
+            .expect_err("mocked to fail")
+    }
+
+    #[tokio::test]
+    async fn get_records_failures_are_classified_and_keep_the_sdk_error() {
+        let err = get_records_failing_with(|| {
+            GetRecordsError::ProvisionedThroughputExceededException(
+                ProvisionedThroughputExceededException::builder()
+                    .meta(meta("ProvisionedThroughputExceededException"))
+                    .build(),
+            )
+        })
+        .await;
+        assert!(matches!(err, StreamError::Throttled(_)), "{err:?}");
+        assert!(err.is_transient());
+        assert_eq!(err.to_string(), "Kinesis throttled GetRecords on t-likes");
+        let aws = err.aws().expect("an AWS failure");
+        assert!(aws.is_throttling());
+        assert!(!aws.is_conditional_check_failed());
+        let sdk = in_chain::<SdkError<GetRecordsError, HttpResponse>>(&err)
+            .expect("the SDK error is in the source chain");
+        assert!(
+            sdk.as_service_error()
+                .is_some_and(GetRecordsError::is_provisioned_throughput_exceeded_exception)
+        );
+
+        let err = get_records_failing_with(|| {
+            GetRecordsError::ExpiredIteratorException(
+                ExpiredIteratorException::builder()
+                    .meta(meta("ExpiredIteratorException"))
+                    .build(),
+            )
+        })
+        .await;
+        assert!(matches!(err, StreamError::ExpiredIterator(_)), "{err:?}");
+        assert!(!err.is_transient());
+        assert_eq!(
+            err.aws().and_then(AwsError::code),
+            Some("ExpiredIteratorException")
+        );
+        assert!(in_chain::<SdkError<GetRecordsError, HttpResponse>>(&err).is_some());
     }
 }

@@ -15,7 +15,7 @@ use heatsink_core::stream::{Lease, LeaseEvent, LeaseState, Progress};
 use super::{StreamError, now_ms};
 use crate::schema::{Schema, Table};
 
-const SERVICE: &str = "dynamodb";
+const SERVICE: &str = "DynamoDB";
 
 /// A row that could not be read back as a lease, kept raw enough to replace it conditionally.
 #[derive(Clone, Debug, PartialEq)]
@@ -165,11 +165,20 @@ impl LeaseTable {
         &self.app
     }
 
-    fn err<E>(&self, e: E) -> StreamError
+    fn err<E, R>(
+        &self,
+        operation: &'static str,
+        e: aws_sdk_dynamodb::error::SdkError<E, R>,
+    ) -> StreamError
     where
-        E: std::error::Error + aws_sdk_dynamodb::error::ProvideErrorMetadata,
+        E: std::error::Error
+            + aws_sdk_dynamodb::error::ProvideErrorMetadata
+            + Send
+            + Sync
+            + 'static,
+        R: std::fmt::Debug + Send + Sync + 'static,
     {
-        StreamError::from_sdk(SERVICE, &self.table, e)
+        StreamError::from_sdk(SERVICE, operation, &self.table, e)
     }
 
     fn is_conflict<E>(e: &E) -> bool
@@ -195,7 +204,7 @@ impl LeaseTable {
                 .set_exclusive_start_key(start.take())
                 .send()
                 .await
-                .map_err(|e| self.err(e))?;
+                .map_err(|e| self.err("Query", e))?;
             for item in page.items() {
                 match parse_row(item) {
                     Ok(lease) => out.leases.push(lease),
@@ -222,7 +231,7 @@ impl LeaseTable {
             .consistent_read(true)
             .send()
             .await
-            .map_err(|e| self.err(e))?;
+            .map_err(|e| self.err("GetItem", e))?;
         match out.item() {
             None => Ok(None),
             Some(item) => parse_row(item)
@@ -268,7 +277,7 @@ impl LeaseTable {
         match out {
             Ok(_) => Ok(true),
             Err(e) if Self::is_conflict(&e) => Ok(false),
-            Err(e) => Err(self.err(e)),
+            Err(e) => Err(self.err("PutItem", e)),
         }
     }
 
@@ -293,7 +302,7 @@ impl LeaseTable {
         match put.send().await {
             Ok(_) => Ok(true),
             Err(e) if Self::is_conflict(&e) => Ok(false),
-            Err(e) => Err(self.err(e)),
+            Err(e) => Err(self.err("PutItem", e)),
         }
     }
 
@@ -379,7 +388,7 @@ impl LeaseTable {
                 return match out {
                     Ok(_) => Ok(next),
                     Err(e) if Self::is_conflict(&e) => Err(self.conflict(current)),
-                    Err(e) => Err(self.err(e)),
+                    Err(e) => Err(self.err("DeleteItem", e)),
                 };
             }
         }
@@ -425,7 +434,7 @@ impl LeaseTable {
         match req.send().await {
             Ok(_) => Ok(next),
             Err(e) if Self::is_conflict(&e) => Err(self.conflict(current)),
-            Err(e) => Err(self.err(e)),
+            Err(e) => Err(self.err("UpdateItem", e)),
         }
     }
 
