@@ -36,8 +36,10 @@
 //!
 //! Where things are: [`ShardInfo`] and [`ShardGraph`] (`graph.rs`), [`Progress`],
 //! [`Checkpoints`] and [`eligible`] (`progress.rs`), [`Lease`], [`LeaseState`] and
-//! [`LeaseEvent`] (`lease.rs`), [`assign`] (`assign.rs`), and [`ReshardSim`], a pure simulator
-//! of resharding histories for tests (`history.rs`).
+//! [`LeaseEvent`] (`lease.rs`), [`assign`] (`assign.rs`), [`plan_round`] and [`RoundPlan`]
+//! (`round.rs`: one worker's whole lease round — repair, renew, stop, take, steal — decided from
+//! one read of the lease table and handed to the adapter as data), and [`ReshardSim`], a pure
+//! simulator of resharding histories for tests (`history.rs`).
 //!
 //! ```
 //! use heatsink_core::stream::{Checkpoints, Progress, ShardGraph, ShardInfo, eligible};
@@ -99,6 +101,7 @@ mod graph;
 mod history;
 mod lease;
 mod progress;
+mod round;
 #[cfg(test)]
 mod tests;
 
@@ -107,6 +110,7 @@ pub use graph::{ShardGraph, ShardInfo};
 pub use history::{ReshardOp, ReshardSim, SimRecord};
 pub use lease::{Lease, LeaseEvent, LeaseState};
 pub use progress::{Checkpoints, Progress, SHARD_END, TRIM_HORIZON, eligible};
+pub use round::{Acquire, MalformedRow, Repair, RoundInput, RoundPlan, plan_round};
 
 /// Everything that can go wrong building the shard graph or moving a lease.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -100,6 +100,10 @@ fn fast_config(worker: &str) -> WorkerConfig {
     c.idle_poll = Duration::from_millis(100);
     c.retry_backoff = Duration::from_millis(50);
     c.max_records = 200;
+    // moto 5.2.5 lets two conditional takes both succeed: read each take back, as the worker
+    // always did before `verify_takes`. `HEATSINK_VERIFY_TAKES=0` runs a lane whose emulator
+    // serialises conditional writes without it, as production does.
+    c.verify_takes = std::env::var("HEATSINK_VERIFY_TAKES").as_deref() != Ok("0");
     c
 }
 

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use heatsink_core::stream::{Lease, LeaseEvent, LeaseState, Progress};
+use heatsink_core::stream::{Lease, LeaseEvent, LeaseState, MalformedRow, Progress};
 
 use super::{StreamError, now_ms};
 use crate::schema::{Schema, Table};
@@ -37,6 +37,28 @@ pub struct LeaseScan {
     pub leases: Vec<Lease>,
     /// The rows that did not.
     pub malformed: Vec<MalformedLease>,
+}
+
+impl MalformedLease {
+    /// What round planning needs of the row ([`heatsink_core::stream::plan_round`]).
+    pub fn row(&self) -> MalformedRow {
+        MalformedRow {
+            shard_id: self.shard_id.clone(),
+            counter: self.counter,
+        }
+    }
+}
+
+impl LeaseScan {
+    /// The malformed rows as core types, for [`heatsink_core::stream::RoundInput`].
+    pub fn malformed_rows(&self) -> Vec<MalformedRow> {
+        self.malformed.iter().map(MalformedLease::row).collect()
+    }
+
+    /// The malformed row of `shard_id`, if it is one.
+    pub fn malformed_row(&self, shard_id: &str) -> Option<&MalformedLease> {
+        self.malformed.iter().find(|m| m.shard_id == shard_id)
+    }
 }
 
 /// One application's leases in a lease table (`app` / `shard_id`).

@@ -18,7 +18,10 @@
 //!   lease counter, so a worker that lost its lease cannot overwrite a newer holder's work.
 //! - [`Worker`] (`worker.rs`): the consumer loop — shard sync, lease taking and rebalancing,
 //!   GetRecords polling, the [`RecordProcessor`], checkpoints, graceful shutdown; per round,
-//!   optionally, the lease metrics as EMF ([`Worker::emit_emf`]).
+//!   optionally, the lease metrics as EMF ([`Worker::emit_emf`]). Each lease round is decided
+//!   by the pure [`plan_round`](heatsink_core::stream::plan_round) from one read of the lease
+//!   table; the worker only executes the [`RoundPlan`](heatsink_core::stream::RoundPlan)'s
+//!   writes.
 //!
 //! ```no_run
 //! use heatsink::stream::{KinesisSource, LeaseTable, ProcessBatch, RecordProcessor, StreamError,

@@ -1,9 +1,12 @@
 //! `Worker`: the consumer loop — shard sync, leases, GetRecords polling, processing, checkpoints.
 //!
 //! One worker runs one main loop and one task per held shard. Every `renew_interval` the main
-//! loop (re)lists shards when due, reads the application's leases, recreates missing or malformed
-//! rows from the shard graph, renews what it holds (stopping any shard whose lease moved), and
-//! plans takes and steals with [`assign`] over the [`eligible`] shards. A shard task reads its
+//! loop (re)lists shards when due, reads the application's leases and hands that read to
+//! [`plan_round`], which decides the whole round as data (a [`RoundPlan`]): rows to recreate from
+//! the shard graph, leases to renew, shards to stop because their lease moved, and takes and
+//! steals over the eligible shards. The loop only executes the plan — the conditional lease-table
+//! writes — and reacts to their results (see [`heatsink_core::stream`]'s `round.rs` for the
+//! state machine). A shard task reads its
 //! shard from the checkpoint, hands each batch to the [`RecordProcessor`] with the lease counter
 //! as fencing token, checkpoints after `Ok`, and at SHARD_END records the end and creates the
 //! children's leases.
@@ -12,7 +15,7 @@
 //! [`Worker::on_round`] takes any callback, [`Worker::emit_emf`] writes the report as EMF
 //! metrics ([`RoundReport::metrics`]) for a dashboard's leases widget.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -21,12 +24,13 @@ use std::time::Duration;
 
 use heatsink_core::counter::Seq;
 use heatsink_core::stream::{
-    Checkpoints, Lease, LeaseEvent, LeaseState, Progress, ShardGraph, ShardInfo, assign, eligible,
+    Acquire, Lease, LeaseEvent, Progress, Repair, RoundInput, RoundPlan, ShardGraph, ShardInfo,
+    plan_round,
 };
 use tokio::sync::watch;
 use tokio::task::{AbortHandle, JoinSet};
 
-use super::lease_table::{MalformedLease, new_lease};
+use super::lease_table::new_lease;
 use super::{LeaseScan, LeaseTable, ShardSource, StartAt, StreamError, StreamRecord, now_ms};
 use crate::metrics::Emf;
 
@@ -77,6 +81,13 @@ pub struct WorkerConfig {
     pub initial_position: StartAt,
     /// Leases stolen per round when rebalancing (default 1, like the KCL).
     pub max_steals_per_round: usize,
+    /// Read each take (and steal) back and keep the lease only if the stored row still names
+    /// this worker with the written counter (default false: one extra GetItem per acquisition).
+    ///
+    /// Only for emulators whose conditional writes are not atomic under concurrency (moto
+    /// 5.2.5), where two takers can both see their conditional write succeed and only one row
+    /// survives. DynamoDB serialises conditional writes, so production leaves it off.
+    pub verify_takes: bool,
 }
 
 impl WorkerConfig {
@@ -94,6 +105,7 @@ impl WorkerConfig {
             max_backoff: Duration::from_secs(5),
             initial_position: StartAt::TrimHorizon,
             max_steals_per_round: 1,
+            verify_takes: false,
         }
     }
 }
@@ -402,63 +414,56 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
         self.graph.lock().map(|g| g.clone()).unwrap_or_default()
     }
 
-    /// A lease for a shard whose row is missing or malformed, rebuilt from the graph: finished if
-    /// any child already started (its parent must have been finished), else not started.
-    fn rebuilt(&self, graph: &ShardGraph, info: &ShardInfo, scan: &LeaseScan, floor: u64) -> Lease {
-        let mut lease = new_lease(info, floor);
-        let started = graph.children_of(&info.shard_id).iter().any(|child| {
-            scan.leases.iter().any(|l| {
-                l.shard_id == *child
-                    && (l.state != LeaseState::Discovered || l.checkpoint != Progress::NotStarted)
-            })
-        });
-        if started {
-            lease.state = LeaseState::ChildrenCreated;
-            lease.checkpoint = Progress::Finished;
-        }
-        lease
+    /// Plans this round from one read of the lease table ([`plan_round`]).
+    fn plan(
+        &self,
+        graph: &ShardGraph,
+        scan: &LeaseScan,
+        held: &BTreeMap<String, Held>,
+        now: u64,
+    ) -> RoundPlan {
+        let held: BTreeMap<String, u64> = held
+            .iter()
+            .map(|(shard, h)| (shard.clone(), h.lease.counter))
+            .collect();
+        plan_round(&RoundInput {
+            worker_id: self.me(),
+            now_ms: now,
+            graph,
+            leases: &scan.leases,
+            malformed: &scan.malformed_rows(),
+            held: &held,
+            max_steals_per_round: self.config.max_steals_per_round,
+        })
     }
 
-    /// Creates rows for listed shards without one and replaces malformed rows; true if any.
-    async fn repair(&self, graph: &ShardGraph, scan: &LeaseScan) -> Result<bool, StreamError> {
-        let mut changed = false;
-        let known: BTreeSet<&str> = scan
-            .leases
-            .iter()
-            .map(|l| l.shard_id.as_str())
-            .chain(scan.malformed.iter().map(|m| m.shard_id.as_str()))
-            .collect();
-        for info in graph.shards() {
-            if !known.contains(info.shard_id.as_str()) {
-                let lease = self.rebuilt(graph, info, scan, 0);
-                changed |= self.leases.create(&lease).await?;
-            }
+    /// Writes the plan's repairs (missing rows created, malformed ones replaced, each
+    /// conditionally); true if any row was written.
+    async fn repair(&self, plan: &RoundPlan, scan: &LeaseScan) -> Result<bool, StreamError> {
+        for shard in &plan.malformed_unlisted {
+            let reason = scan.malformed_row(shard).map_or("", |m| m.reason.as_str());
+            tracing::warn!(shard = %shard, reason = %reason,
+                "malformed lease row for a shard the stream does not list; left alone");
         }
-        for bad in &scan.malformed {
-            changed |= self.replace_malformed(graph, scan, bad).await?;
+        let mut changed = false;
+        for repair in &plan.repair {
+            changed |= match repair {
+                Repair::Create(lease) => self.leases.create(lease).await?,
+                Repair::Replace(lease) => {
+                    let Some(bad) = scan.malformed_row(&lease.shard_id) else {
+                        continue;
+                    };
+                    tracing::warn!(shard = %bad.shard_id, reason = %bad.reason,
+                        "malformed lease row; recreating it from the shard graph");
+                    self.leases.recreate(bad, lease).await?
+                }
+            };
         }
         Ok(changed)
     }
 
-    async fn replace_malformed(
-        &self,
-        graph: &ShardGraph,
-        scan: &LeaseScan,
-        bad: &MalformedLease,
-    ) -> Result<bool, StreamError> {
-        let Some(info) = graph.get(&bad.shard_id) else {
-            tracing::warn!(shard = %bad.shard_id, reason = %bad.reason,
-                "malformed lease row for a shard the stream does not list; left alone");
-            return Ok(false);
-        };
-        tracing::warn!(shard = %bad.shard_id, reason = %bad.reason,
-            "malformed lease row; recreating it from the shard graph");
-        let floor = bad.counter.map_or(0, |c| c.saturating_add(1));
-        let lease = self.rebuilt(graph, info, scan, floor);
-        self.leases.recreate(bad, &lease).await
-    }
-
-    /// One main-loop round: repair rows, renew held leases, take and steal per the plan; counts
+    /// One main-loop round: read the lease table, plan the round, execute the plan (repair, and
+    /// if a row was written read and plan again; stop lost shards, renew, take, steal); counts
     /// what it lost and acquired in `report`.
     async fn round(
         self: &Arc<Self>,
@@ -470,28 +475,23 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
         let me = self.me().to_owned();
         let graph = self.graph();
         let mut scan = self.leases.scan().await?;
-        if self.repair(&graph, &scan).await? {
+        let mut now = now_ms();
+        let mut plan = self.plan(&graph, &scan, held, now);
+        if self.repair(&plan, &scan).await? {
             scan = self.leases.scan().await?;
+            now = now_ms();
+            plan = self.plan(&graph, &scan, held, now);
         }
-        let by_id: BTreeMap<&str, &Lease> = scan
-            .leases
-            .iter()
-            .map(|l| (l.shard_id.as_str(), l))
-            .collect();
+        self.stats
+            .0
+            .free_eligible
+            .store(plan.free_left, Ordering::Relaxed);
         // Renew what we hold; stop shards whose lease moved.
-        let mut lost = Vec::new();
-        for (shard, h) in held.iter_mut() {
-            let row = by_id.get(shard.as_str());
-            if row.is_some_and(|r| !r.state.is_workable()) {
-                continue; // our task reached SHARD_END and is creating the children's leases
-            }
-            let still_ours = row.is_some_and(|row| {
-                row.owner.as_deref() == Some(me.as_str()) && row.counter == h.lease.counter
-            });
-            if !still_ours {
-                lost.push(shard.clone());
+        let mut lost = plan.stop_lost.clone();
+        for shard in &plan.renew {
+            let Some(h) = held.get_mut(shard) else {
                 continue;
-            }
+            };
             match self.leases.renew(&h.lease, self.duration_ms()).await {
                 Ok(renewed) => h.lease.expires_at_ms = renewed.expires_at_ms,
                 Err(e) if e.is_lease_lost() => lost.push(shard.clone()),
@@ -506,96 +506,65 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
                 report.lost += 1;
             }
         }
-        // Plan takes and steals over the eligible shards.
-        let checkpoints: Checkpoints = scan
-            .leases
-            .iter()
-            .map(|l| (l.shard_id.clone(), l.checkpoint.clone()))
-            .collect();
-        let ready = eligible(&graph, &checkpoints);
-        let now = now_ms();
-        let workers: Vec<String> = scan
-            .leases
-            .iter()
-            .filter(|l| l.state.is_workable())
-            .filter_map(|l| l.live_owner(now).map(str::to_owned))
-            .chain(std::iter::once(me.clone()))
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .collect();
-        let plan = assign(&me, &scan.leases, &ready, &workers, now);
-        let free = ready
-            .iter()
-            .filter(|id| {
-                by_id
-                    .get(id.as_str())
-                    .is_some_and(|l| l.state.is_workable() && l.live_owner(now).is_none())
-            })
-            .count();
-        self.stats
-            .0
-            .free_eligible
-            .store(free.saturating_sub(plan.take.len()), Ordering::Relaxed);
-        let floor = |lease: &Lease| {
-            lease
-                .parents
-                .iter()
-                .filter_map(|p| by_id.get(p.as_str()).map(|l| l.counter.saturating_add(1)))
-                .max()
-                .unwrap_or(0)
-        };
-        let steals = plan
-            .steal
-            .iter()
-            .take(self.config.max_steals_per_round)
-            .map(|s| (s.shard_id.clone(), true));
-        let takes = plan.take.iter().map(|id| (id.clone(), false));
-        for (shard, steal) in takes.chain(steals) {
-            let Some(current) = by_id.get(shard.as_str()) else {
-                continue;
-            };
-            let result = if steal {
-                self.leases
-                    .steal(current, &me, self.duration_ms(), floor(current))
-                    .await
-            } else {
-                self.leases
-                    .take(current, &me, self.duration_ms(), floor(current))
-                    .await
-            };
-            match result {
-                Ok(lease) => {
-                    // Read our write back: an emulator that does not serialise conditional
-                    // writes (moto) can let two takers both succeed; only one row survives.
-                    let confirmed =
-                        self.leases
-                            .get(&shard)
-                            .await
-                            .ok()
-                            .flatten()
-                            .is_some_and(|row| {
-                                row.owner.as_deref() == Some(me.as_str())
-                                    && row.counter == lease.counter
-                            });
-                    if !confirmed {
-                        tracing::debug!(worker = %me, shard = %shard, "take not confirmed on read-back");
-                        continue;
-                    }
-                    tracing::info!(worker = %me, shard = %shard, counter = lease.counter, steal,
-                        "lease acquired");
-                    report.acquired(current, steal, now);
-                    self.stats.set_held(&shard, Some(false));
-                    let this = Arc::clone(self);
-                    let abort = tasks.spawn(this.run_shard(lease.clone(), stop.clone()));
-                    held.insert(shard, Held { lease, abort });
-                }
-                Err(e) if e.is_lease_lost() || matches!(e, StreamError::Core(_)) => {
-                    tracing::debug!(worker = %me, shard = %shard, error = %e, "lease not acquired");
-                }
-                Err(e) => return Err(e),
+        // Take, then steal, per the plan.
+        let takes = plan.take.iter().map(|a| (a, false));
+        let steals = plan.steal.iter().map(|a| (a, true));
+        for (acquire, steal) in takes.chain(steals) {
+            if let Some(lease) = self.acquire(acquire, steal).await? {
+                report.acquired(&acquire.lease, steal, now);
+                let shard = lease.shard_id.clone();
+                self.stats.set_held(&shard, Some(false));
+                let this = Arc::clone(self);
+                let abort = tasks.spawn(this.run_shard(lease.clone(), stop.clone()));
+                held.insert(shard, Held { lease, abort });
             }
         }
         Ok(())
+    }
+
+    /// Executes one planned take or steal: the conditional write, then, with
+    /// [`WorkerConfig::verify_takes`], a read-back. `None` if another worker won the lease.
+    async fn acquire(&self, acquire: &Acquire, steal: bool) -> Result<Option<Lease>, StreamError> {
+        let me = self.me();
+        let current = &acquire.lease;
+        let shard = &current.shard_id;
+        let result = if steal {
+            self.leases
+                .steal(current, me, self.duration_ms(), acquire.floor)
+                .await
+        } else {
+            self.leases
+                .take(current, me, self.duration_ms(), acquire.floor)
+                .await
+        };
+        let lease = match result {
+            Ok(lease) => lease,
+            Err(e) if e.is_lease_lost() || matches!(e, StreamError::Core(_)) => {
+                tracing::debug!(worker = %me, shard = %shard, error = %e, "lease not acquired");
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        };
+        if self.config.verify_takes && !self.confirmed(&lease).await {
+            tracing::debug!(worker = %me, shard = %shard, "take not confirmed on read-back");
+            return Ok(None);
+        }
+        tracing::info!(worker = %me, shard = %shard, counter = lease.counter, steal,
+            "lease acquired");
+        Ok(Some(lease))
+    }
+
+    /// Reads our write back: an emulator that does not serialise conditional writes (moto) can
+    /// let two takers both succeed; only one row survives.
+    async fn confirmed(&self, lease: &Lease) -> bool {
+        self.leases
+            .get(&lease.shard_id)
+            .await
+            .ok()
+            .flatten()
+            .is_some_and(|row| {
+                row.owner.as_deref() == Some(self.me()) && row.counter == lease.counter
+            })
     }
 
     /// Reads one shard while holding its lease; releases it on shutdown.
@@ -862,6 +831,8 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
 
 #[cfg(test)]
 mod tests {
+    use heatsink_core::stream::LeaseState;
+
     use super::*;
 
     fn row(owner: Option<&str>, expires_at_ms: u64) -> Lease {
