@@ -7,8 +7,8 @@
 
 use aws_sdk_dynamodb::types::{AttributeValue, Select};
 use clap::{Args, Subcommand, ValueEnum};
-use heatsink::hot::{Change, Entry, Mode};
 use heatsink::directory::{Directory, DirectoryError, unix_now};
+use heatsink::hot::{Change, Entry, Mode};
 use heatsink::schema::{DEFAULT_PREFIX, Schema};
 
 use super::fail::{Failure, Service, Target};

@@ -3,9 +3,9 @@
 use std::collections::BTreeMap;
 
 use clap::Args;
-use heatsink::stream::{Lease, ShardGraph};
 use heatsink::schema::{DEFAULT_PREFIX, Schema};
 use heatsink::stream::{DynamoDbStreamsSource, KinesisSource, LeaseTable, ShardSource};
+use heatsink::stream::{Lease, ShardGraph};
 
 use super::fail::{Service, Target};
 use super::table::{Align, Grid};

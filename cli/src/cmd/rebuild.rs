@@ -9,8 +9,8 @@
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use heatsink_photo_app::rebuild::{RebuildOptions, RebuildReport, rebuild};
 use heatsink::schema::DEFAULT_PREFIX;
+use heatsink_photo_app::rebuild::{RebuildOptions, RebuildReport, rebuild};
 use heatsink_photo_app::schema::{Schema, Table};
 
 use super::fail::{Service, Target};

@@ -53,7 +53,10 @@ pub fn run(args: SchemaArgs) -> CmdResult {
         grid.row([
             t.name.to_string(),
             t.partition_key.name.to_owned(),
-            t.sort_key.as_ref().map_or("-", |k| k.name.as_str()).to_owned(),
+            t.sort_key
+                .as_ref()
+                .map_or("-", |k| k.name.as_str())
+                .to_owned(),
             extras.join("; "),
         ]);
     }

@@ -69,7 +69,10 @@ fn bench(c: &mut Criterion) {
             format!("bench-{:08x}-posts", rand::random::<u32>()),
             KeyAttr::s("post"),
         )
-        .gsi(GsiSpec::new("by-creator", KeyAttr::s("creator_shard")).sort_key(KeyAttr::s("created_at")));
+        .gsi(
+            GsiSpec::new("by-creator", KeyAttr::s("creator_shard"))
+                .sort_key(KeyAttr::s("created_at")),
+        );
         schema::ensure_table(&ddb, &spec)
             .await
             .expect("posts table");

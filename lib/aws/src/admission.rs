@@ -22,7 +22,8 @@ use heatsink_core::guard::{Admission, AdmissionConfig, Decision, GuardError, Lim
 use crate::directory::CachedDirectory;
 
 /// Requests refused with 429 by the admission gate (emit one per refusal).
-pub const REJECTED: crate::metrics::MetricDef = crate::metrics::MetricDef::count("AdmissionRejected");
+pub const REJECTED: crate::metrics::MetricDef =
+    crate::metrics::MetricDef::count("AdmissionRejected");
 
 /// The directory key of a tenant's limit.
 pub fn tenant_key(tenant: &str) -> String {

@@ -62,7 +62,6 @@ pub enum Trigger {
     Sampler(Report),
 }
 
-
 impl Trigger {
     /// Recognises an EventBridge event (or a direct invocation with the same shape).
     pub fn parse(event: &Value) -> Result<Self, ControlError> {

@@ -22,11 +22,23 @@
 
 use std::time::Duration;
 
-use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 
-/// Renders an error with its full source chain on one line.
+/// Renders an error with its full source chain on one line (`a: b: c`), each cause's `Display`
+/// once. (The SDK's `DisplayErrorContext` also appends the `Debug` form of the whole error,
+/// raw HTTP response included, which is no message for a person.)
 pub fn describe<E: std::error::Error>(e: &E) -> String {
-    DisplayErrorContext(e).to_string()
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !text.is_empty() && !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        cause = c.source();
+    }
+    out
 }
 
 /// The error codes AWS services use for throttling, as the SDKs' own retry classifier lists
@@ -334,5 +346,34 @@ mod tests {
         assert!(err.is_transient());
         assert!(!err.is_conditional_check_failed());
         assert!(!err.to_string().contains('\n'), "one line: {err}");
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_endpoint_is_one_line_without_a_debug_dump() {
+        let conf = aws_sdk_dynamodb::Config::builder()
+            .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
+            .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
+            .credentials_provider(aws_sdk_dynamodb::config::Credentials::for_tests())
+            .endpoint_url("http://127.0.0.1:1")
+            .retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::disabled())
+            .build();
+        let err = aws_sdk_dynamodb::Client::from_conf(conf)
+            .describe_table()
+            .table_name("nope")
+            .send()
+            .await
+            .map_err(|e| AwsError::dynamodb("DescribeTable", "nope", e))
+            .expect_err("nothing listens on port 1");
+        let text = err.to_string();
+        assert_eq!(err.failure(), Failure::Unreachable);
+        assert!(err.is_transient());
+        assert!(
+            text.starts_with("DynamoDB DescribeTable on nope failed: dispatch failure"),
+            "{text}"
+        );
+        assert!(
+            !text.contains('\n') && !text.contains("DispatchFailure {"),
+            "{text}"
+        );
     }
 }

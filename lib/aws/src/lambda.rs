@@ -156,7 +156,9 @@ pub fn dynamodb_failure(id: String) -> DynamoDbBatchItemFailure {
 /// The `eventSource` of an event's first record (`aws:kinesis`, `aws:dynamodb`, …), to dispatch
 /// a function that takes several sources; `None` for an empty or unknown shape.
 pub fn event_source(event: &Value) -> Option<&str> {
-    event.pointer("/Records/0/eventSource").and_then(Value::as_str)
+    event
+        .pointer("/Records/0/eventSource")
+        .and_then(Value::as_str)
 }
 
 /// Builds the Lambda event Lambda would deliver for `records` read from the stream `arn`, so
@@ -230,7 +232,10 @@ mod tests {
 
     #[test]
     fn lambda_log_settings_follow_the_runtime_variables() {
-        assert_eq!(log_settings(None, None, None), (LogFormat::Json, "info".into()));
+        assert_eq!(
+            log_settings(None, None, None),
+            (LogFormat::Json, "info".into())
+        );
         assert_eq!(
             log_settings(Some("Text"), None, Some("DEBUG")),
             (LogFormat::Text, "debug".into())

@@ -293,7 +293,8 @@ impl Schema {
 
     /// The full definition of one of the toolkit's tables.
     pub fn table(&self, table: Table) -> TableSpec {
-        let spec = |pk: &str| TableSpec::prefixed(&self.prefix, table.logical_name(), KeyAttr::s(pk));
+        let spec =
+            |pk: &str| TableSpec::prefixed(&self.prefix, table.logical_name(), KeyAttr::s(pk));
         match table {
             Table::Counters => spec("pk").sort_key(KeyAttr::s("sk")),
             Table::Hotkeys => spec("key").ttl("expires_at"),
@@ -314,7 +315,11 @@ impl Schema {
 
 /// A stack's tables and streams as JSON: the contract infrastructure tests check their
 /// resources against (`{"prefix", "tables": [TableSpec…], "streams": [StreamSpec…]}`).
-pub fn schema_json(prefix: &str, tables: &[TableSpec], streams: &[StreamSpec]) -> serde_json::Value {
+pub fn schema_json(
+    prefix: &str,
+    tables: &[TableSpec],
+    streams: &[StreamSpec],
+) -> serde_json::Value {
     serde_json::json!({
         "prefix": prefix,
         "tables": tables,

@@ -36,12 +36,12 @@ use aws_sdk_dynamodbstreams::types::{Record, ShardIteratorType};
 use base64::Engine as _;
 use criterion::{BatchSize, Criterion, SamplingMode};
 use futures::StreamExt;
-use heatsink::counter::{CounterKey, Deltas, Seq};
 use heatsink::counter::CounterStore;
+use heatsink::counter::{CounterKey, Deltas, Seq};
 use heatsink::lambda::dynamodb_event;
+use heatsink::schema;
 use heatsink_photo_app::aggregator::{AggregateReport, aggregator};
 use heatsink_photo_app::mapper::{COUNTER, like_event};
-use heatsink::schema;
 use heatsink_photo_app::schema::{Schema, Table};
 use serde_json::{Value, json};
 

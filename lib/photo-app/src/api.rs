@@ -24,13 +24,19 @@ use heatsink::guard::{Decision, Scope};
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use crate::id;
 use crate::mapper::{COUNTER, LIKED_AT};
+
+pub use crate::id::MAX_ID_LEN;
+
+/// Checks a post or user id ([`id::check`]); a bad one is a 400.
+pub fn valid_id(kind: &str, id: &str) -> Result<(), LikesError> {
+    id::check(kind, id).map_err(LikesError::BadRequest)
+}
 use crate::schema::{Schema, Table};
 
 /// The header carrying the liking user's id.
 pub const USER_HEADER: &str = "x-user-id";
-/// Longest post or user id accepted.
-pub const MAX_ID_LEN: usize = 128;
 /// The response header telling how `GET /posts/{post}` was served: `hit`, `stale` or `miss`.
 pub const CACHE_HEADER: &str = "x-heatsink-cache";
 
@@ -52,24 +58,6 @@ pub enum LikesError {
     /// DynamoDB refused the request or could not be reached.
     #[error(transparent)]
     Aws(#[from] AwsError),
-}
-
-/// Checks a post or user id: 1–128 characters of `A-Za-z0-9_-.`.
-pub fn valid_id(kind: &str, id: &str) -> Result<(), LikesError> {
-    if id.is_empty() || id.len() > MAX_ID_LEN {
-        return Err(LikesError::BadRequest(format!(
-            "{kind} id must be 1 to {MAX_ID_LEN} characters"
-        )));
-    }
-    if !id
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
-    {
-        return Err(LikesError::BadRequest(format!(
-            "{kind} id may only contain letters, digits, '_', '-' and '.'"
-        )));
-    }
-    Ok(())
 }
 
 /// Whether a like was new.

@@ -79,7 +79,12 @@ impl Counting {
 
     /// The rebuilder's recount of the events table.
     pub fn recount(&self, ddb: &aws_sdk_dynamodb::Client) -> ScanRecount {
-        ScanRecount::new(ddb, &self.events_table, &self.count_by, &self.time_attribute)
+        ScanRecount::new(
+            ddb,
+            &self.events_table,
+            &self.count_by,
+            &self.time_attribute,
+        )
     }
 }
 
@@ -104,7 +109,11 @@ mod tests {
         let mine = Counting::from_vars(&schema, |n| vars.get(n).map(|v| v.to_string()));
         assert!(!mine.is_likes());
         assert_eq!(
-            (mine.counter.as_str(), mine.count_by.as_str(), mine.events_table.as_str()),
+            (
+                mine.counter.as_str(),
+                mine.count_by.as_str(),
+                mine.events_table.as_str()
+            ),
             ("orders", "product", "shop-orders")
         );
         let change = serde_json::json!({"eventName": "INSERT",

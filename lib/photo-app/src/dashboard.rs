@@ -63,7 +63,11 @@ pub fn app_widgets(spec: &DashboardSpec) -> [Value; 4] {
 }
 
 /// The whole `PutDashboard` body: [`heatsink::insights::dashboard_body`] with [`app_widgets`].
-pub fn dashboard_body(spec: &DashboardSpec, plan: &AlarmPlan, statuses: &[InsightsStatus]) -> Value {
+pub fn dashboard_body(
+    spec: &DashboardSpec,
+    plan: &AlarmPlan,
+    statuses: &[InsightsStatus],
+) -> Value {
     heatsink::insights::dashboard_body(&spec.region, plan, statuses, app_widgets(spec))
 }
 

@@ -18,9 +18,10 @@
 //! `heatsink rebuild` drive the same code locally.
 
 pub mod aggregator;
-pub mod counting;
 pub mod api;
+pub mod counting;
 pub mod dashboard;
+pub mod id;
 pub mod lambda;
 pub mod mapper;
 pub mod metrics;

@@ -8,7 +8,7 @@ use heatsink::counter::CounterKey;
 use heatsink::counter::aggregate::{ChangeMapper, Unusable};
 use serde_json::Value;
 
-use crate::api::valid_id;
+use crate::id;
 
 /// The counter name of a post's likes (`likes#<post>`).
 pub const COUNTER: &str = "likes";
@@ -47,7 +47,7 @@ pub fn like_event(record: &Value) -> Result<LikeEvent, Unusable> {
     let image = image.ok_or_else(|| bad("no image; the stream must carry NEW_AND_OLD_IMAGES"))?;
     let post = attr_s(image, "post").ok_or_else(|| bad("`post` missing or not a string"))?;
     attr_s(image, "user").ok_or_else(|| bad("`user` missing or not a string"))?;
-    valid_id("post", &post).map_err(|e| bad(&e.to_string()))?;
+    id::check("post", &post).map_err(|e| bad(&e))?;
     Ok(LikeEvent { post, delta })
 }
 
@@ -71,13 +71,25 @@ mod tests {
 
     #[test]
     fn inserts_count_up_removals_down_and_modifications_not_at_all() {
-        let change = |name: &str, image: &str| {
-            json!({"eventName": name, "dynamodb": {image: {"post": {"S": "p9"}, "user": {"S": "u1"}}}})
+        let change = |name: &str, image: &str| json!({"eventName": name, "dynamodb": {image: {"post": {"S": "p9"}, "user": {"S": "u1"}}}});
+        let delta = |c: Value| {
+            LikeMapper
+                .map(&c)
+                .expect("a like")
+                .map(|(k, d)| (k.to_string(), d))
         };
-        let delta = |c: Value| LikeMapper.map(&c).expect("a like").map(|(k, d)| (k.to_string(), d));
-        assert_eq!(delta(change("INSERT", "NewImage")), Some(("likes#p9".into(), 1)));
-        assert_eq!(delta(change("REMOVE", "OldImage")), Some(("likes#p9".into(), -1)));
-        assert_eq!(delta(change("MODIFY", "NewImage")), Some(("likes#p9".into(), 0)));
+        assert_eq!(
+            delta(change("INSERT", "NewImage")),
+            Some(("likes#p9".into(), 1))
+        );
+        assert_eq!(
+            delta(change("REMOVE", "OldImage")),
+            Some(("likes#p9".into(), -1))
+        );
+        assert_eq!(
+            delta(change("MODIFY", "NewImage")),
+            Some(("likes#p9".into(), 0))
+        );
     }
 
     #[test]

@@ -216,7 +216,6 @@ impl AppEmf for Emf {
 // Every metric fits one directive, so one document never needs splitting by metric count.
 const _: () = assert!(Metric::ALL.len() <= heatsink::metrics::MAX_METRICS_PER_DOCUMENT);
 
-
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
@@ -238,7 +237,9 @@ mod tests {
     use aws_sdk_dynamodb::operation::batch_get_item::BatchGetItemOutput;
     use aws_sdk_dynamodb::operation::put_item::{PutItemError, PutItemOutput};
     use aws_sdk_dynamodb::operation::query::QueryOutput;
-    use aws_sdk_dynamodb::types::{AttributeValue, Capacity, ConsumedCapacity, ReturnConsumedCapacity};
+    use aws_sdk_dynamodb::types::{
+        AttributeValue, Capacity, ConsumedCapacity, ReturnConsumedCapacity,
+    };
     use heatsink::counter::CounterStore;
     use heatsink::lambda::subscriber as lambda_subscriber;
     use heatsink::metrics::{

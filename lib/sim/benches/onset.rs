@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use common::{Stack, env_or};
 use heatsink::control::{ControllerConfig, ControllerFunction};
-use heatsink::hot::ControlConfig;
 use heatsink::directory::{CachedDirectory, Controller, Directory};
+use heatsink::hot::ControlConfig;
 use heatsink::schema::Table;
 use heatsink_sim::onset::{self, Onset, OnsetReport};
 

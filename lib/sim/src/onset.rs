@@ -19,8 +19,8 @@ use serde_json::json;
 use super::Simulator;
 use super::load::{LoadReport, OpenLoop};
 use heatsink::control::{ControlError, ControllerFunction};
-use heatsink::publish::{SAMPLER_DETAIL_TYPE, SAMPLER_SOURCE};
 use heatsink::directory::CachedDirectory;
+use heatsink::publish::{SAMPLER_DETAIL_TYPE, SAMPLER_SOURCE};
 
 /// One onset run's settings.
 #[derive(Debug, Clone)]

@@ -5,17 +5,15 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use heatsink::publish::{SAMPLER_DETAIL_TYPE, SAMPLER_SOURCE};
-use heatsink::control::{
-    ControllerConfig, ControllerFunction,
-};
+use heatsink::control::{ControllerConfig, ControllerFunction};
 use heatsink::detect::Ceilings;
-use heatsink::hot::{ControlConfig, Mode};
 use heatsink::directory::{CachedDirectory, Controller, Directory};
+use heatsink::hot::{ControlConfig, Mode};
+use heatsink::publish::{SAMPLER_DETAIL_TYPE, SAMPLER_SOURCE};
+use heatsink_integration::{Fixture, fixture, sampled_hot_key};
 use heatsink_photo_app::schema::Table;
 use heatsink_sim::onset::{self, Onset};
 use heatsink_sim::{Limits, SimConfig, Simulator};
-use heatsink_integration::{Fixture, fixture, sampled_hot_key};
 use serde_json::json;
 
 /// The controller function over the fixture's directory, comparing rates with `ceilings`.
@@ -198,10 +196,7 @@ async fn mocked_insights_alarm_trigger_salts_the_named_key_in_the_real_directory
     let ddb = mocked!(aws_sdk_dynamodb, describe, insights);
     let cw = mocked!(aws_sdk_cloudwatch, report);
     let directory = Directory::from_schema(fx.stack.ddb.clone(), fx.schema.toolkit());
-    let config = ControllerConfig::new(vec![(
-        table.to_owned(),
-        heatsink::detect::Kind::Write,
-    )]);
+    let config = ControllerConfig::new(vec![(table.to_owned(), heatsink::detect::Kind::Write)]);
     let f = ControllerFunction::new(
         Controller::new(directory.clone(), ControlConfig::default()),
         Some(Insights::from_clients(ddb, cw)),

@@ -5,11 +5,11 @@
 use std::time::Duration;
 
 use heatsink::detect::Kind;
+use heatsink::directory::{CachedDirectory, Controller, Directory, DirectoryError};
 use heatsink::hot::{Change, ControlConfig, Entry, Mode, Signal};
 use heatsink::keys::SaltPolicy;
-use heatsink::directory::{CachedDirectory, Controller, Directory, DirectoryError};
-use heatsink_photo_app::schema::Table;
 use heatsink_integration::{Fixture, fixture};
+use heatsink_photo_app::schema::Table;
 
 async fn directory(fx: &Fixture) -> Directory {
     fx.table(Table::Hotkeys).await;

@@ -12,10 +12,10 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodbstreams::types::Record;
 use heatsink::counter::CounterStore;
 use heatsink::lambda::dynamodb_event;
-use heatsink_photo_app::rebuild::{Rebuild, RebuildOptions, rebuild};
-use heatsink_photo_app::{Aggregator, LikesApi, aggregator};
-use heatsink_photo_app::schema::Table;
 use heatsink_integration::{Fixture, fixture, table_stream_records};
+use heatsink_photo_app::rebuild::{Rebuild, RebuildOptions, rebuild};
+use heatsink_photo_app::schema::Table;
+use heatsink_photo_app::{Aggregator, LikesApi, aggregator};
 
 async fn setup(fx: &Fixture, posts: &[&str]) -> (LikesApi, Aggregator) {
     for t in [Table::Liked, Table::Counters, Table::Posts] {
@@ -290,9 +290,9 @@ async fn likes_over_a_limit_from_the_directory_get_429_and_write_nothing() {
     use std::sync::Arc;
 
     use heatsink::admission::Gate;
+    use heatsink::directory::{CachedDirectory, Directory, unix_now};
     use heatsink::guard::{AdmissionConfig, Limit};
     use heatsink::hot::{Change, Entry};
-    use heatsink::directory::{CachedDirectory, Directory, unix_now};
 
     let fx = fixture!("likes_over_a_limit_from_the_directory_get_429_and_write_nothing");
     let (api, _) = setup(&fx, &["p1", "p2", "p3"]).await;

@@ -6,16 +6,14 @@
 use std::time::{Duration, SystemTime};
 
 use aws_sdk_sqs::types::QueueAttributeName;
-use heatsink::publish::{SAMPLER_DETAIL_TYPE, SAMPLER_SOURCE};
-use heatsink::control::{
-    ControllerConfig, ControllerFunction,
-};
+use heatsink::control::{ControllerConfig, ControllerFunction};
 use heatsink::detect::Report;
-use heatsink::hot::{ControlConfig, Mode};
 use heatsink::directory::{Controller, Directory};
+use heatsink::hot::{ControlConfig, Mode};
 use heatsink::publish::{EventBridgeSink, PublishError, Publisher};
-use heatsink_photo_app::schema::Table;
+use heatsink::publish::{SAMPLER_DETAIL_TYPE, SAMPLER_SOURCE};
 use heatsink_integration::{fixture, sampled_hot_key};
+use heatsink_photo_app::schema::Table;
 use serde_json::{Value, json};
 
 /// Whether the lane names EventBridge and SQS endpoints (never fall through to real AWS).

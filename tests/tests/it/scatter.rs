@@ -5,8 +5,8 @@ use std::collections::HashSet;
 
 use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
 use heatsink::scatter::{FanOut, Item, MergedQuery, ScatterError, batch_get};
-use heatsink_photo_app::schema::Table;
 use heatsink_integration::fixture;
+use heatsink_photo_app::schema::Table;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
 fn s(v: &str) -> AttributeValue {
@@ -157,9 +157,7 @@ async fn a_token_for_another_query_or_edited_by_hand_is_refused() {
     assert!(
         matches!(
             other,
-            Err(ScatterError::Token(
-                heatsink::merge::TokenError::OtherQuery
-            ))
+            Err(ScatterError::Token(heatsink::merge::TokenError::OtherQuery))
         ),
         "{other:?}"
     );
@@ -173,9 +171,9 @@ async fn a_token_for_another_query_or_edited_by_hand_is_refused() {
     assert!(
         matches!(
             refused,
-            Err(ScatterError::Token(
-                heatsink::merge::TokenError::Malformed(_)
-            ))
+            Err(ScatterError::Token(heatsink::merge::TokenError::Malformed(
+                _
+            )))
         ),
         "{refused:?}"
     );

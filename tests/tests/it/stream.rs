@@ -9,12 +9,12 @@ use std::time::{Duration, Instant};
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::{PutRecordsRequestEntry, ScalingType, StreamStatus};
-use heatsink_photo_app::schema::Table;
 use heatsink::stream::{
     DynamoDbStreamsSource, Fence, KinesisSource, LeaseTable, ProcessBatch, RecordProcessor,
     ShardSource, StreamError, Worker, WorkerConfig, WorkerStats,
 };
 use heatsink_integration::{Fixture, eventually, fixture};
+use heatsink_photo_app::schema::Table;
 
 /// One delivery as a processor saw it.
 #[derive(Clone, Debug)]

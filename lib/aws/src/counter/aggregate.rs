@@ -143,7 +143,8 @@ impl ChangeMapper for CountBy {
                     self.attribute
                 ))
             })?;
-        let key = CounterKey::new(&self.counter, value).map_err(|e| Unusable::new(e.to_string()))?;
+        let key =
+            CounterKey::new(&self.counter, value).map_err(|e| Unusable::new(e.to_string()))?;
         Ok(Some((key, delta)))
     }
 }
@@ -534,15 +535,25 @@ mod tests {
     #[test]
     fn count_by_counts_inserts_up_removals_down_and_refuses_records_without_the_attribute() {
         let m = CountBy::new("orders", "product");
-        let change = |name: &str, image: &str, attr: &str| {
-            json!({"eventName": name, "dynamodb": {image: {attr: {"S": "p9"}}}})
-        };
+        let change = |name: &str, image: &str, attr: &str| json!({"eventName": name, "dynamodb": {image: {attr: {"S": "p9"}}}});
         let mapped = |c: Value| m.map(&c).map(|o| o.map(|(k, d)| (k.to_string(), d)));
-        assert_eq!(mapped(change("INSERT", "NewImage", "product")), Ok(Some(("orders#p9".into(), 1))));
-        assert_eq!(mapped(change("REMOVE", "OldImage", "product")), Ok(Some(("orders#p9".into(), -1))));
-        assert_eq!(mapped(change("MODIFY", "NewImage", "product")), Ok(Some(("orders#p9".into(), 0))));
+        assert_eq!(
+            mapped(change("INSERT", "NewImage", "product")),
+            Ok(Some(("orders#p9".into(), 1)))
+        );
+        assert_eq!(
+            mapped(change("REMOVE", "OldImage", "product")),
+            Ok(Some(("orders#p9".into(), -1)))
+        );
+        assert_eq!(
+            mapped(change("MODIFY", "NewImage", "product")),
+            Ok(Some(("orders#p9".into(), 0)))
+        );
         assert!(mapped(change("INSERT", "NewImage", "sku")).is_err());
-        assert!(mapped(change("INSERT", "OldImage", "product")).is_err(), "an insert has no old image");
+        assert!(
+            mapped(change("INSERT", "OldImage", "product")).is_err(),
+            "an insert has no old image"
+        );
         assert!(mapped(json!({"dynamodb": {}})).is_err());
     }
 

@@ -581,7 +581,10 @@ mod tests {
             .gsi(GsiSpec::new("by-day", KeyAttr::s("day_shard")));
         let log = CapacityLog::new(&[orders]);
         assert_eq!(log.key_attr("shop-orders", None), Some("customer"));
-        assert_eq!(log.key_attr("shop-orders", Some("by-day")), Some("day_shard"));
+        assert_eq!(
+            log.key_attr("shop-orders", Some("by-day")),
+            Some("day_shard")
+        );
         assert_eq!(log.key_attr("shop-orders", Some("nope")), None);
         assert_eq!(log.key_attr("other", None), None);
     }

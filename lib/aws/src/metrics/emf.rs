@@ -271,7 +271,10 @@ mod tests {
             .collect();
         assert_eq!(all, (0..250).map(|i| i as f64).collect::<Vec<_>>());
         assert_eq!(docs[0]["B"], 7.0);
-        assert!(docs[1].get("B").is_none(), "declared only where it has a value");
+        assert!(
+            docs[1].get("B").is_none(),
+            "declared only where it has a value"
+        );
     }
 
     #[test]

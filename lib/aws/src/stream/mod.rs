@@ -73,10 +73,10 @@ mod worker;
 pub use dynamodb::DynamoDbStreamsSource;
 pub use error::StreamError;
 pub use fence::Fence;
+pub use heatsink_core::stream::*;
 pub use kinesis::KinesisSource;
 pub use lease_table::{LeaseScan, LeaseTable, MalformedLease};
 pub use source::{RecordBatch, ShardSource, StartAt, StreamRecord};
-pub use heatsink_core::stream::*;
 pub use worker::{ProcessBatch, RecordProcessor, RoundReport, Worker, WorkerConfig, WorkerStats};
 
 /// Milliseconds since the Unix epoch on this worker's clock (lease expiry and creation counters).
