@@ -617,7 +617,7 @@ mod tests {
         let ddb =
             mocked!(aws_sdk_dynamodb with |c| c.retry_config(RetryConfig::disabled()); get, query);
         let key = Item::from([("pk".to_owned(), AttributeValue::S("p9#0".into()))]);
-        let err = batch_get(&ddb, "t-posts", vec![key], Backoff::default())
+        let err = batch_get(&ddb, "t-orders", vec![key], Backoff::default())
             .await
             .expect_err("mocked to fail");
         let aws = err.aws().expect("an AWS failure");
@@ -625,7 +625,7 @@ mod tests {
         assert!(!aws.is_conditional_check_failed());
         assert_eq!(
             (aws.operation(), aws.resource()),
-            ("BatchGetItem", "t-posts")
+            ("BatchGetItem", "t-orders")
         );
         let sdk = in_chain::<SdkError<BatchGetItemError, HttpResponse>>(&err)
             .expect("the SDK error is in the source chain");
@@ -634,11 +634,11 @@ mod tests {
                 .is_some_and(BatchGetItemError::is_provisioned_throughput_exceeded_exception)
         );
 
-        let q = MergedQuery::table("t-posts", "pk", "sk", vec!["p9#0".into()]);
+        let q = MergedQuery::table("t-orders", "pk", "sk", vec!["p9#0".into()]);
         let err = q.page(&ddb, 10, None).await.expect_err("mocked to fail");
         assert!(
             matches!(&err, ScatterError::Partial { missing, total: 1 }
-                if missing == &["shard 0 (DynamoDB Query on t-posts failed: ProvisionedThroughputExceededException: slow down)"]),
+                if missing == &["shard 0 (DynamoDB Query on t-orders failed: ProvisionedThroughputExceededException: slow down)"]),
             "{err:?}"
         );
     }

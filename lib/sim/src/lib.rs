@@ -32,7 +32,6 @@
 
 pub mod load;
 pub mod model;
-pub mod onset;
 pub mod request;
 pub mod sampler;
 

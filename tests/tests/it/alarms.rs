@@ -7,8 +7,8 @@ use heatsink::insights::{
     AlarmPlan, InsightRule, InsightsStatus, Target, ThrottleReason, insight_rule_metric,
     put_alarms, put_dashboard,
 };
-use heatsink_integration::Fixture;
 use heatsink_photo_app::dashboard::{DashboardSpec, dashboard_body};
+use heatsink_testkit::Fixture;
 
 /// The fixture, or `None` (after a `skip:` line) on a lane whose CloudWatch lacks CBOR.
 async fn cloudwatch_fixture(test: &str) -> Option<Fixture> {

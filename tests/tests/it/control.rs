@@ -10,10 +10,10 @@ use heatsink::detect::Ceilings;
 use heatsink::directory::{CachedDirectory, Controller, Directory};
 use heatsink::hot::{ControlConfig, Mode};
 use heatsink::publish::{SAMPLER_DETAIL_TYPE, SAMPLER_SOURCE};
-use heatsink_integration::{Fixture, fixture, sampled_hot_key};
 use heatsink_photo_app::schema::Table;
-use heatsink_sim::onset::{self, Onset};
 use heatsink_sim::{Limits, SimConfig, Simulator};
+use heatsink_testkit::onset::{self, Onset};
+use heatsink_testkit::{Fixture, fixture, sampled_hot_key};
 use serde_json::json;
 
 /// The controller function over the fixture's directory, comparing rates with `ceilings`.

@@ -8,8 +8,8 @@ use heatsink::detect::Kind;
 use heatsink::directory::{CachedDirectory, Controller, Directory, DirectoryError};
 use heatsink::hot::{Change, ControlConfig, Entry, Mode, Signal};
 use heatsink::keys::SaltPolicy;
-use heatsink_integration::{Fixture, fixture};
 use heatsink_photo_app::schema::Table;
+use heatsink_testkit::{Fixture, fixture};
 
 async fn directory(fx: &Fixture) -> Directory {
     fx.table(Table::Hotkeys).await;

@@ -12,10 +12,10 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodbstreams::types::Record;
 use heatsink::counter::CounterStore;
 use heatsink::lambda::dynamodb_event;
-use heatsink_integration::{Fixture, fixture, table_stream_records};
 use heatsink_photo_app::rebuild::{Rebuild, RebuildOptions, rebuild};
 use heatsink_photo_app::schema::Table;
 use heatsink_photo_app::{Aggregator, LikesApi, aggregator};
+use heatsink_testkit::{Fixture, fixture, table_stream_records};
 
 async fn setup(fx: &Fixture, posts: &[&str]) -> (LikesApi, Aggregator) {
     for t in [Table::Liked, Table::Counters, Table::Posts] {

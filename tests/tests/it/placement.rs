@@ -4,7 +4,7 @@
 use aws_sdk_kinesis::primitives::Blob;
 use heatsink::keys::{explicit_hash_keys, kinesis_hash_key, place_salts, shard_for};
 use heatsink::kinesis::open_shard_ranges;
-use heatsink_integration::fixture;
+use heatsink_testkit::fixture;
 
 #[tokio::test]
 async fn chosen_salts_land_exactly_where_predicted_and_spread_evenly() {

@@ -12,8 +12,8 @@ use heatsink::directory::{Controller, Directory};
 use heatsink::hot::{ControlConfig, Mode};
 use heatsink::publish::{EventBridgeSink, PublishError, Publisher};
 use heatsink::publish::{SAMPLER_DETAIL_TYPE, SAMPLER_SOURCE};
-use heatsink_integration::{fixture, sampled_hot_key};
 use heatsink_photo_app::schema::Table;
+use heatsink_testkit::{fixture, sampled_hot_key};
 use serde_json::{Value, json};
 
 /// Whether the lane names EventBridge and SQS endpoints (never fall through to real AWS).

@@ -5,8 +5,8 @@ use std::collections::HashSet;
 
 use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
 use heatsink::scatter::{FanOut, Item, MergedQuery, ScatterError, batch_get};
-use heatsink_integration::fixture;
 use heatsink_photo_app::schema::Table;
+use heatsink_testkit::fixture;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
 fn s(v: &str) -> AttributeValue {

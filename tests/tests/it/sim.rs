@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use heatsink::keys::SaltedKey;
-use heatsink_integration::fixture;
 use heatsink_photo_app::schema::Table;
 use heatsink_sim::{Limits, SimConfig, Simulator};
+use heatsink_testkit::fixture;
 
 /// A simulator with small ceilings (20 WCU/s per partition), so a load that any emulator serves
 /// (moto handles a few hundred requests a second) shows the effect within 2 s.

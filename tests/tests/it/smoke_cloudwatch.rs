@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use aws_sdk_cloudwatch::types::{Dimension, MetricDatum, StandardUnit};
-use heatsink_integration::{eventually, fixture};
+use heatsink_testkit::{eventually, fixture};
 
 #[tokio::test]
 async fn a_put_metric_is_listed_back() {

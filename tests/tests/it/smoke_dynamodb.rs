@@ -2,8 +2,8 @@
 //! and the change stream behave as heatsink relies on.
 
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
-use heatsink_integration::{fixture, table_stream_records};
 use heatsink_photo_app::schema::Table;
+use heatsink_testkit::{fixture, table_stream_records};
 
 fn s(v: &str) -> AttributeValue {
     AttributeValue::S(v.to_owned())

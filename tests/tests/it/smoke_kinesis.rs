@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::ShardIteratorType;
-use heatsink_integration::{eventually, fixture};
+use heatsink_testkit::{eventually, fixture};
 
 #[tokio::test]
 async fn a_put_record_is_read_back_from_its_shard() {

@@ -13,8 +13,8 @@ use heatsink::stream::{
     DynamoDbStreamsSource, Fence, KinesisSource, LeaseTable, ProcessBatch, RecordProcessor,
     ShardSource, StreamError, Worker, WorkerConfig, WorkerStats,
 };
-use heatsink_integration::{Fixture, eventually, fixture};
 use heatsink_photo_app::schema::Table;
+use heatsink_testkit::{Fixture, eventually, fixture};
 
 /// One delivery as a processor saw it.
 #[derive(Clone, Debug)]

@@ -5,22 +5,22 @@
 //! choosing its sub-key from a [`CachedDirectory`] snapshot (round-robin over the write set).
 //! Every `poll` the controller reads the simulator's sampler report (`/_sim/hot`, as a router's
 //! report would arrive) and runs the [`ControllerFunction`] on it. Used by the onset benchmark
-//! (`benches/onset.rs`) and the integration tests.
+//! (`lib/testkit/benches/onset.rs`) and the integration tests.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use heatsink_core::keys::SaltPolicy;
+use heatsink::keys::SaltPolicy;
 use serde::Serialize;
 use serde_json::json;
 
-use super::Simulator;
-use super::load::{LoadReport, OpenLoop};
 use heatsink::control::{ControlError, ControllerFunction};
 use heatsink::directory::CachedDirectory;
 use heatsink::publish::{SAMPLER_DETAIL_TYPE, SAMPLER_SOURCE};
+use heatsink_sim::Simulator;
+use heatsink_sim::load::{LoadReport, OpenLoop};
 
 /// One onset run's settings.
 #[derive(Debug, Clone)]

@@ -2,19 +2,17 @@
 //! on one key) vs salted (S = 8 sub-keys, round-robin), side by side in one run.
 //!
 //! Needs the local stack: `eval "$(localstack/stack env --lane dynoxide)"` then
-//! `cargo bench -p heatsink-sim --bench hot_key` (env `HOT_KEY_RATE`, `HOT_KEY_SECONDS` override).
+//! `cargo bench -p heatsink-testkit --bench hot_key` (env `HOT_KEY_RATE`, `HOT_KEY_SECONDS` override).
 //! Without `AWS_ENDPOINT_URL_DYNAMODB` it prints a skip line and exits 0.
-
-mod common;
 
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use common::{Stack, env_or};
 use heatsink::keys::SaltedKey;
 use heatsink::schema::Table;
 use heatsink_sim::load::{LoadReport, OpenLoop};
 use heatsink_sim::{Simulator, Stats};
+use heatsink_testkit::bench::{Stack, env_or};
 
 async fn run(
     sim: &Simulator,

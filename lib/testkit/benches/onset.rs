@@ -8,20 +8,18 @@
 //! one datapoint over the line: 60–120 s before the controller is even invoked.
 //!
 //! Needs the local stack: `eval "$(localstack/stack env --lane dynoxide)"` then
-//! `cargo bench -p heatsink-sim --bench onset` (env `ONSET_RATE`, `ONSET_TRIALS` override).
+//! `cargo bench -p heatsink-testkit --bench onset` (env `ONSET_RATE`, `ONSET_TRIALS` override).
 //! Without `AWS_ENDPOINT_URL_DYNAMODB` it prints a skip line and exits 0.
-
-mod common;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Stack, env_or};
 use heatsink::control::{ControllerConfig, ControllerFunction};
 use heatsink::directory::{CachedDirectory, Controller, Directory};
 use heatsink::hot::ControlConfig;
 use heatsink::schema::Table;
-use heatsink_sim::onset::{self, Onset, OnsetReport};
+use heatsink_testkit::bench::{Stack, env_or};
+use heatsink_testkit::onset::{self, Onset, OnsetReport};
 
 /// The median and the worst of some milliseconds.
 fn median_max(mut v: Vec<u64>) -> String {

@@ -1,0 +1,266 @@
+//! heatsink's internal test kit: the harness of the integration tests and the benches against
+//! the local AWS stack ([`Fixture`], [`bench::Stack`]), the change-stream reader, and the
+//! closed-loop onset scenario ([`onset`]).
+//!
+//! Tests reach the emulators only through the standard `AWS_ENDPOINT_URL_*` variables (written by
+//! `localstack/stack env`), so the same suite runs against moto, dynoxide, kinesis-mock,
+//! LocalStack or a user-run DynamoDB Local. Each test builds a [`Fixture`] with a unique name
+//! prefix, creates what it needs from [`heatsink::schema`], and the fixture deletes everything it
+//! created when dropped — also when the test panics — so tests run in parallel without clashing.
+//!
+//! Without endpoint variables a test prints a `skip:` line and passes, so a bare `cargo test`
+//! on a laptop never touches a real AWS account; `make test` sets `HEATSINK_REQUIRE_STACK=1`,
+//! which turns that skip into a failure so CI cannot pass by skipping.
+
+pub mod bench;
+pub mod onset;
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use aws_config::SdkConfig;
+use heatsink::schema::{self, StreamSpec, TableSpec};
+use heatsink_photo_app::schema::{Schema, Table};
+use rand::Rng;
+
+/// Clients for every service of one lane of the local stack.
+#[derive(Clone, Debug)]
+pub struct Stack {
+    /// The loaded SDK configuration.
+    pub config: SdkConfig,
+    /// DynamoDB client.
+    pub ddb: aws_sdk_dynamodb::Client,
+    /// DynamoDB Streams client.
+    pub streams: aws_sdk_dynamodbstreams::Client,
+    /// Kinesis client.
+    pub kinesis: aws_sdk_kinesis::Client,
+    /// CloudWatch client.
+    pub cloudwatch: aws_sdk_cloudwatch::Client,
+    /// Lane name from `HEATSINK_LANE` (`moto`, `dynoxide`, `localstack`, or `external`).
+    pub lane: String,
+}
+
+impl Stack {
+    /// Connects to the stack named by the environment, or returns `None` (after a `skip:` line).
+    ///
+    /// Panics when `HEATSINK_REQUIRE_STACK=1` and no endpoint is configured.
+    pub async fn connect(test: &str) -> Option<Stack> {
+        if std::env::var_os("AWS_ENDPOINT_URL_DYNAMODB").is_none() {
+            if std::env::var("HEATSINK_REQUIRE_STACK").as_deref() == Ok("1") {
+                panic!("{test}: HEATSINK_REQUIRE_STACK=1 but AWS_ENDPOINT_URL_DYNAMODB is unset");
+            }
+            eprintln!(
+                "skip: {test}: no local stack (run `make test`, or `eval \"$(localstack/stack env)\"`)"
+            );
+            return None;
+        }
+        let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+        Some(Stack {
+            ddb: aws_sdk_dynamodb::Client::new(&config),
+            streams: aws_sdk_dynamodbstreams::Client::new(&config),
+            kinesis: aws_sdk_kinesis::Client::new(&config),
+            cloudwatch: aws_sdk_cloudwatch::Client::new(&config),
+            lane: std::env::var("HEATSINK_LANE").unwrap_or_else(|_| "external".into()),
+            config,
+        })
+    }
+
+    /// Whether this lane's CloudWatch speaks the Rust SDK's rpc-v2-cbor protocol (moto does not).
+    pub fn cloudwatch_speaks_cbor(&self) -> bool {
+        std::env::var("HEATSINK_CLOUDWATCH_CBOR").as_deref() == Ok("1")
+    }
+}
+
+/// A test's own uniquely named resources; deletes all of them on drop.
+pub struct Fixture {
+    /// The stack's clients.
+    pub stack: Stack,
+    /// Schema with this fixture's unique prefix.
+    pub schema: Schema,
+    tables: Mutex<Vec<String>>,
+    streams: Mutex<Vec<String>>,
+}
+
+impl Fixture {
+    /// A fixture for `test`, or `None` when no stack is configured (see [`Stack::connect`]).
+    pub async fn new(test: &str) -> Option<Fixture> {
+        let stack = Stack::connect(test).await?;
+        Some(Self::with_stack(stack))
+    }
+
+    /// A fixture on an already connected stack.
+    pub fn with_stack(stack: Stack) -> Fixture {
+        // At least 11 characters before the logical name: dynoxide shortens stream shard ids of
+        // tables with shorter names, and the suite must not depend on that quirk.
+        let tag: u32 = rand::rng().random();
+        Fixture {
+            stack,
+            schema: Schema::new(format!("hs-{tag:08x}-")),
+            tables: Mutex::new(vec![]),
+            streams: Mutex::new(vec![]),
+        }
+    }
+
+    /// Creates one of heatsink's tables under this fixture's prefix and waits for ACTIVE.
+    pub async fn table(&self, table: Table) -> TableSpec {
+        let spec = self.schema.table(table);
+        self.track_table(&spec.name);
+        schema::ensure_table(&self.stack.ddb, &spec)
+            .await
+            .unwrap_or_else(|e| panic!("creating {}: {e}", spec.name));
+        spec
+    }
+
+    /// Creates a Kinesis stream with `shards` shards under this fixture's prefix and waits for ACTIVE.
+    pub async fn stream(&self, logical: &'static str, shards: i32) -> StreamSpec {
+        let spec = StreamSpec {
+            logical: logical.into(),
+            name: format!("{}{logical}", self.schema.prefix()),
+            shards,
+        };
+        self.track_stream(&spec.name);
+        schema::ensure_stream(&self.stack.kinesis, &spec)
+            .await
+            .unwrap_or_else(|e| panic!("creating {}: {e}", spec.name));
+        spec
+    }
+
+    /// Registers a table created by other means for deletion.
+    pub fn track_table(&self, name: &str) {
+        if let Ok(mut t) = self.tables.lock() {
+            t.push(name.to_owned());
+        }
+    }
+
+    /// Registers a stream created by other means for deletion.
+    pub fn track_stream(&self, name: &str) {
+        if let Ok(mut s) = self.streams.lock() {
+            s.push(name.to_owned());
+        }
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        let tables = std::mem::take(self.tables.get_mut().unwrap_or_else(|e| e.into_inner()));
+        let streams = std::mem::take(self.streams.get_mut().unwrap_or_else(|e| e.into_inner()));
+        if tables.is_empty() && streams.is_empty() {
+            return;
+        }
+        let stack = self.stack.clone();
+        // Drop cannot await, and the test's runtime may be shutting down: delete on a thread with
+        // its own small runtime and wait for it, so the emulator is clean when the test returns.
+        let cleanup = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async {
+                for t in tables {
+                    let _ = stack.ddb.delete_table().table_name(&t).send().await;
+                }
+                for s in streams {
+                    let _ = stack
+                        .kinesis
+                        .delete_stream()
+                        .stream_name(&s)
+                        .enforce_consumer_deletion(true)
+                        .send()
+                        .await;
+                }
+            });
+        });
+        let _ = cleanup.join();
+    }
+}
+
+/// Retries `probe` every 50 ms until it returns `Some`, or panics after `timeout` naming `what`.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(v) = probe().await {
+            return v;
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Skips the rest of a test when no stack is configured: `let fx = fixture!("name");`.
+#[macro_export]
+macro_rules! fixture {
+    ($name:expr) => {
+        match $crate::Fixture::new($name).await {
+            Some(fx) => fx,
+            None => return,
+        }
+    };
+}
+
+/// One hot key as a sampler report carries it (the JSON of `heatsink::detect::HotKey`),
+/// certain and at its estimate, on partition `t/p1`.
+pub fn sampled_hot_key(key: &str, kind: &str, estimate: f64) -> serde_json::Value {
+    serde_json::json!({"partition": "t/p1", "key": key, "kind": kind, "estimate": estimate,
+        "lower_bound": estimate, "error_bound": 0.0, "share_of_ceiling": 1.0,
+        "share_of_partition": 1.0, "certain": true, "sampled": {"count": 1, "error": 0}})
+}
+
+/// Every record of `table`'s change stream so far (all shards, from the trim horizon), waiting
+/// up to 15 s until at least `at_least` have arrived; returns the stream ARN with them.
+pub async fn table_stream_records(
+    stack: &Stack,
+    table: &str,
+    at_least: usize,
+) -> (String, Vec<aws_sdk_dynamodbstreams::types::Record>) {
+    let arn = stack
+        .ddb
+        .describe_table()
+        .table_name(table)
+        .send()
+        .await
+        .expect("describe table")
+        .table
+        .and_then(|t| t.latest_stream_arn)
+        .unwrap_or_else(|| panic!("{table} has no stream"));
+    let streams = &stack.streams;
+    let records = eventually("stream records", Duration::from_secs(15), || async {
+        let desc = streams
+            .describe_stream()
+            .stream_arn(&arn)
+            .send()
+            .await
+            .ok()?;
+        let mut all = vec![];
+        for shard in desc.stream_description()?.shards() {
+            let mut it = streams
+                .get_shard_iterator()
+                .stream_arn(&arn)
+                .shard_id(shard.shard_id()?)
+                .shard_iterator_type(aws_sdk_dynamodbstreams::types::ShardIteratorType::TrimHorizon)
+                .send()
+                .await
+                .ok()?
+                .shard_iterator;
+            while let Some(i) = it.take() {
+                let out = streams.get_records().shard_iterator(i).send().await.ok()?;
+                if out.records().is_empty() {
+                    break;
+                }
+                all.extend(out.records().iter().cloned());
+                it = out.next_shard_iterator;
+            }
+        }
+        (all.len() >= at_least).then_some(all)
+    })
+    .await;
+    (arn, records)
+}
