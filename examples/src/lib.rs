@@ -57,7 +57,7 @@ impl Scratch {
         name
     }
 
-    /// Deletes every table and stream named through this scratch (missing ones are fine).
+    /// Deletes every table and stream named through this scratch; failures are printed, not raised.
     pub async fn cleanup(&self) {
         let ddb = aws_sdk_dynamodb::Client::new(&self.config);
         for table in &self.tables {
