@@ -22,7 +22,8 @@ demo:
 	@echo "The local stack is still running: stop it with 'localstack/stack down'."
 
 ## Shell lint, the stack script's smoke test (up/env/status/down, leaves the stack down), stack
-## up, format and lint checks, every test on the moto, dynoxide and LocalStack lanes, stack down
+## up, format and lint checks, every test on the moto, dynoxide and LocalStack lanes (and the
+## salted_writes example on moto), stack down
 ## (also when a step fails).
 test:
 	@set -euo pipefail; \
@@ -34,7 +35,9 @@ test:
 	$(CARGO) fmt --all --check; \
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings; \
 	echo "== all tests, moto lane"; \
-	( eval "$$($(STACK) env --lane moto)"; HEATSINK_REQUIRE_STACK=1 $(CARGO) test --workspace --locked ); \
+	( eval "$$($(STACK) env --lane moto)"; HEATSINK_REQUIRE_STACK=1 $(CARGO) test --workspace --locked; \
+	  echo "== example salted_writes, moto lane"; \
+	  $(CARGO) run -q --locked -p heatsink-examples --example salted_writes ); \
 	echo "== integration tests, dynoxide lane"; \
 	( eval "$$($(STACK) env --lane dynoxide)"; HEATSINK_REQUIRE_STACK=1 $(CARGO) test --locked -p heatsink-integration ); \
 	echo "== infra: CDK synth tests, cdk-nag, schema agreement, Terraform check"; \
