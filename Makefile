@@ -17,7 +17,7 @@ demo:
 	@$(STACK) up
 	@set -euo pipefail; eval "$$($(STACK) env)"; \
 	$(CARGO) build -q --locked -p heatsink-cli; \
-	target/debug/heatsink local bootstrap; \
+	target/debug/heatsink local bootstrap --photo-app; \
 	target/debug/heatsink demo $(DEMO_ARGS)
 	@echo "The local stack is still running: stop it with 'localstack/stack down'."
 
