@@ -1,4 +1,4 @@
-//! `heatsink demo`: the seed's celebrity post on the local stack, through the partition simulator.
+//! `heatsink demo`: the celebrity post (docs/hot-keys.md) on the local stack, through the partition simulator.
 //!
 //! Sixteen posts take a baseline of likes while p9 takes `--rate` likes/s for `--duration`.
 //! The same load runs three ways, side by side:
@@ -41,7 +41,7 @@ pub struct DemoArgs {
     /// Resource name prefix (the tables `heatsink local bootstrap` created).
     #[arg(long, env = "HEATSINK_PREFIX", default_value = DEFAULT_PREFIX)]
     prefix: String,
-    /// Likes per second on the celebrity post p9 (the seed: 2,400; up to 10,000).
+    /// Likes per second on the celebrity post p9 (default 2,400, as in docs/hot-keys.md; up to 10,000).
     #[arg(long, default_value_t = 2400, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     rate: u32,
     /// Baseline likes per second on each of the other 15 posts (0–10,000).
@@ -53,7 +53,7 @@ pub struct DemoArgs {
     /// Partitions the simulator gives each table (1–1,000).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1_000))]
     partitions: u32,
-    /// Sub-keys of p9 for the salted strategy (the seed's 8 is sized for 2,400 likes/s; 2–256).
+    /// Sub-keys of p9 for the salted strategy (8 fits 2,400 likes/s with headroom, see docs/write-sharding.md; 2–256).
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(2..=256))]
     salts: u16,
     /// Most likes in flight; beyond it the load generator sheds likes and reports how many
@@ -615,7 +615,7 @@ pub async fn run(args: DemoArgs) -> CmdResult {
         );
         if args.scale < 1.0 {
             eprintln!(
-                "(scaled {}: the seed's {full_rate} likes/s and {full_baseline}/s against 1,000 WCU/s partitions, same ratios)",
+                "(scaled {}: the full-size scenario's {full_rate} likes/s and {full_baseline}/s against 1,000 WCU/s partitions, same ratios)",
                 args.scale
             );
         }
