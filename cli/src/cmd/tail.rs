@@ -71,6 +71,10 @@ pub struct TailArgs {
     /// dimension Function=stream-consumer; stdout stays records only.
     #[arg(long)]
     emf: bool,
+    /// Read each lease take back before using it: only for emulators whose conditional writes
+    /// are not atomic under concurrency (moto 5.2.5); AWS and dynoxide do not need it.
+    #[arg(long, env = "HEATSINK_VERIFY_TAKES")]
+    verify_takes: bool,
 }
 
 /// Prints each record as a JSON line; stdout is flushed per batch.
@@ -111,6 +115,7 @@ pub async fn run(args: TailArgs) -> CmdResult {
         From::Latest => StartAt::Latest,
     };
     worker_config.sync_interval = Duration::from_secs(10);
+    worker_config.verify_takes = args.verify_takes;
     let Output::Jsonl = args.output;
     let printer = Printer {
         out: Mutex::new(std::io::stdout()),
