@@ -24,8 +24,8 @@
 //! batch of 100 records for one hot post costs 2 requests, not 100); a key whose condition keeps
 //! failing is retried [`MAX_ROUNDS`] times and then reported as an error for that batch.
 //!
-//! - [`aggregate`] (feature `lambda`): count your own change stream in your own Lambda, over a
-//!   [`ChangeMapper`](aggregate::ChangeMapper) you write.
+//! - `aggregate` (feature `lambda`): count your own change stream in your own Lambda, over a
+//!   `aggregate::ChangeMapper` you write.
 //! - [`rebuild`]: recount from durable events and correct settled counters.
 //! - The pure decisions ([`Deltas`], [`FlushPlan`], [`Seq`], …) are re-exported from
 //!   `heatsink_core::counter`, so one import path serves both layers.
