@@ -248,6 +248,7 @@ impl SchemaError {
         }
     }
 
+    #[cfg(feature = "kinesis")]
     pub(crate) fn kinesis<E: std::error::Error>(resource: &str, e: E) -> Self {
         Self::Kinesis {
             resource: resource.to_owned(),

@@ -11,11 +11,13 @@
 //! Insights aggregate across instances instead.
 //!
 //! The pure part ([`encode`], [`Cadence`]) fits a report into one EventBridge entry and decides
-//! when to publish; [`EventBridgeSink`] is the thin adapter behind [`ReportSink`].
+//! when to publish; `EventBridgeSink` (feature `publish`) is the thin adapter behind
+//! [`ReportSink`].
 
 use std::future::Future;
 use std::time::Duration;
 
+#[cfg(feature = "publish")]
 use aws_sdk_eventbridge::types::PutEventsRequestEntry;
 use heatsink_core::detect::Report;
 
@@ -176,12 +178,15 @@ pub trait ReportSink {
 }
 
 /// PutEvents on one event bus (the default bus unless named).
+#[cfg(feature = "publish")]
+#[cfg_attr(docsrs, doc(cfg(feature = "publish")))]
 #[derive(Debug, Clone)]
 pub struct EventBridgeSink {
     client: aws_sdk_eventbridge::Client,
     bus: Option<String>,
 }
 
+#[cfg(feature = "publish")]
 impl EventBridgeSink {
     /// Publishes on `bus` (name or ARN), or on the account's default bus when `None`.
     pub fn new(client: aws_sdk_eventbridge::Client, bus: Option<String>) -> Self {
@@ -189,6 +194,7 @@ impl EventBridgeSink {
     }
 }
 
+#[cfg(feature = "publish")]
 impl ReportSink for EventBridgeSink {
     async fn put(&self, detail: String) -> Result<(), PublishError> {
         let entry = PutEventsRequestEntry::builder()
