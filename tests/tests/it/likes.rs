@@ -292,7 +292,8 @@ async fn likes_over_a_limit_from_the_directory_get_429_and_write_nothing() {
     use heatsink::admission::Gate;
     use heatsink::guard::{AdmissionConfig, Limit};
     use heatsink::hot::{Change, Entry};
-    use heatsink::directory::{CachedDirectory, Directory, unix_now};
+    use heatsink::clock::now_secs;
+    use heatsink::directory::{CachedDirectory, Directory};
 
     let fx = fixture!("likes_over_a_limit_from_the_directory_get_429_and_write_nothing");
     let (api, _) = setup(&fx, &["p1", "p2", "p3"]).await;
@@ -303,8 +304,8 @@ async fn likes_over_a_limit_from_the_directory_get_429_and_write_nothing() {
         "tenant#u9",
         1,
         "abusive tenant",
-        unix_now(),
-        unix_now() + 600,
+        now_secs(),
+        now_secs() + 600,
     );
     directory
         .apply(&Change::Put {

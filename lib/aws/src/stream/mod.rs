@@ -78,11 +78,3 @@ pub use lease_table::{LeaseScan, LeaseTable, MalformedLease};
 pub use source::{RecordBatch, ShardSource, StartAt, StreamRecord};
 pub use heatsink_core::stream::*;
 pub use worker::{ProcessBatch, RecordProcessor, RoundReport, Worker, WorkerConfig, WorkerStats};
-
-/// Milliseconds since the Unix epoch on this worker's clock (lease expiry and creation counters).
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
-}

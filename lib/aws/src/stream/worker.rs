@@ -31,7 +31,8 @@ use tokio::sync::watch;
 use tokio::task::{AbortHandle, JoinSet};
 
 use super::lease_table::new_lease;
-use super::{LeaseScan, LeaseTable, ShardSource, StartAt, StreamError, StreamRecord, now_ms};
+use super::{LeaseScan, LeaseTable, ShardSource, StartAt, StreamError, StreamRecord};
+use crate::clock::now_ms;
 use crate::metrics::Emf;
 
 /// One batch handed to a [`RecordProcessor`].
