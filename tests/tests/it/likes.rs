@@ -316,7 +316,7 @@ async fn likes_over_a_limit_from_the_directory_get_429_and_write_nothing() {
         .expect("limit u9");
     let cached = Arc::new(CachedDirectory::new(directory, Duration::from_secs(5)));
     let gate = Gate::new(
-        AdmissionConfig::new(None, Some(Limit::per_second(100, 100).expect("limit"))),
+        AdmissionConfig::default().tenant_limit(Limit::per_second(100, 100).expect("limit")),
         Some(cached),
     )
     .expect("gate");
