@@ -76,21 +76,14 @@ pub enum DirectoryError {
     Hot(#[from] HotError),
     /// DynamoDB refused or could not be reached.
     #[error(transparent)]
-    Aws(Box<AwsError>),
-}
-
-/// Boxed: an [`AwsError`] is large, and this enum is the `Err` of every call.
-impl From<AwsError> for DirectoryError {
-    fn from(e: AwsError) -> Self {
-        Self::Aws(Box::new(e))
-    }
+    Aws(#[from] AwsError),
 }
 
 impl DirectoryError {
     /// The failed DynamoDB call behind this error, if it is one.
     pub fn aws(&self) -> Option<&AwsError> {
         match self {
-            Self::Aws(e) => Some(e.as_ref()),
+            Self::Aws(e) => Some(e),
             _ => None,
         }
     }

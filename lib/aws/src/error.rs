@@ -317,6 +317,11 @@ mod tests {
         assert!(err.source().is_some());
     }
 
+    #[test]
+    fn an_aws_error_is_one_pointer_wide_so_area_errors_carry_it_unboxed() {
+        assert_eq!(size_of::<AwsError>(), size_of::<usize>());
+    }
+
     #[tokio::test]
     async fn throttling_is_recognised_by_code_and_is_transient() {
         let err = put_failing_with(|| {

@@ -40,7 +40,7 @@ const TIME_BYTES: usize = 14;
 pub enum PublishError {
     /// The PutEvents call failed (network, credentials, throttling after the SDK's retries).
     #[error(transparent)]
-    Aws(Box<AwsError>),
+    Aws(#[from] AwsError),
     /// EventBridge accepted the call but refused the entry.
     #[error("EventBridge refused the report: {code}: {message}")]
     Rejected {
@@ -54,18 +54,11 @@ pub enum PublishError {
     Encode(String),
 }
 
-/// Boxed: an [`AwsError`] is large, and this enum is the `Err` of every call.
-impl From<AwsError> for PublishError {
-    fn from(e: AwsError) -> Self {
-        Self::Aws(Box::new(e))
-    }
-}
-
 impl PublishError {
     /// The failed PutEvents call behind this error, if it is one.
     pub fn aws(&self) -> Option<&AwsError> {
         match self {
-            Self::Aws(e) => Some(e.as_ref()),
+            Self::Aws(e) => Some(e),
             _ => None,
         }
     }
