@@ -15,7 +15,7 @@
 //! ```
 //! use heatsink::keys::SaltedKey;
 //! let key = SaltedKey::new("likes#p9", 4)?;
-//! let subs: Vec<String> = key.sub_keys().collect();
+//! let subs: Vec<String> = key.sub_keys();
 //! assert_eq!(subs, ["likes#p9#0", "likes#p9#1", "likes#p9#2", "likes#p9#3"]);
 //! # Ok::<(), heatsink::keys::KeyError>(())
 //! ```
