@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use heatsink::admission::Gate;
 use heatsink::cache::MicroCache;
-use heatsink::directory::unix_now;
+use heatsink::clock::now_secs;
 use heatsink::guard::{AdmissionConfig, Limit};
 use heatsink::hot::{Entry, Snapshot};
 use heatsink_examples::BoxError;
@@ -100,17 +100,16 @@ impl Api {
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
-    let now = unix_now();
+    let now = now_secs();
     let api = Arc::new(Api {
         store: Arc::default(),
         loads: Arc::default(),
         cache: MicroCache::builder().ttl(Duration::from_secs(1)).build(),
         // 100 likes/s per post, 3/s (bursts of 3) per user.
         gate: Gate::new(
-            AdmissionConfig::new(
-                Some(Limit::per_second(100, 100)?),
-                Some(Limit::per_second(3, 3)?),
-            ),
+            AdmissionConfig::default()
+                .key_limit(Limit::per_second(100, 100)?)
+                .tenant_limit(Limit::per_second(3, 3)?),
             None,
         )?,
         directory: Snapshot::new([Entry::cache("p9", "read-hot", now, now + 600)], now),

@@ -26,8 +26,7 @@ use heatsink::schema::{
     KeyAttr, Schema, StreamSpec, Table, TableSpec, ensure_stream, ensure_tables, wait_stream_active,
 };
 use heatsink::stream::{
-    Fence, KinesisSource, LeaseTable, ProcessBatch, RecordProcessor, StreamError, Worker,
-    WorkerConfig,
+    KinesisSource, LeaseTable, ProcessBatch, RecordProcessor, StreamError, Worker, WorkerConfig,
 };
 use heatsink_examples::{BoxError, Scratch};
 
@@ -61,7 +60,7 @@ impl LatestPerKey {
 
 impl RecordProcessor for LatestPerKey {
     async fn process(&self, batch: &ProcessBatch) -> Result<(), StreamError> {
-        let fence = Fence::new(batch.token);
+        let fence = batch.fence();
         for record in &batch.records {
             let text = String::from_utf8_lossy(&record.data);
             let (key, version) = text

@@ -19,7 +19,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use heatsink::directory::{CachedDirectory, Directory, unix_now};
+use heatsink::clock::now_secs;
+use heatsink::directory::{CachedDirectory, Directory};
 use heatsink::hot::{Change, Entry};
 use heatsink::keys::{SaltChoice, SaltPolicy, SaltedKey};
 use heatsink::scatter::{Backoff, Item, MergedQuery, batch_get};
@@ -43,7 +44,7 @@ async fn run(scratch: &mut Scratch) -> Result<(), BoxError> {
 
     // Mark p9 hot: salt its likes over 4 sub-keys (`heatsink hot set likes#p9 --mode salt --salts 4`).
     let directory = Directory::new(ddb.clone(), &hotkeys.name);
-    let entry = Entry::salt("likes#p9", 4, "launch day", unix_now())?;
+    let entry = Entry::salt("likes#p9", 4, "launch day", now_secs())?;
     directory
         .apply(&Change::Put {
             entry,

@@ -7,7 +7,8 @@
 
 use aws_sdk_dynamodb::types::{AttributeValue, Select};
 use clap::{Args, Subcommand, ValueEnum};
-use heatsink::directory::{Directory, DirectoryError, unix_now};
+use heatsink::clock::now_secs;
+use heatsink::directory::{Directory, DirectoryError};
 use heatsink::hot::{Change, Entry, Mode};
 use heatsink::schema::{DEFAULT_PREFIX, Schema};
 
@@ -124,7 +125,7 @@ pub async fn run(command: HotCommand) -> CmdResult {
                 .get(&args.key)
                 .await
                 .map_err(|e| failed(&dir, "read the hot-key entry from", e))?;
-            let change = set(&args, current.as_ref(), unix_now())?;
+            let change = set(&args, current.as_ref(), now_secs())?;
             apply(&dir, change, &failed).await
         }
         HotCommand::Clear(args) => {
@@ -251,7 +252,7 @@ async fn list(dir: &Directory, json: bool, failed: &Failed<'_>) -> CmdResult {
         println!("no hot keys in {}", dir.table());
         return Ok(());
     }
-    let now = unix_now();
+    let now = now_secs();
     let mut grid = Grid::new(&[
         ("key", Align::Left),
         ("mode", Align::Left),
@@ -473,7 +474,7 @@ mod tests {
     #[test]
     fn ttl_is_bounded_and_now_plus_ttl_cannot_overflow() {
         let args = set_args(&["p1", "--mode", "cache", "--ttl", "315360000"]);
-        assert!(set(&args, None, unix_now()).is_ok());
+        assert!(set(&args, None, now_secs()).is_ok());
         let err = set(&args, None, u64::MAX - 5).unwrap_err();
         assert!(err.contains("overflows"), "{err}");
         let e = Cli::try_parse_from(["hot", "set", "p1", "--mode", "cache", "--ttl", "315360001"])

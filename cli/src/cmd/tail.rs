@@ -14,10 +14,11 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
+use heatsink::clock::now_ms;
 use heatsink::schema::{self, DEFAULT_PREFIX, Schema, Table};
 use heatsink::stream::{
     DynamoDbStreamsSource, KinesisSource, LeaseTable, ProcessBatch, RecordProcessor, ShardSource,
-    StartAt, StreamError, Worker, WorkerConfig, WorkerStats, now_ms,
+    StartAt, StreamError, Worker, WorkerConfig, WorkerStats,
 };
 
 use super::fail::{Service, Target};

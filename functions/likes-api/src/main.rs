@@ -32,7 +32,7 @@ async fn main() -> Result<(), Error> {
         Duration::from_secs(5),
     );
     let gate = Gate::new(
-        AdmissionConfig::new(None, Some(Limit::per_second(per_user, per_user * 2)?)),
+        AdmissionConfig::default().tenant_limit(Limit::per_second(per_user, per_user * 2)?),
         Some(Arc::new(directory)),
     )?;
     // The micro-cache's defaults: fresh for 1 s, served stale until 3 s while one refresh runs.

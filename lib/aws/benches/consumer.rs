@@ -204,7 +204,7 @@ async fn bench() -> Result<(), BoxError> {
     let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
     let kinesis = aws_sdk_kinesis::Client::new(&config);
     let ddb = aws_sdk_dynamodb::Client::new(&config);
-    let tag = heatsink::stream::now_ms() % 1_000_000;
+    let tag = heatsink::clock::now_ms() % 1_000_000;
     let schema = Schema::new(format!("hs-bench-{tag:06}-"));
     let leases = schema.table(Table::Leases);
     schema::ensure_table(&ddb, &leases).await?;

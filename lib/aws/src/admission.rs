@@ -116,7 +116,7 @@ mod tests {
     #[tokio::test]
     async fn defaults_admit_a_burst_then_refuse_with_retry_after() {
         let key = Limit::per_second(2, 2).unwrap();
-        let gate = Gate::new(AdmissionConfig::new(Some(key), None), None).unwrap();
+        let gate = Gate::new(AdmissionConfig::default().key_limit(key), None).unwrap();
         assert!(gate.check("p9", "u1").await.unwrap().is_admitted());
         assert!(gate.check("p9", "u2").await.unwrap().is_admitted());
         let refused = gate.check("p9", "u3").await.unwrap();
@@ -129,7 +129,7 @@ mod tests {
 
     #[test]
     fn overrides_follow_the_directory_and_are_cleared_with_it() {
-        let config = AdmissionConfig::new(None, None);
+        let config = AdmissionConfig::default();
         let mut state = State {
             admission: Admission::new(config).unwrap(),
             applied: HashMap::new(),

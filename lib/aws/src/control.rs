@@ -13,7 +13,12 @@
 //! read-hot, a table of durable events write-hot). A throttled-keys (`PKT`) contributor is at least at its
 //! partition's ceiling whatever its throttled count, so it is taken at the ceiling. The
 //! decision itself is [`heatsink_core::hot::decide`]: hysteresis, planner-sized S, epochs.
+//!
+//! Trigger parsing and the signals of a sampler report are always on; reading Contributor
+//! Insights (`insights_signals`, `ControllerFunction`) needs the `insights` feature, which
+//! brings the CloudWatch SDK.
 
+#[cfg(feature = "insights")]
 use std::time::{Duration, SystemTime};
 
 use heatsink_core::detect::{Ceilings, Kind, Report};
@@ -21,7 +26,10 @@ use heatsink_core::hot::{ControlConfig, Signal};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::directory::{ControlReport, Controller, DirectoryError};
+use crate::directory::DirectoryError;
+#[cfg(feature = "insights")]
+use crate::directory::{ControlReport, Controller};
+#[cfg(feature = "insights")]
 use crate::insights::{Contributor, Insights, InsightsError, ReportQuery, RuleKind};
 use crate::metrics::MetricDef;
 use crate::publish::SAMPLER_SOURCE;
@@ -39,6 +47,8 @@ pub enum ControlError {
     #[error("bad controller configuration: {0}")]
     Config(String),
     /// Contributor Insights could not be read.
+    #[cfg(feature = "insights")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "insights")))]
     #[error(transparent)]
     Insights(#[from] InsightsError),
     /// The directory could not be read or written.
@@ -152,6 +162,8 @@ pub fn sampler_signals(report: &Report, config: &ControllerConfig) -> Vec<Signal
 }
 
 /// The signals of Contributor Insights contributors of a table whose hot keys are `kind`.
+#[cfg(feature = "insights")]
+#[cfg_attr(docsrs, doc(cfg(feature = "insights")))]
 pub fn insights_signals(contributors: &[Contributor], kind: Kind, ceiling: f64) -> Vec<Signal> {
     contributors
         .iter()
@@ -183,6 +195,8 @@ pub struct Outcome {
 }
 
 /// The controller function: gathers signals for a trigger and runs the [`Controller`].
+#[cfg(feature = "insights")]
+#[cfg_attr(docsrs, doc(cfg(feature = "insights")))]
 #[derive(Debug, Clone)]
 pub struct ControllerFunction {
     controller: Controller,
@@ -190,6 +204,7 @@ pub struct ControllerFunction {
     config: ControllerConfig,
 }
 
+#[cfg(feature = "insights")]
 impl ControllerFunction {
     /// A function editing `controller`'s directory from `insights` (None: sampler reports only).
     pub fn new(
@@ -235,6 +250,7 @@ impl ControllerFunction {
     }
 }
 
+#[cfg(feature = "insights")]
 fn outcome(trigger: &'static str, signals: usize, report: ControlReport) -> Outcome {
     use heatsink_core::hot::Change;
     Outcome {

@@ -24,8 +24,8 @@
 //! batch of 100 records for one hot post costs 2 requests, not 100); a key whose condition keeps
 //! failing is retried [`MAX_ROUNDS`] times and then reported as an error for that batch.
 //!
-//! - [`aggregate`] (feature `lambda`): count your own change stream in your own Lambda, over a
-//!   [`ChangeMapper`](aggregate::ChangeMapper) you write.
+//! - `aggregate` (feature `lambda`): count your own change stream in your own Lambda, over a
+//!   `aggregate::ChangeMapper` you write.
 //! - [`rebuild`]: recount from durable events and correct settled counters.
 //! - The pure decisions ([`Deltas`], [`FlushPlan`], [`Seq`], …) are re-exported from
 //!   `heatsink_core::counter`, so one import path serves both layers.
@@ -68,7 +68,7 @@ pub enum CounterStoreError {
     Contended(String),
     /// DynamoDB refused the request or could not be reached; retry the batch.
     #[error(transparent)]
-    Aws(Box<AwsError>),
+    Aws(#[from] AwsError),
     /// The flush's BatchGetItem failed without a DynamoDB error (keys left unprocessed after
     /// every retry); retry the batch.
     #[error(transparent)]
@@ -84,18 +84,11 @@ impl From<ScatterError> for CounterStoreError {
     }
 }
 
-/// Boxed: an [`AwsError`] is large, and this enum is the `Err` of every call.
-impl From<AwsError> for CounterStoreError {
-    fn from(e: AwsError) -> Self {
-        Self::Aws(Box::new(e))
-    }
-}
-
 impl CounterStoreError {
     /// The failed DynamoDB call behind this error, if it is one.
     pub fn aws(&self) -> Option<&AwsError> {
         match self {
-            Self::Aws(e) => Some(e.as_ref()),
+            Self::Aws(e) => Some(e),
             Self::Read(e) => e.aws(),
             _ => None,
         }

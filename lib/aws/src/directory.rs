@@ -20,12 +20,13 @@
 //! use heatsink::detect::Kind;
 //! use heatsink::hot::{ControlConfig, Signal};
 //! use heatsink::keys::SaltPolicy;
-//! use heatsink::directory::{CachedDirectory, Controller, Directory, unix_now};
+//! use heatsink::clock::now_secs;
+//! use heatsink::directory::{CachedDirectory, Controller, Directory};
 //!
 //! let directory = Directory::new(ddb, "heatsink-hotkeys");
 //! let controller = Controller::new(directory.clone(), ControlConfig::default());
 //! let signal = Signal::new("p9", Kind::Write, 2_400.0, 1_000.0, "sampler");
-//! controller.run(&[signal], unix_now()).await?;
+//! controller.run(&[signal], now_secs()).await?;
 //!
 //! let cached = CachedDirectory::new(directory, Duration::from_millis(500));
 //! assert_eq!(cached.snapshot().await?.salts("p9"), 3);
@@ -34,7 +35,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use heatsink_core::hot::{Change, ControlConfig, Entry, HotError, Mode, Signal, Snapshot, decide};
@@ -75,31 +76,17 @@ pub enum DirectoryError {
     Hot(#[from] HotError),
     /// DynamoDB refused or could not be reached.
     #[error(transparent)]
-    Aws(Box<AwsError>),
-}
-
-/// Boxed: an [`AwsError`] is large, and this enum is the `Err` of every call.
-impl From<AwsError> for DirectoryError {
-    fn from(e: AwsError) -> Self {
-        Self::Aws(Box::new(e))
-    }
+    Aws(#[from] AwsError),
 }
 
 impl DirectoryError {
     /// The failed DynamoDB call behind this error, if it is one.
     pub fn aws(&self) -> Option<&AwsError> {
         match self {
-            Self::Aws(e) => Some(e.as_ref()),
+            Self::Aws(e) => Some(e),
             _ => None,
         }
     }
-}
-
-/// Seconds since the Unix epoch now (the directory's and DynamoDB TTL's unit of time).
-pub fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 /// The stored shape of an entry: flat attributes, `expires_at` named for the table's TTL.
@@ -431,7 +418,7 @@ impl CachedDirectory {
             return Ok(snap);
         }
         let loaded_at = Instant::now();
-        let snap = Arc::new(self.directory.snapshot(unix_now()).await?);
+        let snap = Arc::new(self.directory.snapshot(crate::clock::now_secs()).await?);
         if let Ok(mut current) = self.current.write() {
             *current = Some((loaded_at, Arc::clone(&snap)));
         }

@@ -260,6 +260,7 @@ impl SchemaError {
         }
     }
 
+    #[cfg(feature = "kinesis")]
     pub(crate) fn kinesis<E: std::error::Error>(resource: &str, e: E) -> Self {
         Self::Kinesis {
             resource: resource.to_owned(),
@@ -326,6 +327,11 @@ mod tests {
                 .is_some_and(PutItemError::is_conditional_check_failed_exception)
         );
         assert!(err.source().is_some());
+    }
+
+    #[test]
+    fn an_aws_error_is_one_pointer_wide_so_area_errors_carry_it_unboxed() {
+        assert_eq!(size_of::<AwsError>(), size_of::<usize>());
     }
 
     #[tokio::test]

@@ -18,7 +18,7 @@ use crate::error::AwsError;
 pub enum KinesisError {
     /// Kinesis refused the call or could not be reached.
     #[error(transparent)]
-    Aws(Box<AwsError>),
+    Aws(#[from] AwsError),
     /// The ListShards request could not be built (a bug on our side, not Kinesis's answer).
     #[error("ListShards request for {stream} could not be built: {source}")]
     Request {
@@ -37,18 +37,11 @@ pub enum KinesisError {
     },
 }
 
-/// Boxed: an [`AwsError`] is large, and this enum is the `Err` of every call.
-impl From<AwsError> for KinesisError {
-    fn from(e: AwsError) -> Self {
-        Self::Aws(Box::new(e))
-    }
-}
-
 impl KinesisError {
     /// The failed Kinesis call behind this error, if it is one.
     pub fn aws(&self) -> Option<&AwsError> {
         match self {
-            Self::Aws(e) => Some(e.as_ref()),
+            Self::Aws(e) => Some(e),
             _ => None,
         }
     }

@@ -21,19 +21,19 @@
 //!
 //! [`scatter`] reads the sub-keys in parallel and merges sorted pages across shards.
 //!
-//! **Count** without one write per event: a [`counter::aggregate::StreamAggregator`] sums a
+//! **Count** without one write per event: a `heatsink::counter::aggregate::StreamAggregator` sums a
 //! change-stream batch per key and flushes absolute totals under a conditional write
 //! ([`counter::CounterStore`]), so a retried batch never counts twice; [`counter::rebuild`]
 //! repairs a counter from the durable events.
 //!
-//! **Find** the hot key: [`insights`] reads DynamoDB Contributor Insights; the client sampler
+//! **Find** the hot key: `heatsink::insights` reads DynamoDB Contributor Insights; the client sampler
 //! (`heatsink::detect`, a Space-Saving top-K) sees your own requests within seconds.
 //!
 //! **Mitigate**: the [`directory`] tells writers which keys to salt, cache or limit, epoch by
-//! epoch; [`cache`] serves hot reads with single-flight; [`admission`] refuses excess writes with
+//! epoch; `heatsink::cache` serves hot reads with single-flight; [`admission`] refuses excess writes with
 //! a `Retry-After`.
 //!
-//! **Consume** streams in lineage order ([`stream`]): parents before children across splits and
+//! **Consume** streams in lineage order (`heatsink::stream`): parents before children across splits and
 //! merges, leases in DynamoDB, fencing tokens for your writes.
 //!
 //! # Features
@@ -43,18 +43,18 @@
 //!
 //! | feature | what it adds | extra dependencies |
 //! |---|---|---|
-//! | *(always)* | [`schema`], [`counter`] (store, rebuild), [`scatter`], [`directory`], [`admission`], [`control`]'s decisions, [`metrics`], [`publish`]'s encoding | `aws-sdk-dynamodb` |
-//! | `kinesis` | [`kinesis`]: where keys land on a stream; Kinesis streams in [`schema`] | `aws-sdk-kinesis` |
-//! | `streams` | [`stream`]: the lineage-ordered consumer (Kinesis and DynamoDB Streams) | `aws-sdk-kinesis`, `aws-sdk-dynamodbstreams` |
-//! | `insights` | [`insights`] (Contributor Insights, alarms, dashboards) and [`control`]'s controller function | `aws-sdk-cloudwatch` |
-//! | `publish` | [`publish::EventBridgeSink`]: sampler reports onto EventBridge | `aws-sdk-eventbridge` |
-//! | `lambda` | [`lambda`] (cold start, stream-event helpers) and [`counter::aggregate`] | `aws_lambda_events`, `aws-config`, `tracing-subscriber`, `aws-sdk-dynamodbstreams` |
-//! | `cache` | [`cache`]: the micro-cache for hot reads | `moka` |
+//! | *(always)* | [`schema`], [`counter`] (store, rebuild), [`scatter`], [`directory`], [`admission`], [`control`]'s trigger parsing and signals, [`metrics`], [`publish`]'s encoding, cadence and `Publisher` | `aws-sdk-dynamodb` |
+//! | `kinesis` | `heatsink::kinesis`: where keys land on a stream; Kinesis streams in [`schema`] | `aws-sdk-kinesis` |
+//! | `streams` | `heatsink::stream`: the lineage-ordered consumer (Kinesis and DynamoDB Streams) | `aws-sdk-kinesis`, `aws-sdk-dynamodbstreams` |
+//! | `insights` | `heatsink::insights` (Contributor Insights, alarms, dashboards) and [`control`]'s `ControllerFunction` and `insights_signals` | `aws-sdk-cloudwatch` |
+//! | `publish` | `heatsink::publish::EventBridgeSink`: sampler reports onto EventBridge | `aws-sdk-eventbridge` |
+//! | `lambda` | `heatsink::lambda` (cold start, stream-event helpers) and `heatsink::counter::aggregate` | `aws_lambda_events`, `aws-config`, `tracing-subscriber`, `aws-sdk-dynamodbstreams` |
+//! | `cache` | `heatsink::cache`: the micro-cache for hot reads | `moka` |
 //! | `full` | all of the above | |
 //!
 //! Every adapter takes an SDK client or an `aws_types::SdkConfig`: no adapter reads the
 //! environment by itself, so the same code runs against AWS, LocalStack, moto, dynoxide or
-//! DynamoDB Local. The one exception is [`lambda::start`], the cold start a Lambda binary calls.
+//! DynamoDB Local. The one exception is `heatsink::lambda::start`, the cold start a Lambda binary calls.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod admission;

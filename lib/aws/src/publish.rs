@@ -11,11 +11,13 @@
 //! Insights aggregate across instances instead.
 //!
 //! The pure part ([`encode`], [`Cadence`]) fits a report into one EventBridge entry and decides
-//! when to publish; [`EventBridgeSink`] is the thin adapter behind [`ReportSink`].
+//! when to publish; `EventBridgeSink` (feature `publish`) is the thin adapter behind
+//! [`ReportSink`].
 
 use std::future::Future;
 use std::time::Duration;
 
+#[cfg(feature = "publish")]
 use aws_sdk_eventbridge::types::PutEventsRequestEntry;
 use heatsink_core::detect::Report;
 
@@ -38,7 +40,7 @@ const TIME_BYTES: usize = 14;
 pub enum PublishError {
     /// The PutEvents call failed (network, credentials, throttling after the SDK's retries).
     #[error(transparent)]
-    Aws(Box<AwsError>),
+    Aws(#[from] AwsError),
     /// EventBridge accepted the call but refused the entry.
     #[error("EventBridge refused the report: {code}: {message}")]
     Rejected {
@@ -52,18 +54,11 @@ pub enum PublishError {
     Encode(String),
 }
 
-/// Boxed: an [`AwsError`] is large, and this enum is the `Err` of every call.
-impl From<AwsError> for PublishError {
-    fn from(e: AwsError) -> Self {
-        Self::Aws(Box::new(e))
-    }
-}
-
 impl PublishError {
     /// The failed PutEvents call behind this error, if it is one.
     pub fn aws(&self) -> Option<&AwsError> {
         match self {
-            Self::Aws(e) => Some(e.as_ref()),
+            Self::Aws(e) => Some(e),
             _ => None,
         }
     }
@@ -176,12 +171,15 @@ pub trait ReportSink {
 }
 
 /// PutEvents on one event bus (the default bus unless named).
+#[cfg(feature = "publish")]
+#[cfg_attr(docsrs, doc(cfg(feature = "publish")))]
 #[derive(Debug, Clone)]
 pub struct EventBridgeSink {
     client: aws_sdk_eventbridge::Client,
     bus: Option<String>,
 }
 
+#[cfg(feature = "publish")]
 impl EventBridgeSink {
     /// Publishes on `bus` (name or ARN), or on the account's default bus when `None`.
     pub fn new(client: aws_sdk_eventbridge::Client, bus: Option<String>) -> Self {
@@ -189,6 +187,7 @@ impl EventBridgeSink {
     }
 }
 
+#[cfg(feature = "publish")]
 impl ReportSink for EventBridgeSink {
     async fn put(&self, detail: String) -> Result<(), PublishError> {
         let entry = PutEventsRequestEntry::builder()

@@ -59,21 +59,14 @@ pub enum ScatterError {
     Unprocessed(usize),
     /// DynamoDB refused the request or could not be reached.
     #[error(transparent)]
-    Aws(Box<AwsError>),
-}
-
-/// Boxed: an [`AwsError`] is large, and this enum is the `Err` of every call.
-impl From<AwsError> for ScatterError {
-    fn from(e: AwsError) -> Self {
-        Self::Aws(Box::new(e))
-    }
+    Aws(#[from] AwsError),
 }
 
 impl ScatterError {
     /// The failed DynamoDB call behind this error, if it is one.
     pub fn aws(&self) -> Option<&AwsError> {
         match self {
-            Self::Aws(e) => Some(e.as_ref()),
+            Self::Aws(e) => Some(e),
             _ => None,
         }
     }

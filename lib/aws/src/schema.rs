@@ -427,7 +427,7 @@ impl TableSpec {
     }
 }
 
-/// What [`ensure`] did with one resource.
+/// What [`ensure_table`] (or `ensure_stream`, feature `kinesis`) did with one resource.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {

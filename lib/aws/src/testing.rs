@@ -1,12 +1,10 @@
 //! Test helpers for the unit tests of heatsink and of crates built on it (feature `test-util`).
 
 /// A client of the SDK crate `$krate` (`aws_sdk_dynamodb`, `aws_sdk_cloudwatch`, ...) answering
-/// from the aws-smithy-mocks `$rule`s in any order: `mock_client!` in [`RuleMode::MatchAny`],
+/// from the aws-smithy-mocks `$rule`s in any order: `mock_client!` in `RuleMode::MatchAny`,
 /// with the SDK's test defaults (region, credentials). `$krate with $conf; $rule, ...` also
 /// applies `$conf` (a `Fn(config::Builder) -> config::Builder`) to the config, e.g. to add an
 /// interceptor.
-///
-/// [`RuleMode::MatchAny`]: aws_smithy_mocks::RuleMode::MatchAny
 #[macro_export]
 macro_rules! mocked {
     ($krate:ident with $conf:expr; $($rule:expr),* $(,)?) => {

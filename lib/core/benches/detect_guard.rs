@@ -288,7 +288,7 @@ fn bench_check(c: &mut Criterion) {
     group.throughput(Throughput::Elements(keys.len() as u64));
     group.bench_function("heatsink Admission::check (now passed in)", |b| {
         let mut admission =
-            Admission::new(AdmissionConfig::new(Some(limit()), None)).expect("valid config");
+            Admission::new(AdmissionConfig::default().key_limit(limit())).expect("valid config");
         let mut now = Duration::ZERO;
         b.iter(|| {
             for key in &keys {
@@ -299,7 +299,7 @@ fn bench_check(c: &mut Criterion) {
     });
     group.bench_function("heatsink Admission::check (+ Instant::now)", |b| {
         let mut admission =
-            Admission::new(AdmissionConfig::new(Some(limit()), None)).expect("valid config");
+            Admission::new(AdmissionConfig::default().key_limit(limit())).expect("valid config");
         let start = Instant::now();
         b.iter(|| {
             for key in &keys {
@@ -342,7 +342,7 @@ fn print_limiter_memory(distinct: u64) {
     let before = rss_bytes();
     let started = Instant::now();
     let mut admission =
-        Admission::new(AdmissionConfig::new(Some(limit()), None)).expect("valid config");
+        Admission::new(AdmissionConfig::default().key_limit(limit())).expect("valid config");
     let mut key = String::with_capacity(16);
     for i in 0..distinct {
         use std::fmt::Write;

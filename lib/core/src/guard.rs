@@ -12,7 +12,7 @@
 //! use heatsink_core::guard::{Admission, AdmissionConfig, Decision, Limit, Scope};
 //!
 //! let key = Limit::per_second(2, 2)?; // 2 requests/s, bursts of 2
-//! let mut admission = Admission::new(AdmissionConfig::new(Some(key), None))?;
+//! let mut admission = Admission::new(AdmissionConfig::default().key_limit(key))?;
 //! let t0 = Duration::ZERO;
 //! assert_eq!(admission.check("p9", "acme", t0)?, Decision::Admit);
 //! assert_eq!(admission.check("p9", "acme", t0)?, Decision::Admit);
@@ -213,17 +213,34 @@ pub struct AdmissionConfig {
     pub max_id_bytes: usize,
 }
 
-impl AdmissionConfig {
-    /// Default bounds with these limits.
-    pub fn new(key: Option<Limit>, tenant: Option<Limit>) -> Self {
+/// No default limit (only overridden keys and tenants are limited) and the default bounds;
+/// add limits with [`AdmissionConfig::key_limit`] and [`AdmissionConfig::tenant_limit`].
+impl Default for AdmissionConfig {
+    fn default() -> Self {
         Self {
-            key,
-            tenant,
+            key: None,
+            tenant: None,
             max_key_buckets: 100_000,
             max_tenant_buckets: 10_000,
             max_overrides: 1_000,
             max_id_bytes: 256,
         }
+    }
+}
+
+impl AdmissionConfig {
+    /// Limits every key without an override to `limit` (instead of only overridden keys).
+    #[must_use]
+    pub fn key_limit(mut self, limit: Limit) -> Self {
+        self.key = Some(limit);
+        self
+    }
+
+    /// Limits every tenant without an override to `limit` (instead of only overridden tenants).
+    #[must_use]
+    pub fn tenant_limit(mut self, limit: Limit) -> Self {
+        self.tenant = Some(limit);
+        self
     }
 }
 
@@ -536,7 +553,9 @@ mod tests {
         Admission::new(AdmissionConfig {
             max_key_buckets: max_keys,
             max_tenant_buckets: max_keys,
-            ..AdmissionConfig::new(Some(key), Some(tenant))
+            ..AdmissionConfig::default()
+                .key_limit(key)
+                .tenant_limit(tenant)
         })
         .expect("valid config")
     }
@@ -614,7 +633,7 @@ mod tests {
 
     #[test]
     fn an_override_gives_one_key_its_own_rate_and_clearing_it_restores_the_default() {
-        let mut a = Admission::new(AdmissionConfig::new(None, None)).expect("valid");
+        let mut a = Admission::new(AdmissionConfig::default()).expect("valid");
         for _ in 0..100 {
             assert!(a.check("p9", "acme", ms(0)).expect("ok").is_admitted());
         }
@@ -633,7 +652,7 @@ mod tests {
     fn overrides_beyond_the_maximum_are_refused() {
         let mut a = Admission::new(AdmissionConfig {
             max_overrides: 1,
-            ..AdmissionConfig::new(None, None)
+            ..AdmissionConfig::default()
         })
         .expect("valid");
         let limit = Limit::per_second(1, 1).expect("valid");
@@ -664,7 +683,7 @@ mod tests {
         );
         let zero = AdmissionConfig {
             max_key_buckets: 0,
-            ..AdmissionConfig::new(None, None)
+            ..AdmissionConfig::default()
         };
         assert!(matches!(
             Admission::new(zero),
@@ -679,7 +698,7 @@ mod tests {
     fn an_id_longer_than_the_maximum_is_refused() {
         let mut a = Admission::new(AdmissionConfig {
             max_id_bytes: 4,
-            ..AdmissionConfig::new(None, None)
+            ..AdmissionConfig::default()
         })
         .expect("valid");
         assert_eq!(

@@ -3,7 +3,7 @@
 //!
 //! A like is acknowledged only once it is durable: `liked[user, post]` is written with
 //! `attribute_not_exists`, so a repeated like is idempotent and says so (201 new, 200 already
-//! liked). The count is a view: the aggregator ([`crate::aggregator`]) flushes it from the
+//! liked). The count is a view: the aggregator ([`crate::aggregator`](mod@crate::aggregator)) flushes it from the
 //! `liked` table's change stream, and the rebuilder ([`crate::rebuild`]) repairs it. Reads go
 //! through the toolkit's micro-cache, likes through its admission gate (429 with
 //! `Retry-After`). Status codes: 400 malformed, 404 unknown post or route, 405 wrong method,
@@ -108,7 +108,7 @@ impl LikesApi {
         self
     }
 
-    /// Serves `GET /posts/{post}` through `cache` ([`crate::cache`]; the Lambda uses TTL 1 s,
+    /// Serves `GET /posts/{post}` through `cache` ([`heatsink::cache`]; the Lambda uses TTL 1 s,
     /// stale until 3 s), so a hot post costs about one counter Query per second per instance.
     /// A new like through this API drops that post's entry: no count cached before the like is
     /// served afterwards (the count itself moves when the aggregator flushes the like).

@@ -8,7 +8,7 @@
 //! - [`api`]: `POST /posts/{post}/likes` writes one durable `liked[user, post]` item (idempotent);
 //!   `GET /posts/{post}` reads the count through the micro-cache; likes pass the admission gate.
 //! - [`mapper`]: the like-event mapper (`liked` change → `likes#<post>` ± 1) for the toolkit's
-//!   stream-batch aggregator, [`aggregator`].
+//!   stream-batch aggregator, [`aggregator`](mod@aggregator).
 //! - [`rebuild`]: the rebuild rule over a recount of `liked`.
 //! - [`schema`]: the app's tables (`liked`, `posts`) beside the toolkit's own.
 //! - [`metrics`] and [`dashboard`]: which function emits which metric, and the dashboard.

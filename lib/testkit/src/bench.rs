@@ -17,7 +17,9 @@ pub fn env_or(name: &str, default: u32) -> u32 {
 pub struct Stack {
     upstream: String,
     config: SdkConfig,
+    /// A DynamoDB client straight to the emulator (not through a simulator).
     pub direct: Client,
+    /// The bench's tables, under its random prefix.
     pub schema: Schema,
     tables: Vec<Table>,
 }

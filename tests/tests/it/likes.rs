@@ -290,7 +290,8 @@ async fn likes_over_a_limit_from_the_directory_get_429_and_write_nothing() {
     use std::sync::Arc;
 
     use heatsink::admission::Gate;
-    use heatsink::directory::{CachedDirectory, Directory, unix_now};
+    use heatsink::clock::now_secs;
+    use heatsink::directory::{CachedDirectory, Directory};
     use heatsink::guard::{AdmissionConfig, Limit};
     use heatsink::hot::{Change, Entry};
 
@@ -303,8 +304,8 @@ async fn likes_over_a_limit_from_the_directory_get_429_and_write_nothing() {
         "tenant#u9",
         1,
         "abusive tenant",
-        unix_now(),
-        unix_now() + 600,
+        now_secs(),
+        now_secs() + 600,
     );
     directory
         .apply(&Change::Put {
@@ -315,7 +316,7 @@ async fn likes_over_a_limit_from_the_directory_get_429_and_write_nothing() {
         .expect("limit u9");
     let cached = Arc::new(CachedDirectory::new(directory, Duration::from_secs(5)));
     let gate = Gate::new(
-        AdmissionConfig::new(None, Some(Limit::per_second(100, 100).expect("limit"))),
+        AdmissionConfig::default().tenant_limit(Limit::per_second(100, 100).expect("limit")),
         Some(cached),
     )
     .expect("gate");

@@ -58,7 +58,7 @@ impl RecordProcessor for Collector {
             });
         }
         if let Some((ddb, table)) = &self.sink {
-            let fence = Fence::new(batch.token);
+            let fence = batch.fence();
             for (key, value) in latest {
                 sink_write(ddb, table, &fence, &key, value).await?;
             }

@@ -7,7 +7,7 @@
 //! built from the [`TableSpec`]s of the tables you call: the toolkit's and your own. Batch calls
 //! report capacity per table, not per key, so a batch's capacity is split evenly over its keys
 //! (exact for items of the same size class, which counter sub-keys are). With the JSON logger
-//! of [`crate::lambda`] the fields nest under `fields` (`$.fields.partition_key`), which is
+//! of `heatsink::lambda` the fields nest under `fields` (`$.fields.partition_key`), which is
 //! where heatsink's insight rules look.
 
 use std::collections::HashMap;

@@ -7,7 +7,7 @@
 //! points. So a function publishes metrics by writing one line to stdout: no `PutMetricData`
 //! call, no added latency on the request path, no extra IAM permission and no network failure
 //! mode. The price is that a metric exists only once its log line is ingested (seconds).
-//! Long-running processes (a [`crate::stream`] worker) write the same documents to any writer;
+//! Long-running processes (a `heatsink::stream` worker) write the same documents to any writer;
 //! shipped to CloudWatch Logs, they become metrics the same way.
 //!
 //! - [`emf`]: the writer, over open metric definitions ([`MetricDef`]): namespace [`NAMESPACE`],

@@ -9,13 +9,13 @@ use crate::error::AwsError;
 pub enum StreamError {
     /// The service throttled the call (ProvisionedThroughputExceeded, LimitExceeded, …): back off.
     #[error("{} throttled {} on {}", .0.service(), .0.operation(), .0.resource())]
-    Throttled(#[source] Box<AwsError>),
+    Throttled(#[source] AwsError),
     /// The shard iterator expired (5 minutes unused): get a new one after the last checkpoint.
     #[error("shard iterator expired on {}", .0.resource())]
-    ExpiredIterator(#[source] Box<AwsError>),
+    ExpiredIterator(#[source] AwsError),
     /// The records asked for were trimmed past retention: restart at TRIM_HORIZON.
     #[error("records of {} were trimmed past retention", .0.resource())]
-    Trimmed(#[source] Box<AwsError>),
+    Trimmed(#[source] AwsError),
     /// The stream, shard or table does not exist (deleted, or trimmed past retention).
     #[error("{resource} not found")]
     NotFound {
@@ -24,7 +24,7 @@ pub enum StreamError {
         /// The service's `ResourceNotFoundException`; `None` when an answer lacked what was
         /// asked for (GetShardIterator without an iterator).
         #[source]
-        source: Option<Box<AwsError>>,
+        source: Option<AwsError>,
     },
     /// Someone else changed the lease since it was read: re-read it, never retry blindly.
     #[error("lease of {shard_id:?} changed under us (conditional write failed)")]
@@ -58,27 +58,27 @@ pub enum StreamError {
     Processor(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// Any other AWS failure (network, validation, access): retried on the next round.
     #[error(transparent)]
-    Aws(Box<AwsError>),
+    Aws(AwsError),
 }
 
-/// Classifies a failed call by its error code, like [`StreamError::from_sdk`] (boxed: an
-/// [`AwsError`] is large, and this enum is the `Err` of every call).
+/// Classifies a failed call by its error code (what `from_sdk` does for an SDK error): throttling,
+/// an expired iterator, trimmed records and a missing resource get their own variants, each
+/// keeping the [`AwsError`] as its source; anything else is [`StreamError::Aws`].
 impl From<AwsError> for StreamError {
     fn from(err: AwsError) -> Self {
-        let boxed = Box::new(err);
-        if boxed.is_throttling() {
-            Self::Throttled(boxed)
-        } else if boxed.code() == Some("ExpiredIteratorException") {
-            Self::ExpiredIterator(boxed)
-        } else if boxed.code() == Some("TrimmedDataAccessException") {
-            Self::Trimmed(boxed)
-        } else if boxed.is_not_found() {
+        if err.is_throttling() {
+            Self::Throttled(err)
+        } else if err.code() == Some("ExpiredIteratorException") {
+            Self::ExpiredIterator(err)
+        } else if err.code() == Some("TrimmedDataAccessException") {
+            Self::Trimmed(err)
+        } else if err.is_not_found() {
             Self::NotFound {
-                resource: boxed.resource().to_owned(),
-                source: Some(boxed),
+                resource: err.resource().to_owned(),
+                source: Some(err),
             }
         } else {
-            Self::Aws(boxed)
+            Self::Aws(err)
         }
     }
 }
@@ -103,9 +103,9 @@ impl StreamError {
     pub fn aws(&self) -> Option<&AwsError> {
         match self {
             Self::Throttled(e) | Self::ExpiredIterator(e) | Self::Trimmed(e) | Self::Aws(e) => {
-                Some(e.as_ref())
+                Some(e)
             }
-            Self::NotFound { source, .. } => source.as_deref(),
+            Self::NotFound { source, .. } => source.as_ref(),
             _ => None,
         }
     }

@@ -133,6 +133,17 @@ mod tests {
     }
 
     #[test]
+    fn a_batch_hands_out_the_fence_of_its_lease_counter() {
+        let batch = crate::stream::ProcessBatch {
+            shard_id: "shardId-000000000000".into(),
+            token: 42,
+            records: Vec::new(),
+        };
+        assert_eq!(batch.fence(), Fence::new(42));
+        assert_eq!(batch.fence().token(), 42);
+    }
+
+    #[test]
     fn the_fence_is_anded_with_the_callers_condition() {
         assert_eq!(
             Fence::condition(Some(&"attribute_exists(pk)".to_owned())),

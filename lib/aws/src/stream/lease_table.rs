@@ -12,7 +12,8 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::types::AttributeValue;
 use heatsink_core::stream::{Lease, LeaseEvent, LeaseState, MalformedRow, Progress};
 
-use super::{StreamError, now_ms};
+use super::StreamError;
+use crate::clock::now_ms;
 use crate::schema::{Schema, Table};
 
 const SERVICE: &str = "DynamoDB";

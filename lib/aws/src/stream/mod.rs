@@ -4,8 +4,8 @@
 //! MergeShards or UpdateShardCount the parents close and keep what they hold, and a key's new
 //! records go to a child. A reader that starts the child before finishing every parent sees that
 //! key's newer records before its older ones. The pure rules — the shard graph, which shard is
-//! [`eligible`](heatsink_core::stream::eligible), the lease state machine and the even
-//! [`assign`](heatsink_core::stream::assign)ment — live in [`heatsink_core::stream`], whose module
+//! [`eligible`], the lease state machine and the even
+//! [`assign`]ment — live in [`heatsink_core::stream`], whose module
 //! doc draws the lease diagram (DISCOVERED → LEASED → PROCESSING → SHARD_END → CHILDREN_CREATED
 //! → DELETED). This module is the I/O around them:
 //!
@@ -19,8 +19,8 @@
 //! - [`Worker`] (`worker.rs`): the consumer loop — shard sync, lease taking and rebalancing,
 //!   GetRecords polling, the [`RecordProcessor`], checkpoints, graceful shutdown; per round,
 //!   optionally, the lease metrics as EMF ([`Worker::emit_emf`]). Each lease round is decided
-//!   by the pure [`plan_round`](heatsink_core::stream::plan_round) from one read of the lease
-//!   table; the worker only executes the [`RoundPlan`](heatsink_core::stream::RoundPlan)'s
+//!   by the pure [`plan_round`] from one read of the lease
+//!   table; the worker only executes the [`RoundPlan`]'s
 //!   writes.
 //!
 //! ```no_run
@@ -78,11 +78,3 @@ pub use kinesis::KinesisSource;
 pub use lease_table::{LeaseScan, LeaseTable, MalformedLease};
 pub use source::{RecordBatch, ShardSource, StartAt, StreamRecord};
 pub use worker::{ProcessBatch, RecordProcessor, RoundReport, Worker, WorkerConfig, WorkerStats};
-
-/// Milliseconds since the Unix epoch on this worker's clock (lease expiry and creation counters).
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
-}

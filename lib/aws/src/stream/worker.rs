@@ -31,7 +31,8 @@ use tokio::sync::watch;
 use tokio::task::{AbortHandle, JoinSet};
 
 use super::lease_table::new_lease;
-use super::{LeaseScan, LeaseTable, ShardSource, StartAt, StreamError, StreamRecord, now_ms};
+use super::{LeaseScan, LeaseTable, ShardSource, StartAt, StreamError, StreamRecord};
+use crate::clock::now_ms;
 use crate::metrics::Emf;
 
 /// One batch handed to a [`RecordProcessor`].
@@ -45,8 +46,19 @@ pub struct ProcessBatch {
     pub records: Vec<StreamRecord>,
 }
 
+impl ProcessBatch {
+    /// The fence for the processor's own DynamoDB writes of this batch: its writes carry this
+    /// batch's lease counter, so once a newer holder of the shard has written an item, this
+    /// worker's late write of it is refused instead of overwriting the newer one.
+    pub fn fence(&self) -> super::Fence {
+        super::Fence::new(self.token)
+    }
+}
+
 /// What a consumer does with records; `Ok` means "durable: checkpoint after the last record".
 ///
+/// Make the processor's own DynamoDB writes through [`ProcessBatch::fence`] (a
+/// [`super::Fence`] over the batch's lease counter) rather than building a fence by hand.
 /// Return [`StreamError::Fenced`] (what [`super::Fence::check`] gives) when a fenced write was
 /// refused: the worker stops the shard at once. Any other error retries the batch, up to
 /// [`WorkerConfig::max_attempts`] times in all, then reports it and moves on.
