@@ -379,6 +379,7 @@ fn count_applied(entries: &[(Seq, i64)], w: &FlushWrite) -> (u64, u64) {
 
 #[cfg(test)]
 mod tests {
+    use crate::testing::in_chain;
     use aws_sdk_dynamodb::config::http::HttpResponse;
     use aws_sdk_dynamodb::config::retry::RetryConfig;
     use aws_sdk_dynamodb::error::{ErrorMetadata, SdkError};
@@ -390,13 +391,6 @@ mod tests {
 
     use super::*;
     use crate::testing::mocked;
-
-    /// The first error of type `T` in `err`'s source chain, `err` included.
-    fn in_chain<'a, T: std::error::Error + 'static>(
-        err: &'a (dyn std::error::Error + 'static),
-    ) -> Option<&'a T> {
-        std::iter::successors(Some(err), |e| e.source()).find_map(|e| e.downcast_ref::<T>())
-    }
 
     async fn add_salted_failing_with(err: fn() -> UpdateItemError) -> CounterStoreError {
         let update = mock!(aws_sdk_dynamodb::Client::update_item).then_error(err);

@@ -274,12 +274,14 @@ impl<S: ReportSink> Publisher<S> {
 
 #[cfg(test)]
 mod tests {
+    use crate::testing::in_chain;
+    use crate::testing::mocked;
     use std::sync::{Arc, Mutex};
 
     use aws_sdk_eventbridge::config::http::HttpResponse;
     use aws_sdk_eventbridge::error::{ErrorMetadata, ProvideErrorMetadata, SdkError};
     use aws_sdk_eventbridge::operation::put_events::PutEventsError;
-    use aws_smithy_mocks::{MockResponseInterceptor, Rule, RuleMode, mock};
+    use aws_smithy_mocks::{Rule, mock};
     use heatsink_core::detect::{HotKey, Kind, PartitionLoad};
     use proptest::prelude::*;
     use serde_json::Value;
@@ -287,32 +289,9 @@ mod tests {
     use super::*;
     use crate::control::Trigger;
 
-    /// An EventBridge client answering from `rule`, without retries (the crate's `mocked!`
-    /// needs the SDK's `test-util` feature, which this crate does not enable for EventBridge).
+    /// A EventBridge client answering from `rule`.
     fn eventbridge(rule: Rule) -> aws_sdk_eventbridge::Client {
-        use aws_sdk_eventbridge::config::{
-            BehaviorVersion, Credentials, Region, retry::RetryConfig,
-        };
-        let conf = aws_sdk_eventbridge::Config::builder()
-            .behavior_version(BehaviorVersion::latest())
-            .region(Region::new("us-east-1"))
-            .credentials_provider(Credentials::new("test", "test", None, None, "test"))
-            .retry_config(RetryConfig::disabled())
-            .http_client(aws_smithy_mocks::create_mock_http_client())
-            .interceptor(
-                MockResponseInterceptor::new()
-                    .rule_mode(RuleMode::MatchAny)
-                    .with_rule(&rule),
-            )
-            .build();
-        aws_sdk_eventbridge::Client::from_conf(conf)
-    }
-
-    /// The first error of type `T` in `err`'s source chain, `err` included.
-    fn in_chain<'a, T: std::error::Error + 'static>(
-        err: &'a (dyn std::error::Error + 'static),
-    ) -> Option<&'a T> {
-        std::iter::successors(Some(err), |e| e.source()).find_map(|e| e.downcast_ref::<T>())
+        mocked!(aws_sdk_eventbridge, rule)
     }
 
     #[tokio::test]

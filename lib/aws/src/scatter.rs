@@ -571,6 +571,7 @@ fn to_item(key: &KeyMap) -> Item {
 
 #[cfg(test)]
 mod tests {
+    use crate::testing::in_chain;
     use aws_sdk_dynamodb::config::http::HttpResponse;
     use aws_sdk_dynamodb::config::retry::RetryConfig;
     use aws_sdk_dynamodb::error::{ErrorMetadata, SdkError};
@@ -581,13 +582,6 @@ mod tests {
 
     use super::*;
     use crate::testing::mocked;
-
-    /// The first error of type `T` in `err`'s source chain, `err` included.
-    fn in_chain<'a, T: std::error::Error + 'static>(
-        err: &'a (dyn std::error::Error + 'static),
-    ) -> Option<&'a T> {
-        std::iter::successors(Some(err), |e| e.source()).find_map(|e| e.downcast_ref::<T>())
-    }
 
     fn throttled() -> ProvisionedThroughputExceededException {
         ProvisionedThroughputExceededException::builder()

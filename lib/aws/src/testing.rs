@@ -21,3 +21,11 @@ macro_rules! mocked {
 }
 
 pub use crate::mocked;
+
+/// The first error of type `T` in `err`'s source chain, `err` included: how a test proves an
+/// area error kept the SDK error whole.
+pub fn in_chain<'a, T: std::error::Error + 'static>(
+    err: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a T> {
+    std::iter::successors(Some(err), |e| e.source()).find_map(|e| e.downcast_ref::<T>())
+}

@@ -131,41 +131,22 @@ impl ShardSource for KinesisSource {
 
 #[cfg(test)]
 mod tests {
+    use crate::testing::in_chain;
+    use crate::testing::mocked;
     use aws_sdk_kinesis::config::http::HttpResponse;
     use aws_sdk_kinesis::error::{ErrorMetadata, SdkError};
     use aws_sdk_kinesis::operation::get_records::GetRecordsError;
     use aws_sdk_kinesis::types::error::{
         ExpiredIteratorException, ProvisionedThroughputExceededException,
     };
-    use aws_smithy_mocks::{MockResponseInterceptor, Rule, RuleMode, mock};
+    use aws_smithy_mocks::{Rule, mock};
 
     use super::*;
     use crate::error::AwsError;
 
-    /// A Kinesis client answering from `rule`, without retries (the crate's `mocked!` needs the
-    /// SDK's `test-util` feature, which this crate does not enable for Kinesis).
+    /// A Kinesis client answering from `rule`.
     fn kinesis(rule: Rule) -> aws_sdk_kinesis::Client {
-        use aws_sdk_kinesis::config::{BehaviorVersion, Credentials, Region, retry::RetryConfig};
-        let conf = aws_sdk_kinesis::Config::builder()
-            .behavior_version(BehaviorVersion::latest())
-            .region(Region::new("us-east-1"))
-            .credentials_provider(Credentials::new("test", "test", None, None, "test"))
-            .retry_config(RetryConfig::disabled())
-            .http_client(aws_smithy_mocks::create_mock_http_client())
-            .interceptor(
-                MockResponseInterceptor::new()
-                    .rule_mode(RuleMode::MatchAny)
-                    .with_rule(&rule),
-            )
-            .build();
-        aws_sdk_kinesis::Client::from_conf(conf)
-    }
-
-    /// The first error of type `T` in `err`'s source chain, `err` included.
-    fn in_chain<'a, T: std::error::Error + 'static>(
-        err: &'a (dyn std::error::Error + 'static),
-    ) -> Option<&'a T> {
-        std::iter::successors(Some(err), |e| e.source()).find_map(|e| e.downcast_ref::<T>())
+        mocked!(aws_sdk_kinesis, rule)
     }
 
     fn meta(code: &str) -> ErrorMetadata {
