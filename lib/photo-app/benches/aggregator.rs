@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use aws_lambda_events::dynamodb::Event as DynamoDbEvent;
 use aws_lambda_events::kinesis::KinesisEvent;
 use aws_sdk_dynamodb::types::AttributeValue;
-use aws_sdk_dynamodbstreams::types::{Record, ShardIteratorType};
+use aws_sdk_dynamodbstreams::types::Record;
 use base64::Engine as _;
 use criterion::{BatchSize, Criterion, SamplingMode};
 use futures::StreamExt;
@@ -208,51 +208,9 @@ async fn liked_records(
             r.expect("put like");
         })
         .await;
-    let arn = ddb
-        .describe_table()
-        .table_name(table)
-        .send()
-        .await
-        .expect("describe")
-        .table
-        .and_then(|t| t.latest_stream_arn)
-        .expect("liked has a stream");
-    let mut all = vec![];
-    let desc = streams
-        .describe_stream()
-        .stream_arn(&arn)
-        .send()
-        .await
-        .expect("describe stream");
-    for shard in desc
-        .stream_description()
-        .map(|d| d.shards())
-        .unwrap_or_default()
-    {
-        let mut it = streams
-            .get_shard_iterator()
-            .stream_arn(&arn)
-            .shard_id(shard.shard_id().unwrap_or_default())
-            .shard_iterator_type(ShardIteratorType::TrimHorizon)
-            .send()
-            .await
-            .expect("iterator")
-            .shard_iterator;
-        while let Some(i) = it.take() {
-            let out = streams
-                .get_records()
-                .shard_iterator(i)
-                .send()
-                .await
-                .expect("records");
-            if out.records().is_empty() {
-                break;
-            }
-            all.extend(out.records().iter().cloned());
-            it = out.next_shard_iterator;
-        }
-    }
-    assert_eq!(all.len() as u64, n, "every like is on the stream");
+    let want = usize::try_from(n).expect("a bench-sized count");
+    let (arn, all) = heatsink_testkit::stream_records(ddb, streams, table, want).await;
+    assert_eq!(all.len(), want, "every like is on the stream");
     (arn, all)
 }
 

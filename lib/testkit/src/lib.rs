@@ -221,8 +221,17 @@ pub async fn table_stream_records(
     table: &str,
     at_least: usize,
 ) -> (String, Vec<aws_sdk_dynamodbstreams::types::Record>) {
-    let arn = stack
-        .ddb
+    stream_records(&stack.ddb, &stack.streams, table, at_least).await
+}
+
+/// [`table_stream_records`] over plain clients (for benches that build their own).
+pub async fn stream_records(
+    ddb: &aws_sdk_dynamodb::Client,
+    streams: &aws_sdk_dynamodbstreams::Client,
+    table: &str,
+    at_least: usize,
+) -> (String, Vec<aws_sdk_dynamodbstreams::types::Record>) {
+    let arn = ddb
         .describe_table()
         .table_name(table)
         .send()
@@ -231,7 +240,6 @@ pub async fn table_stream_records(
         .table
         .and_then(|t| t.latest_stream_arn)
         .unwrap_or_else(|| panic!("{table} has no stream"));
-    let streams = &stack.streams;
     let records = eventually("stream records", Duration::from_secs(15), || async {
         let desc = streams
             .describe_stream()
