@@ -73,30 +73,12 @@ pub fn dashboard_body(
 
 #[cfg(test)]
 mod tests {
-    use aws_sdk_dynamodb::types::{ContributorInsightsMode, ContributorInsightsStatus};
-    use heatsink::insights::{InsightRule, RuleKind, Target};
+    use heatsink::insights::{RuleKind, Target};
+    use heatsink::testing::enabled_status as enabled;
 
     use super::*;
 
     const TABLE: &str = "heatsink-likes";
-
-    fn rule_name(kind: &str, slug: &str) -> String {
-        format!("DynamoDBContributorInsights-{kind}-{slug}-1700000000000")
-    }
-
-    fn enabled(target: Target, kinds: &[RuleKind]) -> InsightsStatus {
-        let slug = target.slug();
-        InsightsStatus {
-            rules: kinds
-                .iter()
-                .filter_map(|k| InsightRule::new(target.clone(), rule_name(k.code(), &slug)))
-                .collect(),
-            target,
-            status: Some(ContributorInsightsStatus::Enabled),
-            mode: Some(ContributorInsightsMode::AccessedAndThrottledKeys),
-            failure: None,
-        }
-    }
 
     #[test]
     fn dashboard_shows_ceilings_contributors_throttles_and_streams() {

@@ -15,13 +15,10 @@ use heatsink_core::detect::{Estimate, HotKey};
 
 use super::*;
 use crate::testing::mocked;
+use crate::testing::{enabled_status as enabled, rule_name};
 
 const TABLE: &str = "heatsink-likes";
 const EPOCH: i64 = 1_700_000_000;
-
-fn rule_name(kind: &str, slug: &str) -> String {
-    format!("{RULE_PREFIX}{kind}-{slug}-1700000000000")
-}
 
 fn describe_table(gsis: &[&str]) -> Rule {
     let gsis: Vec<_> = gsis
@@ -108,20 +105,6 @@ fn query() -> ReportQuery {
         5,
         SystemTime::UNIX_EPOCH + Duration::from_secs(EPOCH as u64 + 300),
     )
-}
-
-fn enabled(target: Target, kinds: &[RuleKind]) -> InsightsStatus {
-    let slug = target.slug();
-    InsightsStatus {
-        rules: kinds
-            .iter()
-            .filter_map(|k| InsightRule::new(target.clone(), rule_name(k.code(), &slug)))
-            .collect(),
-        target,
-        status: Some(ContributorInsightsStatus::Enabled),
-        mode: Some(ContributorInsightsMode::AccessedAndThrottledKeys),
-        failure: None,
-    }
 }
 
 #[tokio::test]
