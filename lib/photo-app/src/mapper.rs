@@ -5,7 +5,7 @@
 //! like, or with an id the API would refuse, are unusable: the batch fails from them.
 
 use heatsink::counter::CounterKey;
-use heatsink::counter::aggregate::{ChangeMapper, Unusable};
+use heatsink::counter::aggregate::{ChangeMapper, Unusable, image_and_delta};
 use serde_json::Value;
 
 use crate::id;
@@ -31,20 +31,7 @@ fn attr_s(image: &Value, attr: &str) -> Option<String> {
 /// Reads a like event from DynamoDB change-record JSON (`eventName`, `dynamodb.NewImage/OldImage`).
 pub fn like_event(record: &Value) -> Result<LikeEvent, Unusable> {
     let bad = |reason: &str| Unusable::new(reason);
-    let name = record
-        .get("eventName")
-        .and_then(Value::as_str)
-        .ok_or_else(|| bad("no eventName"))?;
-    let change = record
-        .get("dynamodb")
-        .ok_or_else(|| bad("no dynamodb change"))?;
-    let (image, delta) = match name {
-        "INSERT" => (change.get("NewImage"), 1),
-        "REMOVE" => (change.get("OldImage"), -1),
-        "MODIFY" => (change.get("NewImage"), 0),
-        other => return Err(bad(&format!("unknown eventName {other}"))),
-    };
-    let image = image.ok_or_else(|| bad("no image; the stream must carry NEW_AND_OLD_IMAGES"))?;
+    let (image, delta) = image_and_delta(record)?;
     let post = attr_s(image, "post").ok_or_else(|| bad("`post` missing or not a string"))?;
     attr_s(image, "user").ok_or_else(|| bad("`user` missing or not a string"))?;
     id::check("post", &post).map_err(|e| bad(&e))?;

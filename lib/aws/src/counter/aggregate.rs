@@ -124,29 +124,40 @@ impl CountBy {
 
 impl ChangeMapper for CountBy {
     fn map(&self, change: &Value) -> Result<Option<(CounterKey, i64)>, Unusable> {
-        let (image, delta) = match change.get("eventName").and_then(Value::as_str) {
-            Some("INSERT") => ("NewImage", 1),
-            Some("REMOVE") => ("OldImage", -1),
-            Some("MODIFY") => ("NewImage", 0),
-            Some(other) => return Err(Unusable::new(format!("unknown eventName {other}"))),
-            None => return Err(Unusable::new("no eventName")),
-        };
-        let value = change
-            .get("dynamodb")
-            .and_then(|c| c.get(image))
-            .and_then(|i| i.get(&self.attribute))
+        let (image, delta) = image_and_delta(change)?;
+        let value = image
+            .get(&self.attribute)
             .and_then(|v| v.get("S"))
             .and_then(Value::as_str)
             .ok_or_else(|| {
-                Unusable::new(format!(
-                    "`{}` missing from {image} or not a string (the stream must carry the images)",
-                    self.attribute
-                ))
+                Unusable::new(format!("`{}` missing or not a string", self.attribute))
             })?;
         let key =
             CounterKey::new(&self.counter, value).map_err(|e| Unusable::new(e.to_string()))?;
         Ok(Some((key, delta)))
     }
+}
+
+/// The item image a change record counts and its delta: `NewImage` and +1 for an `INSERT`,
+/// `OldImage` and −1 for a `REMOVE`, `NewImage` and 0 for a `MODIFY` (the record still advances
+/// the writer's sequence number). The building block of a [`ChangeMapper`] that counts items.
+pub fn image_and_delta(change: &Value) -> Result<(&Value, i64), Unusable> {
+    let name = change
+        .get("eventName")
+        .and_then(Value::as_str)
+        .ok_or_else(|| Unusable::new("no eventName"))?;
+    let record = change
+        .get("dynamodb")
+        .ok_or_else(|| Unusable::new("no dynamodb change"))?;
+    let (image, delta) = match name {
+        "INSERT" => (record.get("NewImage"), 1),
+        "REMOVE" => (record.get("OldImage"), -1),
+        "MODIFY" => (record.get("NewImage"), 0),
+        other => return Err(Unusable::new(format!("unknown eventName {other}"))),
+    };
+    let image =
+        image.ok_or_else(|| Unusable::new("no image; the stream must carry NEW_AND_OLD_IMAGES"))?;
+    Ok((image, delta))
 }
 
 /// Errors of one aggregation; reported in [`AggregateReport::error`] and answered with a batch
