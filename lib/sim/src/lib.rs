@@ -30,10 +30,13 @@
 //! counters, a lower bound for large items); a batch is admitted or throttled whole (AWS returns
 //! the throttled part as `UnprocessedItems`); Scans and stream reads pass through uncharged.
 
+pub mod esm;
+pub mod front;
 pub mod load;
 pub mod model;
 pub mod request;
 pub mod sampler;
+pub mod shape;
 
 /// Where the simulator places a partition-key value: MD5 of its bytes modulo the partition count.
 pub use model::partition_of;
