@@ -12,8 +12,8 @@
 //! `<shardId>:<sequenceNumber>`.
 //!
 //! Limits: shards are served one after another (one batch in flight per shard holds; shards do
-//! not run in parallel); a handler that keeps failing on a record is retried forever (the
-//! deployed mapping's retry limit and bisection are the handler's business here).
+//! not run in parallel); a batch failing [`MAX_ATTEMPTS`] times in a row is parked (skipped and
+//! reported), without the deployed mapping's bisection.
 
 use std::collections::{BTreeMap, HashSet};
 use std::future::Future;
@@ -62,13 +62,20 @@ pub struct EsmReport {
     pub retries: u64,
     /// Shards read to their end or drained.
     pub shards: u64,
+    /// Records given up on after [`MAX_ATTEMPTS`] failed deliveries (the deployed mapping sends
+    /// them to its on-failure destination): never counted by the handler.
+    pub parked: u64,
 }
+
+/// Deliveries of one batch before it is parked (the deployed mapping's retry limit).
+pub const MAX_ATTEMPTS: u32 = 10;
 
 #[derive(Debug, Default)]
 struct Cursor {
     position: usize,
     since: Option<Instant>,
     ended: bool,
+    attempts: u32,
 }
 
 fn table_of(arn: &str) -> &str {
@@ -89,7 +96,10 @@ fn kinesis_record(arn: &str, shard: &str, change: &Value) -> Value {
         // Kinesis carries the creation time in milliseconds (or microseconds), not seconds.
         if let Some(t) = d.get("ApproximateCreationDateTime").and_then(Value::as_f64) {
             let ms = if t < 1e11 { t * 1e3 } else { t };
-            d.insert("ApproximateCreationDateTime".into(), json!(ms.round() as u64));
+            d.insert(
+                "ApproximateCreationDateTime".into(),
+                json!(ms.round() as u64),
+            );
         }
         d.remove("SequenceNumber");
         d.remove("StreamViewType");
@@ -168,7 +178,9 @@ where
         if finished {
             shaper.sync().await;
         }
-        let shards = shaper.with_stream(arn, |s| s.describe()).unwrap_or_default();
+        let shards = shaper
+            .with_stream(arn, |s| s.describe())
+            .unwrap_or_default();
         let ended: HashSet<String> = cursors
             .iter()
             .filter(|(_, c)| c.ended)
@@ -221,10 +233,16 @@ where
                 None => {
                     cursor.position += records.len();
                     cursor.since = None;
+                    cursor.attempts = 0;
                 }
                 Some(failed) => {
                     report.retries += 1;
-                    if let Some(at) = seqs.iter().position(|s| *s == failed) {
+                    cursor.attempts += 1;
+                    if cursor.attempts >= MAX_ATTEMPTS {
+                        report.parked += records.len() as u64;
+                        cursor.position += records.len();
+                        cursor.attempts = 0;
+                    } else if let Some(at) = seqs.iter().position(|s| *s == failed) {
                         cursor.position += at;
                     }
                     // An unknown failure point: the whole batch again.

@@ -65,6 +65,9 @@ struct Shared {
     streams: Mutex<HashMap<String, Watched>>,
     /// Headers of the first client request, reused for the shaper's own upstream calls.
     headers: Mutex<Option<hyper::HeaderMap>>,
+    /// One tail at a time: two concurrent reads of the same upstream iterator would take the
+    /// same records twice.
+    tailing: tokio::sync::Mutex<()>,
 }
 
 /// A running stream-shape simulator; dropping it (or [`StreamShaper::stop`]) stops it.
@@ -110,6 +113,7 @@ impl StreamShaper {
             started: Instant::now(),
             streams: Mutex::new(HashMap::new()),
             headers: Mutex::new(None),
+            tailing: tokio::sync::Mutex::new(()),
         });
         let (stop, stopped) = watch::channel(false);
         let serving = shared.clone();
@@ -212,9 +216,10 @@ impl Shared {
         }
         if headers.is_none() {
             // The emulators read the region and account from the credential scope only.
-            req = req.header(
+            // (dynoxide also wants a date header next to it; neither checks the signature.)
+            req = req.header("x-amz-date", "20260101T000000Z").header(
                 "authorization",
-                "AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/dynamodb/aws4_request, SignedHeaders=host, Signature=0",
+                "AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/dynamodb/aws4_request, SignedHeaders=host;x-amz-date, Signature=0",
             );
         }
         let req = req
@@ -247,7 +252,9 @@ impl Shared {
         if self.streams.lock().is_ok_and(|s| s.contains_key(arn)) {
             return Ok(());
         }
-        let desc = self.call("DescribeStream", &json!({"StreamArn": arn})).await?;
+        let desc = self
+            .call("DescribeStream", &json!({"StreamArn": arn}))
+            .await?;
         let mut description = desc.get("StreamDescription").cloned().unwrap_or_default();
         if let Some(d) = description.as_object_mut() {
             d.remove("Shards");
@@ -278,6 +285,10 @@ impl Shared {
 
     /// Reads every new upstream record of `arn` into its model, in upstream order.
     async fn tail(&self, arn: &str) -> Result<(), String> {
+        // A tail in progress reads everything this one would: skip rather than queue behind it.
+        let Ok(_one_at_a_time) = self.tailing.try_lock() else {
+            return Ok(());
+        };
         let mut start: Option<String> = None;
         let mut upstream_shards = vec![];
         loop {

@@ -209,7 +209,9 @@ impl ShapedStream {
         };
         for slot in 0..slots {
             // Staggered: slot i first rolls at period·(i+1)/slots.
-            let due = s.rollover_period().map(|p| p.mul_f64(f64::from(slot + 1) / f64::from(slots)));
+            let due = s
+                .rollover_period()
+                .map(|p| p.mul_f64(f64::from(slot + 1) / f64::from(slots)));
             let idx = s.open_shard(slot, None, due);
             s.open.push(idx);
         }
@@ -341,7 +343,9 @@ impl ShapedStream {
         for slot in 0..self.open.len() {
             loop {
                 let idx = self.open[slot];
-                let Some(due) = self.shards[idx].due else { break };
+                let Some(due) = self.shards[idx].due else {
+                    break;
+                };
                 if now < due {
                     break;
                 }
@@ -459,7 +463,10 @@ mod tests {
             .iter()
             .filter(|v| v.first_seq.parse::<u128>().is_ok_and(|f| f <= seq))
             .count();
-        assert_eq!(holding, 2, "both open ranges hold the second shard's records");
+        assert_eq!(
+            holding, 2,
+            "both open ranges hold the second shard's records"
+        );
     }
 
     #[test]

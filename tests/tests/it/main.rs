@@ -3,6 +3,7 @@
 
 mod alarms;
 mod control;
+mod counting_shapes;
 mod directory;
 mod likes;
 mod placement;

@@ -261,10 +261,7 @@ mod tests {
 
     #[test]
     fn identities_are_length_prefixed() {
-        assert_ne!(
-            ChangeId::of(&[b"ab", b"c"]),
-            ChangeId::of(&[b"a", b"bc"])
-        );
+        assert_ne!(ChangeId::of(&[b"ab", b"c"]), ChangeId::of(&[b"a", b"bc"]));
         assert_eq!(ChangeId::of(&[b"x"]), ChangeId::of(&[b"x"]));
     }
 
