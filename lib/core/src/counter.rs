@@ -78,6 +78,7 @@
 //! - for salted sub-keys, `ADD` to `s#<n>`; for `fix`, put the absolute [`Correction::fix`].
 
 mod dedupe;
+mod esm;
 mod flush;
 mod layout;
 mod read;
@@ -86,6 +87,10 @@ mod seq;
 mod tests;
 
 pub use dedupe::{Admit, Change, ChangeId, DedupeDecision, DedupeWindow, decide_deduped};
+pub use esm::{
+    EsmPlan, EsmPlanRequest, SHARD_BYTES_PER_SECOND, SHARD_RECORDS_PER_SECOND, SHARD_TARGET,
+    esm_plan,
+};
 pub use flush::{Deltas, FlushDecision, FlushPlan, FlushWrite, KeyDeltas, Stored, decide};
 pub use layout::{CounterKey, SubKey, WriterId};
 pub use read::{Correction, CounterSum, correction, sum_counter};
