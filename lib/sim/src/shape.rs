@@ -32,7 +32,7 @@
 //! for u in ["u1", "u2", "u3", "u4", "u5"] {
 //!     stream.push(like(u), Duration::ZERO);
 //! }
-//! stream.tick(Duration::from_secs(25)); // every slot has rolled once
+//! stream.tick(Duration::from_secs(21)); // slots roll at 5, 10, 15 and 20 s: each once
 //! let shards = stream.describe();
 //! assert_eq!(shards.len(), 8);
 //! assert_eq!(shards.iter().filter(|s| s.end_seq.is_none()).count(), 4);
