@@ -416,11 +416,19 @@ impl CounterStore {
 
     /// Reads one counter: one Query of its partition, summing writer, salted and `fix` sub-keys.
     pub async fn read(&self, key: &CounterKey) -> Result<CounterSum, CounterStoreError> {
-        let items = self.query_partition(&key.pk()).await?;
-        let pairs: Vec<(String, i64)> = items
-            .iter()
-            .filter_map(|i| Some((get_s(i, "sk")?.to_owned(), get_n(i, "total").unwrap_or(0))))
-            .collect();
+        let pk = key.pk();
+        let items = self.query_partition(&pk).await?;
+        let mut pairs: Vec<(String, i64)> = Vec::with_capacity(items.len());
+        for i in &items {
+            let Some(sk) = get_s(i, "sk") else { continue };
+            // A total that is missing or not a number is reported, never read as 0.
+            let total = get_n(i, "total").ok_or_else(|| CounterStoreError::Malformed {
+                pk: pk.clone(),
+                sk: sk.to_owned(),
+                reason: "no numeric `total`".into(),
+            })?;
+            pairs.push((sk.to_owned(), total));
+        }
         Ok(sum_counter(pairs)?)
     }
 

@@ -255,3 +255,32 @@ async fn sim_kinesis_shape_with_duplicates_reordering_and_chaos_counts_every_cha
     assert_eq!(out.esm.parked, 0, "no batch was given up on");
     assert_eq!(out.counts, out.truth);
 }
+
+#[tokio::test]
+async fn a_counter_item_whose_total_is_not_a_number_is_reported_not_read_as_zero() {
+    let fx = fixture!("a_counter_item_whose_total_is_not_a_number_is_reported_not_read_as_zero");
+    fx.table(Table::Counters).await;
+    let counters = fx.schema.table_name(Table::Counters);
+    for (sk, total) in [
+        ("w#shardId-000000000000", AttributeValue::N("5".into())),
+        ("fix", AttributeValue::S("five".into())),
+    ] {
+        fx.stack
+            .ddb
+            .put_item()
+            .table_name(&counters)
+            .item("pk", AttributeValue::S("likes#p9".into()))
+            .item("sk", AttributeValue::S(sk.into()))
+            .item("total", total)
+            .send()
+            .await
+            .expect("put");
+    }
+    let store = CounterStore::new(fx.stack.ddb.clone(), counters);
+    let key = heatsink::counter::CounterKey::new("likes", "p9").expect("key");
+    let err = store.read(&key).await.expect_err("a malformed total");
+    assert!(
+        matches!(err, heatsink::counter::CounterStoreError::Malformed { ref sk, .. } if sk == "fix"),
+        "{err}"
+    );
+}
