@@ -25,9 +25,10 @@ locals {
   }
 
   # The tables hotkey-controller watches, and the managed rules DynamoDB names
-  # DynamoDBContributorInsights-{PKC,PKT,SKC,SKT}-<table>-<epoch ms> for them.
+  # DynamoDBContributorInsights-{PKC,PKT,SKC,SKT}-<table>-<epoch ms> for them; the controller reads the
+  # partition-key rules only (accessed and throttled keys).
   watched_tables = [for t in keys(var.controller_tables) : local.tables[t]]
-  managed_rules  = flatten([for t in keys(var.controller_tables) : [for kind in ["PKC", "PKT", "SKC", "SKT"] : "${local.insight_rule_arn_prefix}DynamoDBContributorInsights-${kind}-${var.prefix}${t}-*"]])
+  managed_rules  = flatten([for t in keys(var.controller_tables) : [for kind in ["PKC", "PKT"] : "${local.insight_rule_arn_prefix}DynamoDBContributorInsights-${kind}-${var.prefix}${t}-*"]])
 
   async_destination_statement = { Effect = "Allow", Action = ["sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"], Resource = aws_sqs_queue.async_failures.arn }
 
@@ -39,7 +40,7 @@ locals {
       { Effect = "Allow", Action = ["dynamodb:Scan"], Resource = aws_dynamodb_table.hotkeys.arn },
     ]
     "likes-aggregator" = [
-      { Effect = "Allow", Action = ["dynamodb:PutItem", "dynamodb:Query"], Resource = aws_dynamodb_table.counters.arn },
+      { Effect = "Allow", Action = ["dynamodb:BatchGetItem", "dynamodb:PutItem"], Resource = aws_dynamodb_table.counters.arn },
       local.aggregator_source_statement[var.like_events_source],
       { Effect = "Allow", Action = ["sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"], Resource = aws_sqs_queue.stream_failures.arn },
     ]

@@ -355,8 +355,8 @@ export class HeatsinkStack extends Stack {
     grant(f['likes-api'], t.posts, ['dynamodb:GetItem']);
     grant(f['likes-api'], t.counters, ['dynamodb:Query']);
     grant(f['likes-api'], t.hotkeys, ['dynamodb:Scan']);
-    // likes-aggregator: conditional absolute flushes (PutItem) after reading the counter (Query).
-    grant(f['likes-aggregator'], t.counters, ['dynamodb:PutItem', 'dynamodb:Query']);
+    // likes-aggregator: reads the counters it flushes (BatchGetItem), conditional absolute flushes (PutItem).
+    grant(f['likes-aggregator'], t.counters, ['dynamodb:BatchGetItem', 'dynamodb:PutItem']);
     // count-rebuilder: exactly what `heatsink::counter::rebuild` calls: Scan `liked`; Scan
     // counter keys, Query each counter, Put its `fix`. It holds no lease: nothing in a function
     // reads or writes `leases` (stream consumers outside the stack do).
@@ -377,9 +377,10 @@ export class HeatsinkStack extends Stack {
       }),
     );
     // DynamoDB names its managed rules DynamoDBContributorInsights-{PKC,PKT,SKC,SKT}-<table>-<epoch ms>
-    // (GSIs: <table>-<index>-<epoch ms>); the creation time is unknown at deploy time.
+    // (GSIs: <table>-<index>-<epoch ms>); the creation time is unknown at deploy time. The
+    // controller reads the partition-key rules only (accessed and throttled keys).
     const managedRules = watched.flatMap((spec) =>
-      ['PKC', 'PKT', 'SKC', 'SKT'].map((kind) => `DynamoDBContributorInsights-${kind}-${prefix}${spec.logical}-*`),
+      ['PKC', 'PKT'].map((kind) => `DynamoDBContributorInsights-${kind}-${prefix}${spec.logical}-*`),
     );
     f['hotkey-controller'].addToRolePolicy(
       new iam.PolicyStatement({

@@ -561,7 +561,7 @@ describe('cdk-nag', () => {
     // Listed, each with its reason, in infra/README.md ("cdk-nag acknowledgements").
     expect([...new Set(acknowledged.map((v: any) => v.ruleName))].sort()).toEqual([
       'AwsSolutions-COG8',
-      ...['PKC', 'PKT', 'SKC', 'SKT'].map(
+      ...['PKC', 'PKT'].map(
         (k) =>
           `AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:cloudwatch:<AWS::Region>:<AWS::AccountId>:insight-rule/DynamoDBContributorInsights-${k}-heatsink-counters-*]`,
       ),

@@ -48,10 +48,10 @@ def logical(expression):
     if text == "${local.managed_rules}":
         formula = unq(iam_locals()["managed_rules"])
         assert formula == (
-            '${flatten([for t in keys(var.controller_tables) : [for kind in ["PKC", "PKT", "SKC", "SKT"] : '
+            '${flatten([for t in keys(var.controller_tables) : [for kind in ["PKC", "PKT"] : '
             '"${local.insight_rule_arn_prefix}DynamoDBContributorInsights-${kind}-${var.prefix}${t}-*"]])}'
         ), formula
-        return [f"insight-rule/DynamoDBContributorInsights-{k}-{PREFIX}{t}-*" for t in watched for k in ["PKC", "PKT", "SKC", "SKT"]]
+        return [f"insight-rule/DynamoDBContributorInsights-{k}-{PREFIX}{t}-*" for t in watched for k in ["PKC", "PKT"]]
     raise AssertionError(f"unexpected Resource expression {text!r}: teach test_grants.py to resolve it")
 
 
