@@ -65,6 +65,10 @@ resource "aws_lambda_function" "function" {
         HEATSINK_PREFIX                    = var.prefix
         HEATSINK_CONTRIBUTOR_INSIGHTS_MODE = "ACCESSED_AND_THROTTLED_KEYS"
         RUST_LOG                           = "info"
+        # The capacity log: 1 call in 100, partition keys hashed except on tables keyed by
+        # non-personal ids (liked is keyed by the user: hashed).
+        HEATSINK_CAPACITY_LOG_SAMPLE       = "100"
+        HEATSINK_CAPACITY_LOG_CLEAR_TABLES = join(",", [for t in ["counters", "hotkeys", "posts", "leases"] : "${var.prefix}${t}"])
       },
       each.key == "hotkey-controller" ? {
         HEATSINK_CONTROLLER_TABLES = join(",", [for t, kind in var.controller_tables : "${var.prefix}${t}:${kind}"])

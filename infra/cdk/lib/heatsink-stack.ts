@@ -335,6 +335,10 @@ export class HeatsinkStack extends Stack {
           HEATSINK_PREFIX: prefix,
           HEATSINK_CONTRIBUTOR_INSIGHTS_MODE: mode,
           RUST_LOG: 'info',
+          // The capacity log: 1 call in 100, partition keys hashed except on tables keyed by
+          // non-personal ids (`liked` is keyed by the user: hashed).
+          HEATSINK_CAPACITY_LOG_SAMPLE: '100',
+          HEATSINK_CAPACITY_LOG_CLEAR_TABLES: ['counters', 'hotkeys', 'posts', 'leases'].map((t) => `${prefix}${t}`).join(','),
           ...(name === 'hotkey-controller'
             ? { HEATSINK_CONTROLLER_TABLES: controllerTables.map((c) => `${prefix}${c.table}:${c.kind}`).join(',') }
             : {}),

@@ -164,6 +164,17 @@ describe('alarms that page', () => {
   });
 });
 
+test('logs without personal data: capacity lines sampled, the liked table (keyed by user) hashed', () => {
+  for (const f of Object.values(resources(s.template, 'AWS::Lambda::Function'))) {
+    const vars = f.Properties.Environment.Variables;
+    expect(Number(vars.HEATSINK_CAPACITY_LOG_SAMPLE)).toBeGreaterThan(1);
+    const clear: string[] = vars.HEATSINK_CAPACITY_LOG_CLEAR_TABLES.split(',');
+    expect(clear).not.toContain('heatsink-liked');
+    expect(clear.sort()).toEqual(['heatsink-counters', 'heatsink-hotkeys', 'heatsink-leases', 'heatsink-posts']);
+  }
+  for (const g of Object.values(resources(s.template, 'AWS::Logs::LogGroup'))) expect(g.Properties.RetentionInDays).toBe(30);
+});
+
 describe('resilience settings', () => {
   const fn = (name: string) => resources(s.template, 'AWS::Lambda::Function')[fnId(name)].Properties;
 

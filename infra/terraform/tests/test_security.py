@@ -141,3 +141,10 @@ def test_no_name_prefix_in_event_patterns_or_iam():
                        # the streams of the function's own log group
                        '"${aws_cloudwatch_log_group.function[name].arn}:*"')
             assert m in allowed or m.endswith('${t}-*"'), (f, m)
+
+
+def test_capacity_log_is_sampled_and_hashes_the_liked_table():
+    text = FILES["functions.tf"].read_text()
+    assert 'HEATSINK_CAPACITY_LOG_SAMPLE       = "100"' in text
+    clear = re.search(r'HEATSINK_CAPACITY_LOG_CLEAR_TABLES = join\(",", \[for t in \[([^\]]*)\]', text).group(1)
+    assert sorted(t.strip().strip('"') for t in clear.split(",")) == ["counters", "hotkeys", "leases", "posts"]
