@@ -270,22 +270,31 @@ resource "aws_cloudwatch_metric_alarm" "function" {
 
 # Heartbeats: the scheduled functions emit these after every successful run (0s included), so no
 # datapoint means the function stopped running or stopped succeeding.
-locals {
-  heartbeats = {
-    "hotkey-controller" = { metric = "HotKeys", period = 300, runs = "every minute" }
-    "count-rebuilder"   = { metric = "CountersCorrected", period = 900, runs = "every 5 minutes" }
-  }
+resource "aws_cloudwatch_metric_alarm" "heartbeat_controller" {
+  alarm_name          = "${var.prefix}hotkey-controller-heartbeat"
+  alarm_description   = "${var.prefix}hotkey-controller runs every minute and emits HotKeys each time; none for 5 minutes. Runbook: README \"Alarms\"."
+  namespace           = "heatsink"
+  metric_name         = "HotKeys"
+  dimensions          = { Function = "hotkey-controller" }
+  statistic           = "SampleCount"
+  period              = 300
+  comparison_operator = "LessThanThreshold"
+  evaluation_periods  = 1
+  threshold           = 1
+  treat_missing_data  = "breaching"
+  alarm_actions       = [aws_sns_topic.alarms.arn]
+  ok_actions          = [aws_sns_topic.alarms.arn]
+  tags                = var.tags
 }
 
-resource "aws_cloudwatch_metric_alarm" "heartbeat" {
-  for_each            = local.heartbeats
-  alarm_name          = "${var.prefix}${each.key}-heartbeat"
-  alarm_description   = "${var.prefix}${each.key} runs ${each.value.runs} and emits ${each.value.metric} each time; none for ${each.value.period / 60} minutes. Runbook: README \"Alarms\"."
+resource "aws_cloudwatch_metric_alarm" "heartbeat_rebuilder" {
+  alarm_name          = "${var.prefix}count-rebuilder-heartbeat"
+  alarm_description   = "${var.prefix}count-rebuilder runs every 5 minutes and emits CountersCorrected each time; none for 15 minutes. Runbook: README \"Alarms\"."
   namespace           = "heatsink"
-  metric_name         = each.value.metric
-  dimensions          = { Function = each.key }
+  metric_name         = "CountersCorrected"
+  dimensions          = { Function = "count-rebuilder" }
   statistic           = "SampleCount"
-  period              = each.value.period
+  period              = 900
   comparison_operator = "LessThanThreshold"
   evaluation_periods  = 1
   threshold           = 1

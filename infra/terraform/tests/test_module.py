@@ -229,9 +229,9 @@ SAME_AS_CDK = {
     "aws_apigatewayv2_route": 2,
     "aws_apigatewayv2_stage": 1,
     "aws_cloudwatch_contributor_insight_rule": 1,  # for_each over the rules
-    # hot, throttled, function (errors/throttles), heartbeat, kinesis (for_each each); iterator age,
-    # stream throttled, stream failures, async failures, corrections, API 5xx and p99
-    "aws_cloudwatch_metric_alarm": 12,
+    # hot, throttled, function (errors/throttles), kinesis (for_each each); iterator age, stream
+    # throttled, stream failures, async failures, corrections, two heartbeats, API 5xx and p99
+    "aws_cloudwatch_metric_alarm": 13,
     "aws_sns_topic": 1,
     "aws_sns_topic_policy": 1,
     "aws_cloudwatch_dashboard": 1,

@@ -2,7 +2,7 @@
 
 import re
 
-from test_module import FILES, PARSED, REPO, RESOURCES, jsonencoded, unq, variable_default
+from test_module import FILES, PARSED, REPO, RESOURCES, SCHEMA, jsonencoded, named, unq, variable_default
 
 
 def test_every_route_has_the_jwt_authorizer():
@@ -60,10 +60,11 @@ def test_errors_throttles_heartbeats_api_and_kinesis_alarms():
     text = FILES["alarms.tf"].read_text()
     assert '"${name}-errors"    = { fn = name, metric = "Errors"' in text
     assert '"${name}-throttles" = { fn = name, metric = "Throttles"' in text
-    hb = RESOURCES[("aws_cloudwatch_metric_alarm", "heartbeat")]
-    assert unq(hb["treat_missing_data"]) == "breaching"
-    assert unq(hb["statistic"]) == "SampleCount" and unq(hb["comparison_operator"]) == "LessThanThreshold"
-    assert sorted(unq(k) for k in alarm_locals("heartbeats")) == ["count-rebuilder", "hotkey-controller"]
+    for name, fn in (("heartbeat_controller", "hotkey-controller"), ("heartbeat_rebuilder", "count-rebuilder")):
+        hb = RESOURCES[("aws_cloudwatch_metric_alarm", name)]
+        assert unq(hb["treat_missing_data"]) == "breaching"
+        assert unq(hb["statistic"]) == "SampleCount" and unq(hb["comparison_operator"]) == "LessThanThreshold"
+        assert named(hb["alarm_name"]) == f"{SCHEMA['prefix']}{fn}-heartbeat"
     assert unq(RESOURCES[("aws_cloudwatch_metric_alarm", "api_5xx")]["metric_name"]) == "5xx"
     assert unq(RESOURCES[("aws_cloudwatch_metric_alarm", "api_p99_latency")]["extended_statistic"]) == "p99"
     for metric in ("AgeOfOldestUnreplicatedRecord", "FailedToReplicateRecordCount", "GetRecords.IteratorAgeMilliseconds"):
@@ -96,8 +97,6 @@ def test_every_alarm_name_has_a_runbook_row():
             keys = {"function": [f"{f}-{k}" for f in ("likes-api", "hotkey-controller") for k in ("errors", "throttles")],
                     "kinesis": ["liked-kinesis-replication-lag", "liked-kinesis-replication-failed", "like-events-iterator-age"]}[name]
             names += ["${var.prefix}" + k for k in keys]
-        elif n == "${var.prefix}${each.key}-heartbeat":
-            names += ["${var.prefix}hotkey-controller-heartbeat", "${var.prefix}count-rebuilder-heartbeat"]
         else:
             names.append(n)
     for n in names:
