@@ -19,6 +19,7 @@
 
 pub mod aggregator;
 pub mod api;
+pub mod api_limits;
 pub mod counting;
 pub mod dashboard;
 pub mod esm;

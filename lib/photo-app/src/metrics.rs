@@ -383,8 +383,12 @@ mod tests {
         }
         assert_eq!(
             seen,
-            BTreeSet::from([Metric::CounterCorrectionLikes.name()]),
-            "parsed the counter-corrections alarm"
+            BTreeSet::from([
+                Metric::CounterCorrectionLikes.name(),
+                Metric::HotKeys.name(),
+                Metric::CountersCorrected.name(),
+            ]),
+            "parsed the counter-corrections alarm and the two heartbeats"
         );
     }
 

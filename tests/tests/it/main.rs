@@ -5,6 +5,7 @@ mod alarms;
 mod control;
 mod counting_shapes;
 mod directory;
+mod grants;
 mod likes;
 mod placement;
 mod publish;
