@@ -144,7 +144,7 @@ impl World {
                 .all(|p| finished.contains(p));
             let mut lease = Lease::discovered(info);
             lease.counter = spec.counter;
-            let seq = Progress::InProgress(Seq::from(spec.counter % 1_000 + 1));
+            let seq = Progress::InProgress(Seq::from(spec.counter % 1_000 + 1).into());
             let owner = NAMES.get(spec.owner).filter(|_| parents_done);
             if parents_done && spec.finish && info.is_closed() {
                 finished.insert(id);
@@ -209,6 +209,7 @@ impl World {
             malformed: &malformed,
             held: &held,
             max_steals_per_round: self.max_steals,
+            initial: Default::default(),
         });
         (leases, held, plan)
     }
@@ -512,6 +513,7 @@ fn a_lost_lease_is_stopped_and_a_held_one_renewed() {
         malformed: &[],
         held: &held,
         max_steals_per_round: 1,
+        initial: Default::default(),
     });
     assert_eq!(plan.renew, vec![ids[0].clone()]);
     assert_eq!(plan.stop_lost, vec![ids[1].clone()]);
@@ -543,6 +545,7 @@ fn a_malformed_row_is_replaced_above_its_counter_unless_unlisted() {
         malformed: &malformed,
         held: &held,
         max_steals_per_round: 1,
+        initial: Default::default(),
     });
     assert_eq!(plan.repair.len(), 1);
     assert!(
