@@ -99,7 +99,7 @@ fn fast_config(worker: &str) -> WorkerConfig {
     c.sync_interval = Duration::from_secs(1);
     c.idle_poll = Duration::from_millis(100);
     c.retry_backoff = Duration::from_millis(50);
-    c.max_records = 200;
+    c.max_records = Some(200);
     // moto 5.2.5 lets two conditional takes both succeed: read each take back, as the worker
     // always did before `verify_takes`. `HEATSINK_VERIFY_TAKES=0` runs a lane whose emulator
     // serialises conditional writes without it, as production does.
@@ -463,7 +463,7 @@ async fn a_batch_that_keeps_failing_is_reported_and_skipped_without_blocking_oth
     let spec = fx.table(Table::Leases).await;
     let log = Arc::new(Mutex::new(Vec::new()));
     let mut config = fast_config("w0");
-    config.max_records = 1; // one record per batch: only the poison one fails
+    config.max_records = Some(1); // one record per batch: only the poison one fails
     let w = start(
         KinesisSource::new(fx.stack.kinesis.clone(), &stream.name),
         LeaseTable::new(fx.stack.ddb.clone(), &spec.name, "poison-app"),

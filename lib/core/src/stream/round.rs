@@ -246,10 +246,19 @@ pub fn plan_round(input: &RoundInput<'_>) -> RoundPlan {
             _ => plan.stop_lost.push(shard.clone()),
         }
     }
+    // A DELETED row is terminal (trimmed, or gone before its end): it no longer blocks its
+    // children, whatever its checkpoint says.
     let checkpoints: Checkpoints = input
         .leases
         .iter()
-        .map(|l| (l.shard_id.clone(), l.checkpoint.clone()))
+        .map(|l| {
+            let progress = if l.state == LeaseState::Deleted {
+                Progress::Finished
+            } else {
+                l.checkpoint.clone()
+            };
+            (l.shard_id.clone(), progress)
+        })
         .collect();
     let ready = eligible(input.graph, &checkpoints);
     let workers: Vec<String> = input

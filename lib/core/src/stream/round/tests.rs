@@ -555,3 +555,36 @@ fn a_malformed_row_is_replaced_above_its_counter_unless_unlisted() {
     // Nothing to take before the row is replaced and read again.
     assert!(plan.take.is_empty());
 }
+
+#[test]
+fn a_deleted_parent_row_unblocks_its_children() {
+    let parent = ShardInfo {
+        ending_seq: Some("900".into()),
+        ..ShardInfo::new("shardId-0")
+    };
+    let child = ShardInfo {
+        parent: Some("shardId-0".into()),
+        ..ShardInfo::new("shardId-1")
+    };
+    let graph = ShardGraph::new(vec![parent.clone(), child.clone()]).unwrap();
+    let mut gone = Lease::discovered(&parent);
+    gone.state = LeaseState::Deleted; // the shard vanished before it was read to its end
+    let leases = vec![gone, Lease::discovered(&child)];
+    let held = BTreeMap::new();
+    let plan = plan_round(&RoundInput {
+        worker_id: "w0",
+        now_ms: 1_000,
+        graph: &graph,
+        leases: &leases,
+        malformed: &[],
+        held: &held,
+        max_steals_per_round: 1,
+        initial: Default::default(),
+    });
+    let took: Vec<&str> = plan
+        .take
+        .iter()
+        .map(|a| a.lease.shard_id.as_str())
+        .collect();
+    assert_eq!(took, ["shardId-1"]);
+}
