@@ -216,8 +216,12 @@ impl LeaseTable {
         }
     }
 
-    /// Refuses a row of another stream, or of none, when the table is bound to a stream.
+    /// Refuses a row of another stream, or of none, when the table is bound to a stream. A row
+    /// that does not parse and names no stream is left to repair (its checkpoint is lost anyway).
     fn check_stream(&self, item: &HashMap<String, AttributeValue>) -> Result<(), StreamError> {
+        if !item.contains_key("stream") && parse_row(item).is_err() {
+            return Ok(());
+        }
         let Some(expected) = &self.stream else {
             return Ok(());
         };

@@ -148,6 +148,10 @@ pub struct WorkerConfig {
     pub initial_position: InitialPosition,
     /// Leases stolen per round when rebalancing (default 1, like the KCL).
     pub max_steals_per_round: usize,
+    /// Attempt and operation timeouts of the source's and lease table's SDK clients; `None`
+    /// (default) is [`Timeouts::for_lease`] of `lease_duration` (a quarter per attempt, half per
+    /// operation), which keeps a hung call from outliving the lease it works under.
+    pub timeouts: Option<Timeouts>,
     /// Read a round's takes (and steals) back, in one BatchGetItem, and keep a lease only if the
     /// stored row still names this worker with the written counter (default false).
     ///
@@ -175,6 +179,7 @@ impl WorkerConfig {
             max_backoff: Duration::from_secs(5),
             initial_position: InitialPosition::TrimHorizon,
             max_steals_per_round: 1,
+            timeouts: None,
             verify_takes: false,
         }
     }
@@ -469,7 +474,9 @@ impl<S: ShardSource, P: RecordProcessor> Worker<S, P> {
     /// A worker reading `source` for the application of `leases`, feeding `processor`. The
     /// source's and the lease table's SDK clients get [`Timeouts::for_lease`] of the lease.
     pub fn new(source: S, leases: LeaseTable, processor: P, config: WorkerConfig) -> Self {
-        let timeouts = Timeouts::for_lease(config.lease_duration);
+        let timeouts = config
+            .timeouts
+            .unwrap_or_else(|| Timeouts::for_lease(config.lease_duration));
         Self {
             source: source.with_timeouts(timeouts),
             leases: leases.with_timeouts(timeouts),
