@@ -435,7 +435,7 @@ async fn a_lease_row_deleted_or_mangled_by_hand_is_recreated_from_the_shard_grap
         .expect("mangle");
     let repaired = eventually(
         "the mangled row is recreated and retaken",
-        Duration::from_secs(10),
+        Duration::from_secs(20),
         || async {
             let l = table.get(&held.shard_id).await.ok()??;
             (l.owner.is_some() && l.counter > held.counter).then_some(l)
@@ -454,7 +454,7 @@ async fn a_lease_row_deleted_or_mangled_by_hand_is_recreated_from_the_shard_grap
         .expect("delete");
     eventually(
         "the deleted row is recreated and retaken",
-        Duration::from_secs(10),
+        Duration::from_secs(20),
         || async {
             let l = table.get(&held.shard_id).await.ok()??;
             (l.owner.is_some() && l.counter > repaired.counter).then_some(())
@@ -498,7 +498,7 @@ async fn a_failing_batch_stalls_only_its_shard_and_is_delivered_once_the_outage_
     }
     let stuck = eventually(
         "the poison shard reported stalled",
-        Duration::from_secs(15),
+        Duration::from_secs(25),
         || async {
             let stalled = w.stats.stalled_shards();
             (stalled.len() == 1).then(|| stalled[0].clone())
@@ -523,7 +523,7 @@ async fn a_failing_batch_stalls_only_its_shard_and_is_delivered_once_the_outage_
     assert!(w.stats.failed_batches() >= 3, "retried, not skipped");
     // The outage ends: everything arrives, k00 included, nothing skipped, in order.
     outage.store(false, Ordering::SeqCst);
-    eventually("every record delivered", Duration::from_secs(15), || {
+    eventually("every record delivered", Duration::from_secs(25), || {
         let log = Arc::clone(&log);
         async move { complete(&log.lock().unwrap(), 6, 3).then_some(()) }
     })
@@ -672,7 +672,7 @@ async fn a_processor_that_cannot_deliver_stops_the_worker_and_a_rerun_delivers_e
     );
     eventually(
         "a re-run delivers all five",
-        Duration::from_secs(15),
+        Duration::from_secs(25),
         || {
             let log = Arc::clone(&log);
             async move { complete(&log.lock().unwrap(), 5, 1).then_some(()) }
@@ -722,7 +722,7 @@ async fn a_slow_shutdown_never_moves_a_checkpoint_backwards() {
     put_round(&fx.stack.kinesis, &stream.name, 0, 5).await;
     let done = eventually(
         "the first records checkpointed",
-        Duration::from_secs(15),
+        Duration::from_secs(25),
         || async {
             let scan = table.scan().await.ok()?;
             let lease = scan.leases.into_iter().next()?;
@@ -766,7 +766,7 @@ async fn two_streams_with_one_app_never_share_checkpoints_nor_does_a_recreated_s
         collector("w0", &log),
         fast_config("w0"),
     );
-    eventually("the first stream read", Duration::from_secs(15), || async {
+    eventually("the first stream read", Duration::from_secs(25), || async {
         let scan = table().scan().await.ok()?;
         scan.leases
             .iter()
@@ -845,12 +845,12 @@ async fn from_latest_after_a_split_emits_nothing_put_before_the_start() {
     );
     eventually(
         "both children read at their tip",
-        Duration::from_secs(15),
+        Duration::from_secs(25),
         || async { (w.stats.held_shards().len() == 2 && w.stats.is_caught_up()).then_some(()) },
     )
     .await;
     put_round(k, &stream.name, 2, 8).await;
-    eventually("the new round delivered", Duration::from_secs(15), || {
+    eventually("the new round delivered", Duration::from_secs(25), || {
         let log = Arc::clone(&log);
         async move { (log.lock().unwrap().iter().filter(|s| s.value == 2).count() == 8).then_some(()) }
     })
@@ -961,7 +961,7 @@ async fn sim_retention_a_parent_dropped_from_list_shards_unblocks_its_children_w
     gone.store(true, Ordering::SeqCst);
     eventually(
         "the children's records delivered",
-        Duration::from_secs(15),
+        Duration::from_secs(25),
         || {
             let log = Arc::clone(&log);
             async move {
@@ -1028,6 +1028,11 @@ async fn a_hung_list_shards_neither_lets_a_live_workers_leases_lapse_nor_makes_a
     let table = || LeaseTable::new(fx.stack.ddb.clone(), &spec.name, "hung-app");
     let hang = Arc::new(AtomicBool::new(false));
     let log = Arc::new(Mutex::new(Vec::new()));
+    // A longer lease than the other tests': renewals on the shared emulator must not lapse it.
+    let config = |name: &str| WorkerConfig {
+        lease_duration: Duration::from_secs(4),
+        ..fast_config(name)
+    };
     let a = start(
         HungListing {
             inner: KinesisSource::new(k.clone(), &stream.name),
@@ -1035,9 +1040,9 @@ async fn a_hung_list_shards_neither_lets_a_live_workers_leases_lapse_nor_makes_a
         },
         table(),
         collector("a", &log),
-        fast_config("a"),
+        config("a"),
     );
-    eventually("a holds both shards", Duration::from_secs(15), || async {
+    eventually("a holds both shards", Duration::from_secs(25), || async {
         (a.stats.held_shards().len() == 2).then_some(())
     })
     .await;
@@ -1046,10 +1051,10 @@ async fn a_hung_list_shards_neither_lets_a_live_workers_leases_lapse_nor_makes_a
         KinesisSource::new(k.clone(), &stream.name),
         table(),
         collector("b", &log),
-        fast_config("b"),
+        config("b"),
     );
     // Two lease durations: without its main loop, a still renews, so b never takes over.
-    for round in 0..10 {
+    for round in 0..16 {
         put_round(k, &stream.name, round, 6).await;
         tokio::time::sleep(Duration::from_millis(500)).await;
         assert!(
@@ -1057,9 +1062,9 @@ async fn a_hung_list_shards_neither_lets_a_live_workers_leases_lapse_nor_makes_a
             "b took both of a's live leases"
         );
     }
-    eventually("a delivered every record", Duration::from_secs(10), || {
+    eventually("every record delivered", Duration::from_secs(20), || {
         let log = Arc::clone(&log);
-        async move { complete(&log.lock().unwrap(), 6, 10).then_some(()) }
+        async move { complete(&log.lock().unwrap(), 6, 16).then_some(()) }
     })
     .await;
     // Rebalancing may move one lease to b (a steal, not an expiry); a record is never
@@ -1143,7 +1148,7 @@ async fn the_dynamodb_streams_source_delivers_a_tables_changes_in_order() {
     let task = tokio::spawn(worker.run(async move {
         let _ = rx.await;
     }));
-    eventually("ten changes", Duration::from_secs(15), || {
+    eventually("ten changes", Duration::from_secs(25), || {
         let seen = Arc::clone(&seen);
         async move { (seen.lock().unwrap().len() >= 10).then_some(()) }
     })

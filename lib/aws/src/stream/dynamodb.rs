@@ -256,3 +256,71 @@ impl ShardSource for DynamoDbStreamsSource {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use aws_sdk_dynamodbstreams::operation::describe_stream::DescribeStreamOutput;
+    use aws_sdk_dynamodbstreams::types::{SequenceNumberRange, Shard, StreamDescription};
+    use aws_smithy_mocks::mock;
+
+    use super::*;
+
+    fn shard(id: &str, parent: Option<&str>, closed: bool) -> Shard {
+        let range = SequenceNumberRange::builder().starting_sequence_number("100");
+        let range = if closed {
+            range.ending_sequence_number("200")
+        } else {
+            range
+        };
+        Shard::builder()
+            .shard_id(id)
+            .set_parent_shard_id(parent.map(str::to_owned))
+            .sequence_number_range(range.build())
+            .build()
+    }
+
+    fn page(shards: Vec<Shard>) -> DescribeStreamOutput {
+        DescribeStreamOutput::builder()
+            .stream_description(
+                StreamDescription::builder()
+                    .set_shards(Some(shards))
+                    .build(),
+            )
+            .build()
+    }
+
+    /// Several open shards, two rollovers: the second sync pages only from the last closed shard
+    /// before the first open one, and the answer is still the whole listing.
+    #[tokio::test]
+    async fn smithy_mock_dynamodb_streams_sync_pages_from_the_last_settled_shard_not_the_start() {
+        let full = mock!(aws_sdk_dynamodbstreams::Client::describe_stream)
+            .match_requests(|r| r.exclusive_start_shard_id().is_none())
+            .then_output(|| {
+                page(vec![
+                    shard("s0", None, true),
+                    shard("s1", Some("s0"), true),
+                    shard("a1", None, false),
+                    shard("s2", Some("s1"), false),
+                ])
+            });
+        let incremental = mock!(aws_sdk_dynamodbstreams::Client::describe_stream)
+            .match_requests(|r| r.exclusive_start_shard_id() == Some("s1"))
+            .then_output(|| {
+                page(vec![
+                    shard("a1", None, true),
+                    shard("s2", Some("s1"), false),
+                    shard("a2", Some("a1"), false),
+                ])
+            });
+        let client = crate::mocked!(aws_sdk_dynamodbstreams, full, incremental);
+        let source =
+            DynamoDbStreamsSource::new(client, "arn:aws:dynamodb:us-east-1:1:table/t/stream/x");
+        let first = source.list_shards().await.expect("first sync");
+        assert_eq!(first.len(), 4);
+        let second = source.list_shards().await.expect("second sync");
+        let ids: Vec<&str> = second.iter().map(|s| s.shard_id.as_str()).collect();
+        assert_eq!(ids, ["s0", "s1", "a1", "s2", "a2"]);
+        assert!(second[2].is_closed(), "a1's rollover seen");
+        assert_eq!((full.num_calls(), incremental.num_calls()), (1, 1));
+    }
+}

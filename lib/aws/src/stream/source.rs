@@ -173,3 +173,41 @@ pub trait ShardSource: Send + Sync + 'static {
 pub(crate) fn parse_seq(raw: &str) -> Result<Seq, StreamError> {
     Seq::parse(raw).map_err(|_| StreamError::InvalidSequence(raw.to_owned()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_line_says_how_its_data_is_encoded_and_carries_sub_seq_only_in_an_aggregate() {
+        let text = StreamRecord {
+            seq: Seq::from(42),
+            sub_seq: None,
+            partition_key: "k".into(),
+            data: Bytes::from_static(b"hello"),
+        };
+        let line = text.to_json("shardId-1");
+        assert_eq!(line["data"], "hello");
+        assert_eq!(line["data_encoding"], "utf8");
+        assert_eq!(line["seq"], "42");
+        assert!(line.get("sub_seq").is_none());
+        let binary = StreamRecord {
+            sub_seq: Some(3),
+            data: Bytes::from_static(&[0xff, 0x00]),
+            ..text
+        };
+        let line = binary.to_json("shardId-1");
+        assert_eq!(line["data"], "/wA=");
+        assert_eq!(line["data_encoding"], "base64");
+        assert_eq!(line["sub_seq"], 3);
+        assert_eq!(binary.position(), Position::sub_record(Seq::from(42), 3));
+    }
+
+    #[test]
+    fn timeouts_sit_inside_the_lease() {
+        let t = Timeouts::for_lease(Duration::from_secs(10));
+        assert_eq!(t.attempt, Duration::from_millis(2_500));
+        assert_eq!(t.operation, Duration::from_secs(5));
+        assert_eq!(t.config().operation_timeout(), Some(Duration::from_secs(5)));
+    }
+}
