@@ -4,6 +4,7 @@
 mod alarms;
 mod control;
 mod directory;
+mod kinesis_kpl;
 mod likes;
 mod placement;
 mod publish;
