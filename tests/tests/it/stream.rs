@@ -1160,3 +1160,129 @@ async fn the_dynamodb_streams_source_delivers_a_tables_changes_in_order() {
     let want: Vec<String> = (0..10).map(|i| format!("p{i:02}")).collect();
     assert_eq!(posts, want, "changes in write order");
 }
+
+/// One delivery: (seq, sub_seq, data).
+type SubSeen = (String, Option<u64>, String);
+
+/// Every delivery in order.
+struct SubLog(Arc<Mutex<Vec<SubSeen>>>);
+
+impl RecordProcessor for SubLog {
+    async fn process(&self, batch: &ProcessBatch) -> Result<(), StreamError> {
+        let mut log = self.0.lock().unwrap();
+        for r in &batch.records {
+            log.push((
+                r.seq.to_string(),
+                r.sub_seq,
+                String::from_utf8_lossy(&r.data).into_owned(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kpl_aggregate_is_deaggregated_and_a_restart_inside_it_neither_skips_nor_repeats() {
+    let fx = fixture!(
+        "a_kpl_aggregate_is_deaggregated_and_a_restart_inside_it_neither_skips_nor_repeats"
+    );
+    let stream = fx.stream("kpl", 1).await;
+    let spec = fx.table(Table::Leases).await;
+    let table = || LeaseTable::new(fx.stack.ddb.clone(), &spec.name, "kpl-app");
+    let k = &fx.stack.kinesis;
+    let mut agg = heatsink::kpl::Aggregator::new();
+    for i in 0..5 {
+        assert!(
+            agg.try_add(&format!("u{i}"), None, format!("like {i}").as_bytes())
+                .unwrap()
+        );
+    }
+    let aggregate = agg.finish().expect("five user records");
+    k.put_record()
+        .stream_name(&stream.name)
+        .partition_key(&aggregate.partition_key)
+        .data(Blob::new(aggregate.data))
+        .send()
+        .await
+        .expect("put the aggregate");
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let w = start(
+        KinesisSource::new(k.clone(), &stream.name),
+        table(),
+        SubLog(Arc::clone(&log)),
+        fast_config("w0"),
+    );
+    let lease = eventually(
+        "the aggregate checkpointed",
+        Duration::from_secs(25),
+        || async {
+            let l = table().scan().await.ok()?.leases.into_iter().next()?;
+            (l.checkpoint.position()?.sub_seq == Some(4)).then_some(l)
+        },
+    )
+    .await;
+    let _ = w.stop.send(());
+    w.task.await.expect("worker task").expect("worker ran");
+    let first: Vec<(Option<u64>, String)> = log
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, s, d)| (*s, d.clone()))
+        .collect();
+    let want: Vec<(Option<u64>, String)> = (0..5).map(|i| (Some(i), format!("like {i}"))).collect();
+    assert_eq!(
+        first, want,
+        "one delivery per user record, with its sub-sequence"
+    );
+
+    // As if a worker died after sub-record 2: the checkpoint sits inside the aggregate.
+    let seq = lease.checkpoint.position().unwrap().seq.clone();
+    let inside = heatsink::stream::Position::sub_record(seq.clone(), 2);
+    fx.stack
+        .ddb
+        .update_item()
+        .table_name(&spec.name)
+        .key("app", AttributeValue::S("kpl-app".into()))
+        .key("shard_id", AttributeValue::S(lease.shard_id.clone()))
+        .update_expression("SET #c = :c")
+        .expression_attribute_names("#c", "checkpoint")
+        .expression_attribute_values(":c", AttributeValue::S(inside.to_checkpoint()))
+        .send()
+        .await
+        .expect("move the checkpoint inside the aggregate");
+    put_round(k, &stream.name, 0, 1).await; // and one plain record after it
+    log.lock().unwrap().clear();
+    let w = start(
+        KinesisSource::new(k.clone(), &stream.name),
+        table(),
+        SubLog(Arc::clone(&log)),
+        fast_config("w1"),
+    );
+    eventually(
+        "the rest of the aggregate and the plain record",
+        Duration::from_secs(25),
+        || {
+            let log = Arc::clone(&log);
+            async move { (log.lock().unwrap().len() >= 3).then_some(()) }
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let _ = w.stop.send(());
+    w.task.await.expect("worker task").expect("worker ran");
+    let rest: Vec<(Option<u64>, String)> = log
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, s, d)| (*s, d.clone()))
+        .collect();
+    assert_eq!(
+        rest,
+        [
+            (Some(3), "like 3".to_owned()),
+            (Some(4), "like 4".to_owned()),
+            (None, "k00:0".to_owned())
+        ],
+        "resumed after sub-record 2: nothing skipped, nothing repeated"
+    );
+}

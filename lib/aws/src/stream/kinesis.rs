@@ -2,6 +2,7 @@
 
 use aws_sdk_kinesis::types::{HashKeyRange, ShardIteratorType};
 use bytes::Bytes;
+use heatsink_core::kpl;
 use heatsink_core::stream::ShardInfo;
 
 use super::source::parse_seq;
@@ -155,12 +156,33 @@ impl ShardSource for KinesisSource {
             .map_err(|e| StreamError::from_sdk(SERVICE, "GetRecords", &self.stream, e))?;
         let mut records = Vec::with_capacity(out.records().len());
         for r in out.records() {
-            records.push(StreamRecord {
-                seq: parse_seq(r.sequence_number())?,
-                sub_seq: None,
-                partition_key: r.partition_key().unwrap_or_default().to_owned(),
-                data: Bytes::copy_from_slice(r.data().as_ref()),
-            });
+            let seq = parse_seq(r.sequence_number())?;
+            let partition_key = r.partition_key().unwrap_or_default();
+            let data = r.data().as_ref();
+            if !kpl::is_aggregated(data) {
+                records.push(StreamRecord {
+                    seq,
+                    sub_seq: None,
+                    partition_key: partition_key.to_owned(),
+                    data: Bytes::copy_from_slice(data),
+                });
+                continue;
+            }
+            // A KPL aggregate: one record per user record, each at (seq, sub-sequence), so a
+            // checkpoint inside it resumes at the next user record.
+            let subs =
+                kpl::deaggregate(data, partition_key).map_err(|source| StreamError::Aggregate {
+                    seq: seq.to_decimal().to_owned(),
+                    source,
+                })?;
+            for sub in subs {
+                records.push(StreamRecord {
+                    seq: seq.clone(),
+                    sub_seq: Some(sub.sub_sequence),
+                    partition_key: sub.partition_key,
+                    data: Bytes::from(sub.data),
+                });
+            }
         }
         let mut child_shards = Vec::new();
         for c in out.child_shards() {

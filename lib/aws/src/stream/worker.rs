@@ -1222,7 +1222,12 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
                     return;
                 }
                 Err(e) => {
-                    tracing::debug!(shard = %shard, error = %e, "GetRecords failed; backing off");
+                    if matches!(e, StreamError::Aggregate { .. }) {
+                        tracing::error!(shard = %shard, error = %e,
+                            "undecodable KPL aggregate: the shard waits, nothing is skipped");
+                    } else {
+                        tracing::debug!(shard = %shard, error = %e, "GetRecords failed; backing off");
+                    }
                     if sleep_or_stop(pause, &mut stop).await {
                         return;
                     }
