@@ -146,7 +146,13 @@ mod tests {
                             && doc["error"].as_str().is_some_and(|m| m.contains("boom"))
                     })
             })
-            .then_output(|| SendMessageBatchOutput::builder().build().unwrap());
+            .then_output(|| {
+                SendMessageBatchOutput::builder()
+                    .set_successful(Some(Vec::new()))
+                    .set_failed(Some(Vec::new()))
+                    .build()
+                    .unwrap()
+            });
         let sqs = crate::mocked!(aws_sdk_sqs, ok);
         let error = StreamError::Processor("boom".into());
         SqsDeadLetter::new(sqs, "q", "s")
@@ -157,6 +163,7 @@ mod tests {
 
         let refused = mock!(aws_sdk_sqs::Client::send_message_batch).then_output(|| {
             SendMessageBatchOutput::builder()
+                .set_successful(Some(Vec::new()))
                 .failed(
                     BatchResultErrorEntry::builder()
                         .id("r1")
