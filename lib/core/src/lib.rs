@@ -10,5 +10,6 @@ pub mod detect;
 pub mod guard;
 pub mod hot;
 pub mod keys;
+pub mod kpl;
 pub mod merge;
 pub mod stream;

@@ -6,6 +6,7 @@ mod control;
 mod counting_shapes;
 mod directory;
 mod grants;
+mod kinesis_kpl;
 mod likes;
 mod placement;
 mod publish;
