@@ -5,6 +5,7 @@ mod alarms;
 mod control;
 mod directory;
 mod kinesis_kpl;
+mod kinesis_produce;
 mod likes;
 mod placement;
 mod publish;
