@@ -8,6 +8,7 @@ pub mod keys;
 pub mod lineage;
 pub mod local;
 pub mod plan;
+pub mod produce;
 pub mod progress;
 pub mod rebuild;
 pub mod schema;
