@@ -67,7 +67,8 @@ impl Ledger {
     /// Check, then record a call at `now`.
     pub fn spend(&mut self, now: u64, from: u32, to: u32) -> Result<(), LedgerError> {
         self.check(now, from, to)?;
-        self.calls.retain(|&t| t <= now && now - t < ROLLING_WINDOW_SECS);
+        self.calls
+            .retain(|&t| t <= now && now - t < ROLLING_WINDOW_SECS);
         self.calls.push(now);
         Ok(())
     }
