@@ -52,6 +52,11 @@ enum Command {
     Rebuild(cmd::rebuild::RebuildArgs),
     /// Put records on a Kinesis stream (stdin JSON lines or generated load); prints a JSON summary.
     Produce(cmd::produce::ProduceArgs),
+    /// Load-aware resharding of a Kinesis stream: plan (print) or apply (carry out, resumable).
+    Reshard {
+        #[command(subcommand)]
+        command: cmd::reshard::ReshardCommand,
+    },
 }
 
 #[tokio::main]
@@ -77,6 +82,7 @@ async fn main() -> ExitCode {
         Command::Top(args) => cmd::top::run(args).await,
         Command::Rebuild(args) => cmd::rebuild::run(args).await,
         Command::Produce(args) => cmd::produce::run(args).await,
+        Command::Reshard { command } => cmd::reshard::run(command).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -11,6 +11,7 @@ pub mod plan;
 pub mod produce;
 pub mod progress;
 pub mod rebuild;
+pub mod reshard;
 pub mod schema;
 pub mod sim;
 pub mod table;

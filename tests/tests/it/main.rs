@@ -6,6 +6,7 @@ mod control;
 mod directory;
 mod kinesis_kpl;
 mod kinesis_produce;
+mod kinesis_reshard;
 mod likes;
 mod placement;
 mod publish;
