@@ -267,7 +267,8 @@ impl Weighted {
     fn load_in(&self, start: u128, end: u128) -> f64 {
         let lo = self.points.partition_point(|p| p.0 < start);
         let hi = self.points.partition_point(|p| p.0 <= end);
-        self.points[lo..hi].iter().map(|p| p.1).sum()
+        // `+ 0.0`: an empty float sum is -0.0.
+        self.points[lo..hi].iter().map(|p| p.1).sum::<f64>() + 0.0
     }
 
     /// The boundary in `start..=end` minimising the larger child: `(at, larger child's load)`.
