@@ -21,6 +21,7 @@ pub mod aggregator;
 pub mod api;
 pub mod counting;
 pub mod dashboard;
+pub mod esm;
 pub mod id;
 pub mod lambda;
 pub mod mapper;

@@ -671,7 +671,10 @@ mod tests {
     fn like(post: &str, user: &str, created_ms: u64) -> String {
         json!({
             "eventName": "INSERT",
+            "eventSource": "aws:dynamodb",
+            "tableName": "heatsink-liked",
             "dynamodb": {
+                "Keys": {"user": {"S": user}, "post": {"S": post}},
                 "ApproximateCreationDateTime": created_ms,
                 "ApproximateCreationDateTimePrecision": "MILLISECOND",
                 "NewImage": {"post": {"S": post}, "user": {"S": user}},

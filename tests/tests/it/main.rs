@@ -3,6 +3,7 @@
 
 mod alarms;
 mod control;
+mod counting_shapes;
 mod directory;
 mod kinesis_kpl;
 mod kinesis_produce;
