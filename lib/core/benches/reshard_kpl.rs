@@ -82,17 +82,32 @@ fn benches(c: &mut Criterion) {
         );
     }
     c.bench_function("reshard/plan 4 shards, 5,100 samples", |b| {
-        b.iter(|| plan(black_box(&stream), &ReshardState::default(), &PlanConfig::default(), 0))
+        b.iter(|| {
+            plan(
+                black_box(&stream),
+                &ReshardState::default(),
+                &PlanConfig::default(),
+                0,
+            )
+        })
     });
 
     let mut agg = Aggregator::with_max_bytes(1_000_000).unwrap_or_default();
     for i in 0..500 {
-        let _ = agg.try_add(&format!("user-{}", i % 50), None, format!("{{\"like\":{i},\"post\":\"p9\"}}").as_bytes());
+        let _ = agg.try_add(
+            &format!("user-{}", i % 50),
+            None,
+            format!("{{\"like\":{i},\"post\":\"p9\"}}").as_bytes(),
+        );
     }
     let Some(record) = agg.finish() else { return };
     let mut g = c.benchmark_group("deaggregate 500 sub-records");
     for round in 0..2 {
-        let order: [&str; 2] = if round == 0 { ["heatsink", "naive"] } else { ["naive", "heatsink"] };
+        let order: [&str; 2] = if round == 0 {
+            ["heatsink", "naive"]
+        } else {
+            ["naive", "heatsink"]
+        };
         for who in order {
             g.bench_function(format!("{who} (round {round})"), |b| match who {
                 "heatsink" => b.iter(|| deaggregate(black_box(&record.data), "p")),
