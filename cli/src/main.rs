@@ -50,6 +50,13 @@ enum Command {
     Top(cmd::top::TopArgs),
     /// Recount likes from the durable records and correct settled counters (what count-rebuilder runs).
     Rebuild(cmd::rebuild::RebuildArgs),
+    /// Put records on a Kinesis stream (stdin JSON lines or generated load); prints a JSON summary.
+    Produce(cmd::produce::ProduceArgs),
+    /// Load-aware resharding of a Kinesis stream: plan (print) or apply (carry out, resumable).
+    Reshard {
+        #[command(subcommand)]
+        command: cmd::reshard::ReshardCommand,
+    },
 }
 
 #[tokio::main]
@@ -74,6 +81,8 @@ async fn main() -> ExitCode {
         Command::Hot { command } => cmd::hot::run(command).await,
         Command::Top(args) => cmd::top::run(args).await,
         Command::Rebuild(args) => cmd::rebuild::run(args).await,
+        Command::Produce(args) => cmd::produce::run(args).await,
+        Command::Reshard { command } => cmd::reshard::run(command).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

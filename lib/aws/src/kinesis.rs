@@ -6,12 +6,25 @@
 //! where the slot function is known, check where each sub-key lands (docs/write-sharding.md).
 //! This module reads the open shards' ranges from the stream and feeds them to the pure
 //! placement code.
+//!
+//! [`Producer`] puts records for a user: batched, paced per shard, retried per entry, with
+//! optional KPL aggregation and salting of hot keys (`kinesis/producer.rs`).
 
 use aws_sdk_kinesis::error::BuildError;
 use aws_sdk_kinesis::types::{ShardFilter, ShardFilterType};
 use heatsink_core::keys::{KeyError, ShardRange, parse_hash_key, validate_shards};
 
 use crate::error::AwsError;
+
+mod pace;
+mod producer;
+
+pub use pace::{Pacer, ShardLimits};
+pub use producer::{
+    MAX_BYTES_PER_RECORD, MAX_BYTES_PER_REQUEST, MAX_RECORDS_PER_REQUEST, METRIC_AGGREGATED,
+    METRIC_FAILED, METRIC_RECORDS, METRIC_REQUESTS, METRIC_RETRIED, METRIC_THROTTLES, Producer,
+    ProducerConfig, ProducerError, ProducerReport, Salting, UserRecord,
+};
 
 /// Errors of Kinesis placement.
 #[derive(Debug, thiserror::Error)]

@@ -77,6 +77,9 @@ pub mod kinesis;
 pub mod lambda;
 pub mod metrics;
 pub mod publish;
+#[cfg(feature = "kinesis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "kinesis")))]
+pub mod reshard;
 pub mod scatter;
 pub mod schema;
 #[cfg(feature = "streams")]

@@ -12,4 +12,5 @@ pub mod hot;
 pub mod keys;
 pub mod kpl;
 pub mod merge;
+pub mod reshard;
 pub mod stream;

@@ -7,6 +7,8 @@ mod counting_shapes;
 mod directory;
 mod grants;
 mod kinesis_kpl;
+mod kinesis_produce;
+mod kinesis_reshard;
 mod likes;
 mod placement;
 mod publish;

@@ -156,11 +156,13 @@ impl Deaggregator {
                     },
                 )?),
             };
-            let hash = match ehk {
-                Some(e) => parse_explicit_hash_key(e)?,
-                None => super::hash_of(pk),
-            };
-            out_of_shard.push(self.shard.as_ref().is_some_and(|s| !s.contains(&hash)));
+            let explicit = ehk.map(|e| parse_explicit_hash_key(e)).transpose()?;
+            // MD5 of the partition key only when there is a shard to check against.
+            let outside = self.shard.as_ref().is_some_and(|s| {
+                let hash = explicit.unwrap_or_else(|| super::hash_of(pk));
+                !s.contains(&hash)
+            });
+            out_of_shard.push(outside);
         }
         let out_of_range = out_of_shard.iter().filter(|&&o| o).count() as u64;
         let total = records.len() as u64;

@@ -1,0 +1,260 @@
+//! `heatsink reshard plan|apply`: load-aware resharding of a Kinesis stream.
+//!
+//! `plan` samples the last `--sample` seconds of every open shard and prints, per shard, its
+//! load, the chosen split key or the refusal with its reason, and the predicted max/mean load
+//! after the plan next to what a midpoint split gives. `--json` prints
+//! `{"shards":[{"shard_id","load","action","split_hash_key"?,"reason"?}],
+//! "predicted_max_over_mean","midpoint_max_over_mean"}` with hash keys as decimal strings.
+//! `apply` carries the plan out one call at a time, journaled in `--state` so a re-run resumes.
+
+use std::path::PathBuf;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use clap::{Args, Subcommand};
+use heatsink::reshard::plan_types::{Action, Op, Plan, PlanConfig};
+use heatsink::reshard::{ApplyConfig, Journal, Step, apply, sample_and_plan};
+use serde_json::{Value, json};
+
+use super::fail::{Service, Target};
+use super::{CmdResult, sdk_config};
+
+/// `heatsink reshard` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum ReshardCommand {
+    /// Sample the stream and print the plan.
+    Plan(PlanArgs),
+    /// Sample, plan and carry the plan out (or resume one from --state).
+    Apply(ApplyArgs),
+}
+
+/// Arguments of `heatsink reshard plan`.
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// Kinesis stream name.
+    #[arg(long)]
+    stream: String,
+    /// Seconds of each shard to sample (read with an AT_TIMESTAMP iterator).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    sample: u64,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Arguments of `heatsink reshard apply`.
+#[derive(Debug, Args)]
+pub struct ApplyArgs {
+    /// Kinesis stream name.
+    #[arg(long)]
+    stream: String,
+    /// Seconds of each shard to sample.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    sample: u64,
+    /// The journal file (default `heatsink-reshard-<stream>.json` in the current directory).
+    #[arg(long)]
+    state: Option<PathBuf>,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// The `--json` shape of a plan.
+pub fn plan_json(p: &Plan) -> Value {
+    let shards: Vec<Value> = p
+        .shards
+        .iter()
+        .map(|s| {
+            let mut v = json!({
+                "shard_id": s.shard_id,
+                "load": (s.load * 1e4).round() / 1e4,
+                "action": match s.action {
+                    Action::Split => "split",
+                    Action::Merge => "merge",
+                    Action::None => "none",
+                    Action::Refuse => "refuse",
+                },
+            });
+            if let Some(k) = s.split_hash_key {
+                v["split_hash_key"] = json!(k.to_string());
+            }
+            if let Some(r) = &s.refusal {
+                v["reason"] = json!(r.reason());
+            }
+            v
+        })
+        .collect();
+    json!({
+        "shards": shards,
+        "predicted_max_over_mean": (p.predicted_max_over_mean * 1e4).round() / 1e4,
+        "midpoint_max_over_mean": (p.midpoint_max_over_mean * 1e4).round() / 1e4,
+    })
+}
+
+fn print_table(p: &Plan) {
+    for s in &p.shards {
+        let what = match (s.action, &s.refusal) {
+            (Action::Split, _) => format!(
+                "split at {}",
+                s.split_hash_keys
+                    .iter()
+                    .map(u128::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            (Action::Merge, _) => {
+                format!("merge with {}", s.merge_with.clone().unwrap_or_default())
+            }
+            (_, Some(r)) => format!("refuse: {}", r.reason()),
+            _ => "none".to_owned(),
+        };
+        println!("{:<24} load {:>6.1}%  {what}", s.shard_id, s.load * 100.0);
+    }
+    println!(
+        "predicted max/mean after the plan: {:.2} (midpoint split: {:.2}, uniform UpdateShardCount: {:.2})",
+        p.predicted_max_over_mean, p.midpoint_max_over_mean, p.uniform_max_over_mean
+    );
+}
+
+/// Runs a `reshard` subcommand.
+pub async fn run(command: ReshardCommand) -> CmdResult {
+    let config = sdk_config().await;
+    let kinesis = aws_sdk_kinesis::Client::new(&config);
+    let (stream, secs) = match &command {
+        ReshardCommand::Plan(a) => (a.stream.clone(), a.sample),
+        ReshardCommand::Apply(a) => (a.stream.clone(), a.sample),
+    };
+    let target = || Target::new(&config, Service::Kinesis, "stream", &stream);
+    let path = match &command {
+        ReshardCommand::Apply(a) => a
+            .state
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(format!("heatsink-reshard-{stream}.json"))),
+        ReshardCommand::Plan(_) => PathBuf::new(),
+    };
+    let state = match &command {
+        ReshardCommand::Apply(_) => Journal::load(&path)?.map(|j| j.state).unwrap_or_default(),
+        ReshardCommand::Plan(_) => Default::default(),
+    };
+    let plan = sample_and_plan(
+        &kinesis,
+        &stream,
+        secs,
+        now_ms(),
+        &state,
+        &PlanConfig::default(),
+    )
+    .await
+    .map_err(|e| {
+        target()
+            .if_missing("check --stream, or run 'heatsink local bootstrap'")
+            .fail("sample", &e)
+    })?;
+    match command {
+        ReshardCommand::Plan(a) => {
+            if a.json {
+                println!("{}", plan_json(&plan));
+            } else {
+                print_table(&plan);
+            }
+            Ok(())
+        }
+        ReshardCommand::Apply(_) => {
+            print_table(&plan);
+            let journal = apply(
+                &kinesis,
+                &stream,
+                &path,
+                Some(&plan),
+                &ApplyConfig::default(),
+                |step| match step {
+                    Step::Starting { index, total, op } => {
+                        let what = match op {
+                            Op::Split { at, .. } => format!("SplitShard at {at}"),
+                            Op::Merge { .. } => "MergeShards".to_owned(),
+                        };
+                        eprintln!("[{}/{total}] {what} …", index + 1);
+                    }
+                    Step::Backoff { code, wait } => {
+                        eprintln!("  {code}: retrying in {:.1} s", wait.as_secs_f64());
+                    }
+                    Step::Done { index } => eprintln!("  step {} done, stream ACTIVE", index + 1),
+                    Step::AlreadyDone { index } => {
+                        eprintln!("  step {} was already done (resumed)", index + 1);
+                    }
+                },
+            )
+            .await
+            .map_err(|e| target().fail("reshard", &e))?;
+            println!(
+                "{} of {} operations done; journal {}",
+                journal.done,
+                journal.ops.len(),
+                path.display()
+            );
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use heatsink::reshard::plan_types::{ReshardState, Sample, ShardSample, plan};
+
+    #[test]
+    fn the_json_has_the_documented_shape_with_decimal_hash_keys() {
+        let samples = (0..2_000u128)
+            .map(|i| Sample {
+                hash_key: i << 90,
+                bytes: 50,
+                at_ms: 0,
+                partition_key: format!("k{i}"),
+            })
+            .collect();
+        let hot: Vec<Sample> = (0..900)
+            .map(|_| Sample {
+                hash_key: 7,
+                bytes: 50,
+                at_ms: 0,
+                partition_key: "p9".into(),
+            })
+            .collect();
+        let shards = vec![
+            ShardSample::new("shardId-0", 0, (1u128 << 127) - 1, 1.0, samples),
+            ShardSample::new("shardId-1", 1u128 << 127, u128::MAX, 1.0, vec![]),
+        ];
+        let p = plan(&shards, &ReshardState::default(), &PlanConfig::default(), 0).unwrap();
+        let v = plan_json(&p);
+        let first = &v["shards"][0];
+        assert_eq!(first["action"], "split");
+        let key: u128 = first["split_hash_key"].as_str().unwrap().parse().unwrap();
+        assert!(key > 0 && key < 1u128 << 127);
+        assert_eq!(v["shards"][1]["action"], "none");
+        assert!(v["shards"][1].get("split_hash_key").is_none());
+        assert!(v["predicted_max_over_mean"].is_number());
+        assert!(v["midpoint_max_over_mean"].is_number());
+        let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
+        assert_eq!(
+            keys,
+            [
+                "midpoint_max_over_mean",
+                "predicted_max_over_mean",
+                "shards"
+            ]
+        );
+
+        let refused = plan(
+            &[ShardSample::new("s", 0, u128::MAX, 1.0, hot)],
+            &ReshardState::default(),
+            &PlanConfig::default(),
+            0,
+        )
+        .unwrap();
+        let r = &plan_json(&refused)["shards"][0];
+        assert_eq!(r["action"], "refuse");
+        assert!(r["reason"].as_str().unwrap().starts_with("salt it"));
+    }
+}

@@ -1,0 +1,454 @@
+//! Producer behaviour against a fake stream behind aws-smithy-mocks (no emulator implements
+//! partial PutRecords failures or throttling bursts on demand): partial failures, throttled
+//! calls, pacing, a split mid-run, salting, and a fatal error.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use aws_sdk_kinesis::error::ErrorMetadata;
+use aws_sdk_kinesis::operation::list_shards::ListShardsOutput;
+use aws_sdk_kinesis::operation::put_records::{PutRecordsError, PutRecordsOutput};
+use aws_sdk_kinesis::types::error::{
+    ProvisionedThroughputExceededException, ResourceNotFoundException,
+};
+use aws_sdk_kinesis::types::{HashKeyRange, PutRecordsResultEntry, SequenceNumberRange, Shard};
+use aws_smithy_mocks::{MockResponse, mock};
+use heatsink_core::hot::{Entry as HotEntry, Snapshot};
+use heatsink_core::keys::{ShardRange, shard_for};
+use heatsink_core::kpl::{Deaggregator, effective_hash_key};
+use tokio::time::Instant;
+
+use super::*;
+use crate::testing::mocked;
+
+/// Decides an entry's fate: `(call number, entry index) -> error code or None`.
+type FailFn = Box<dyn Fn(usize, usize) -> Option<&'static str> + Send>;
+
+/// One written Kinesis record, as the fake stream stored it.
+#[derive(Debug, Clone)]
+struct Written {
+    partition_key: String,
+    data: Vec<u8>,
+    shard: usize,
+    at: Instant,
+    after_refresh: bool,
+}
+
+struct Fake {
+    shards: Vec<ShardRange>,
+    /// The map ListShards returns from its second call on (a split happened), if any.
+    split_to: Option<Vec<ShardRange>>,
+    list_calls: usize,
+    put_calls: usize,
+    written: Vec<Written>,
+    violations: Vec<String>,
+    fail: FailFn,
+    /// Whole calls that fail: `call number -> error`.
+    fail_call: Box<dyn Fn(usize) -> Option<&'static str> + Send>,
+}
+
+fn shard_out(s: &ShardRange) -> Shard {
+    Shard::builder()
+        .shard_id(&s.shard_id)
+        .hash_key_range(
+            HashKeyRange::builder()
+                .starting_hash_key(s.start.to_string())
+                .ending_hash_key(s.end.to_string())
+                .build()
+                .unwrap(),
+        )
+        .sequence_number_range(
+            SequenceNumberRange::builder()
+                .starting_sequence_number("1")
+                .build()
+                .unwrap(),
+        )
+        .build()
+        .unwrap()
+}
+
+fn fake_client(fake: Arc<Mutex<Fake>>) -> aws_sdk_kinesis::Client {
+    let f1 = fake.clone();
+    let list = mock!(aws_sdk_kinesis::Client::list_shards).then_compute_output(move |_| {
+        let mut f = f1.lock().unwrap();
+        f.list_calls += 1;
+        if f.list_calls >= 2
+            && let Some(to) = f.split_to.take()
+        {
+            f.shards = to;
+        }
+        ListShardsOutput::builder()
+            .set_shards(Some(f.shards.iter().map(shard_out).collect()))
+            .build()
+    });
+    let put = mock!(aws_sdk_kinesis::Client::put_records).then_compute_response(move |req| {
+        let mut f = fake.lock().unwrap();
+        f.put_calls += 1;
+        let call = f.put_calls;
+        let entries = req.records();
+        let bytes: usize = entries
+            .iter()
+            .map(|e| e.data().as_ref().len() + e.partition_key().unwrap_or_default().len())
+            .sum();
+        if entries.len() > MAX_RECORDS_PER_REQUEST || bytes > MAX_BYTES_PER_REQUEST {
+            f.violations.push(format!(
+                "call {call}: {} entries, {bytes} bytes",
+                entries.len()
+            ));
+        }
+        if let Some(code) = (f.fail_call)(call) {
+            let meta = ErrorMetadata::builder()
+                .code(code)
+                .message("mocked")
+                .build();
+            return MockResponse::Error(match code {
+                "ResourceNotFoundException" => PutRecordsError::ResourceNotFoundException(
+                    ResourceNotFoundException::builder().meta(meta).build(),
+                ),
+                _ => PutRecordsError::ProvisionedThroughputExceededException(
+                    ProvisionedThroughputExceededException::builder()
+                        .meta(meta)
+                        .build(),
+                ),
+            });
+        }
+        let mut results = vec![];
+        let mut failed = 0;
+        let after_refresh = f.list_calls >= 2;
+        for (i, e) in entries.iter().enumerate() {
+            if let Some(code) = (f.fail)(call, i) {
+                failed += 1;
+                results.push(
+                    PutRecordsResultEntry::builder()
+                        .error_code(code)
+                        .error_message("mocked")
+                        .build(),
+                );
+                continue;
+            }
+            let hash =
+                effective_hash_key(e.partition_key().unwrap_or_default(), e.explicit_hash_key())
+                    .unwrap();
+            let shard = shard_for(hash, &f.shards).unwrap();
+            let id = f.shards[shard].shard_id.clone();
+            f.written.push(Written {
+                partition_key: e.partition_key().unwrap_or_default().to_owned(),
+                data: e.data().as_ref().to_vec(),
+                shard,
+                at: Instant::now(),
+                after_refresh,
+            });
+            results.push(
+                PutRecordsResultEntry::builder()
+                    .shard_id(id)
+                    .sequence_number(format!("{call}-{i}"))
+                    .build(),
+            );
+        }
+        MockResponse::Output(
+            PutRecordsOutput::builder()
+                .failed_record_count(failed)
+                .set_records(Some(results))
+                .build()
+                .unwrap(),
+        )
+    });
+    // The SDK's own retries are off so every retry seen here is the producer's.
+    mocked!(aws_sdk_kinesis with |c| c.retry_config(aws_sdk_kinesis::config::retry::RetryConfig::disabled()); list, put)
+}
+
+fn fake(shards: usize, fail: FailFn) -> Arc<Mutex<Fake>> {
+    Arc::new(Mutex::new(Fake {
+        shards: ShardRange::even_split(shards).unwrap(),
+        split_to: None,
+        list_calls: 0,
+        put_calls: 0,
+        written: vec![],
+        violations: vec![],
+        fail,
+        fail_call: Box::new(|_| None),
+    }))
+}
+
+fn fast(aggregate: bool) -> ProducerConfig {
+    ProducerConfig {
+        aggregate,
+        linger: Duration::from_millis(1),
+        backoff_base: Duration::from_millis(1),
+        backoff_cap: Duration::from_millis(4),
+        limits: ShardLimits {
+            records_per_second: 1e9,
+            bytes_per_second: 1e12,
+        },
+        ..ProducerConfig::default()
+    }
+}
+
+/// The user records the fake stream holds (deaggregated), each with the shard it was
+/// written to and whether its hash key belongs to that shard.
+fn user_records(f: &Fake, map: &[ShardRange]) -> Vec<(String, Vec<u8>, bool, bool)> {
+    let mut out = vec![];
+    for w in &f.written {
+        let s = &map[w.shard];
+        let d = Deaggregator::for_shard(s.start, s.end)
+            .deaggregate(&w.data, &w.partition_key)
+            .unwrap();
+        for r in d.records {
+            let inside = r.hash_key().is_some_and(|h| s.contains(h));
+            out.push((r.partition_key, r.data, inside, w.after_refresh));
+        }
+    }
+    out
+}
+
+async fn send_all(p: &Producer, n: usize, keys: usize) {
+    for i in 0..n {
+        p.send(
+            format!("user-{}", i % keys),
+            format!("record {i}").into_bytes(),
+        )
+        .await
+        .unwrap();
+    }
+}
+
+fn assert_exactly_once(got: &[(String, Vec<u8>, bool, bool)], n: usize) {
+    let mut seen: HashMap<&[u8], usize> = HashMap::new();
+    for (_, data, _, _) in got {
+        *seen.entry(data.as_slice()).or_default() += 1;
+    }
+    assert_eq!(seen.len(), n, "every record written");
+    assert!(seen.values().all(|&c| c == 1), "no record written twice");
+}
+
+#[tokio::test]
+async fn smithy_mock_partial_failures_and_throttled_calls_lose_and_duplicate_nothing() {
+    for aggregate in [false, true] {
+        let f = fake(
+            2,
+            Box::new(|call, i| match (call + i) % 3 {
+                0 if call % 2 == 1 => Some("ProvisionedThroughputExceededException"),
+                0 => Some("InternalFailure"),
+                _ => None,
+            }),
+        );
+        f.lock().unwrap().fail_call = Box::new(|call| {
+            (2..=4)
+                .contains(&call)
+                .then_some("ProvisionedThroughputExceededException")
+        });
+        let p = Producer::start(fake_client(f.clone()), "s", fast(aggregate))
+            .await
+            .unwrap();
+        send_all(&p, 3_000, 40).await;
+        let report = p.shutdown().await.unwrap();
+        let f = f.lock().unwrap();
+        assert!(f.violations.is_empty(), "{:?}", f.violations);
+        assert_eq!(
+            (report.records, report.failed),
+            (3_000, 0),
+            "aggregate={aggregate}"
+        );
+        assert!(
+            report.retried_entries > 0 && report.throttles > 0,
+            "{report:?}"
+        );
+        let got = user_records(&f, &f.shards);
+        assert_exactly_once(&got, 3_000);
+        assert!(
+            got.iter().all(|g| g.2),
+            "every user record is on its own shard"
+        );
+        if aggregate {
+            assert!(report.aggregated_records > 0);
+            assert!(
+                (report.requests as usize) < f.put_calls + 1 && f.written.len() < 3_000 / 5,
+                "aggregation packs: {} Kinesis records for 3,000",
+                f.written.len()
+            );
+        } else {
+            assert_eq!(report.aggregated_records, 0);
+            assert!(report.requests >= 3_000 / 500);
+        }
+    }
+}
+
+#[tokio::test]
+async fn smithy_mock_entries_that_keep_failing_are_reported_not_dropped() {
+    let f = fake(
+        1,
+        Box::new(|_, i| (i % 2 == 0).then_some("InternalFailure")),
+    );
+    let config = ProducerConfig {
+        max_attempts: 1,
+        ..fast(false)
+    };
+    let p = Producer::start(fake_client(f.clone()), "s", config)
+        .await
+        .unwrap();
+    send_all(&p, 100, 100).await;
+    let report = p.shutdown().await.unwrap();
+    assert_eq!(report.records + report.failed, 100);
+    assert!(report.failed > 0);
+    assert_eq!(report.failed_records.len() as u64, report.failed);
+    let written = user_records(&f.lock().unwrap(), &ShardRange::even_split(1).unwrap());
+    for r in &report.failed_records {
+        assert!(
+            !written.iter().any(|w| w.1 == r.data),
+            "a failed record was not written"
+        );
+    }
+}
+
+#[tokio::test]
+async fn smithy_mock_a_fatal_put_error_returns_every_unwritten_record() {
+    let f = fake(2, Box::new(|_, _| None));
+    f.lock().unwrap().fail_call =
+        Box::new(|call| (call >= 2).then_some("ResourceNotFoundException"));
+    let config = ProducerConfig {
+        max_in_flight: 1,
+        ..fast(false)
+    };
+    let p = Producer::start(fake_client(f.clone()), "s", config)
+        .await
+        .unwrap();
+    for i in 0..2_000 {
+        if p.send("k", format!("r{i}").into_bytes()).await.is_err() {
+            break;
+        }
+    }
+    let Err(ProducerError::Put { source, report }) = p.shutdown().await else {
+        panic!("the stream is gone: the producer stops with the error");
+    };
+    assert!(source.is_not_found());
+    let written = f.lock().unwrap().written.len() as u64;
+    assert_eq!(report.records, written);
+    assert!(report.failed > 0);
+    assert_eq!(report.failed_records.len() as u64, report.failed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn smithy_mock_pacing_keeps_a_hot_shard_within_its_write_limits() {
+    let f = fake(2, Box::new(|_, _| None));
+    let config = ProducerConfig {
+        limits: ShardLimits::KINESIS,
+        ..fast(false)
+    };
+    let p = Producer::start(fake_client(f.clone()), "s", config)
+        .await
+        .unwrap();
+    let t0 = Instant::now();
+    // 3,500 records of one key (one shard) and 500 of others.
+    for i in 0..4_000 {
+        let key = if i % 8 == 7 {
+            format!("cold-{i}")
+        } else {
+            "hot".into()
+        };
+        p.send(key, vec![b'x'; 100]).await.unwrap();
+    }
+    let report = p.shutdown().await.unwrap();
+    assert_eq!(report.records, 4_000);
+    let f = f.lock().unwrap();
+    let hot_shard = f
+        .written
+        .iter()
+        .find(|w| w.partition_key == "hot")
+        .unwrap()
+        .shard;
+    let mut hot: Vec<Instant> = f
+        .written
+        .iter()
+        .filter(|w| w.shard == hot_shard)
+        .map(|w| w.at)
+        .collect();
+    hot.sort();
+    for (n, at) in hot.iter().enumerate() {
+        let t = at.duration_since(t0).as_secs_f64();
+        assert!(
+            (n + 1) as f64 <= 1_000.0 * (1.0 + t) + 1.0,
+            "record {n} of the hot shard at {t:.3} s: over 1,000 records/s"
+        );
+    }
+    assert_eq!(report.throttles, 0);
+    assert!(
+        report.requests < 600,
+        "paced requests still batch: {}",
+        report.requests
+    );
+}
+
+#[tokio::test]
+async fn smithy_mock_a_split_mid_run_repacks_aggregates_for_the_children() {
+    let f = fake(1, Box::new(|_, _| None));
+    // After the first ListShards the shard splits in two; Kinesis then routes by the new map.
+    let children = vec![
+        ShardRange::new("shardId-000000000001", 0, (1u128 << 127) - 1),
+        ShardRange::new("shardId-000000000002", 1u128 << 127, u128::MAX),
+    ];
+    {
+        let mut g = f.lock().unwrap();
+        g.split_to = Some(children.clone());
+        // The split shows on the first put: route by the children from there on.
+        g.shards = ShardRange::even_split(1).unwrap();
+    }
+    let f2 = f.clone();
+    let config = ProducerConfig {
+        max_in_flight: 1,
+        ..fast(true)
+    };
+    let client = fake_client(f.clone());
+    let p = Producer::start(client, "s", config).await.unwrap();
+    // Kinesis has split already: the producer's map (one shard) is stale from here on.
+    f2.lock().unwrap().shards = children.clone();
+    send_all(&p, 2_000, 200).await;
+    let report = p.shutdown().await.unwrap();
+    assert_eq!(report.records, 2_000);
+    assert!(report.map_refreshes >= 1, "{report:?}");
+    let g = f.lock().unwrap();
+    let got = user_records(&g, &children);
+    assert_exactly_once(&got, 2_000);
+    let after: Vec<_> = got.iter().filter(|r| r.3).collect();
+    assert!(!after.is_empty());
+    assert!(
+        after.iter().all(|r| r.2),
+        "after the refresh every aggregate holds only its own shard's records"
+    );
+}
+
+#[tokio::test]
+async fn smithy_mock_a_salted_hot_key_spreads_over_distinct_shards() {
+    let f = fake(4, Box::new(|_, _| None));
+    let snapshot = Snapshot::new([HotEntry::salt("p9", 4, "test", 1).unwrap()], 1);
+    let config = ProducerConfig {
+        salting: Salting::Fixed(Arc::new(snapshot)),
+        ..fast(false)
+    };
+    let p = Producer::start(fake_client(f.clone()), "s", config)
+        .await
+        .unwrap();
+    for i in 0..400 {
+        p.send("p9", format!("like {i}").into_bytes())
+            .await
+            .unwrap();
+    }
+    p.send("p10", b"cold".to_vec()).await.unwrap();
+    let report = p.shutdown().await.unwrap();
+    assert_eq!((report.records, report.salted), (401, 400));
+    let g = f.lock().unwrap();
+    let mut per_key: HashMap<&str, usize> = HashMap::new();
+    let mut shards = std::collections::BTreeSet::new();
+    for w in g
+        .written
+        .iter()
+        .filter(|w| w.partition_key.starts_with("p9#"))
+    {
+        *per_key.entry(w.partition_key.as_str()).or_default() += 1;
+        shards.insert(w.shard);
+    }
+    assert_eq!(per_key.len(), 4, "{per_key:?}");
+    assert_eq!(shards.len(), 4, "the 4 sub-keys are on 4 distinct shards");
+    assert!(per_key.values().all(|&c| c == 100), "in turn: {per_key:?}");
+    assert!(g.written.iter().any(|w| w.partition_key == "p10"));
+}

@@ -1,0 +1,655 @@
+//! Carrying out a load-aware reshard: sample every open shard, plan with
+//! [`heatsink_core::reshard::plan`], and apply the plan one call at a time.
+//!
+//! - **Sampling** reads the last `secs` seconds of each open shard with an `AT_TIMESTAMP`
+//!   iterator, so it works with any producer. A record's hash key is MD5 of its partition key
+//!   (GetRecords does not return explicit hash keys); a KPL aggregate counts as one record at
+//!   the hash key of its first user record, which is where heatsink's producer routes it.
+//!   Reading stops at the end of the window, when the shard is caught up, or after
+//!   [`MAX_PAGES_PER_SHARD`] pages, so sampling cannot hang on a busy shard.
+//! - **Applying** makes one `SplitShard`/`MergeShards` call at a time and waits for the stream
+//!   to be `ACTIVE` again before the next (one operation in flight per stream). A call refused
+//!   with `LimitExceededException` or `ResourceInUseException` is retried after a capped,
+//!   jittered backoff; every wait has a deadline ([`ApplyConfig::deadline`]) after which the
+//!   executor stops with [`ReshardError::Deadline`] instead of hanging.
+//! - **Persistence**: before and after each call the progress is written to a JSON state file
+//!   ([`Journal`]); `apply` with an existing journal resumes where it stopped. An operation
+//!   whose result is already visible in the shard map (a crash after the call, before the
+//!   journal write) counts as done, so a resume never splits twice.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use aws_sdk_kinesis::primitives::DateTime;
+use aws_sdk_kinesis::types::{ShardIteratorType, StreamStatus};
+use heatsink_core::keys::kinesis_hash_key;
+use heatsink_core::kpl;
+use heatsink_core::reshard::{Op, Plan, PlanConfig, ReshardState, Sample, ShardSample};
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+
+use crate::error::AwsError;
+use crate::kinesis::{KinesisError, open_shard_ranges};
+
+/// The pure plan's types, re-exported for callers of the executor.
+pub mod plan_types {
+    pub use heatsink_core::reshard::*;
+}
+
+/// At most this many GetRecords pages are read per shard when sampling.
+pub const MAX_PAGES_PER_SHARD: usize = 200;
+
+/// Errors of the reshard executor.
+#[derive(Debug, thiserror::Error)]
+pub enum ReshardError {
+    /// Reading the shard map failed.
+    #[error(transparent)]
+    ShardMap(#[from] KinesisError),
+    /// A Kinesis call failed and retrying cannot help.
+    #[error(transparent)]
+    Aws(#[from] AwsError),
+    /// The samples could not be planned.
+    #[error(transparent)]
+    Plan(#[from] heatsink_core::reshard::ReshardError),
+    /// A wait ran past its deadline.
+    #[error("{what} on {stream} did not finish within {secs} s; re-run apply to resume")]
+    Deadline {
+        /// What was waited for.
+        what: String,
+        /// Stream name.
+        stream: String,
+        /// The deadline.
+        secs: u64,
+    },
+    /// The journal file could not be read or written.
+    #[error("reshard journal {path}: {reason}")]
+    Journal {
+        /// The file.
+        path: PathBuf,
+        /// What failed.
+        reason: String,
+    },
+    /// The journal belongs to another stream.
+    #[error(
+        "reshard journal {path} is for stream {found}, not {stream}; remove it or pass another --state"
+    )]
+    OtherStream {
+        /// The file.
+        path: PathBuf,
+        /// Its stream.
+        found: String,
+        /// The stream asked for.
+        stream: String,
+    },
+}
+
+/// Sample the open shards of `stream` over the last `secs` seconds, at time `now_ms`.
+pub async fn sample(
+    kinesis: &aws_sdk_kinesis::Client,
+    stream: &str,
+    secs: u64,
+    now_ms: u64,
+) -> Result<Vec<ShardSample>, ReshardError> {
+    let open = open_shard_ranges(kinesis, stream).await?;
+    let depths = depths(kinesis, stream).await?;
+    let from_ms = now_ms.saturating_sub(secs.saturating_mul(1_000));
+    let mut out = Vec::with_capacity(open.len());
+    for shard in open {
+        let it = kinesis
+            .get_shard_iterator()
+            .stream_name(stream)
+            .shard_id(&shard.shard_id)
+            .shard_iterator_type(ShardIteratorType::AtTimestamp)
+            .timestamp(DateTime::from_millis(
+                i64::try_from(from_ms).unwrap_or(i64::MAX),
+            ))
+            .send()
+            .await
+            .map_err(|e| AwsError::new("Kinesis", "GetShardIterator", &shard.shard_id, e))?;
+        let mut iterator = it.shard_iterator;
+        let mut samples = Vec::new();
+        for _ in 0..MAX_PAGES_PER_SHARD {
+            let Some(i) = iterator.take() else { break };
+            let page = kinesis
+                .get_records()
+                .shard_iterator(i)
+                .limit(10_000)
+                .send()
+                .await
+                .map_err(|e| AwsError::new("Kinesis", "GetRecords", &shard.shard_id, e))?;
+            let mut past_window = false;
+            for r in page.records() {
+                let at_ms = r
+                    .approximate_arrival_timestamp()
+                    .and_then(|t| t.to_millis().ok())
+                    .and_then(|t| u64::try_from(t).ok())
+                    .unwrap_or(now_ms);
+                if at_ms > now_ms {
+                    past_window = true;
+                    continue;
+                }
+                let data = r.data().as_ref();
+                let pk = r.partition_key().unwrap_or_default();
+                // An aggregate routes by its first user record's key (see the module docs).
+                let (key, hash_key) = match kpl::deaggregate(data, pk) {
+                    Ok(subs) if kpl::is_aggregated(data) => subs
+                        .first()
+                        .map(|s| (s.partition_key.clone(), s.hash_key().unwrap_or_default()))
+                        .unwrap_or_else(|| (pk.to_owned(), kinesis_hash_key(pk))),
+                    _ => (pk.to_owned(), kinesis_hash_key(pk)),
+                };
+                samples.push(Sample {
+                    hash_key,
+                    bytes: (data.len() + pk.len()) as u64,
+                    at_ms,
+                    partition_key: key,
+                });
+            }
+            let caught_up = page.millis_behind_latest() == Some(0) || page.records().is_empty();
+            iterator = page.next_shard_iterator;
+            if past_window || caught_up {
+                break;
+            }
+        }
+        out.push(ShardSample {
+            depth: depths.get(&shard.shard_id).copied().unwrap_or(0),
+            ..ShardSample::new(
+                shard.shard_id.clone(),
+                shard.start,
+                shard.end,
+                secs.max(1) as f64,
+                samples,
+            )
+        });
+    }
+    Ok(out)
+}
+
+/// How many splits deep each shard is (ancestors through `ParentShardId` that were splits).
+async fn depths(
+    kinesis: &aws_sdk_kinesis::Client,
+    stream: &str,
+) -> Result<std::collections::HashMap<String, u32>, ReshardError> {
+    let mut parents = std::collections::HashMap::new();
+    let mut next: Option<String> = None;
+    loop {
+        let req = match &next {
+            Some(t) => kinesis.list_shards().next_token(t),
+            None => kinesis.list_shards().stream_name(stream),
+        };
+        let out = req
+            .send()
+            .await
+            .map_err(|e| AwsError::new("Kinesis", "ListShards", stream, e))?;
+        for s in out.shards() {
+            // A merge child (two parents) starts a new depth; a split child is one deeper.
+            let parent = s
+                .parent_shard_id()
+                .filter(|_| s.adjacent_parent_shard_id().is_none());
+            parents.insert(s.shard_id().to_owned(), parent.map(str::to_owned));
+        }
+        next = out.next_token;
+        if next.is_none() {
+            break;
+        }
+    }
+    let mut depths = std::collections::HashMap::new();
+    for id in parents.keys() {
+        let mut d = 0u32;
+        let mut at = id.as_str();
+        while let Some(Some(p)) = parents.get(at) {
+            d += 1;
+            at = p;
+            if d > 64 {
+                break;
+            }
+        }
+        depths.insert(id.clone(), d);
+    }
+    Ok(depths)
+}
+
+/// The persisted progress of one `apply`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Journal {
+    /// Stream name.
+    pub stream: String,
+    /// The operations of the plan, in order.
+    pub ops: Vec<Op>,
+    /// How many are done.
+    pub done: usize,
+    /// The plan state (merge holds) for the next plan.
+    pub state: ReshardState,
+}
+
+impl Journal {
+    /// Read the journal at `path`, if there is one.
+    pub fn load(path: &Path) -> Result<Option<Self>, ReshardError> {
+        let err = |reason: String| ReshardError::Journal {
+            path: path.to_owned(),
+            reason,
+        };
+        match std::fs::read(path) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(|e| err(e.to_string())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(err(e.to_string())),
+        }
+    }
+
+    /// Write it atomically (temporary file, then rename).
+    pub fn save(&self, path: &Path) -> Result<(), ReshardError> {
+        let err = |reason: String| ReshardError::Journal {
+            path: path.to_owned(),
+            reason,
+        };
+        let tmp = path.with_extension("tmp");
+        let bytes = serde_json::to_vec_pretty(self).map_err(|e| err(e.to_string()))?;
+        std::fs::write(&tmp, bytes).map_err(|e| err(e.to_string()))?;
+        std::fs::rename(&tmp, path).map_err(|e| err(e.to_string()))
+    }
+}
+
+/// Timing of `apply`.
+#[derive(Debug, Clone)]
+pub struct ApplyConfig {
+    /// The longest any one step (a call with its retries, or the wait for ACTIVE) may take.
+    pub deadline: Duration,
+    /// Backoff before the first retry of a refused call; doubles, capped at `backoff_cap`.
+    pub backoff_base: Duration,
+    /// Backoff cap.
+    pub backoff_cap: Duration,
+    /// Poll interval while waiting for ACTIVE.
+    pub poll: Duration,
+}
+
+impl Default for ApplyConfig {
+    fn default() -> Self {
+        Self {
+            deadline: Duration::from_secs(600),
+            backoff_base: Duration::from_millis(500),
+            backoff_cap: Duration::from_secs(30),
+            poll: Duration::from_millis(500),
+        }
+    }
+}
+
+/// One step of `apply`, for progress output.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// Operation `index` of `total` is starting.
+    Starting {
+        /// 0-based index.
+        index: usize,
+        /// Number of operations.
+        total: usize,
+        /// The operation.
+        op: Op,
+    },
+    /// The call was refused for now; retrying after `wait`.
+    Backoff {
+        /// The error code.
+        code: String,
+        /// The wait.
+        wait: Duration,
+    },
+    /// Operation `index` is done (the stream is ACTIVE again).
+    Done {
+        /// 0-based index.
+        index: usize,
+    },
+    /// Operation `index` was already done (found in the shard map on resume).
+    AlreadyDone {
+        /// 0-based index.
+        index: usize,
+    },
+}
+
+/// Plan from fresh samples and write a new journal (unless one with work left exists, which
+/// is resumed instead), then carry it out. Returns the journal as finished.
+pub async fn apply(
+    kinesis: &aws_sdk_kinesis::Client,
+    stream: &str,
+    journal_path: &Path,
+    plan: Option<&Plan>,
+    config: &ApplyConfig,
+    mut progress: impl FnMut(Step),
+) -> Result<Journal, ReshardError> {
+    let mut journal = match Journal::load(journal_path)? {
+        Some(j) if j.stream != stream => {
+            return Err(ReshardError::OtherStream {
+                path: journal_path.to_owned(),
+                found: j.stream,
+                stream: stream.to_owned(),
+            });
+        }
+        Some(j) if j.done < j.ops.len() => j,
+        _ => {
+            let Some(plan) = plan else {
+                return Ok(Journal {
+                    stream: stream.to_owned(),
+                    ops: vec![],
+                    done: 0,
+                    state: ReshardState::default(),
+                });
+            };
+            Journal {
+                stream: stream.to_owned(),
+                ops: plan.ops.clone(),
+                done: 0,
+                state: plan.state.clone(),
+            }
+        }
+    };
+    journal.save(journal_path)?;
+    let total = journal.ops.len();
+    while journal.done < total {
+        let index = journal.done;
+        let op = journal.ops[index].clone();
+        progress(Step::Starting {
+            index,
+            total,
+            op: op.clone(),
+        });
+        let open: Vec<(u128, u128)> = open_shard_ranges(kinesis, stream)
+            .await?
+            .iter()
+            .map(|r| (r.start, r.end))
+            .collect();
+        if is_done(&op, &open) {
+            progress(Step::AlreadyDone { index });
+        } else {
+            let ids = open_shard_ranges(kinesis, stream).await?;
+            let id_of = |range: (u128, u128)| {
+                ids.iter()
+                    .find(|r| (r.start, r.end) == range)
+                    .map(|r| r.shard_id.clone())
+            };
+            call(kinesis, stream, &op, &id_of, config, &mut progress).await?;
+            wait_active(kinesis, stream, config).await?;
+            progress(Step::Done { index });
+        }
+        journal.done += 1;
+        journal.save(journal_path)?;
+    }
+    Ok(journal)
+}
+
+/// Whether `op`'s result is already the shard map.
+fn is_done(op: &Op, open: &[(u128, u128)]) -> bool {
+    match *op {
+        Op::Split { start, end, at } => {
+            open.contains(&(start, at - 1)) && open.contains(&(at, end))
+        }
+        Op::Merge { left, right } => open.contains(&(left.0, right.1)),
+    }
+}
+
+async fn call(
+    kinesis: &aws_sdk_kinesis::Client,
+    stream: &str,
+    op: &Op,
+    id_of: &impl Fn((u128, u128)) -> Option<String>,
+    config: &ApplyConfig,
+    progress: &mut impl FnMut(Step),
+) -> Result<(), ReshardError> {
+    let started = Instant::now();
+    let mut attempt = 0u32;
+    loop {
+        let result = match *op {
+            Op::Split { start, end, at } => {
+                let id = id_of((start, end)).unwrap_or_default();
+                kinesis
+                    .split_shard()
+                    .stream_name(stream)
+                    .shard_to_split(&id)
+                    .new_starting_hash_key(at.to_string())
+                    .send()
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| AwsError::new("Kinesis", "SplitShard", stream, e))
+            }
+            Op::Merge { left, right } => kinesis
+                .merge_shards()
+                .stream_name(stream)
+                .shard_to_merge(id_of(left).unwrap_or_default())
+                .adjacent_shard_to_merge(id_of(right).unwrap_or_default())
+                .send()
+                .await
+                .map(|_| ())
+                .map_err(|e| AwsError::new("Kinesis", "MergeShards", stream, e)),
+        };
+        let e = match result {
+            Ok(()) => return Ok(()),
+            Err(e) => e,
+        };
+        let code = e.code().unwrap_or_default().to_owned();
+        let retry = matches!(
+            code.as_str(),
+            "LimitExceededException" | "ResourceInUseException"
+        ) || e.is_transient();
+        if !retry {
+            return Err(e.into());
+        }
+        attempt += 1;
+        let wait = config
+            .backoff_base
+            .saturating_mul(1u32 << attempt.min(16))
+            .min(config.backoff_cap)
+            .mul_f64(rand::rng().random_range(0.5..=1.0));
+        if started.elapsed() + wait > config.deadline {
+            return Err(ReshardError::Deadline {
+                what: format!("retrying {code}"),
+                stream: stream.to_owned(),
+                secs: config.deadline.as_secs(),
+            });
+        }
+        progress(Step::Backoff { code, wait });
+        tokio::time::sleep(wait).await;
+    }
+}
+
+async fn wait_active(
+    kinesis: &aws_sdk_kinesis::Client,
+    stream: &str,
+    config: &ApplyConfig,
+) -> Result<(), ReshardError> {
+    let started = Instant::now();
+    loop {
+        let out = kinesis
+            .describe_stream_summary()
+            .stream_name(stream)
+            .send()
+            .await
+            .map_err(|e| AwsError::new("Kinesis", "DescribeStreamSummary", stream, e))?;
+        let active = out
+            .stream_description_summary()
+            .is_some_and(|d| d.stream_status() == &StreamStatus::Active);
+        if active {
+            return Ok(());
+        }
+        if started.elapsed() >= config.deadline {
+            return Err(ReshardError::Deadline {
+                what: "waiting for ACTIVE".into(),
+                stream: stream.to_owned(),
+                secs: config.deadline.as_secs(),
+            });
+        }
+        tokio::time::sleep(config.poll).await;
+    }
+}
+
+/// Sample and plan in one go (what `heatsink reshard plan` prints).
+pub async fn sample_and_plan(
+    kinesis: &aws_sdk_kinesis::Client,
+    stream: &str,
+    secs: u64,
+    now_ms: u64,
+    state: &ReshardState,
+    config: &PlanConfig,
+) -> Result<Plan, ReshardError> {
+    let samples = sample(kinesis, stream, secs, now_ms).await?;
+    Ok(heatsink_core::reshard::plan(
+        &samples,
+        state,
+        config,
+        now_ms / 1_000,
+    )?)
+}
+
+#[cfg(test)]
+mod tests {
+    use aws_sdk_kinesis::config::retry::RetryConfig;
+    use aws_sdk_kinesis::error::ErrorMetadata;
+    use aws_sdk_kinesis::operation::describe_stream_summary::DescribeStreamSummaryOutput;
+    use aws_sdk_kinesis::operation::list_shards::ListShardsOutput;
+    use aws_sdk_kinesis::operation::split_shard::{SplitShardError, SplitShardOutput};
+    use aws_sdk_kinesis::types::error::LimitExceededException;
+    use aws_sdk_kinesis::types::{
+        HashKeyRange, SequenceNumberRange, Shard, StreamDescriptionSummary,
+    };
+    use aws_smithy_mocks::{Rule, mock};
+
+    use super::*;
+    use crate::testing::mocked;
+
+    fn one_shard() -> Rule {
+        mock!(aws_sdk_kinesis::Client::list_shards).then_output(|| {
+            ListShardsOutput::builder()
+                .shards(
+                    Shard::builder()
+                        .shard_id("shardId-000000000000")
+                        .hash_key_range(
+                            HashKeyRange::builder()
+                                .starting_hash_key("0")
+                                .ending_hash_key(u128::MAX.to_string())
+                                .build()
+                                .unwrap(),
+                        )
+                        .sequence_number_range(
+                            SequenceNumberRange::builder()
+                                .starting_sequence_number("1")
+                                .build()
+                                .unwrap(),
+                        )
+                        .build()
+                        .unwrap(),
+                )
+                .build()
+        })
+    }
+
+    fn active() -> Rule {
+        mock!(aws_sdk_kinesis::Client::describe_stream_summary).then_output(|| {
+            DescribeStreamSummaryOutput::builder()
+                .stream_description_summary(
+                    StreamDescriptionSummary::builder()
+                        .stream_name("s")
+                        .stream_arn("arn:aws:kinesis:us-east-1:123456789012:stream/s")
+                        .stream_status(StreamStatus::Active)
+                        .retention_period_hours(24)
+                        .stream_creation_timestamp(DateTime::from_secs(0))
+                        .set_enhanced_monitoring(Some(vec![]))
+                        .open_shard_count(1)
+                        .build()
+                        .unwrap(),
+                )
+                .build()
+        })
+    }
+
+    fn limit_exceeded() -> SplitShardError {
+        SplitShardError::LimitExceededException(
+            LimitExceededException::builder()
+                .message("Rate exceeded for stream s")
+                .meta(
+                    ErrorMetadata::builder()
+                        .code("LimitExceededException")
+                        .message("Rate exceeded for stream s")
+                        .build(),
+                )
+                .build(),
+        )
+    }
+
+    fn split_plan() -> Plan {
+        let shard = ShardSample::new("shardId-000000000000", 0, u128::MAX, 1.0, vec![]);
+        let mut p = heatsink_core::reshard::plan(
+            &[shard],
+            &ReshardState::default(),
+            &PlanConfig::default(),
+            0,
+        )
+        .unwrap();
+        p.ops = vec![Op::Split {
+            start: 0,
+            end: u128::MAX,
+            at: 1u128 << 127,
+        }];
+        p
+    }
+
+    fn journal_path(name: &str) -> PathBuf {
+        let p = std::env::temp_dir().join(format!(
+            "heatsink-reshard-test-{name}-{}.json",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_file(&p);
+        p
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn smithy_mock_limit_exceeded_is_backed_off_and_the_split_goes_through() {
+        let split = mock!(aws_sdk_kinesis::Client::split_shard)
+            .sequence()
+            .error(limit_exceeded)
+            .times(2)
+            .output(|| SplitShardOutput::builder().build())
+            .build();
+        let k = mocked!(aws_sdk_kinesis with |c| c.retry_config(RetryConfig::disabled()); one_shard(), split, active());
+        let path = journal_path("backoff");
+        let mut steps = vec![];
+        let j = apply(
+            &k,
+            "s",
+            &path,
+            Some(&split_plan()),
+            &ApplyConfig::default(),
+            |s| steps.push(s),
+        )
+        .await
+        .unwrap();
+        assert_eq!(j.done, 1);
+        let backoffs = steps
+            .iter()
+            .filter(|s| matches!(s, Step::Backoff { code, .. } if code == "LimitExceededException"))
+            .count();
+        assert_eq!(backoffs, 2, "{steps:?}");
+        assert_eq!(Journal::load(&path).unwrap().unwrap().done, 1);
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn smithy_mock_a_limit_that_never_lifts_ends_at_the_deadline_and_keeps_the_journal() {
+        let split = mock!(aws_sdk_kinesis::Client::split_shard).then_error(limit_exceeded);
+        let k = mocked!(aws_sdk_kinesis with |c| c.retry_config(RetryConfig::disabled()); one_shard(), split, active());
+        let path = journal_path("deadline");
+        let config = ApplyConfig {
+            deadline: Duration::from_secs(60),
+            ..ApplyConfig::default()
+        };
+        let err = apply(&k, "s", &path, Some(&split_plan()), &config, |_| {})
+            .await
+            .unwrap_err();
+        assert!(matches!(err, ReshardError::Deadline { .. }), "{err}");
+        let j = Journal::load(&path).unwrap().unwrap();
+        assert_eq!(
+            (j.done, j.ops.len()),
+            (0, 1),
+            "the journal still has the step to resume"
+        );
+        let _ = std::fs::remove_file(&path);
+    }
+}
