@@ -11,4 +11,5 @@ pub mod guard;
 pub mod hot;
 pub mod keys;
 pub mod merge;
+pub mod shard;
 pub mod stream;
