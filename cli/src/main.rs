@@ -48,6 +48,16 @@ enum Command {
     Tail(cmd::tail::TailArgs),
     /// Print the hottest keys of a table and its GSIs from Contributor Insights (--enable turns it on).
     Top(cmd::top::TopArgs),
+    /// The shard directory: slot ranges → owner table (init, status, split, merge, load, verify, plan).
+    Shard {
+        #[command(subcommand)]
+        command: cmd::shard::ShardCommand,
+    },
+    /// Live moves of slot ranges between tables (start, status, resume, abort, rollback, list).
+    Move {
+        #[command(subcommand)]
+        command: cmd::r#move::MoveCommand,
+    },
     /// Recount likes from the durable records and correct settled counters (what count-rebuilder runs).
     Rebuild(cmd::rebuild::RebuildArgs),
 }
@@ -74,6 +84,8 @@ async fn main() -> ExitCode {
         Command::Hot { command } => cmd::hot::run(command).await,
         Command::Top(args) => cmd::top::run(args).await,
         Command::Rebuild(args) => cmd::rebuild::run(args).await,
+        Command::Shard { command } => cmd::shard::run(command).await,
+        Command::Move { command } => cmd::r#move::run(command).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

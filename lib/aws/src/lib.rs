@@ -79,6 +79,7 @@ pub mod metrics;
 pub mod publish;
 pub mod scatter;
 pub mod schema;
+pub mod shard;
 #[cfg(feature = "streams")]
 #[cfg_attr(docsrs, doc(cfg(feature = "streams")))]
 pub mod stream;
