@@ -135,7 +135,13 @@ fn orders_event(changes: &[(&str, &str, i64)]) -> Result<KinesisEvent, serde_jso
             } else {
                 "NewImage"
             };
-            let change = json!({"eventName": name, "dynamodb": {image_key: image}});
+            // What the destination writes: the source table, the item's keys and creation time
+            // (the change's identity, which the aggregator deduplicates on), the image.
+            let change = json!({"eventName": name, "eventSource": "aws:dynamodb",
+                "tableName": "shop-orders", "dynamodb": {
+                    "Keys": {"order": {"S": format!("o{i}")}},
+                    "ApproximateCreationDateTime": 1_700_000_000_000u64 + i as u64,
+                    image_key: image}});
             let seq = format!("4960000000000000000000000000000000000000000000000{i:02}");
             json!({
                 "eventID": format!("shardId-000000000000:{seq}"),

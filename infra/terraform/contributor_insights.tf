@@ -24,6 +24,7 @@ locals {
     }
   ]...)
 
+  # No rule on Kinesis puts: no function puts to a stream (the table's streaming destination does).
   insight_rules = merge(
     { for name, r in local.capacity_rules : name => { ceiling = r.ceiling, body = jsonencode({
       Schema        = { Name = "CloudWatchLogRule", Version = 1 }
@@ -38,16 +39,6 @@ locals {
         ]
       }
       AggregateOn = "Sum"
-    }) } },
-    { "${var.prefix}like-events-partition-records" = { ceiling = 1000, body = jsonencode({
-      Schema        = { Name = "CloudWatchLogRule", Version = 1 }
-      LogGroupNames = local.function_log_groups
-      LogFormat     = "JSON"
-      Contribution = {
-        Keys    = ["$.fields.partition_key"]
-        Filters = [{ Match = "$.fields.stream", In = [aws_kinesis_stream.like_events.name] }]
-      }
-      AggregateOn = "Count"
     }) } },
   )
 }

@@ -50,6 +50,9 @@ resource "aws_lambda_function" "function" {
   source_code_hash = filebase64sha256("${var.lambda_dir}/${each.key}/bootstrap.zip")
   memory_size      = each.value.memory
   timeout          = each.value.timeout
+  # A cap (and a reserve) per function: a flood on the API cannot starve the aggregator, and
+  # count-rebuilder and hotkey-controller never run concurrently with themselves.
+  reserved_concurrent_executions = var.concurrency[each.key]
 
   logging_config {
     log_format = "Text"
@@ -57,11 +60,20 @@ resource "aws_lambda_function" "function" {
   }
 
   environment {
-    variables = {
-      HEATSINK_PREFIX                    = var.prefix
-      HEATSINK_CONTRIBUTOR_INSIGHTS_MODE = "ACCESSED_AND_THROTTLED_KEYS"
-      RUST_LOG                           = "info"
-    }
+    variables = merge(
+      {
+        HEATSINK_PREFIX                    = var.prefix
+        HEATSINK_CONTRIBUTOR_INSIGHTS_MODE = "ACCESSED_AND_THROTTLED_KEYS"
+        RUST_LOG                           = "info"
+        # The capacity log: 1 call in 100, partition keys hashed except on tables keyed by
+        # non-personal ids (liked is keyed by the user: hashed).
+        HEATSINK_CAPACITY_LOG_SAMPLE       = "100"
+        HEATSINK_CAPACITY_LOG_CLEAR_TABLES = join(",", [for t in ["counters", "hotkeys", "posts", "leases"] : "${var.prefix}${t}"])
+      },
+      each.key == "hotkey-controller" ? {
+        HEATSINK_CONTROLLER_TABLES = join(",", [for t, kind in var.controller_tables : "${var.prefix}${t}:${kind}"])
+      } : {},
+    )
   }
 
   tags = var.tags
@@ -132,19 +144,70 @@ resource "aws_lambda_event_source_mapping" "like_events" {
 }
 
 # ---- count-rebuilder and hotkey-controller: EventBridge ----------------------------------------
+# Failed asynchronous invocations and events EventBridge could not deliver: nothing asynchronous is
+# dropped silently.
+resource "aws_sqs_queue" "async_failures" {
+  name                      = "${var.prefix}async-failures"
+  sqs_managed_sse_enabled   = true
+  message_retention_seconds = 1209600
+  tags                      = var.tags
+}
+
+resource "aws_sqs_queue_policy" "async_failures" {
+  queue_url = aws_sqs_queue.async_failures.id
+  policy = jsonencode({
+    Version = "2012-10-17"
+    Statement = [
+      {
+        Sid       = "EnforceTls"
+        Effect    = "Deny"
+        Principal = "*"
+        Action    = "sqs:*"
+        Resource  = aws_sqs_queue.async_failures.arn
+        Condition = { Bool = { "aws:SecureTransport" = "false" } }
+      },
+      {
+        Sid       = "EventBridgeDeadLetters"
+        Effect    = "Allow"
+        Principal = { Service = "events.amazonaws.com" }
+        Action    = "sqs:SendMessage"
+        Resource  = aws_sqs_queue.async_failures.arn
+        Condition = { ArnEquals = { "aws:SourceArn" = [for k, t in local.event_targets : t.arn] } }
+      },
+    ]
+  })
+}
+
+# No async retries (the next tick is the retry; concurrency 1 must not queue duplicates); failures
+# to the queue above.
+resource "aws_lambda_function_event_invoke_config" "async" {
+  for_each                     = { "count-rebuilder" = 300, "hotkey-controller" = 60 }
+  function_name                = aws_lambda_function.function[each.key].function_name
+  maximum_retry_attempts       = 0
+  maximum_event_age_in_seconds = each.value
+
+  destination_config {
+    on_failure {
+      destination = aws_sqs_queue.async_failures.arn
+    }
+  }
+}
+
 resource "aws_cloudwatch_event_rule" "count_rebuilder_schedule" {
   name                = "${var.prefix}count-rebuilder-schedule"
   schedule_expression = "rate(5 minutes)"
   tags                = var.tags
 }
 
+# State changes of exactly the hot-key alarms (names, not a prefix: `heatsink-` would also match
+# `heatsink-staging-`; names, not ARNs: an event pattern holds at most 2,048 characters).
 resource "aws_cloudwatch_event_rule" "hotkey_controller_alarms" {
   name        = "${var.prefix}hotkey-controller-alarms"
-  description = "heatsink alarm state changes -> hotkey-controller"
+  description = "heatsink hot-key alarm state changes -> hotkey-controller"
   event_pattern = jsonencode({
     source        = ["aws.cloudwatch"]
     "detail-type" = ["CloudWatch Alarm State Change"]
-    detail        = { alarmName = [{ prefix = var.prefix }] }
+    detail        = { alarmName = local.hot_key_alarm_names }
   })
   tags = var.tags
 }
@@ -156,10 +219,11 @@ resource "aws_cloudwatch_event_rule" "hotkey_controller_schedule" {
 }
 
 # Routers' client samplers (long-lived services embedding heatsink) publish their hot-key reports to
-# the default bus with PutEvents (aws_iam_policy.sampler_publisher); they name keys within seconds.
+# the control bus as the sampler publisher role (control.tf); they name keys within seconds.
 resource "aws_cloudwatch_event_rule" "hotkey_controller_sampler_reports" {
-  name        = "${var.prefix}hotkey-controller-sampler-reports"
-  description = "heatsink sampler reports (default bus) -> hotkey-controller"
+  name           = "${var.prefix}hotkey-controller-sampler-reports"
+  description    = "heatsink sampler reports (${var.prefix}control bus) -> hotkey-controller"
+  event_bus_name = aws_cloudwatch_event_bus.control.name
   event_pattern = jsonencode({
     source        = [local.sampler_source]
     "detail-type" = [local.sampler_detail_type]
@@ -169,21 +233,27 @@ resource "aws_cloudwatch_event_rule" "hotkey_controller_sampler_reports" {
 
 locals {
   event_targets = {
-    count_rebuilder_schedule          = { rule = aws_cloudwatch_event_rule.count_rebuilder_schedule.name, fn = "count-rebuilder", arn = aws_cloudwatch_event_rule.count_rebuilder_schedule.arn }
-    hotkey_controller_alarms          = { rule = aws_cloudwatch_event_rule.hotkey_controller_alarms.name, fn = "hotkey-controller", arn = aws_cloudwatch_event_rule.hotkey_controller_alarms.arn }
-    hotkey_controller_schedule        = { rule = aws_cloudwatch_event_rule.hotkey_controller_schedule.name, fn = "hotkey-controller", arn = aws_cloudwatch_event_rule.hotkey_controller_schedule.arn }
-    hotkey_controller_sampler_reports = { rule = aws_cloudwatch_event_rule.hotkey_controller_sampler_reports.name, fn = "hotkey-controller", arn = aws_cloudwatch_event_rule.hotkey_controller_sampler_reports.arn }
+    count_rebuilder_schedule          = { rule = aws_cloudwatch_event_rule.count_rebuilder_schedule.name, fn = "count-rebuilder", arn = aws_cloudwatch_event_rule.count_rebuilder_schedule.arn, bus = "default" }
+    hotkey_controller_alarms          = { rule = aws_cloudwatch_event_rule.hotkey_controller_alarms.name, fn = "hotkey-controller", arn = aws_cloudwatch_event_rule.hotkey_controller_alarms.arn, bus = "default" }
+    hotkey_controller_schedule        = { rule = aws_cloudwatch_event_rule.hotkey_controller_schedule.name, fn = "hotkey-controller", arn = aws_cloudwatch_event_rule.hotkey_controller_schedule.arn, bus = "default" }
+    hotkey_controller_sampler_reports = { rule = aws_cloudwatch_event_rule.hotkey_controller_sampler_reports.name, fn = "hotkey-controller", arn = aws_cloudwatch_event_rule.hotkey_controller_sampler_reports.arn, bus = aws_cloudwatch_event_bus.control.name }
   }
 }
 
 resource "aws_cloudwatch_event_target" "function" {
-  for_each = local.event_targets
-  rule     = each.value.rule
-  arn      = aws_lambda_function.function[each.value.fn].arn
+  for_each       = local.event_targets
+  rule           = each.value.rule
+  event_bus_name = each.value.bus
+  arn            = aws_lambda_function.function[each.value.fn].arn
 
+  # Delivery retries within 10 minutes, then the event is parked in async-failures.
   retry_policy {
     maximum_retry_attempts       = 2
-    maximum_event_age_in_seconds = 3600
+    maximum_event_age_in_seconds = 600
+  }
+
+  dead_letter_config {
+    arn = aws_sqs_queue.async_failures.arn
   }
 }
 
@@ -216,16 +286,21 @@ resource "aws_apigatewayv2_integration" "likes_api" {
   payload_format_version = "2.0"
 }
 
+# Every route, the write first, needs a valid JWT (auth.tf); likes-api reads the verified `sub`.
 resource "aws_apigatewayv2_route" "post_like" {
-  api_id    = aws_apigatewayv2_api.likes.id
-  route_key = "POST /posts/{post}/likes"
-  target    = "integrations/${aws_apigatewayv2_integration.likes_api.id}"
+  api_id             = aws_apigatewayv2_api.likes.id
+  route_key          = "POST /posts/{post}/likes"
+  target             = "integrations/${aws_apigatewayv2_integration.likes_api.id}"
+  authorization_type = "JWT"
+  authorizer_id      = aws_apigatewayv2_authorizer.likes_jwt.id
 }
 
 resource "aws_apigatewayv2_route" "get_post" {
-  api_id    = aws_apigatewayv2_api.likes.id
-  route_key = "GET /posts/{post}"
-  target    = "integrations/${aws_apigatewayv2_integration.likes_api.id}"
+  api_id             = aws_apigatewayv2_api.likes.id
+  route_key          = "GET /posts/{post}"
+  target             = "integrations/${aws_apigatewayv2_integration.likes_api.id}"
+  authorization_type = "JWT"
+  authorizer_id      = aws_apigatewayv2_authorizer.likes_jwt.id
 }
 
 resource "aws_apigatewayv2_stage" "default" {
@@ -233,7 +308,8 @@ resource "aws_apigatewayv2_stage" "default" {
   name        = "$default"
   auto_deploy = true
 
-  # Stage-wide ceiling in front of likes-api's own per-key admission (429 + Retry-After).
+  # The stage-wide ceiling bounds the total; behind it likes-api's per-user and per-post admission
+  # (429 + Retry-After) and its reserved concurrency.
   default_route_settings {
     throttling_rate_limit  = 20000
     throttling_burst_limit = 5000

@@ -1,7 +1,8 @@
-# Least privilege per function: explicit actions, named resources. Resource "*" appears only for
-# cloudwatch:GetMetricData and cloudwatch:DescribeInsightRules, which have no resource-level
-# permissions; DynamoDB's managed insight rules are matched by a pattern because their names end in
-# a creation timestamp.
+# Least privilege per function: every grant is a call the function's code makes (infra/grants.json,
+# recorded by tests/tests/it/grants.rs; tests/test_grants.py fails on a missing or an unused grant)
+# or what the Lambda service does with the role (event source reads, failure destinations). No
+# Resource "*"; the only wildcards are the creation timestamp at the end of DynamoDB's managed
+# Contributor Insights rule names and the streams (`:*`) of the function's own log group.
 data "aws_caller_identity" "current" {}
 data "aws_region" "current" {}
 data "aws_partition" "current" {}
@@ -11,7 +12,7 @@ locals {
 
   # likes-aggregator reads only the source it is mapped to (var.like_events_source).
   aggregator_source_statement = {
-    "kinesis"          = { Effect = "Allow", Action = ["kinesis:DescribeStream", "kinesis:DescribeStreamSummary", "kinesis:GetRecords", "kinesis:GetShardIterator", "kinesis:ListShards", "kinesis:SubscribeToShard"], Resource = aws_kinesis_stream.like_events.arn }
+    "kinesis"          = { Effect = "Allow", Action = ["kinesis:DescribeStream", "kinesis:DescribeStreamConsumer", "kinesis:DescribeStreamSummary", "kinesis:GetRecords", "kinesis:GetShardIterator", "kinesis:ListShards", "kinesis:ListStreams", "kinesis:SubscribeToShard"], Resource = aws_kinesis_stream.like_events.arn }
     "dynamodb-streams" = { Effect = "Allow", Action = ["dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator", "dynamodb:ListStreams"], Resource = aws_dynamodb_table.liked.stream_arn }
   }
 
@@ -23,30 +24,37 @@ locals {
     }
   }
 
+  # The tables hotkey-controller watches, and the managed rules DynamoDB names
+  # DynamoDBContributorInsights-{PKC,PKT,SKC,SKT}-<table>-<epoch ms> for them; the controller reads the
+  # partition-key rules only (accessed and throttled keys).
+  watched_tables = [for t in keys(var.controller_tables) : local.tables[t]]
+  managed_rules  = flatten([for t in keys(var.controller_tables) : [for kind in ["PKC", "PKT"] : "${local.insight_rule_arn_prefix}DynamoDBContributorInsights-${kind}-${var.prefix}${t}-*"]])
+
+  async_destination_statement = { Effect = "Allow", Action = ["sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"], Resource = aws_sqs_queue.async_failures.arn }
+
   policies = {
     "likes-api" = [
-      { Effect = "Allow", Action = ["dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:DeleteItem"], Resource = aws_dynamodb_table.liked.arn },
-      { Effect = "Allow", Action = ["dynamodb:GetItem", "dynamodb:Query", "dynamodb:BatchGetItem"], Resource = aws_dynamodb_table.counters.arn },
-      { Effect = "Allow", Action = ["dynamodb:GetItem", "dynamodb:Query", "dynamodb:BatchGetItem"], Resource = aws_dynamodb_table.hotkeys.arn },
+      { Effect = "Allow", Action = ["dynamodb:PutItem"], Resource = aws_dynamodb_table.liked.arn },
       { Effect = "Allow", Action = ["dynamodb:GetItem"], Resource = aws_dynamodb_table.posts.arn },
-      { Effect = "Allow", Action = ["kinesis:PutRecord", "kinesis:PutRecords", "kinesis:ListShards", "kinesis:DescribeStreamSummary"], Resource = aws_kinesis_stream.like_events.arn },
+      { Effect = "Allow", Action = ["dynamodb:Query"], Resource = aws_dynamodb_table.counters.arn },
+      { Effect = "Allow", Action = ["dynamodb:Scan"], Resource = aws_dynamodb_table.hotkeys.arn },
     ]
     "likes-aggregator" = [
-      { Effect = "Allow", Action = ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query", "dynamodb:BatchGetItem"], Resource = aws_dynamodb_table.counters.arn },
-      { Effect = "Allow", Action = ["dynamodb:GetItem", "dynamodb:BatchGetItem"], Resource = aws_dynamodb_table.hotkeys.arn },
+      { Effect = "Allow", Action = ["dynamodb:BatchGetItem", "dynamodb:PutItem"], Resource = aws_dynamodb_table.counters.arn },
       local.aggregator_source_statement[var.like_events_source],
       { Effect = "Allow", Action = ["sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"], Resource = aws_sqs_queue.stream_failures.arn },
     ]
     "count-rebuilder" = [
-      # exactly what heatsink::likes::rebuild calls: Scan liked; Scan counter keys, Query each counter, Put its fix
+      # exactly what heatsink::counter::rebuild calls: Scan liked; Scan counter keys, Query each counter, Put its fix
       { Effect = "Allow", Action = ["dynamodb:Scan"], Resource = aws_dynamodb_table.liked.arn },
       { Effect = "Allow", Action = ["dynamodb:Scan", "dynamodb:Query", "dynamodb:PutItem"], Resource = aws_dynamodb_table.counters.arn },
+      local.async_destination_statement,
     ]
     "hotkey-controller" = [
-      { Effect = "Allow", Action = ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:Query", "dynamodb:Scan"], Resource = aws_dynamodb_table.hotkeys.arn },
-      { Effect = "Allow", Action = ["dynamodb:DescribeContributorInsights", "dynamodb:DescribeTable"], Resource = concat([for t in local.tables : t.arn], ["${aws_dynamodb_table.posts.arn}/index/by-creator"]) },
-      { Effect = "Allow", Action = ["cloudwatch:GetInsightRuleReport"], Resource = concat([for name in keys(local.insight_rules) : "${local.insight_rule_arn_prefix}${name}"], ["${local.insight_rule_arn_prefix}DynamoDBContributorInsights-*-${var.prefix}*"]) },
-      { Effect = "Allow", Action = ["cloudwatch:GetMetricData", "cloudwatch:DescribeInsightRules"], Resource = "*" },
+      { Effect = "Allow", Action = ["dynamodb:Scan", "dynamodb:PutItem", "dynamodb:DeleteItem"], Resource = aws_dynamodb_table.hotkeys.arn },
+      { Effect = "Allow", Action = ["dynamodb:DescribeContributorInsights", "dynamodb:DescribeTable"], Resource = [for t in local.watched_tables : t.arn] },
+      { Effect = "Allow", Action = ["cloudwatch:GetInsightRuleReport"], Resource = local.managed_rules },
+      local.async_destination_statement,
     ]
   }
 }
@@ -59,21 +67,4 @@ resource "aws_iam_role_policy" "function" {
     Version   = "2012-10-17"
     Statement = concat([local.logs_statement[each.key]], local.policies[each.key])
   })
-}
-
-# For routers (services embedding heatsink) to attach to their own roles: PutEvents on the default
-# bus, and only events whose source is the sampler's.
-resource "aws_iam_policy" "sampler_publisher" {
-  name        = "${var.prefix}sampler-publisher"
-  description = "Lets a router publish heatsink sampler reports (source ${local.sampler_source}) to the default event bus"
-  policy = jsonencode({
-    Version = "2012-10-17"
-    Statement = [{
-      Effect    = "Allow"
-      Action    = "events:PutEvents"
-      Resource  = "arn:${data.aws_partition.current.partition}:events:${data.aws_region.current.name}:${data.aws_caller_identity.current.account_id}:event-bus/default"
-      Condition = { StringEquals = { "events:source" = local.sampler_source } }
-    }]
-  })
-  tags = var.tags
 }

@@ -21,7 +21,22 @@ output "function_names" {
   value = { for k, f in aws_lambda_function.function : k => f.function_name }
 }
 
-output "sampler_publisher_policy_arn" {
-  description = "Attach to the roles of routers that publish sampler reports."
-  value       = aws_iam_policy.sampler_publisher.arn
+output "sampler_publisher_role_arn" {
+  description = "Routers assume this role to publish sampler reports to the control bus."
+  value       = aws_iam_role.sampler_publisher.arn
+}
+
+output "control_bus_name" {
+  description = "The event bus routers publish sampler reports to (EventBridgeSink bus)."
+  value       = aws_cloudwatch_event_bus.control.name
+}
+
+output "user_pool_id" {
+  description = "The likes API's Cognito user pool (empty with jwt_issuer)."
+  value       = local.own_pool ? aws_cognito_user_pool.users[0].id : ""
+}
+
+output "user_pool_client_id" {
+  description = "The app client whose tokens the likes API accepts (empty with jwt_issuer)."
+  value       = local.own_pool ? aws_cognito_user_pool_client.likes[0].id : ""
 }

@@ -37,6 +37,9 @@ resource "aws_dynamodb_table" "liked" {
     enabled = true
   }
 
+  # A destroy or a replacement must not take the data with it.
+  deletion_protection_enabled = true
+
   tags = var.tags
 }
 
@@ -67,6 +70,9 @@ resource "aws_dynamodb_table" "counters" {
     enabled = true
   }
 
+  # A destroy or a replacement must not take the data with it.
+  deletion_protection_enabled = true
+
   tags = var.tags
 }
 
@@ -88,6 +94,9 @@ resource "aws_dynamodb_table" "hotkeys" {
   point_in_time_recovery {
     enabled = true
   }
+
+  # A destroy or a replacement must not take the data with it.
+  deletion_protection_enabled = true
 
   tags = var.tags
 }
@@ -111,6 +120,9 @@ resource "aws_dynamodb_table" "leases" {
   point_in_time_recovery {
     enabled = true
   }
+
+  # A destroy or a replacement must not take the data with it.
+  deletion_protection_enabled = true
 
   tags = var.tags
 }
@@ -145,6 +157,9 @@ resource "aws_dynamodb_table" "posts" {
   point_in_time_recovery {
     enabled = true
   }
+
+  # A destroy or a replacement must not take the data with it.
+  deletion_protection_enabled = true
 
   tags = var.tags
 }

@@ -48,3 +48,37 @@ variable "tags" {
   type        = map(string)
   default     = { project = "heatsink" }
 }
+
+variable "jwt_issuer" {
+  description = "OpenID Connect issuer (iss) whose JWTs the likes API accepts. Empty: the module creates a Cognito user pool and accepts its tokens."
+  type        = string
+  default     = ""
+}
+
+variable "jwt_audience" {
+  description = "Accepted aud values with jwt_issuer (ignored with the module's own user pool)."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = length(var.jwt_audience) <= 50
+    error_message = "jwt_audience takes at most 50 audiences."
+  }
+}
+
+variable "concurrency" {
+  description = "Reserved concurrency per function: a cap on likes-api, a reserve for likes-aggregator, 1 for the singletons."
+  type        = map(number)
+  default = {
+    "likes-api"         = 50
+    "likes-aggregator"  = 10
+    "count-rebuilder"   = 1
+    "hotkey-controller" = 1
+  }
+}
+
+variable "controller_tables" {
+  description = "Tables hotkey-controller watches (logical names) and what their hot keys need (read or write); its grants follow."
+  type        = map(string)
+  default     = { counters = "read" }
+}

@@ -16,19 +16,20 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use aws_sdk_dynamodbstreams::types::ShardIteratorType;
 use clap::Args;
 use heatsink::counter::CounterStore;
 use heatsink::keys::SaltedKey;
-use heatsink::lambda::dynamodb_event;
 use heatsink::schema::{self, DEFAULT_PREFIX};
 use heatsink_photo_app::rebuild::{RebuildOptions, rebuild};
 use heatsink_photo_app::schema::{Schema, Table};
 use heatsink_photo_app::{Aggregator, LikeOutcome, LikesApi, aggregator};
+use heatsink_sim::esm::{self, Batch, EsmSettings};
+use heatsink_sim::front::StreamShaper;
 use heatsink_sim::load::{LoadReport, OpenLoop};
+use heatsink_sim::shape::{ShapeConfig, SourceKind};
 use heatsink_sim::{SimConfig, Simulator, Stats, partition_of};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use serde::Serialize;
@@ -61,10 +62,25 @@ pub struct DemoArgs {
     #[arg(long, default_value_t = 512,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=65_536))]
     max_in_flight: usize,
-    /// Scale rates and partition ceilings together (0.1 = p9 at 240/s against 100 WCU/s
-    /// partitions): the same ratios at a speed a local emulator sustains (0.01–1).
+    /// Scale rates and partition ceilings by s and the batching window by 1/s (0.1 = p9 at
+    /// 240/s against 100 WCU/s partitions, a 10 s window): each batch then holds as many likes
+    /// as at full scale, so the per-1,000 figures equal full scale's, at a speed a local
+    /// emulator sustains (0.01–1).
     #[arg(long, default_value_t = 1.0, value_parser = super::scale)]
     scale: f64,
+    /// The pre-aggregated strategy's stream shape: `kinesis` (Kinesis Data Streams for
+    /// DynamoDB, the deployed default) or `dynamodb-streams`.
+    #[arg(long, default_value = "kinesis")]
+    source: SourceKind,
+    /// Stream shards the simulator presents (default: the deployed like-events shard count; 1–64).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=64))]
+    stream_shards: Option<u32>,
+    /// Kinesis shape: share of changes delivered a second time, under a new sequence number (0–1).
+    #[arg(long, default_value_t = 0.01, value_parser = probability)]
+    duplicates: f64,
+    /// DynamoDB Streams shape: seconds between a shard's rollovers (1–86,400).
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    rollover: u64,
     /// Faults for the pre-aggregated run: `lost-ack=P,dup-batch=P,crash=P,seed=N`.
     #[arg(long)]
     chaos: Option<String>,
@@ -75,6 +91,13 @@ pub struct DemoArgs {
     /// extension (`.svg`, `.png`).
     #[arg(long)]
     plot: Option<std::path::PathBuf>,
+}
+
+fn probability(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(p) if (0.0..=1.0).contains(&p) => Ok(p),
+        _ => Err(format!("{text} is not a probability in [0, 1]")),
+    }
 }
 
 /// Fault probabilities for the aggregator.
@@ -125,13 +148,23 @@ struct TableLoad {
 #[derive(Debug, Clone, Serialize)]
 struct Outcome {
     strategy: &'static str,
+    /// The hot counter's partition key (salted: the base of its sub-keys).
+    hot_key: String,
+    /// Write requests on the counters table whose partition key is the hot counter's (salted:
+    /// any of its sub-keys), counted per key by the partition simulator.
+    hot_key_writes: u64,
+    /// `hot_key_writes` per 1,000 acknowledged p9 likes: the headline figure.
+    hot_writes_per_1000: f64,
+    /// p9 likes acknowledged.
+    hot_likes_acked: u64,
     /// p9 likes the schedule offered (`--rate` x `--duration`).
-    likes_offered: u64,
+    hot_likes_offered: u64,
     /// p9 likes sent (offered minus those shed at the in-flight cap).
-    likes_sent: u64,
-    likes_acknowledged: u64,
+    hot_likes_sent: u64,
     /// Likes of every post sent (p9 and the 15 baseline posts).
-    all_likes_sent: u64,
+    likes_sent: u64,
+    /// Likes of every post acknowledged.
+    likes_acked: u64,
     /// Likes of every post never started because the in-flight cap was reached.
     shed: u64,
     /// Seconds from the first like sent to the last answer.
@@ -166,7 +199,9 @@ struct Run<'a> {
     sim: &'a Simulator,
     via_sim: aws_sdk_dynamodb::Client,
     direct: aws_sdk_dynamodb::Client,
-    streams: aws_sdk_dynamodbstreams::Client,
+    config: aws_config::SdkConfig,
+    streams_upstream: String,
+    esm: EsmSettings,
     schema: &'a Schema,
     tag: String,
 }
@@ -215,23 +250,36 @@ impl Run<'_> {
         self.schema.table_name(Table::Counters)
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn outcome(
         &self,
         strategy: &'static str,
         load: &LoadReport,
         sent: u64,
         acked: u64,
+        all_acked: u64,
         count: i64,
+        hot_key: String,
+        hot_keys: &[String],
     ) -> Outcome {
         let stats = self.sim.stats();
         let table = self.counters();
         let writes = stats.table_writes(&table);
+        let hot_key_writes: u64 = hot_keys.iter().map(|k| stats.key_writes(&table, k)).sum();
         Outcome {
             strategy,
-            likes_offered: u64::from(self.args.rate) * self.args.duration,
-            likes_sent: sent,
-            likes_acknowledged: acked,
-            all_likes_sent: load.sent,
+            hot_key,
+            hot_key_writes,
+            hot_writes_per_1000: if acked == 0 {
+                0.0
+            } else {
+                hot_key_writes as f64 * 1000.0 / acked as f64
+            },
+            hot_likes_acked: acked,
+            hot_likes_offered: u64::from(self.args.rate) * self.args.duration,
+            hot_likes_sent: sent,
+            likes_sent: load.sent,
+            likes_acked: all_acked,
             shed: load.shed,
             load_seconds: load.elapsed.as_secs_f64(),
             count_read: count,
@@ -263,6 +311,7 @@ impl Run<'_> {
         let ddb = &self.via_sim;
         let phase = super::progress::Phase::start(strategy, self.total(), "likes sent");
         let (p9_sent, p9_acked) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let all_acked = Arc::new(AtomicU64::new(0));
         let report = self
             .load()
             .run(
@@ -270,6 +319,7 @@ impl Run<'_> {
                     let post = post_of(tag, strategy, i, args.baseline, args.rate);
                     let is_p9 = post.ends_with("-p9");
                     let acked = p9_acked.clone();
+                    let all = all_acked.clone();
                     if is_p9 {
                         p9_sent.fetch_add(1, Ordering::Relaxed);
                     }
@@ -293,8 +343,11 @@ impl Run<'_> {
                         .send();
                     async move {
                         let r = update.await;
-                        if is_p9 && r.is_ok() {
-                            acked.fetch_add(1, Ordering::Relaxed);
+                        if r.is_ok() {
+                            all.fetch_add(1, Ordering::Relaxed);
+                            if is_p9 {
+                                acked.fetch_add(1, Ordering::Relaxed);
+                            }
                         }
                         r
                     }
@@ -311,7 +364,7 @@ impl Run<'_> {
             vec![p9]
         };
         let mut count = 0i64;
-        for pk in keys {
+        for pk in keys.clone() {
             let item = self
                 .direct
                 .get_item()
@@ -335,7 +388,10 @@ impl Run<'_> {
             &report,
             p9_sent.load(Ordering::Relaxed),
             p9_acked.load(Ordering::Relaxed),
+            all_acked.load(Ordering::Relaxed),
             count,
+            format!("{strategy}#{tag}-{strategy}-p9"),
+            &keys,
         );
         if salts > 1 {
             let parts = self.args.partitions.max(1);
@@ -364,24 +420,47 @@ impl Run<'_> {
                 .await?;
         }
         let api = Arc::new(LikesApi::new(self.via_sim.clone(), self.schema));
-        let agg = aggregator(
-            CounterStore::new(self.via_sim.clone(), self.counters()),
-            Some(self.streams.clone()),
-        );
+        let liked = self.schema.table_name(Table::Liked);
         let arn = self
             .direct
             .describe_table()
-            .table_name(self.schema.table_name(Table::Liked))
+            .table_name(&liked)
             .send()
             .await?
             .table
             .and_then(|t| t.latest_stream_arn)
             .ok_or("the liked table has no stream: run `heatsink local bootstrap`")?;
+        // The stream as production shapes it: the deployed shard count, rollovers or duplicates.
+        let mut shape = ShapeConfig::new(self.esm.source, self.esm.shards);
+        match self.esm.source {
+            SourceKind::DynamoDbStreams => {
+                shape.rollover = Some(Duration::from_secs(args.rollover));
+            }
+            SourceKind::Kinesis => {
+                shape.duplicates = args.duplicates;
+                shape.reorder = 8;
+            }
+        }
+        shape.seed = chaos.seed;
+        let shaper = StreamShaper::start(&self.streams_upstream, shape).await?;
+        let streams = aws_sdk_dynamodbstreams::Client::from_conf(
+            aws_sdk_dynamodbstreams::config::Builder::from(&self.config)
+                .endpoint_url(shaper.endpoint())
+                .build(),
+        );
+        let agg = aggregator(
+            CounterStore::new(self.via_sim.clone(), self.counters()),
+            Some(streams),
+        )
+        .with_table(&liked);
+        // Skip whatever earlier runs left in the stream: only this run's likes are shaped.
+        shaper.watch(&arn).await?;
         let p9_acked = Arc::new(AtomicU64::new(0));
+        let all_acked = Arc::new(AtomicU64::new(0));
         let p9_sent = Arc::new(AtomicU64::new(0));
         let done = Arc::new(AtomicBool::new(false));
         let phase = super::progress::Phase::start(STRATEGY, self.total(), "likes sent");
-        let acked = p9_acked.clone();
+        let (acked, all) = (p9_acked.clone(), all_acked.clone());
         let load = async {
             let report = self
                 .load()
@@ -392,12 +471,15 @@ impl Run<'_> {
                         if post.ends_with("-p9") {
                             p9_sent.fetch_add(1, Ordering::Relaxed);
                         }
-                        let acked = acked.clone();
+                        let (acked, all) = (acked.clone(), all.clone());
                         let api = api.clone();
                         async move {
                             let r = api.like(&user, &post).await;
-                            if post.ends_with("-p9") && matches!(r, Ok(LikeOutcome::Liked)) {
-                                acked.fetch_add(1, Ordering::Relaxed);
+                            if matches!(r, Ok(LikeOutcome::Liked)) {
+                                all.fetch_add(1, Ordering::Relaxed);
+                                if post.ends_with("-p9") {
+                                    acked.fetch_add(1, Ordering::Relaxed);
+                                }
                             }
                             r
                         }
@@ -408,10 +490,68 @@ impl Run<'_> {
             done.store(true, Ordering::Relaxed);
             report
         };
-        let consume = consume_stream(&self.streams, &agg, &arn, done.clone(), chaos);
-        let (report, faults) = tokio::join!(load, consume);
+        let mut rng = StdRng::seed_from_u64(chaos.seed);
+        let faults = std::sync::Mutex::new(BTreeMap::from([
+            ("lost_ack", 0u64),
+            ("dup_batch", 0),
+            ("crash", 0),
+            ("batches", 0),
+        ]));
+        let source = self.esm.source;
+        let (agg, faults_ref) = (&agg, &faults);
+        let consume = esm::run(
+            &shaper,
+            &arn,
+            self.esm,
+            |batch: Batch| {
+                let (crash, lost, dup) = (
+                    rng.random_bool(chaos.crash),
+                    rng.random_bool(chaos.lost_ack),
+                    rng.random_bool(chaos.dup_batch),
+                );
+                async move {
+                    let bump = |k: &'static str| {
+                        if let Ok(mut f) = faults_ref.lock() {
+                            *f.entry(k).or_default() += 1;
+                        }
+                    };
+                    bump("batches");
+                    if crash && batch.seqs.len() > 1 {
+                        // A crash part-way: the first half was flushed, then the process died;
+                        // Lambda redelivers the whole batch.
+                        bump("crash");
+                        let mut half = batch.event.clone();
+                        if let Some(records) = half["Records"].as_array_mut() {
+                            let keep = records.len() / 2;
+                            records.truncate(keep);
+                        }
+                        invoke(agg, source, half).await;
+                    }
+                    let answer = invoke(agg, source, batch.event.clone()).await;
+                    if lost {
+                        // The flush landed but its response was lost: Lambda retries the batch.
+                        bump("lost_ack");
+                        invoke(agg, source, batch.event.clone()).await;
+                    }
+                    if dup {
+                        bump("dup_batch");
+                        invoke(agg, source, batch.event).await;
+                    }
+                    answer
+                }
+            },
+            || done.load(Ordering::Relaxed),
+        );
+        let (report, delivered) = tokio::join!(load, consume);
         phase.finish();
-        let faults = faults?;
+        let mut faults = faults.into_inner().unwrap_or_default();
+        faults.insert("parked", delivered.parked);
+        if let Some(shaped) = shaper.stats(&arn) {
+            faults.insert("stream_duplicates", shaped.duplicates);
+            faults.insert("stream_reordered", shaped.reordered);
+            faults.insert("stream_rollovers", shaped.rollovers);
+        }
+        shaper.stop();
         // The load is over and the stream drained: every like has been flushed or lost for good,
         // so no quiet period is needed to tell the two apart.
         let settled = RebuildOptions {
@@ -423,16 +563,19 @@ impl Run<'_> {
             rebuilt.events_scanned,
             rebuilt.corrected.len()
         );
+        let hot = format!("likes#{tag}-{STRATEGY}-p9");
         let count = api.count(&format!("{tag}-{STRATEGY}-p9")).await?;
         let mut out = self.outcome(
             STRATEGY,
             &report,
             p9_sent.load(Ordering::Relaxed),
             p9_acked.load(Ordering::Relaxed),
+            all_acked.load(Ordering::Relaxed),
             count,
+            hot.clone(),
+            &[hot],
         );
         if let Some(stats) = &out.stats {
-            let liked = self.schema.table_name(Table::Liked);
             out.liked = Some(TableLoad {
                 writes: stats.table_writes(&liked),
                 throttled: stats.table_throttled(&liked),
@@ -444,104 +587,22 @@ impl Run<'_> {
     }
 }
 
-/// Tails the `liked` stream from its start, handing each batch to the aggregator as Lambda would
-/// (with faults injected), until the load is done and the stream is drained.
-async fn consume_stream(
-    streams: &aws_sdk_dynamodbstreams::Client,
-    agg: &Aggregator,
-    arn: &str,
-    done: Arc<AtomicBool>,
-    chaos: Chaos,
-) -> Result<BTreeMap<&'static str, u64>, Box<dyn std::error::Error + Send + Sync>> {
-    let mut rng = StdRng::seed_from_u64(chaos.seed);
-    let mut faults = BTreeMap::from([
-        ("lost_ack", 0),
-        ("dup_batch", 0),
-        ("crash", 0),
-        ("batches", 0),
-    ]);
-    let mut iterators: BTreeMap<String, Option<String>> = BTreeMap::new();
-    let mut described: Option<Instant> = None;
-    let mut idle_rounds = 0;
-    loop {
-        // New shards appear rarely: DescribeStream once a second, not once per batch (at
-        // 10,000 likes/s a per-round DescribeStream was a third of the consumer's requests).
-        if described.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
-            described = Some(Instant::now());
-            let desc = streams.describe_stream().stream_arn(arn).send().await?;
-            for shard in desc
-                .stream_description()
-                .map(|d| d.shards())
-                .unwrap_or_default()
-            {
-                let Some(id) = shard.shard_id() else { continue };
-                if !iterators.contains_key(id) {
-                    let it = streams
-                        .get_shard_iterator()
-                        .stream_arn(arn)
-                        .shard_id(id)
-                        .shard_iterator_type(ShardIteratorType::TrimHorizon)
-                        .send()
-                        .await?
-                        .shard_iterator;
-                    iterators.insert(id.to_owned(), it);
-                }
-            }
+/// One aggregator invocation as Lambda makes it; the answer is the failed record's id, if any.
+async fn invoke(agg: &Aggregator, source: SourceKind, event: serde_json::Value) -> Option<String> {
+    match source {
+        SourceKind::DynamoDbStreams => {
+            let event = serde_json::from_value(event).ok()?;
+            let (resp, _) = agg.handle_dynamodb(event).await;
+            resp.batch_item_failures
+                .first()
+                .and_then(|f| f.item_identifier.clone())
         }
-        let mut got_any = false;
-        for it in iterators.values_mut() {
-            // Up to 10 batches per shard per round, so one busy shard cannot starve the others.
-            for _ in 0..10 {
-                let Some(current) = it.clone() else { break };
-                let out = streams
-                    .get_records()
-                    .shard_iterator(&current)
-                    .limit(100)
-                    .send()
-                    .await?;
-                if out.records().is_empty() {
-                    *it = out.next_shard_iterator.or(Some(current));
-                    break;
-                }
-                got_any = true;
-                let event = dynamodb_event(arn, out.records())?;
-                *faults.entry("batches").or_default() += 1;
-                if rng.random_bool(chaos.crash) {
-                    // A crash part-way: the first half of the batch was flushed, then the process
-                    // died; Lambda redelivers the whole batch below.
-                    *faults.entry("crash").or_default() += 1;
-                    let half = out.records().len() / 2;
-                    agg.handle_dynamodb(dynamodb_event(arn, &out.records()[..half])?)
-                        .await;
-                }
-                let (resp, _) = agg.handle_dynamodb(event.clone()).await;
-                if rng.random_bool(chaos.lost_ack) {
-                    // The flush landed but its response was lost: Lambda retries the same batch.
-                    *faults.entry("lost_ack").or_default() += 1;
-                    agg.handle_dynamodb(event.clone()).await;
-                }
-                if rng.random_bool(chaos.dup_batch) {
-                    *faults.entry("dup_batch").or_default() += 1;
-                    agg.handle_dynamodb(event).await;
-                }
-                if resp.batch_item_failures.is_empty() {
-                    *it = out.next_shard_iterator;
-                } else {
-                    // The same iterator is read again: Lambda's retry of the batch.
-                    break;
-                }
-            }
-        }
-        if !got_any {
-            if done.load(Ordering::Relaxed) {
-                idle_rounds += 1;
-                if idle_rounds >= 3 {
-                    return Ok(faults);
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        } else {
-            idle_rounds = 0;
+        SourceKind::Kinesis => {
+            let event = serde_json::from_value(event).ok()?;
+            let (resp, _) = agg.handle_kinesis(event).await;
+            resp.batch_item_failures
+                .first()
+                .and_then(|f| f.item_identifier.clone())
         }
     }
 }
@@ -589,6 +650,17 @@ pub async fn run(args: DemoArgs) -> CmdResult {
             .endpoint_url(sim.endpoint())
             .build(),
     );
+    let streams_upstream =
+        std::env::var("AWS_ENDPOINT_URL_DYNAMODB_STREAMS").unwrap_or_else(|_| upstream.clone());
+    // The deployed event source mapping, scaled: the window by 1/s, so a batch holds as many
+    // likes as at full scale.
+    let deployed = heatsink_photo_app::esm::deployed(&schema);
+    let esm = EsmSettings {
+        source: args.source,
+        batch_size: deployed.batch_size,
+        window: deployed.window.div_f64(args.scale),
+        shards: args.stream_shards.unwrap_or(deployed.shards),
+    };
     let tag = format!(
         "d{:x}",
         std::time::SystemTime::now()
@@ -600,7 +672,9 @@ pub async fn run(args: DemoArgs) -> CmdResult {
         sim: &sim,
         via_sim,
         direct,
-        streams: aws_sdk_dynamodbstreams::Client::new(&config),
+        config: config.clone(),
+        streams_upstream,
+        esm,
         schema: &schema,
         tag,
     };
@@ -664,7 +738,9 @@ pub async fn run(args: DemoArgs) -> CmdResult {
         use super::table::{Align, Grid};
         let mut grid = Grid::new(&[
             ("strategy", Align::Left),
-            ("p9 likes sent", Align::Right),
+            ("hot-key writes", Align::Right),
+            ("per 1k p9 likes", Align::Right),
+            ("p9 likes acked", Align::Right),
             ("counter writes", Align::Right),
             ("writes/1k", Align::Right),
             ("writes/s", Align::Right),
@@ -676,7 +752,9 @@ pub async fn run(args: DemoArgs) -> CmdResult {
         for o in &outcomes {
             grid.row([
                 o.strategy.to_owned(),
-                format!("{}/{}", o.likes_sent, o.likes_offered),
+                o.hot_key_writes.to_string(),
+                format!("{:.1}", o.hot_writes_per_1000),
+                format!("{}/{}", o.hot_likes_acked, o.hot_likes_offered),
                 o.partition_writes.to_string(),
                 format!("{:.1}", o.writes_per_1k_likes),
                 format!("{:.1}", o.writes_per_s),

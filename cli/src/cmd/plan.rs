@@ -22,7 +22,7 @@ pub struct PlanArgs {
     #[arg(long, default_value_t = 1000.0, value_parser = positive_rate)]
     ceiling: f64,
     /// Number of shards (1–10,000).
-    #[arg(long, required_unless_present = "backgrounds",
+    #[arg(long, required_unless_present_any = ["backgrounds", "esm"],
           value_parser = clap::value_parser!(u64).range(1..=MAX_SHARDS))]
     shards: Option<u64>,
     /// Every shard's other traffic per second (0 to 1e9).
@@ -41,10 +41,84 @@ pub struct PlanArgs {
     /// Evaluate this S instead of searching for the smallest that fits (1–256).
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=256))]
     salts: Option<u16>,
+    /// Size the aggregator's event source mapping instead: shards the ingest of --rate changes/s
+    /// needs, and the hot key's writes/s and per 1,000 likes with the deployed batch size and
+    /// window (or --batch-size, --window).
+    #[arg(long)]
+    esm: bool,
+    /// With --esm: the stream's shards (default: the deployed like-events count; 1–10,000).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    stream_shards: Option<u32>,
+    /// With --esm: records per batch (default: the deployed batch size; 1–10,000).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    batch_size: Option<u32>,
+    /// With --esm: batching window in seconds (default: the deployed window; 0 to 300).
+    #[arg(long, value_parser = super::non_negative_rate)]
+    window: Option<f64>,
+}
+
+/// `plan --esm`: the mapping's shards, batches and the hot key's writes.
+fn run_esm(args: &PlanArgs) -> CmdResult {
+    use heatsink::counter::{EsmPlanRequest, esm_plan};
+    let deployed = heatsink_photo_app::esm::deployed(&heatsink_photo_app::Schema::new("heatsink-"));
+    let window = match args.window {
+        Some(w) if w > 300.0 => return Err("--window is at most 300 s (Lambda's limit)".into()),
+        Some(w) => std::time::Duration::from_secs_f64(w),
+        None => deployed.window,
+    };
+    let shards = args.stream_shards.unwrap_or(deployed.shards);
+    let batch = args
+        .batch_size
+        .unwrap_or(u32::try_from(deployed.batch_size).unwrap_or(u32::MAX));
+    let plan = esm_plan(&EsmPlanRequest::new(args.rate, shards, batch, window));
+    let mut grid = Grid::new(&[("", Align::Left), ("value", Align::Right)]);
+    grid.row(["changes/s".into(), format!("{:.0}", args.rate)]);
+    grid.row(["batch size".into(), batch.to_string()]);
+    grid.row([
+        "batching window".into(),
+        format!("{:.1} s", window.as_secs_f64()),
+    ]);
+    grid.row(["stream shards".into(), shards.to_string()]);
+    grid.row([
+        "shards needed for ingest (80% of 1,000 records/s, 1 MB/s)".into(),
+        plan.shards_needed.to_string(),
+    ]);
+    grid.row([
+        "records/s per shard".into(),
+        format!("{:.0}", plan.per_shard_rate),
+    ]);
+    grid.row([
+        "batches/s per shard".into(),
+        format!("{:.2}", plan.batches_per_shard_per_second),
+    ]);
+    grid.row([
+        "records per batch".into(),
+        format!("{:.0}", plan.records_per_batch),
+    ]);
+    grid.row([
+        "hot-key writes/s".into(),
+        format!("{:.1}", plan.hot_writes_per_second),
+    ]);
+    grid.row([
+        "hot-key writes per 1,000 likes".into(),
+        format!("{:.2}", plan.hot_writes_per_1000),
+    ]);
+    grid.print();
+    if plan.shards_needed > shards {
+        println!(
+            "NOT ENOUGH SHARDS: {shards} carry {:.0} records/s at 80%; give the stream {} (or on-demand)",
+            f64::from(shards) * 800.0,
+            plan.shards_needed
+        );
+    }
+    Ok(())
 }
 
 /// Prints the plan as a table.
 pub fn run(args: PlanArgs) -> CmdResult {
+    if args.esm {
+        return run_esm(&args);
+    }
     let background = match (args.backgrounds, args.shards) {
         (Some(b), _) => b,
         (None, Some(n)) => {
@@ -142,6 +216,14 @@ mod tests {
         }
         let ok = parse(&["--rate", "2400", "--shards", "10000"]).expect("10,000 shards");
         assert!(run(ok.plan).is_ok());
+    }
+
+    #[test]
+    fn esm_mode_needs_no_shards_and_refuses_a_window_over_lambdas_limit() {
+        let ok = parse(&["--esm", "--rate", "10000", "--stream-shards", "4"]).expect("parse");
+        assert!(run(ok.plan).is_ok());
+        let long = parse(&["--esm", "--rate", "2400", "--window", "301"]).expect("parse");
+        assert!(run(long.plan).is_err());
     }
 
     #[test]

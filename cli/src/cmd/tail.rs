@@ -4,22 +4,27 @@
 //! table; each prints, as one JSON line per record, what it processes, in processing order, and
 //! checkpoints as it goes. Ctrl-C stops after the current batch and releases the leases.
 //!
+//! A line is `{"shard", "seq", "sub_seq"?, "partition_key", "data", "data_encoding"}`: `data` is
+//! the record as text when `data_encoding` is `"utf8"`, base64 when it is `"base64"`. stdout is
+//! written without blocking the runtime, one write and flush per batch; when it cannot be written
+//! (a closed pipe) `tail` stops without checkpointing the batch and exits non-zero, so a re-run
+//! prints it.
+//!
 //! With `--emf`, every lease round also writes one CloudWatch Embedded Metric Format line to
 //! stderr (`LeasesHeld`, `LeasesExpired`, dimension `Function=stream-consumer`): run under a log
 //! shipper that sends stderr to CloudWatch Logs and the stacks' dashboard plots them. stdout
 //! carries only the records.
 
-use std::io::Write;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use heatsink::clock::now_ms;
 use heatsink::schema::{self, DEFAULT_PREFIX, Schema, Table};
 use heatsink::stream::{
-    DynamoDbStreamsSource, KinesisSource, LeaseTable, ProcessBatch, RecordProcessor, ShardSource,
-    StartAt, StreamError, Worker, WorkerConfig, WorkerStats,
+    DynamoDbStreamsSource, InitialPosition, KinesisSource, LeaseTable, ProcessBatch,
+    RecordProcessor, ShardSource, StreamError, Worker, WorkerConfig, WorkerStats,
 };
+use tokio::io::AsyncWriteExt;
 
 use super::fail::{Service, Target};
 use super::lineage::is_dynamodb_stream;
@@ -38,7 +43,8 @@ enum From {
 /// How records are printed.
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum Output {
-    /// One JSON object per line: `{"shard", "seq", "partition_key", "data"}`.
+    /// One JSON object per line: `{"shard", "seq", "sub_seq"?, "partition_key", "data",
+    /// "data_encoding"}`.
     Jsonl,
 }
 
@@ -51,8 +57,9 @@ pub struct TailArgs {
     /// Application name: workers of one application share the shards and checkpoints.
     #[arg(long)]
     app: String,
-    /// Start position of parentless shards on the application's first run (children always
-    /// start at their first record).
+    /// Where the application starts on its first run (no lease row yet), applied to the current
+    /// shards: `latest` reads nothing retained before the start, reshards or not. Later runs
+    /// resume from the checkpoints, and new child shards start at their first record.
     #[arg(long, value_enum, default_value = "trim-horizon")]
     from: From,
     /// Output format.
@@ -78,22 +85,26 @@ pub struct TailArgs {
     verify_takes: bool,
 }
 
-/// Prints each record as a JSON line; stdout is flushed per batch.
-struct Printer {
-    out: Mutex<std::io::Stdout>,
+/// Prints each record as a JSON line; one non-blocking write and flush of stdout per batch.
+struct Printer<W> {
+    out: tokio::sync::Mutex<W>,
 }
 
-impl RecordProcessor for Printer {
+impl<W: tokio::io::AsyncWrite + Unpin + Send + Sync + 'static> RecordProcessor for Printer<W> {
     async fn process(&self, batch: &ProcessBatch) -> Result<(), StreamError> {
-        let mut out = self
-            .out
-            .lock()
-            .map_err(|_| StreamError::Processor("stdout lock poisoned".into()))?;
+        let mut text = String::new();
         for record in &batch.records {
-            writeln!(out, "{}", record.to_json(&batch.shard_id))
-                .map_err(|e| StreamError::Processor(Box::new(e)))?;
+            text.push_str(&record.to_json(&batch.shard_id).to_string());
+            text.push('\n');
         }
-        out.flush().map_err(|e| StreamError::Processor(Box::new(e)))
+        let mut out = self.out.lock().await;
+        let written = match out.write_all(text.as_bytes()).await {
+            Ok(()) => out.flush().await,
+            Err(e) => Err(e),
+        };
+        // Nowhere to print (EPIPE, closed stdout): retrying cannot help, and skipping would
+        // checkpoint records nobody saw. Stop, and let `tail` exit non-zero.
+        written.map_err(|e| StreamError::Abort(Box::new(e)))
     }
 }
 
@@ -112,14 +123,14 @@ pub async fn run(args: TailArgs) -> CmdResult {
         .unwrap_or_else(|| format!("tail-{}-{}", std::process::id(), now_ms()));
     let mut worker_config = WorkerConfig::new(worker_id);
     worker_config.initial_position = match args.from {
-        From::TrimHorizon => StartAt::TrimHorizon,
-        From::Latest => StartAt::Latest,
+        From::TrimHorizon => InitialPosition::TrimHorizon,
+        From::Latest => InitialPosition::Latest,
     };
     worker_config.sync_interval = Duration::from_secs(10);
     worker_config.verify_takes = args.verify_takes;
     let Output::Jsonl = args.output;
     let printer = Printer {
-        out: Mutex::new(std::io::stdout()),
+        out: tokio::sync::Mutex::new(tokio::io::stdout()),
     };
     if is_dynamodb_stream(&args.stream) {
         let source =
@@ -140,10 +151,10 @@ fn stream_target(config: &aws_config::SdkConfig, service: Service, stream: &str)
     )
 }
 
-async fn tail<S: ShardSource>(
+async fn tail<S: ShardSource, W: tokio::io::AsyncWrite + Unpin + Send + Sync + 'static>(
     source: S,
     leases: LeaseTable,
-    printer: Printer,
+    printer: Printer<W>,
     config: WorkerConfig,
     args: &TailArgs,
     target: &Target,
@@ -165,10 +176,10 @@ async fn tail<S: ShardSource>(
             () = idle(stats, idle_exit) => {}
         }
     };
-    worker
-        .run(shutdown)
-        .await
-        .map_err(|e| target.fail("read", &e))?;
+    worker.run(shutdown).await.map_err(|e| match e {
+        StreamError::Abort(_) => target.fail("print the records of", &e),
+        _ => target.fail("read", &e),
+    })?;
     Ok(())
 }
 

@@ -46,6 +46,7 @@ async fn main() -> Result<(), Error> {
             signals = outcome.signals,
             changes = ?outcome.changes,
             conflicts = ?outcome.conflicts,
+            rejected = ?outcome.rejected,
             hot_keys = outcome.hot_keys,
             "controller run"
         );

@@ -53,7 +53,9 @@ async fn main() -> Result<(), Error> {
         CounterStore::new(ddb, counting.counters_table.clone()),
         counting.mapper(),
         Some(aws_sdk_dynamodbstreams::Client::new(&config)),
-    );
+    )
+    // Kinesis records of another table (a shared stream) are skipped, never counted.
+    .with_table(counting.events_table.clone());
     let agg = &agg;
     run(service_fn(move |event: LambdaEvent<Value>| async move {
         handle(agg, event.payload).await

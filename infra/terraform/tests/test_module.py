@@ -208,12 +208,19 @@ SAME_AS_CDK = {
     "aws_kinesis_stream": 1,
     "aws_lambda_function": 1,  # for_each over the four functions
     "aws_cloudwatch_log_group": 2,  # functions (for_each) + API access logs
-    "aws_iam_role": 1,  # for_each
-    "aws_iam_role_policy": 1,  # for_each
-    "aws_iam_policy": 1,  # SamplerPublisherPolicy (AWS::IAM::ManagedPolicy), for routers' roles
+    "aws_iam_role": 2,  # for_each + the sampler publisher role
+    "aws_iam_role_policy": 2,  # for_each + the sampler publisher's
     "aws_lambda_event_source_mapping": 2,  # two conditional blocks, exactly one instance (var.like_events_source)
-    "aws_sqs_queue": 1,
-    "aws_sqs_queue_policy": 1,
+    "aws_lambda_function_event_invoke_config": 1,  # for_each: count-rebuilder, hotkey-controller
+    "aws_sqs_queue": 2,  # stream-failures, async-failures
+    "aws_sqs_queue_policy": 2,
+    "aws_cloudwatch_event_bus": 1,  # heatsink-control
+    "aws_cloudwatch_event_bus_policy": 1,
+    "aws_cognito_user_pool": 1,  # count: unless var.jwt_issuer
+    "aws_cognito_user_pool_client": 1,
+    "aws_apigatewayv2_authorizer": 1,
+    "aws_kms_key": 1,
+    "aws_kms_alias": 1,
     "aws_cloudwatch_event_rule": 4,  # count-rebuilder schedule; hotkey-controller alarms, schedule, sampler reports
     "aws_cloudwatch_event_target": 1,  # for_each over the four rules
     "aws_lambda_permission": 2,  # events (for_each) + API
@@ -222,7 +229,9 @@ SAME_AS_CDK = {
     "aws_apigatewayv2_route": 2,
     "aws_apigatewayv2_stage": 1,
     "aws_cloudwatch_contributor_insight_rule": 1,  # for_each over the rules
-    "aws_cloudwatch_metric_alarm": 6,  # hot (for_each), throttled (for_each), iterator age, stream throttled, failures, corrections
+    # hot, throttled, function (errors/throttles), kinesis (for_each each); iterator age, stream
+    # throttled, stream failures, async failures, corrections, two heartbeats, API 5xx and p99
+    "aws_cloudwatch_metric_alarm": 13,
     "aws_sns_topic": 1,
     "aws_sns_topic_policy": 1,
     "aws_cloudwatch_dashboard": 1,
@@ -331,7 +340,9 @@ def test_schedules_and_alarm_rule():
     assert unq(RESOURCES[("aws_cloudwatch_event_rule", "count_rebuilder_schedule")]["schedule_expression"]) == "rate(5 minutes)"
     assert RESOURCES[("aws_cloudwatch_event_rule", "hotkey_controller_schedule")]["schedule_expression"]
     pattern = unq(RESOURCES[("aws_cloudwatch_event_rule", "hotkey_controller_alarms")]["event_pattern"])
-    assert "CloudWatch Alarm State Change" in pattern and "aws.cloudwatch" in pattern and "var.prefix" in pattern
+    # Exact alarm names, never a prefix (`heatsink-` would also match `heatsink-staging-`).
+    assert "CloudWatch Alarm State Change" in pattern and "aws.cloudwatch" in pattern
+    assert "alarmName = local.hot_key_alarm_names" in pattern and "prefix" not in pattern
 
 
 def plain_locals():
@@ -365,10 +376,11 @@ def jsonencoded(expression):
     return norm(value)
 
 
-def test_sampler_reports_rule_on_the_default_bus_targets_the_controller():
+def test_sampler_reports_rule_on_the_control_bus_targets_the_controller():
     rule = RESOURCES[("aws_cloudwatch_event_rule", "hotkey_controller_sampler_reports")]
     assert named(rule["name"]) == f"{SCHEMA['prefix']}hotkey-controller-sampler-reports"
-    assert "event_bus_name" not in rule  # the account's default bus
+    assert unq(rule["event_bus_name"]) == "${aws_cloudwatch_event_bus.control.name}"  # never the default bus
+    assert named(RESOURCES[("aws_cloudwatch_event_bus", "control")]["name"]) == f"{SCHEMA['prefix']}control"
     assert jsonencoded(rule["event_pattern"]) == {
         "source": ["heatsink.sampler"],
         "detail-type": ["heatsink hot-key report"],
@@ -379,10 +391,12 @@ def test_sampler_reports_rule_on_the_default_bus_targets_the_controller():
         "rule": "${aws_cloudwatch_event_rule.hotkey_controller_sampler_reports.name}",
         "fn": "hotkey-controller",
         "arn": "${aws_cloudwatch_event_rule.hotkey_controller_sampler_reports.arn}",
+        "bus": "${aws_cloudwatch_event_bus.control.name}",
     }
     target = RESOURCES[("aws_cloudwatch_event_target", "function")]
     assert unq(target["for_each"]) == "${local.event_targets}"
     assert unq(target["arn"]) == "${aws_lambda_function.function[each.value.fn].arn}"
+    assert unq(target["event_bus_name"]) == "${each.value.bus}"
     permission = RESOURCES[("aws_lambda_permission", "events")]
     assert unq(permission["for_each"]) == "${local.event_targets}"
     assert unq(permission["action"]) == "lambda:InvokeFunction"
@@ -390,25 +404,43 @@ def test_sampler_reports_rule_on_the_default_bus_targets_the_controller():
     assert unq(permission["source_arn"]) == "${each.value.arn}"
 
 
-def test_sampler_publisher_policy_puts_events_on_the_default_bus_for_the_sampler_source_only():
-    policy = RESOURCES[("aws_iam_policy", "sampler_publisher")]
-    assert named(policy["name"]) == f"{SCHEMA['prefix']}sampler-publisher"
+def test_sampler_publisher_role_may_put_on_the_control_bus_for_the_sampler_source_only():
+    assert not [t for (t, _) in RESOURCES if t == "aws_iam_policy"]
+    role = RESOURCES[("aws_iam_role", "sampler_publisher")]
+    assert named(role["name"]) == f"{SCHEMA['prefix']}sampler-publisher"
+    policy = RESOURCES[("aws_iam_role_policy", "sampler_publisher")]
+    assert unq(policy["role"]) == "${aws_iam_role.sampler_publisher.id}"
     assert jsonencoded(policy["policy"]) == {
         "Version": "2012-10-17",
         "Statement": [
             {
                 "Effect": "Allow",
                 "Action": "events:PutEvents",
-                "Resource": "arn:${data.aws_partition.current.partition}:events:${data.aws_region.current.name}:"
-                "${data.aws_caller_identity.current.account_id}:event-bus/default",
+                "Resource": "${aws_cloudwatch_event_bus.control.arn}",
                 "Condition": {"StringEquals": {"events:source": "heatsink.sampler"}},
             }
         ],
     }
-    # Attached by the operator to routers' roles, never to the functions' own roles.
-    assert not [t for (t, _) in RESOURCES if t in ("aws_iam_role_policy_attachment", "aws_iam_policy_attachment")]
     outputs = {unq(k): v for block in PARSED["outputs.tf"]["output"] for k, v in block.items()}
-    assert unq(outputs["sampler_publisher_policy_arn"]["value"]) == "${aws_iam_policy.sampler_publisher.arn}"
+    assert unq(outputs["sampler_publisher_role_arn"]["value"]) == "${aws_iam_role.sampler_publisher.arn}"
+
+
+def test_the_control_bus_denies_put_events_to_every_principal_but_the_publisher_role():
+    policy = RESOURCES[("aws_cloudwatch_event_bus_policy", "control")]
+    assert unq(policy["event_bus_name"]) == "${aws_cloudwatch_event_bus.control.name}"
+    assert jsonencoded(policy["policy"]) == {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "OnlyTheSamplerPublisher",
+                "Effect": "Deny",
+                "Principal": {"AWS": "*"},
+                "Action": "events:PutEvents",
+                "Resource": "${aws_cloudwatch_event_bus.control.arn}",
+                "Condition": {"ArnNotEquals": {"aws:PrincipalArn": "${aws_iam_role.sampler_publisher.arn}"}},
+            }
+        ],
+    }
 
 
 def test_count_rebuilder_may_call_exactly_what_rebuild_calls():
@@ -427,15 +459,14 @@ def test_http_api_routes():
     assert routes == ["GET /posts/{post}", "POST /posts/{post}/likes"]
 
 
-def test_no_wildcard_actions_and_star_resource_only_for_cloudwatch_reads():
+def test_no_wildcard_actions_and_no_star_resource():
     text = FILES["iam.tf"].read_text()
     statements = re.findall(r"\{ Effect = \"Allow\", Action = \[([^\]]*)\], Resource = ([^}]*)\}", text)
-    assert len(statements) >= 15
+    assert len(statements) >= 12
     for actions, resource in statements:
         acts = [a.strip().strip('"') for a in actions.split(",")]
         assert all("*" not in a for a in acts), acts
-        if resource.strip() == '"*"':
-            assert sorted(acts) == ["cloudwatch:DescribeInsightRules", "cloudwatch:GetMetricData"]
+        assert resource.strip() != '"*"', acts
 
 
 def test_alarms_on_insight_rule_max_contributor_and_throttle_reasons():

@@ -1,13 +1,19 @@
 //! Consumer throughput on kinesis-mock: `heatsink::stream::Worker` (1 and 3 workers, DynamoDB
 //! leases) side by side with the peer crate `ruststream-kinesis` (1 and 3 brokers sharing one
-//! in-process lease store) draining the same multi-shard stream in the same run, then catch-up
-//! time after UpdateShardCount.
+//! in-process lease store) draining the same multi-shard stream in the same run: one warm-up
+//! pair, then `BENCH_RUNS` pairs in ABBA order (heatsink first, then the peer first, …), the
+//! median reported. heatsink counts distinct (shard, seq) and reports redeliveries apart, plus
+//! checkpoint writes per 1,000 records, against the old cadence (a checkpoint per GetRecords
+//! batch of 1,000). Then catch-up time after UpdateShardCount, and failover: one of 3 workers
+//! with a 10 s lease is killed; seconds until each of its shards is read again.
 //!
 //! ```text
 //! AWS_ENDPOINT_URL_KINESIS=… AWS_ENDPOINT_URL_DYNAMODB=… cargo bench -p heatsink --bench consumer
 //! ```
-//! Knobs (env): `BENCH_RECORDS` (default 8000), `BENCH_SHARDS` (default 4).
+//! Knobs (env): `BENCH_RECORDS` (default 8000), `BENCH_SHARDS` (default 4), `BENCH_RUNS`
+//! (default 3).
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -18,6 +24,7 @@ use futures::StreamExt;
 use heatsink::schema::{self, Schema, StreamSpec, Table};
 use heatsink::stream::{
     KinesisSource, LeaseTable, ProcessBatch, RecordProcessor, StreamError, Worker, WorkerConfig,
+    WorkerStats,
 };
 use ruststream::{Broker, IncomingMessage, Seekable, Seeker, Subscriber};
 use ruststream_kinesis::{KinesisBroker, KinesisPosition, KinesisStream, MemoryLeaseStore};
@@ -31,12 +38,45 @@ type Running = tokio::task::JoinHandle<Result<(), StreamError>>;
 
 const TIMEOUT: Duration = Duration::from_secs(120);
 
-struct Count(Arc<AtomicU64>);
+/// Counts distinct (shard, seq) and deliveries; remembers when each shard was last read and by
+/// whom (for the failover measurement).
+#[derive(Clone, Default)]
+struct Count {
+    distinct: Arc<AtomicU64>,
+    delivered: Arc<AtomicU64>,
+    seen: Arc<std::sync::Mutex<HashSet<(String, String)>>>,
+    last_read: Arc<std::sync::Mutex<HashMap<String, (String, Instant)>>>,
+    worker: String,
+}
+
+impl Count {
+    fn for_worker(&self, worker: &str) -> Self {
+        Self {
+            worker: worker.to_owned(),
+            ..self.clone()
+        }
+    }
+}
 
 impl RecordProcessor for Count {
     async fn process(&self, batch: &ProcessBatch) -> Result<(), StreamError> {
-        self.0
+        self.delivered
             .fetch_add(batch.records.len() as u64, Ordering::Relaxed);
+        let fresh = match self.seen.lock() {
+            Ok(mut seen) => batch
+                .records
+                .iter()
+                .filter(|r| seen.insert((batch.shard_id.clone(), r.seq.to_string())))
+                .count(),
+            Err(_) => 0,
+        };
+        self.distinct.fetch_add(fresh as u64, Ordering::Relaxed);
+        if let Ok(mut last) = self.last_read.lock() {
+            last.insert(
+                batch.shard_id.clone(),
+                (self.worker.clone(), Instant::now()),
+            );
+        }
         Ok(())
     }
 }
@@ -98,6 +138,10 @@ async fn wait_count(count: &AtomicU64, target: u64, start: Instant) -> Result<Du
 
 fn worker_config(id: &str) -> WorkerConfig {
     let mut c = WorkerConfig::new(id);
+    // The shared emulators are slower than AWS: give calls the timeouts of a 30 s lease.
+    c.timeouts = Some(heatsink::stream::Timeouts::for_lease(Duration::from_secs(
+        30,
+    )));
     c.renew_interval = Duration::from_secs(1);
     c.sync_interval = Duration::from_secs(2);
     c.idle_poll = Duration::from_millis(200);
@@ -106,31 +150,81 @@ fn worker_config(id: &str) -> WorkerConfig {
     c
 }
 
-/// Starts `workers` heatsink workers of `app`; returns the shared count and their stop handles.
+/// Starts `workers` heatsink workers of `app`; returns the shared count, their stop handles and
+/// their stats.
 fn heatsink_workers(
     config: &aws_config::SdkConfig,
     stream: &str,
     leases_table: &str,
     app: &str,
     workers: usize,
-) -> (Arc<AtomicU64>, Vec<Stop>, Vec<Running>) {
-    let count = Arc::new(AtomicU64::new(0));
+    tune: impl Fn(&mut WorkerConfig),
+) -> (Count, Vec<Stop>, Vec<Running>, Vec<WorkerStats>) {
+    let count = Count::default();
     let mut stops = Vec::new();
     let mut tasks = Vec::new();
+    let mut stats = Vec::new();
     for w in 0..workers {
+        let id = format!("{app}-w{w}");
+        let mut c = worker_config(&id);
+        tune(&mut c);
         let worker = Worker::new(
             KinesisSource::new(aws_sdk_kinesis::Client::new(config), stream),
             LeaseTable::new(aws_sdk_dynamodb::Client::new(config), leases_table, app),
-            Count(Arc::clone(&count)),
-            worker_config(&format!("{app}-w{w}")),
+            count.for_worker(&id),
+            c,
         );
+        stats.push(worker.stats());
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         stops.push(tx);
         tasks.push(tokio::spawn(worker.run(async move {
             let _ = rx.await;
         })));
     }
-    (count, stops, tasks)
+    (count, stops, tasks, stats)
+}
+
+/// One heatsink drain of the whole stream by a fresh application: (seconds, distinct,
+/// redelivered, checkpoint writes).
+async fn heatsink_drain(
+    config: &aws_config::SdkConfig,
+    stream: &str,
+    leases_table: &str,
+    app: &str,
+    workers: usize,
+    n: u64,
+    tune: impl Fn(&mut WorkerConfig),
+) -> Result<(f64, u64, u64, u64), BoxError> {
+    let start = Instant::now();
+    let (count, stops, tasks, stats) =
+        heatsink_workers(config, stream, leases_table, app, workers, tune);
+    let took = wait_count(&count.distinct, n, start).await?;
+    stop_all(stops, tasks).await;
+    let delivered = count.delivered.load(Ordering::Relaxed);
+    let distinct = count.distinct.load(Ordering::Relaxed);
+    let writes = stats.iter().map(WorkerStats::checkpoint_writes).sum();
+    Ok((took.as_secs_f64(), distinct, delivered - distinct, writes))
+}
+
+/// One peer drain: seconds until `n` records arrived.
+async fn peer_drain(
+    config: &aws_config::SdkConfig,
+    stream: &str,
+    brokers: usize,
+    n: u64,
+) -> Result<f64, BoxError> {
+    let start = Instant::now();
+    let (count, tasks) = peer_brokers(config, stream, brokers).await?;
+    let took = wait_count(&count, n, start).await;
+    for t in tasks {
+        t.abort();
+    }
+    Ok(took?.as_secs_f64())
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 async fn stop_all(stops: Vec<Stop>, tasks: Vec<Running>) {
@@ -219,57 +313,118 @@ async fn bench() -> Result<(), BoxError> {
         "consumer: {records} records on {shards} shards of {}",
         stream.name
     );
-    println!("{:<34} {:>10} {:>12}", "consumer", "seconds", "records/s");
+    let runs = env_usize("BENCH_RUNS", 3).max(1);
     let n = records as u64;
-    let mut results = Vec::new();
+    let mut app = 0usize;
+    let mut next_app = |tag: &str| {
+        app += 1;
+        format!("{tag}{app}")
+    };
+    println!(
+        "{:<40} {:>9} {:>11} {:>9} {:>12}",
+        "consumer (median)", "seconds", "records/s", "redeliv.", "ckpt/1000"
+    );
     for workers in [1usize, 3] {
-        let start = Instant::now();
-        let (count, stops, tasks) = heatsink_workers(
+        // Warm-up pair, not counted.
+        heatsink_drain(
             &config,
             &stream.name,
             &leases.name,
-            &format!("drain{workers}"),
+            &next_app("warm"),
             workers,
-        );
-        let took = wait_count(&count, n, start).await?;
-        stop_all(stops, tasks).await;
-        let rate = n as f64 / took.as_secs_f64();
-        println!(
-            "{:<34} {:>10.3} {:>12.0}",
-            format!("heatsink::stream x{workers}"),
-            took.as_secs_f64(),
-            rate
-        );
-        results.push(rate);
-
-        // Timed from before connecting, like heatsink's (whose time includes its first round).
-        let start = Instant::now();
-        let (count, tasks) = peer_brokers(&config, &stream.name, workers).await?;
-        let took = wait_count(&count, n, start).await;
-        for t in tasks {
-            t.abort();
-        }
-        match took {
-            Ok(took) => {
-                let peer = n as f64 / took.as_secs_f64();
-                println!(
-                    "{:<34} {:>10.3} {:>12.0}   (heatsink/peer = {:.2})",
-                    format!("ruststream-kinesis 0.7.1 x{workers}"),
-                    took.as_secs_f64(),
-                    peer,
-                    rate / peer
-                );
+            n,
+            |_| {},
+        )
+        .await?;
+        peer_drain(&config, &stream.name, workers, n).await?;
+        let mut ours = Vec::new();
+        let mut peer = Vec::new();
+        let mut redelivered = 0;
+        let mut writes = 0;
+        for run in 0..runs {
+            // ABBA: heatsink first on even runs, the peer first on odd ones.
+            let order: [bool; 2] = if run % 2 == 0 {
+                [true, false]
+            } else {
+                [false, true]
+            };
+            for heatsink_turn in order {
+                if heatsink_turn {
+                    let (secs, _, again, w) = heatsink_drain(
+                        &config,
+                        &stream.name,
+                        &leases.name,
+                        &next_app("drain"),
+                        workers,
+                        n,
+                        |_| {},
+                    )
+                    .await?;
+                    ours.push(secs);
+                    redelivered += again;
+                    writes += w;
+                } else {
+                    peer.push(peer_drain(&config, &stream.name, workers, n).await?);
+                }
             }
-            Err(e) => println!("ruststream-kinesis 0.7.1 x{workers}: {e}"),
         }
+        let (ours_s, peer_s) = (median(ours.clone()), median(peer.clone()));
+        let per_1000 = writes as f64 * 1_000.0 / (n as f64 * runs as f64);
+        println!(
+            "{:<40} {:>9.3} {:>11.0} {:>9} {:>12.2}   runs {:?}",
+            format!("heatsink::stream x{workers}"),
+            ours_s,
+            n as f64 / ours_s,
+            redelivered,
+            per_1000,
+            ours.iter()
+                .map(|s| (s * 1000.0).round() / 1000.0)
+                .collect::<Vec<_>>()
+        );
+        println!(
+            "{:<40} {:>9.3} {:>11.0} {:>9} {:>12}   runs {:?}   (heatsink/peer = {:.2})",
+            format!("ruststream-kinesis 0.7.1 x{workers}"),
+            peer_s,
+            n as f64 / peer_s,
+            "-",
+            "-",
+            peer.iter()
+                .map(|s| (s * 1000.0).round() / 1000.0)
+                .collect::<Vec<_>>(),
+            peer_s / ours_s
+        );
     }
+    // The old cadence for comparison: a checkpoint after every GetRecords batch of 1,000.
+    let (secs, _, again, writes) = heatsink_drain(
+        &config,
+        &stream.name,
+        &leases.name,
+        &next_app("old"),
+        1,
+        n,
+        |c| {
+            c.max_records = Some(1_000);
+            c.checkpoint_interval = Duration::ZERO;
+            c.checkpoint_every_records = 1;
+            c.prefetch_batches = 1;
+        },
+    )
+    .await?;
+    println!(
+        "{:<40} {:>9.3} {:>11.0} {:>9} {:>12.2}",
+        "heatsink x1, old cadence (ckpt/batch)",
+        secs,
+        n as f64 / secs,
+        again,
+        writes as f64 * 1_000.0 / n as f64
+    );
 
     // Catch-up after a reshard: a caught-up worker, UpdateShardCount ×2, a new burst of records;
     // time from the last put until every new record went through the children.
-    let (count, stops, tasks) = heatsink_workers(&config, &stream.name, &leases.name, "drain1", 1);
-    // drain1 checkpointed everything above; wait for it to pick its leases back up.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let before = count.load(Ordering::Relaxed);
+    let (count, stops, tasks, _) =
+        heatsink_workers(&config, &stream.name, &leases.name, "catchup", 1, |_| {});
+    wait_count(&count.distinct, n, Instant::now()).await?;
+    let before = count.distinct.load(Ordering::Relaxed);
     kinesis
         .update_shard_count()
         .stream_name(&stream.name)
@@ -280,13 +435,69 @@ async fn bench() -> Result<(), BoxError> {
     wait_active(&kinesis, &stream.name).await?;
     let burst = records / 2;
     produce(&kinesis, &stream.name, records, burst).await?;
-    let took = wait_count(&count, before + burst as u64, Instant::now()).await?;
+    let took = wait_count(&count.distinct, before + burst as u64, Instant::now()).await?;
     stop_all(stops, tasks).await;
     println!(
         "catch-up after UpdateShardCount {shards}->{}: {burst} records drained {:.3} s after the last put (heatsink x1)",
         shards * 2,
         took.as_secs_f64()
     );
+
+    // Failover: 3 workers, 10 s lease, a trickle of records; kill one; seconds until every
+    // shard it held is read again by a survivor.
+    let (count, mut stops, mut tasks, stats) =
+        heatsink_workers(&config, &stream.name, &leases.name, "failover", 3, |c| {
+            c.lease_duration = Duration::from_secs(10);
+            c.renew_interval = Duration::from_secs(3);
+        });
+    let producer = {
+        let kinesis = kinesis.clone();
+        let name = stream.name.clone();
+        tokio::spawn(async move {
+            for i in 0.. {
+                if produce(&kinesis, &name, 1_000_000 + i * 64, 64)
+                    .await
+                    .is_err()
+                {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+    };
+    let settle = Instant::now();
+    while stats[0].held_shards().is_empty() && settle.elapsed() < TIMEOUT {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let victim_shards = stats[0].held_shards();
+    tasks.remove(0).abort(); // a crash: no release, no checkpoint
+    drop(stops.remove(0));
+    let killed = Instant::now();
+    let mut reread = None;
+    while killed.elapsed() < TIMEOUT {
+        let done = count.last_read.lock().is_ok_and(|last| {
+            victim_shards.iter().all(|s| {
+                last.get(s)
+                    .is_some_and(|(w, at)| !w.ends_with("-w0") && *at > killed)
+            })
+        });
+        if done {
+            reread = Some(killed.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    producer.abort();
+    stop_all(stops, tasks).await;
+    match reread {
+        Some(t) => println!(
+            "failover (3 workers, 10 s lease, kill one holding {} shard(s)): its shards read again after {:.1} s",
+            victim_shards.len(),
+            t.as_secs_f64()
+        ),
+        None => println!("failover: shards not read again within {TIMEOUT:?}"),
+    }
     let _ = kinesis
         .delete_stream()
         .stream_name(&stream.name)

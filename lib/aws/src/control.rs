@@ -14,6 +14,17 @@
 //! partition's ceiling whatever its throttled count, so it is taken at the ceiling. The
 //! decision itself is [`heatsink_core::hot::decide`]: hysteresis, planner-sized S, epochs.
 //!
+//! # Bounds and trust
+//! Every key a signal names is checked before anything is decided ([`check_key`]: 1 to
+//! [`MAX_KEY_BYTES`] bytes of printable ASCII, no whitespace); a bad key is reported in
+//! [`Outcome::rejected`] and the rest of the run goes on. The directory holds at most
+//! [`ControllerConfig::max_entries`] live entries (default 1,000) and S at most
+//! [`ControllerConfig::max_salts`] (default 64); a change beyond either, or one DynamoDB refuses,
+//! is refused alone ([`Outcome::rejected`]). A key is let go only by a source that covers it: a
+//! sampler report never calms a key it does not name (one router not seeing a key says nothing
+//! about the others), and a Contributor Insights run calms only entries whose reason names one
+//! of the tables it read. Expired cache and limit entries are removed by any run.
+//!
 //! Trigger parsing and the signals of a sampler report are always on; reading Contributor
 //! Insights (`insights_signals`, `ControllerFunction`) needs the `insights` feature, which
 //! brings the CloudWatch SDK.
@@ -28,11 +39,31 @@ use serde_json::Value;
 
 use crate::directory::DirectoryError;
 #[cfg(feature = "insights")]
-use crate::directory::{ControlReport, Controller};
+use crate::directory::{ControlReport, Controller, RunBounds};
 #[cfg(feature = "insights")]
 use crate::insights::{Contributor, Insights, InsightsError, ReportQuery, RuleKind};
 use crate::metrics::MetricDef;
 use crate::publish::SAMPLER_SOURCE;
+#[cfg(feature = "insights")]
+use heatsink_core::hot::Entry;
+
+/// Longest key a signal may name, in bytes (DynamoDB allows 2,048 for a partition key; heatsink
+/// keys are ids, and a salted sub-key adds `#<n>`).
+pub const MAX_KEY_BYTES: usize = 1_024;
+
+/// Checks a key a signal names: 1 to [`MAX_KEY_BYTES`] bytes, printable ASCII without spaces.
+pub fn check_key(key: &str) -> Result<(), String> {
+    if key.is_empty() || key.len() > MAX_KEY_BYTES {
+        return Err(format!(
+            "key of {} bytes: keys are 1 to {MAX_KEY_BYTES} bytes",
+            key.len()
+        ));
+    }
+    if !key.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err("key has a byte outside printable ASCII (or a space)".into());
+    }
+    Ok(())
+}
 
 /// Keys marked hot in the hot-key directory after a controller run (a gauge).
 pub const HOT_KEYS: MetricDef = MetricDef::count("HotKeys");
@@ -116,6 +147,10 @@ pub struct ControllerConfig {
     pub ceilings: Ceilings,
     /// Thresholds and timers of the decision.
     pub control: ControlConfig,
+    /// Most live directory entries; a new key beyond it is refused. Default 1,000.
+    pub max_entries: usize,
+    /// Largest S of a salt entry; a change above it is refused. Default 64.
+    pub max_salts: u16,
 }
 
 impl ControllerConfig {
@@ -141,6 +176,8 @@ impl ControllerConfig {
             minutes: 5,
             ceilings: Ceilings::dynamodb(),
             control: ControlConfig::default(),
+            max_entries: 1_000,
+            max_salts: 64,
         }
     }
 
@@ -190,6 +227,9 @@ pub struct Outcome {
     pub changes: Vec<String>,
     /// Keys whose change kept losing its epoch race (retried next time).
     pub conflicts: Vec<String>,
+    /// Keys refused, with why: a bad key, a full directory, S above the limit, or an entry
+    /// DynamoDB rejected. Nothing else of the run is held back by them.
+    pub rejected: Vec<String>,
     /// Live directory entries after the run (the `HotKeys` metric).
     pub hot_keys: usize,
 }
@@ -227,12 +267,34 @@ impl ControllerFunction {
             Trigger::Alarm { .. } => ("alarm", self.insights_signals(now).await?),
             Trigger::Schedule => ("schedule", self.insights_signals(now).await?),
         };
+        let mut rejected = Vec::new();
+        let signals: Vec<Signal> = signals
+            .into_iter()
+            .filter(|s| match check_key(&s.key) {
+                Ok(()) => true,
+                Err(why) => {
+                    rejected.push(format!("{}: {why}", truncated(&s.key)));
+                    false
+                }
+            })
+            .collect();
         let unix = now
             .duration_since(SystemTime::UNIX_EPOCH)
             .unwrap_or(Duration::ZERO)
             .as_secs();
-        let report = self.controller.run(&signals, unix).await?;
-        Ok(outcome(name, signals.len(), report))
+        let tables: Vec<&str> = self.config.tables.iter().map(|(t, _)| t.as_str()).collect();
+        let sampler = matches!(trigger, Trigger::Sampler(_));
+        let covers = move |e: &Entry| !sampler && insights_made(e, &tables);
+        let bounds = RunBounds {
+            covers: &covers,
+            max_entries: self.config.max_entries,
+            max_salts: self.config.max_salts,
+        };
+        let report = self.controller.run_bounded(&signals, unix, &bounds).await?;
+        let mut out = outcome(name, signals.len(), report);
+        rejected.append(&mut out.rejected);
+        out.rejected = rejected;
+        Ok(out)
     }
 
     async fn insights_signals(&self, now: SystemTime) -> Result<Vec<Signal>, ControlError> {
@@ -247,6 +309,38 @@ impl ControllerFunction {
             signals.extend(insights_signals(&hot.contributors, *kind, ceiling));
         }
         Ok(signals)
+    }
+}
+
+/// Whether `entry` was made by a Contributor Insights signal of one of `tables`: its reason ends
+/// with `(<table> PKC)` or `(<table>/<index> PKT)` (the signal's source).
+#[cfg(feature = "insights")]
+fn insights_made(entry: &Entry, tables: &[&str]) -> bool {
+    let Some(source) = entry
+        .reason
+        .rsplit_once('(')
+        .and_then(|(_, s)| s.strip_suffix(')'))
+    else {
+        return false;
+    };
+    tables.iter().any(|t| {
+        source
+            .strip_prefix(t)
+            .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('/'))
+    })
+}
+
+/// At most 64 bytes of a key, for a log line (a refused key may be huge).
+#[cfg(feature = "insights")]
+fn truncated(key: &str) -> String {
+    let mut end = key.len().min(64);
+    while !key.is_char_boundary(end) {
+        end -= 1;
+    }
+    if end < key.len() {
+        format!("{}… ({} bytes)", &key[..end], key.len())
+    } else {
+        key.to_owned()
     }
 }
 
@@ -271,6 +365,11 @@ fn outcome(trigger: &'static str, signals: usize, report: ControlReport) -> Outc
             })
             .collect(),
         conflicts: report.conflicts,
+        rejected: report
+            .refused
+            .into_iter()
+            .map(|(key, why)| format!("{}: {why}", truncated(&key)))
+            .collect(),
         hot_keys: report.entries,
     }
 }
@@ -326,6 +425,37 @@ mod tests {
         let tf = read("infra/terraform/functions.tf");
         assert!(tf.contains(&format!("sampler_source      = \"{SAMPLER_SOURCE}\"")));
         assert!(tf.contains(&format!("sampler_detail_type = \"{SAMPLER_DETAIL_TYPE}\"")));
+    }
+
+    #[test]
+    fn keys_are_bounded_and_printable() {
+        assert!(check_key("likes#p9").is_ok());
+        assert!(check_key(&"k".repeat(MAX_KEY_BYTES)).is_ok());
+        assert!(check_key(&"k".repeat(MAX_KEY_BYTES + 1)).is_err());
+        for bad in ["", "a b", "tab\there", "nul\0", "é"] {
+            assert!(check_key(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[cfg(feature = "insights")]
+    #[test]
+    fn only_entries_made_from_a_watched_table_are_covered_by_insights() {
+        let e = |reason: &str| Entry::cache("k", reason, 0, 10);
+        let tables = ["hs-counters"];
+        assert!(insights_made(
+            &e("read-hot: 9000/s = 300% of 3000/s (hs-counters PKC)"),
+            &tables
+        ));
+        assert!(insights_made(
+            &e("read-hot: 1/s (hs-counters/by-x PKT)"),
+            &tables
+        ));
+        assert!(!insights_made(
+            &e("read-hot: 1/s (hs-counters-old PKC)"),
+            &tables
+        ));
+        assert!(!insights_made(&e("write-hot: 2400/s (sampler)"), &tables));
+        assert!(!insights_made(&e("operator"), &tables));
     }
 
     #[test]

@@ -108,6 +108,13 @@ pub struct FlushReport {
     pub counted: u64,
     /// Records skipped as already counted.
     pub skipped: u64,
+    /// Duplicate changes dropped by the dedupe window ([`CounterStore::flush_changes`]).
+    pub duplicates: u64,
+    /// Changes older than the dedupe window, counted anyway (possible double counts).
+    pub late: u64,
+    /// Largest dedupe window written, in bytes of identities (the dedupe memory of one
+    /// writer sub-key).
+    pub dedupe_bytes: usize,
 }
 
 /// The counters table.
@@ -232,6 +239,152 @@ impl CounterStore {
         }
     }
 
+    /// Flushes `changes` (per counter key, in shard order) as absolute totals to `writer`'s
+    /// sub-keys, dropping duplicate changes through each sub-key's stored dedupe window of
+    /// `span_ms` ([`heatsink_core::counter::decide_deduped`]). Idempotent under retries, like
+    /// [`CounterStore::flush`]; the window is stored in the item's `recent` attribute.
+    pub async fn flush_changes(
+        &self,
+        writer: &WriterId,
+        changes: &BTreeMap<CounterKey, Vec<Change>>,
+        span_ms: u64,
+    ) -> Result<FlushReport, CounterStoreError> {
+        let mut report = FlushReport::default();
+        let sk = SubKey::Writer(writer.clone()).sort_key();
+        let mut remaining: Vec<CounterKey> = changes.keys().cloned().collect();
+        for _ in 0..MAX_ROUNDS {
+            if remaining.is_empty() {
+                return Ok(report);
+            }
+            let stored = self.stored_windows(&sk, &remaining, span_ms).await?;
+            let mut decisions = vec![];
+            for key in &remaining {
+                let Some(batch) = changes.get(key) else {
+                    continue;
+                };
+                let current = stored.get(key).map(|(s, w)| (s, w));
+                match decide_deduped(current, batch, span_ms)? {
+                    Some(d) => decisions.push((key.clone(), d)),
+                    None => {
+                        report.already_applied += 1;
+                        report.skipped += batch.len() as u64;
+                    }
+                }
+            }
+            let pks: Vec<String> = decisions.iter().map(|(key, _)| key.pk()).collect();
+            let results = futures::future::join_all(
+                decisions
+                    .iter()
+                    .zip(&pks)
+                    .map(|((_, d), pk)| self.put_windowed(pk, &sk, d)),
+            )
+            .await;
+            let mut lost = vec![];
+            for ((key, d), r) in decisions.iter().zip(results) {
+                match r {
+                    Ok(true) => {
+                        report.writes += 1;
+                        report.counted += d.counted;
+                        report.skipped += d.skipped;
+                        report.duplicates += d.duplicates;
+                        report.late += d.late;
+                        report.dedupe_bytes = report
+                            .dedupe_bytes
+                            .max(d.window.len() * DedupeWindow::BYTES_PER_ID);
+                    }
+                    Ok(false) => {
+                        report.conflicts += 1;
+                        lost.push(key.clone());
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            remaining = lost;
+        }
+        match remaining.first() {
+            None => Ok(report),
+            Some(k) => Err(CounterStoreError::Contended(k.pk())),
+        }
+    }
+
+    /// The stored `(total, seq)` and dedupe window of sub-key `sk` for each of `keys`.
+    async fn stored_windows(
+        &self,
+        sk: &str,
+        keys: &[CounterKey],
+        span_ms: u64,
+    ) -> Result<BTreeMap<CounterKey, (Stored, DedupeWindow)>, CounterStoreError> {
+        let by_pk: HashMap<String, CounterKey> = keys.iter().map(|k| (k.pk(), k.clone())).collect();
+        let requests: Vec<Item> = keys
+            .iter()
+            .map(|k| Item::from([("pk".into(), s(k.pk())), ("sk".into(), s(sk))]))
+            .collect();
+        let items =
+            batch_get_with(&self.ddb, &self.table, requests, Backoff::default(), true).await?;
+        let mut out = BTreeMap::new();
+        for item in items {
+            let pk = get_s(&item, "pk").unwrap_or_default().to_owned();
+            let Some(key) = by_pk.get(&pk) else { continue };
+            let stored = Self::parse_stored(&item, &pk, sk)?;
+            let window = match item.get("recent") {
+                None => DedupeWindow::new(span_ms),
+                Some(v) => {
+                    let bytes = v.as_b().map_err(|_| CounterStoreError::Malformed {
+                        pk: pk.clone(),
+                        sk: sk.to_owned(),
+                        reason: "`recent` is not binary".into(),
+                    })?;
+                    DedupeWindow::decode(bytes.as_ref(), span_ms).map_err(|e| {
+                        CounterStoreError::Malformed {
+                            pk: pk.clone(),
+                            sk: sk.to_owned(),
+                            reason: e.to_string(),
+                        }
+                    })?
+                }
+            };
+            out.insert(key.clone(), (stored, window));
+        }
+        Ok(out)
+    }
+
+    async fn put_windowed(
+        &self,
+        pk: &str,
+        sk: &str,
+        d: &DedupeDecision,
+    ) -> Result<bool, CounterStoreError> {
+        let mut req = self
+            .ddb
+            .put_item()
+            .table_name(&self.table)
+            .item("pk", s(pk))
+            .item("sk", s(sk))
+            .item("total", AttributeValue::N(d.total.to_string()))
+            .item("seq", s(d.seq.as_padded()))
+            .item(
+                "recent",
+                AttributeValue::B(aws_sdk_dynamodb::primitives::Blob::new(d.window.encode())),
+            );
+        req = match &d.expected {
+            None => req.condition_expression("attribute_not_exists(pk)"),
+            Some(expected) => req
+                .condition_expression("seq = :expected")
+                .expression_attribute_values(":expected", s(expected.as_padded())),
+        };
+        match req.send().await {
+            Ok(_) => Ok(true),
+            Err(e) => {
+                let e = AwsError::dynamodb("PutItem", &self.table, e);
+                if e.is_conditional_check_failed() {
+                    Ok(false)
+                } else {
+                    Err(e.into())
+                }
+            }
+        }
+    }
+
     /// One conditional put; `Ok(false)` when the condition failed (someone flushed in between).
     async fn put(&self, w: &FlushWrite) -> Result<bool, CounterStoreError> {
         let mut req = self
@@ -263,11 +416,19 @@ impl CounterStore {
 
     /// Reads one counter: one Query of its partition, summing writer, salted and `fix` sub-keys.
     pub async fn read(&self, key: &CounterKey) -> Result<CounterSum, CounterStoreError> {
-        let items = self.query_partition(&key.pk()).await?;
-        let pairs: Vec<(String, i64)> = items
-            .iter()
-            .filter_map(|i| Some((get_s(i, "sk")?.to_owned(), get_n(i, "total").unwrap_or(0))))
-            .collect();
+        let pk = key.pk();
+        let items = self.query_partition(&pk).await?;
+        let mut pairs: Vec<(String, i64)> = Vec::with_capacity(items.len());
+        for i in &items {
+            let Some(sk) = get_s(i, "sk") else { continue };
+            // A total that is missing or not a number is reported, never read as 0.
+            let total = get_n(i, "total").ok_or_else(|| CounterStoreError::Malformed {
+                pk: pk.clone(),
+                sk: sk.to_owned(),
+                reason: "no numeric `total`".into(),
+            })?;
+            pairs.push((sk.to_owned(), total));
+        }
         Ok(sum_counter(pairs)?)
     }
 

@@ -77,6 +77,19 @@ pub enum DirectoryError {
     /// DynamoDB refused or could not be reached.
     #[error(transparent)]
     Aws(#[from] AwsError),
+    /// The cached directory's last refresh failed less than a back-off ago and it holds no
+    /// snapshot young enough to serve ([`CachedDirectory`]); nothing was read this time.
+    #[error(
+        "hot-key directory unreadable (last failure {failed_ms} ms ago: {reason}); next read in {retry_in_ms} ms"
+    )]
+    Unavailable {
+        /// Milliseconds since the failed refresh.
+        failed_ms: u64,
+        /// Milliseconds until the next refresh is tried.
+        retry_in_ms: u64,
+        /// The failure, as text (the typed error was returned to the caller that hit it).
+        reason: String,
+    },
 }
 
 impl DirectoryError {
@@ -247,6 +260,37 @@ impl Directory {
         Ok(Snapshot::new(self.list().await?, now))
     }
 
+    /// Every well-formed entry, and the malformed items skipped (for readers: one bad item,
+    /// edited by hand, must not blind every writer; the controller uses the strict [`Directory::list`]).
+    pub async fn list_lenient(&self) -> Result<(Vec<Entry>, Vec<DirectoryError>), DirectoryError> {
+        let mut entries = Vec::new();
+        let mut malformed = Vec::new();
+        let mut start = None;
+        loop {
+            let out = self
+                .ddb
+                .scan()
+                .table_name(&self.table)
+                .consistent_read(true)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| AwsError::dynamodb("Scan", &self.table, e))?;
+            for item in out.items.unwrap_or_default() {
+                match from_item(item) {
+                    Ok(e) => entries.push(e),
+                    Err(e) => malformed.push(e),
+                }
+            }
+            start = out.last_evaluated_key;
+            if start.is_none() {
+                break;
+            }
+        }
+        entries.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok((entries, malformed))
+    }
+
     /// Applies one change if the stored epoch is still the one it was decided from.
     pub async fn apply(&self, change: &Change) -> Result<(), DirectoryError> {
         let conflict = |expected| DirectoryError::Conflict {
@@ -316,8 +360,41 @@ pub struct ControlReport {
     pub applied: Vec<Change>,
     /// Keys whose change kept losing the epoch race after [`MAX_ROUNDS`] rounds.
     pub conflicts: Vec<String>,
+    /// Keys whose change was refused, with why: a bound of [`RunBounds`] or an entry DynamoDB
+    /// or the directory rules reject. The other keys' changes are applied all the same.
+    pub refused: Vec<(String, String)>,
     /// Live entries after the run.
     pub entries: usize,
+}
+
+/// What one run may change beyond the decision itself.
+pub struct RunBounds<'a> {
+    /// Whether this run's signals cover an entry: only then may the run calm (or let go) an
+    /// entry its signals do not name. A router's sampler report names what it saw hot, not what
+    /// is calm everywhere, so absence from it proves nothing.
+    pub covers: &'a (dyn Fn(&Entry) -> bool + Send + Sync),
+    /// Most live entries the directory may hold; a new key beyond it is refused.
+    pub max_entries: usize,
+    /// Largest S a salt entry may take; a change above it is refused.
+    pub max_salts: u16,
+}
+
+impl std::fmt::Debug for RunBounds<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunBounds")
+            .field("max_entries", &self.max_entries)
+            .field("max_salts", &self.max_salts)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RunBounds<'_> {
+    /// No bound: every entry is covered, any size, any S.
+    pub const UNBOUNDED: RunBounds<'static> = RunBounds {
+        covers: &|_| true,
+        max_entries: usize::MAX,
+        max_salts: u16::MAX,
+    };
 }
 
 /// The mitigation controller: decide from signals, write the directory, retry lost races.
@@ -342,11 +419,32 @@ impl Controller {
     /// changes. A change that loses its epoch race is decided again on a fresh read, up to
     /// [`MAX_ROUNDS`] times; keys still contended are reported, not forced.
     pub async fn run(&self, signals: &[Signal], now: u64) -> Result<ControlReport, DirectoryError> {
+        self.run_bounded(signals, now, &RunBounds::UNBOUNDED).await
+    }
+
+    /// [`Controller::run`] within `bounds`: changes to entries the signals do not name are
+    /// applied only if `bounds.covers` them (expired entries are always removed), a new key is
+    /// refused once the directory holds `max_entries` live entries, a salt change above
+    /// `max_salts` is refused, and a change DynamoDB or the directory rules reject is refused
+    /// alone (reported in [`ControlReport::refused`]) instead of failing the run.
+    pub async fn run_bounded(
+        &self,
+        signals: &[Signal],
+        now: u64,
+        bounds: &RunBounds<'_>,
+    ) -> Result<ControlReport, DirectoryError> {
+        let named: std::collections::HashSet<String> = heatsink_core::hot::by_logical_key(signals)
+            .into_iter()
+            .map(|s| s.key)
+            .collect();
         let mut report = ControlReport::default();
         let mut only: Option<Vec<String>> = None;
         for _ in 0..MAX_ROUNDS {
             let entries = self.directory.list().await?;
-            report.entries = Snapshot::new(entries.clone(), now).len();
+            let by_key: HashMap<&str, &Entry> =
+                entries.iter().map(|e| (e.key.as_str(), e)).collect();
+            let mut live = Snapshot::new(entries.clone(), now).len();
+            report.entries = live;
             let mut conflicts = Vec::new();
             for change in decide(signals, &entries, now, &self.config) {
                 if only
@@ -355,9 +453,61 @@ impl Controller {
                 {
                     continue;
                 }
+                let current = by_key.get(change.key()).copied();
+                let unnamed_live =
+                    !named.contains(change.key()) && current.is_some_and(|e| e.is_live(now));
+                if unnamed_live && !current.is_some_and(|e| (bounds.covers)(e)) {
+                    continue;
+                }
+                if let Change::Put {
+                    entry,
+                    expected_epoch,
+                } = &change
+                {
+                    if expected_epoch.is_none() && live >= bounds.max_entries {
+                        let why = format!(
+                            "the directory is full ({} live entries)",
+                            bounds.max_entries
+                        );
+                        report.refused.push((entry.key.clone(), why));
+                        continue;
+                    }
+                    if entry.salts.current() > bounds.max_salts {
+                        let why = format!(
+                            "S = {} is above the limit of {}",
+                            entry.salts.current(),
+                            bounds.max_salts
+                        );
+                        report.refused.push((entry.key.clone(), why));
+                        continue;
+                    }
+                }
                 match self.directory.apply(&change).await {
-                    Ok(()) => report.applied.push(change),
+                    Ok(()) => {
+                        if matches!(
+                            change,
+                            Change::Put {
+                                expected_epoch: None,
+                                ..
+                            }
+                        ) {
+                            live += 1;
+                        }
+                        report.applied.push(change);
+                    }
                     Err(DirectoryError::Conflict { key, .. }) => conflicts.push(key),
+                    // One entry the rules or DynamoDB refuse (an oversize key, a bad S) must not
+                    // stop the others; throttling and outages still fail the run.
+                    Err(e @ (DirectoryError::Hot(_) | DirectoryError::Malformed { .. })) => {
+                        report
+                            .refused
+                            .push((change.key().to_owned(), e.to_string()));
+                    }
+                    Err(DirectoryError::Aws(e)) if e.code() == Some("ValidationException") => {
+                        report
+                            .refused
+                            .push((change.key().to_owned(), e.to_string()));
+                    }
                     Err(e) => return Err(e),
                 }
             }
@@ -372,18 +522,41 @@ impl Controller {
     }
 }
 
-/// A directory snapshot shared by a process's writers and readers, at most `max_age` old.
+/// A directory snapshot shared by a process's writers and readers, at most `max_age` old while
+/// the table answers, at most `max_stale` old when it does not.
 ///
 /// The hot path is a read lock and a clock read; one caller refreshes while the others wait for
-/// it (a Scan per `max_age`, not per request). A failed refresh is an error: serving an older
-/// view than `max_age` would break the bound writers rely on when S changes.
+/// it (a Scan per `max_age`, not per request). Reads degrade instead of failing:
+/// - a malformed item is skipped (and logged with its key): the other entries still apply;
+/// - a failed refresh keeps serving the last good snapshot until it is `max_stale` old (default
+///   60 s; keep it below the controller's merge delay, 600 s by default, so a salt transition
+///   is never finished while a writer still uses the older S);
+/// - after a failure nobody reads the table for a back-off (1 s, doubling to 30 s while
+///   failures continue): a table in trouble gets one Scan per back-off per process, not one per
+///   request. Within it, with no usable snapshot, the answer is [`DirectoryError::Unavailable`].
 #[derive(Debug)]
 pub struct CachedDirectory {
     directory: Directory,
     max_age: Duration,
+    max_stale: Duration,
     current: std::sync::RwLock<Option<(Instant, Arc<Snapshot>)>>,
+    failure: std::sync::RwLock<Option<Failure>>,
     refresh: Mutex<()>,
 }
+
+#[derive(Debug, Clone)]
+struct Failure {
+    at: Instant,
+    backoff: Duration,
+    reason: String,
+}
+
+/// The first back-off after a failed refresh; it doubles per failure up to [`MAX_BACKOFF`].
+pub const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+/// The longest back-off between refreshes of a failing directory.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// How old a snapshot may be served while refreshes fail, by default.
+pub const DEFAULT_MAX_STALE: Duration = Duration::from_secs(60);
 
 impl CachedDirectory {
     /// A cache of `directory` refreshed when older than `max_age`.
@@ -391,9 +564,19 @@ impl CachedDirectory {
         Self {
             directory,
             max_age,
+            max_stale: DEFAULT_MAX_STALE.max(max_age),
             current: std::sync::RwLock::new(None),
+            failure: std::sync::RwLock::new(None),
             refresh: Mutex::new(()),
         }
+    }
+
+    /// Serves the last good snapshot for at most `max_stale` while refreshes fail (at least
+    /// `max_age`).
+    #[must_use]
+    pub fn with_max_stale(mut self, max_stale: Duration) -> Self {
+        self.max_stale = max_stale.max(self.max_age);
+        self
     }
 
     /// The bound on a snapshot's age.
@@ -401,34 +584,99 @@ impl CachedDirectory {
         self.max_age
     }
 
-    fn fresh(&self) -> Option<Arc<Snapshot>> {
+    fn younger_than(&self, bound: Duration) -> Option<Arc<Snapshot>> {
         let current = self.current.read().ok()?;
         let (at, snap) = current.as_ref()?;
-        (at.elapsed() < self.max_age).then(|| Arc::clone(snap))
+        (at.elapsed() < bound).then(|| Arc::clone(snap))
     }
 
-    /// A snapshot at most `max_age` old, loading one if needed.
-    pub async fn snapshot(&self) -> Result<Arc<Snapshot>, DirectoryError> {
-        if let Some(snap) = self.fresh() {
+    /// The failure whose back-off has not run out yet.
+    fn backing_off(&self) -> Option<Failure> {
+        let failure = self.failure.read().ok()?;
+        failure
+            .as_ref()
+            .filter(|f| f.at.elapsed() < f.backoff)
+            .cloned()
+    }
+
+    fn stale_or_unavailable(&self, failure: &Failure) -> Result<Arc<Snapshot>, DirectoryError> {
+        if let Some(snap) = self.younger_than(self.max_stale) {
             return Ok(snap);
+        }
+        let failed = failure.at.elapsed();
+        Err(DirectoryError::Unavailable {
+            failed_ms: u64::try_from(failed.as_millis()).unwrap_or(u64::MAX),
+            retry_in_ms: u64::try_from(failure.backoff.saturating_sub(failed).as_millis())
+                .unwrap_or(u64::MAX),
+            reason: failure.reason.clone(),
+        })
+    }
+
+    /// A snapshot at most `max_age` old, loading one if needed; the last good one (at most
+    /// `max_stale` old) while the table cannot be read.
+    pub async fn snapshot(&self) -> Result<Arc<Snapshot>, DirectoryError> {
+        if let Some(snap) = self.younger_than(self.max_age) {
+            return Ok(snap);
+        }
+        if let Some(failure) = self.backing_off() {
+            return self.stale_or_unavailable(&failure);
         }
         let _one_refresh = self.refresh.lock().await;
-        // Whoever held the lock before us may have refreshed already.
-        if let Some(snap) = self.fresh() {
+        // Whoever held the lock before us may have refreshed (or failed) already.
+        if let Some(snap) = self.younger_than(self.max_age) {
             return Ok(snap);
         }
-        let loaded_at = Instant::now();
-        let snap = Arc::new(self.directory.snapshot(crate::clock::now_secs()).await?);
-        if let Ok(mut current) = self.current.write() {
-            *current = Some((loaded_at, Arc::clone(&snap)));
+        if let Some(failure) = self.backing_off() {
+            return self.stale_or_unavailable(&failure);
         }
-        Ok(snap)
+        let loaded_at = Instant::now();
+        match self.directory.list_lenient().await {
+            Ok((entries, malformed)) => {
+                for bad in &malformed {
+                    tracing::warn!(error = %bad, table = self.directory.table(), "hot-key item skipped");
+                }
+                let snap = Arc::new(Snapshot::new(entries, crate::clock::now_secs()));
+                if let Ok(mut current) = self.current.write() {
+                    *current = Some((loaded_at, Arc::clone(&snap)));
+                }
+                if let Ok(mut failure) = self.failure.write() {
+                    *failure = None;
+                }
+                Ok(snap)
+            }
+            Err(e) => {
+                let backoff = self
+                    .failure
+                    .read()
+                    .ok()
+                    .and_then(|f| f.as_ref().map(|f| f.backoff))
+                    .map_or(FIRST_BACKOFF, |b| b.saturating_mul(2).min(MAX_BACKOFF));
+                if let Ok(mut failure) = self.failure.write() {
+                    *failure = Some(Failure {
+                        at: Instant::now(),
+                        backoff,
+                        reason: e.to_string(),
+                    });
+                }
+                match self.younger_than(self.max_stale) {
+                    Some(snap) => {
+                        tracing::warn!(error = %e, "hot-key directory unreadable; serving the last snapshot");
+                        Ok(snap)
+                    }
+                    None => Err(e),
+                }
+            }
+        }
     }
 
-    /// Drops the cached snapshot so the next call reads the table (after a local edit).
+    /// Drops the cached snapshot (and any back-off) so the next call reads the table (after a
+    /// local edit).
     pub fn invalidate(&self) {
         if let Ok(mut current) = self.current.write() {
             *current = None;
+        }
+        if let Ok(mut failure) = self.failure.write() {
+            *failure = None;
         }
     }
 }
@@ -525,6 +773,68 @@ mod tests {
             );
             assert_eq!(from_item(item).unwrap(), e);
         }
+    }
+
+    /// A Scan answer of `items` (the directory's records).
+    fn scan_of(items: Vec<Item>) -> aws_sdk_dynamodb::operation::scan::ScanOutput {
+        aws_sdk_dynamodb::operation::scan::ScanOutput::builder()
+            .set_items(Some(items))
+            .build()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn smithy_mock_reads_skip_malformed_items_keep_the_last_snapshot_and_back_off() {
+        use aws_sdk_dynamodb::operation::scan::ScanError;
+        use heatsink_core::keys::SaltPolicy;
+        let good = to_item(&Entry::salt("p9", 4, "write-hot", 0).unwrap()).unwrap();
+        let mut bad = to_item(&Entry::cache("p1", "r", 0, u64::MAX / 2)).unwrap();
+        bad.insert("mode".into(), AttributeValue::S("shard".into()));
+        let (g, b) = (good.clone(), bad.clone());
+        let ok = mock!(aws_sdk_dynamodb::Client::scan)
+            .sequence()
+            .output(move || scan_of(vec![g.clone(), b.clone()]))
+            .error(|| {
+                ScanError::ProvisionedThroughputExceededException(
+                    ProvisionedThroughputExceededException::builder()
+                        .meta(meta("ProvisionedThroughputExceededException"))
+                        .build(),
+                )
+            })
+            .times(20)
+            .build();
+        let ddb = mocked!(aws_sdk_dynamodb with |c| c.retry_config(RetryConfig::disabled()); ok);
+        let cached = CachedDirectory::new(Directory::new(ddb, "t-hotkeys"), Duration::from_secs(5))
+            .with_max_stale(Duration::from_secs(20));
+        // One malformed item is skipped; the good one applies.
+        assert_eq!(cached.snapshot().await.unwrap().salts("p9"), 4);
+        assert_eq!(ok.num_calls(), 1);
+        // The table fails: the last snapshot is served, and within the back-off nobody Scans.
+        tokio::time::advance(Duration::from_secs(6)).await;
+        for _ in 0..50 {
+            assert_eq!(cached.snapshot().await.unwrap().salts("p9"), 4);
+        }
+        assert_eq!(ok.num_calls(), 2, "one failed Scan, then the back-off");
+        // Back-offs double (1 s, 2 s, 4 s, …): about one Scan per back-off, not per request.
+        for _ in 0..12 {
+            tokio::time::advance(Duration::from_secs(1)).await;
+            let _ = cached.snapshot().await;
+        }
+        let scans = ok.num_calls();
+        assert!(
+            (4..=6).contains(&scans),
+            "{scans} Scans in 18 s of failures"
+        );
+        // Past max_stale the snapshot is no longer served: a typed error instead.
+        tokio::time::advance(Duration::from_secs(10)).await;
+        let mut unavailable = 0;
+        for _ in 0..5 {
+            match cached.snapshot().await {
+                Err(DirectoryError::Unavailable { .. }) => unavailable += 1,
+                Err(DirectoryError::Aws(e)) => assert!(e.is_throttling()),
+                other => panic!("stale snapshot served past max_stale: {other:?}"),
+            }
+        }
+        assert!(unavailable >= 4, "{unavailable}");
     }
 
     #[test]

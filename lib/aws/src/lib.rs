@@ -95,5 +95,7 @@ pub use heatsink_core::guard;
 pub use heatsink_core::hot;
 /// Key strategies: salted keys, calculated suffixes, GSI shards, the S planner (pure).
 pub use heatsink_core::keys;
+/// The KPL aggregated-record format: aggregation and deaggregation (pure).
+pub use heatsink_core::kpl;
 /// Merging sorted pages across shards (pure).
 pub use heatsink_core::merge;

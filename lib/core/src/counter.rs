@@ -77,6 +77,8 @@
 //!   [`Deltas`] until their write succeeds or is found already applied.
 //! - for salted sub-keys, `ADD` to `s#<n>`; for `fix`, put the absolute [`Correction::fix`].
 
+mod dedupe;
+mod esm;
 mod flush;
 mod layout;
 mod read;
@@ -84,6 +86,11 @@ mod seq;
 #[cfg(test)]
 mod tests;
 
+pub use dedupe::{Admit, Change, ChangeId, DedupeDecision, DedupeWindow, decide_deduped};
+pub use esm::{
+    EsmPlan, EsmPlanRequest, SHARD_BYTES_PER_SECOND, SHARD_RECORDS_PER_SECOND, SHARD_TARGET,
+    esm_plan,
+};
 pub use flush::{Deltas, FlushDecision, FlushPlan, FlushWrite, KeyDeltas, Stored, decide};
 pub use layout::{CounterKey, SubKey, WriterId};
 pub use read::{Correction, CounterSum, correction, sum_counter};
@@ -126,6 +133,9 @@ pub enum CounterError {
     /// counters table.
     #[error("sort key {0:?} is not w#<writer>, s#<n> or fix")]
     UnknownSortKey(String),
+    /// A stored dedupe window is not in the form [`DedupeWindow::encode`] writes.
+    #[error("stored dedupe window is malformed: {0}")]
+    BadDedupeWindow(&'static str),
     /// A total, sum or flush number would leave its integer range.
     #[error("counter arithmetic overflowed")]
     Overflow,

@@ -10,6 +10,7 @@ pub mod detect;
 pub mod guard;
 pub mod hot;
 pub mod keys;
+pub mod kpl;
 pub mod merge;
 pub mod shard;
 pub mod stream;

@@ -45,6 +45,19 @@ use serde::{Deserialize, Serialize};
 /// Most shards one merged query may span (bounds token size and fan-out).
 pub const MAX_SHARDS: usize = 1024;
 
+/// Longest encoded token accepted for a query over `shards` shards, in bytes: a cursor holds at
+/// most one DynamoDB key (2,048 + 1,024 bytes, JSON-escaped under 4 KiB) per shard, plus the
+/// envelope, base64url-encoded. A longer text is refused before it is decoded, so a caller
+/// cannot make a request decode megabytes.
+pub fn max_token_len(shards: usize) -> usize {
+    shards
+        .saturating_mul(4 * 1024)
+        .saturating_add(256)
+        .saturating_mul(4)
+        / 3
+        + 4
+}
+
 /// A key attribute value, the three scalar types a DynamoDB key may have.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum KeyValue {
@@ -281,6 +294,13 @@ impl Token {
 
     /// Decodes a token written by [`Token::encode`] for the query `query` over `shards` shards.
     pub fn decode(text: &str, query: &str, shards: usize) -> Result<Self, TokenError> {
+        let limit = max_token_len(shards.min(MAX_SHARDS));
+        if text.len() > limit {
+            return Err(TokenError::Malformed(format!(
+                "{} bytes is over the {limit}-byte limit for {shards} shards",
+                text.len()
+            )));
+        }
         let bytes = URL_SAFE_NO_PAD
             .decode(text.trim())
             .map_err(|e| TokenError::Malformed(format!("not base64url: {e}")))?;
@@ -429,6 +449,19 @@ mod tests {
             KeyValue::N("-2".into()).sort_cmp(&KeyValue::N("-10".into())),
             Ordering::Greater
         );
+    }
+
+    #[test]
+    fn an_oversize_token_is_refused_before_decoding() {
+        let q = fingerprint(&["t", "by-creator", "nova"]);
+        let limit = max_token_len(4);
+        let huge = "A".repeat(limit + 1);
+        match Token::decode(&huge, &q, 4) {
+            Err(TokenError::Malformed(why)) => assert!(why.contains("limit"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        // A real token for 4 shards is far below the limit.
+        assert!(Token::start(4).expect("4").encode(&q).len() < limit / 10);
     }
 
     #[test]

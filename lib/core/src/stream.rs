@@ -83,8 +83,11 @@
 //! Adapters (Kinesis / DynamoDB Streams consumer, lease table) must:
 //! - build the graph from every shard the stream lists, closed ones included (ListShards
 //!   without a filter, all pages), and merge `ChildShards` from GetRecords as they arrive.
-//! - start a child at its first record (TRIM_HORIZON), never LATEST: the initial position
-//!   setting applies only to shards without parents on the application's first start.
+//! - start a child at its first record (TRIM_HORIZON), never LATEST, once the application runs:
+//!   the initial position applies only on the application's first start (no lease row yet), and
+//!   then to the current leaves, as the KCL does ([`first_start`]): with LATEST every closed
+//!   shard is recorded finished and every open one starts at its tip, so nothing retained
+//!   before the start is read, reshards or not.
 //! - compute every lease change with [`Lease::apply`] and write it conditionally on the stored
 //!   `counter` (and owner) being the ones it was computed from; a failed condition means
 //!   someone else moved the lease: re-read, never retry blindly.
@@ -109,8 +112,12 @@ pub use assign::{Assignment, Steal, assign};
 pub use graph::{ShardGraph, ShardInfo};
 pub use history::{ReshardOp, ReshardSim, SimRecord};
 pub use lease::{Lease, LeaseEvent, LeaseState};
-pub use progress::{Checkpoints, Progress, SHARD_END, TRIM_HORIZON, eligible};
-pub use round::{Acquire, MalformedRow, Repair, RoundInput, RoundPlan, plan_round};
+pub use progress::{
+    AT_TIMESTAMP, Checkpoints, LATEST, Position, Progress, SHARD_END, TRIM_HORIZON, eligible,
+};
+pub use round::{
+    Acquire, InitialPosition, MalformedRow, Repair, RoundInput, RoundPlan, first_start, plan_round,
+};
 
 /// Everything that can go wrong building the shard graph or moving a lease.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

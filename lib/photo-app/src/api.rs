@@ -6,11 +6,20 @@
 //! liked). The count is a view: the aggregator ([`crate::aggregator`](mod@crate::aggregator)) flushes it from the
 //! `liked` table's change stream, and the rebuilder ([`crate::rebuild`]) repairs it. Reads go
 //! through the toolkit's micro-cache, likes through its admission gate (429 with
-//! `Retry-After`). Status codes: 400 malformed, 404 unknown post or route, 405 wrong method,
-//! 500 (with a retry hint) when DynamoDB fails.
+//! `Retry-After`). Status codes: 400 malformed, 401 no verified user, 404 unknown post or
+//! route, 405 wrong method, 500 (with a retry hint) when DynamoDB fails.
+//!
+//! # Who likes
+//! The liking user is the `sub` claim of the caller's JWT as API Gateway's JWT authorizer
+//! verified it (`requestContext.authorizer.jwt.claims.sub`, [`verified_user`]); nothing the
+//! caller sends in a header or the body names the user. A `POST` without verified claims is 401
+//! before anything else happens, so a caller cannot spend another user's admission tokens or
+//! write a like in their name. The order of a `POST` is: identity (401) → ids (400) →
+//! admission (429) → post exists (404) → conditional put. There is no switch to trust a header:
+//! the local demo (`heatsink demo`) calls [`LikesApi::like`] in process with the user it
+//! generates, so no deployed code path can be told to believe a caller-named user.
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use aws_lambda_events::apigw::{ApiGatewayV2httpRequest, ApiGatewayV2httpResponse};
 use aws_lambda_events::encodings::Body;
@@ -35,8 +44,26 @@ pub fn valid_id(kind: &str, id: &str) -> Result<(), LikesError> {
 }
 use crate::schema::{Schema, Table};
 
-/// The header carrying the liking user's id.
-pub const USER_HEADER: &str = "x-user-id";
+/// The JWT claim naming the liking user, as API Gateway's JWT authorizer verified it.
+pub const USER_CLAIM: &str = "sub";
+/// Most post ids remembered as existing per process (a bounded LRU-like cache, moka's TinyLFU):
+/// about 100 bytes each, so at most ≈ 10 MB.
+pub const KNOWN_POSTS_CAPACITY: u64 = 100_000;
+
+/// The verified user of `req`: the `sub` claim the JWT authorizer put in
+/// `requestContext.authorizer.jwt.claims`. `None` when the request carries no verified claims
+/// (no authorizer on the route, or a direct invocation) or an empty `sub`; headers are never read.
+pub fn verified_user(req: &ApiGatewayV2httpRequest) -> Option<&str> {
+    req.request_context
+        .authorizer
+        .as_ref()?
+        .jwt
+        .as_ref()?
+        .claims
+        .get(USER_CLAIM)
+        .map(String::as_str)
+        .filter(|sub| !sub.is_empty())
+}
 /// The response header telling how `GET /posts/{post}` was served: `hit`, `stale` or `miss`.
 pub const CACHE_HEADER: &str = "x-heatsink-cache";
 
@@ -46,6 +73,10 @@ pub enum LikesError {
     /// The request is malformed (HTTP 400).
     #[error("{0}")]
     BadRequest(String),
+    /// The request carries no verified user (HTTP 401): the route's JWT authorizer put no `sub`
+    /// claim in the request context.
+    #[error("no verified user: send a valid JWT in the Authorization header")]
+    Unauthenticated,
     /// The post does not exist (HTTP 404).
     #[error("post {0} does not exist")]
     UnknownPost(String),
@@ -77,7 +108,8 @@ pub struct LikesApi {
     liked: String,
     posts: String,
     counters: Arc<CounterStore>,
-    known_posts: Mutex<HashSet<String>>,
+    /// Posts seen to exist (bounded: [`KNOWN_POSTS_CAPACITY`]).
+    known_posts: moka::sync::Cache<String, ()>,
     /// Post → count, for `GET /posts/{post}`; `None`: every GET reads the counter.
     cache: Option<MicroCache<String, i64>>,
     /// Per-post and per-user admission for `POST`; `None`: every like is admitted.
@@ -95,7 +127,7 @@ impl LikesApi {
             liked: schema.table_name(Table::Liked),
             posts: schema.table_name(Table::Posts),
             ddb,
-            known_posts: Mutex::new(HashSet::new()),
+            known_posts: moka::sync::Cache::new(KNOWN_POSTS_CAPACITY),
             cache: None,
             gate: None,
         }
@@ -147,9 +179,10 @@ impl LikesApi {
         }
     }
 
-    /// Posts never disappear in this model, so a post seen once is remembered for the process.
+    /// Posts never disappear in this model, so a post seen once is remembered (the cache is
+    /// bounded; an evicted post costs one more GetItem).
     async fn ensure_post(&self, post: &str) -> Result<(), LikesError> {
-        if self.known_posts.lock().is_ok_and(|k| k.contains(post)) {
+        if self.known_posts.contains_key(post) {
             return Ok(());
         }
         let found = self
@@ -164,9 +197,7 @@ impl LikesApi {
         if found.item.is_none() {
             return Err(LikesError::UnknownPost(post.to_owned()));
         }
-        if let Ok(mut k) = self.known_posts.lock() {
-            k.insert(post.to_owned());
-        }
+        self.known_posts.insert(post.to_owned(), ());
         Ok(())
     }
 
@@ -231,6 +262,31 @@ impl LikesApi {
         Ok((read.value, Some(read.source)))
     }
 
+    /// `POST /posts/{post}/likes`: identity first, then the ids, then admission, then the like.
+    /// `Ok(Err(resp))` is a refusal already shaped (429, or 400 from the gate).
+    async fn post_like(
+        &self,
+        req: &ApiGatewayV2httpRequest,
+        post: &str,
+    ) -> Result<Result<(i64, Value), ApiGatewayV2httpResponse>, LikesError> {
+        let user = verified_user(req).ok_or(LikesError::Unauthenticated)?;
+        valid_id("user", user)?;
+        valid_id("post", post)?;
+        if let Some(refused) = self.admit(post, user).await {
+            return Ok(Err(refused));
+        }
+        let outcome = self.like(user, post).await?;
+        let status = if outcome == LikeOutcome::Liked {
+            201
+        } else {
+            200
+        };
+        Ok(Ok((
+            status,
+            json!({"post": post, "user": user, "result": outcome}),
+        )))
+    }
+
     /// Handles one API Gateway v2 / Function URL request.
     pub async fn handle(&self, req: ApiGatewayV2httpRequest) -> ApiGatewayV2httpResponse {
         let method = req.request_context.http.method.as_str().to_owned();
@@ -243,33 +299,11 @@ impl LikesApi {
         // How a GET was served, for the `x-heatsink-cache` header (`None`: not through a cache).
         let mut served: Option<Source> = None;
         let result = match (method.as_str(), parts.as_slice()) {
-            ("POST", ["posts", post, "likes"]) => {
-                let user = req
-                    .headers
-                    .get(USER_HEADER)
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or("")
-                    .to_owned();
-                if user.is_empty() {
-                    Err(LikesError::BadRequest(format!(
-                        "the {USER_HEADER} header names the liking user"
-                    )))
-                } else if let Some(refused) = self.admit(post, &user).await {
-                    return refused;
-                } else {
-                    self.like(&user, post).await.map(|outcome| {
-                        let status = if outcome == LikeOutcome::Liked {
-                            201
-                        } else {
-                            200
-                        };
-                        (
-                            status,
-                            json!({"post": post, "user": user, "result": outcome}),
-                        )
-                    })
-                }
-            }
+            ("POST", ["posts", post, "likes"]) => match self.post_like(&req, post).await {
+                Ok(Ok(outcome)) => Ok(outcome),
+                Ok(Err(refused)) => return refused,
+                Err(e) => Err(e),
+            },
             ("GET", ["posts", post]) => self.cached_count(post).await.map(|(n, source)| {
                 served = source;
                 (200, json!({"post": post, "likes": n}))
@@ -299,6 +333,14 @@ impl LikesApi {
                 resp
             }
             Err(e @ LikesError::BadRequest(_)) => response(400, json!({"error": e.to_string()})),
+            Err(e @ LikesError::Unauthenticated) => {
+                let mut resp = response(401, json!({"error": e.to_string()}));
+                resp.headers.insert(
+                    aws_lambda_events::http::header::WWW_AUTHENTICATE,
+                    aws_lambda_events::http::HeaderValue::from_static("Bearer"),
+                );
+                resp
+            }
             Err(e @ LikesError::UnknownPost(_)) => response(404, json!({"error": e.to_string()})),
             Err(e) => {
                 tracing::error!(error = %e, "likes-api request failed");
@@ -322,6 +364,9 @@ pub fn response(status: i64, body: Value) -> ApiGatewayV2httpResponse {
 
 #[cfg(test)]
 mod tests {
+    use aws_lambda_events::apigw::{
+        ApiGatewayRequestAuthorizer, ApiGatewayRequestAuthorizerJwtDescription,
+    };
     use aws_lambda_events::http::{HeaderValue, Method};
     use aws_sdk_dynamodb::operation::get_item::GetItemOutput;
     use aws_sdk_dynamodb::operation::put_item::PutItemOutput;
@@ -354,13 +399,135 @@ mod tests {
         (mocked!(aws_sdk_dynamodb, get, query, put), query)
     }
 
+    /// A request as API Gateway hands it over after its JWT authorizer verified `sub`.
     fn request(method: Method, path: &str) -> ApiGatewayV2httpRequest {
+        signed_by(unsigned(method, path), "u1")
+    }
+
+    /// A request with no authorizer context (a route without the authorizer, or a forger).
+    fn unsigned(method: Method, path: &str) -> ApiGatewayV2httpRequest {
         let mut req = ApiGatewayV2httpRequest::default();
         req.request_context.http.method = method;
         req.raw_path = Some(path.to_owned());
-        req.headers
-            .insert(USER_HEADER, HeaderValue::from_static("u1"));
         req
+    }
+
+    fn signed_by(mut req: ApiGatewayV2httpRequest, sub: &str) -> ApiGatewayV2httpRequest {
+        let mut jwt = ApiGatewayRequestAuthorizerJwtDescription::default();
+        jwt.claims.insert(USER_CLAIM.to_owned(), sub.to_owned());
+        let mut authorizer = ApiGatewayRequestAuthorizer::default();
+        authorizer.jwt = Some(jwt);
+        req.request_context.authorizer = Some(authorizer);
+        req
+    }
+
+    fn status_and_error(resp: &ApiGatewayV2httpResponse) -> (i64, String) {
+        let body = match &resp.body {
+            Some(Body::Text(t)) => serde_json::from_str::<Value>(t).expect("json"),
+            other => panic!("expected a JSON body, got {other:?}"),
+        };
+        (
+            resp.status_code,
+            body["error"].as_str().unwrap_or("").to_owned(),
+        )
+    }
+
+    #[tokio::test]
+    async fn a_like_is_by_the_verified_sub_claim_and_the_response_names_it() {
+        let (client, _) = ddb();
+        let api = LikesApi::new(client, &Schema::default());
+        let resp = api
+            .handle(signed_by(
+                unsigned(Method::POST, "/posts/p9/likes"),
+                "alice",
+            ))
+            .await;
+        assert_eq!(resp.status_code, 201);
+        let Some(Body::Text(t)) = &resp.body else {
+            panic!("no body")
+        };
+        assert_eq!(serde_json::from_str::<Value>(t).unwrap()["user"], "alice");
+    }
+
+    #[tokio::test]
+    async fn a_forged_user_header_without_verified_claims_is_401_and_writes_nothing() {
+        let get = mock!(aws_sdk_dynamodb::Client::get_item).then_output(|| {
+            GetItemOutput::builder()
+                .item("post", AttributeValue::S("p9".into()))
+                .build()
+        });
+        let put = mock!(aws_sdk_dynamodb::Client::put_item)
+            .then_output(|| PutItemOutput::builder().build());
+        let client = mocked!(aws_sdk_dynamodb, get, put);
+        // The victim may like once per second: a forged request must not spend that token.
+        let gate = Gate::new(
+            heatsink::guard::AdmissionConfig::default()
+                .tenant_limit(heatsink::guard::Limit::per_second(1, 1).unwrap()),
+            None,
+        )
+        .unwrap();
+        let api = LikesApi::new(client, &Schema::default()).with_gate(gate);
+        let mut forged = unsigned(Method::POST, "/posts/p9/likes");
+        forged
+            .headers
+            .insert("x-user-id", HeaderValue::from_static("victim"));
+        let resp = api.handle(forged.clone()).await;
+        let (status, error) = status_and_error(&resp);
+        assert_eq!(status, 401, "{error}");
+        assert_eq!(resp.headers["www-authenticate"], "Bearer");
+        // Claims without a `sub`, or an empty one, are no identity either.
+        let mut empty = forged.clone();
+        empty = signed_by(empty, "");
+        assert_eq!(api.handle(empty).await.status_code, 401);
+        assert_eq!(
+            (get.num_calls(), put.num_calls()),
+            (0, 0),
+            "nothing read or written"
+        );
+        // The victim's own token is still there: their first real like is admitted.
+        let real = api
+            .handle(signed_by(
+                unsigned(Method::POST, "/posts/p9/likes"),
+                "victim",
+            ))
+            .await;
+        assert_eq!(real.status_code, 201);
+        assert_eq!(put.num_calls(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_bad_user_id_is_refused_before_admission_spends_a_token() {
+        let (client, _) = ddb();
+        let gate = Gate::new(
+            heatsink::guard::AdmissionConfig::default()
+                .key_limit(heatsink::guard::Limit::per_second(1, 1).unwrap()),
+            None,
+        )
+        .unwrap();
+        let api = LikesApi::new(client, &Schema::default()).with_gate(gate);
+        let bad = signed_by(unsigned(Method::POST, "/posts/p9/likes"), "has space");
+        assert_eq!(api.handle(bad).await.status_code, 400);
+        // The post's one token per second was not spent by the refused request.
+        assert_eq!(
+            api.handle(request(Method::POST, "/posts/p9/likes"))
+                .await
+                .status_code,
+            201
+        );
+        assert_eq!(
+            api.handle(request(Method::POST, "/posts/p9/likes"))
+                .await
+                .status_code,
+            429
+        );
+    }
+
+    #[tokio::test]
+    async fn reads_need_no_identity() {
+        let (client, _) = ddb();
+        let api = LikesApi::new(client, &Schema::default());
+        let resp = api.handle(unsigned(Method::GET, "/posts/p9")).await;
+        assert_eq!(resp.status_code, 200);
     }
 
     fn served(resp: &ApiGatewayV2httpResponse) -> Option<&str> {

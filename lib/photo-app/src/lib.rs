@@ -19,8 +19,10 @@
 
 pub mod aggregator;
 pub mod api;
+pub mod api_limits;
 pub mod counting;
 pub mod dashboard;
+pub mod esm;
 pub mod id;
 pub mod lambda;
 pub mod mapper;

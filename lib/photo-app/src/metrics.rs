@@ -383,8 +383,12 @@ mod tests {
         }
         assert_eq!(
             seen,
-            BTreeSet::from([Metric::CounterCorrectionLikes.name()]),
-            "parsed the counter-corrections alarm"
+            BTreeSet::from([
+                Metric::CounterCorrectionLikes.name(),
+                Metric::HotKeys.name(),
+                Metric::CountersCorrected.name(),
+            ]),
+            "parsed the counter-corrections alarm and the two heartbeats"
         );
     }
 
@@ -671,7 +675,10 @@ mod tests {
     fn like(post: &str, user: &str, created_ms: u64) -> String {
         json!({
             "eventName": "INSERT",
+            "eventSource": "aws:dynamodb",
+            "tableName": "heatsink-liked",
             "dynamodb": {
+                "Keys": {"user": {"S": user}, "post": {"S": post}},
                 "ApproximateCreationDateTime": created_ms,
                 "ApproximateCreationDateTimePrecision": "MILLISECOND",
                 "NewImage": {"post": {"S": post}, "user": {"S": user}},

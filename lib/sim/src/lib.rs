@@ -30,10 +30,13 @@
 //! counters, a lower bound for large items); a batch is admitted or throttled whole (AWS returns
 //! the throttled part as `UnprocessedItems`); Scans and stream reads pass through uncharged.
 
+pub mod esm;
+pub mod front;
 pub mod load;
 pub mod model;
 pub mod request;
 pub mod sampler;
+pub mod shape;
 
 /// Where the simulator places a partition-key value: MD5 of its bytes modulo the partition count.
 pub use model::partition_of;
@@ -140,6 +143,8 @@ struct Shared {
     keys: Mutex<HashMap<String, TableKeys>>,
     requests: Mutex<u64>,
     sampler: Mutex<Sampler>,
+    /// Admitted write requests per (table, partition-key value).
+    key_writes: Mutex<HashMap<(String, String), u64>>,
 }
 
 /// A running simulator; dropping it (or [`Simulator::stop`]) shuts the listener down.
@@ -188,9 +193,33 @@ pub struct Stats {
     pub requests: u64,
     /// Every partition that saw traffic.
     pub partitions: Vec<PartitionReport>,
+    /// Admitted write requests per partition-key value (PutItem, UpdateItem, DeleteItem and
+    /// each BatchWriteItem request), one entry per table and key written.
+    pub key_writes: Vec<KeyWrites>,
+}
+
+/// Write requests admitted for one partition-key value ([`Stats::key_writes`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct KeyWrites {
+    /// Table name.
+    pub table: String,
+    /// The partition-key value as text.
+    pub key: String,
+    /// Write requests admitted with that partition key.
+    pub writes: u64,
 }
 
 impl Stats {
+    /// Write requests admitted on `table` whose partition key is `key`: the writes a hot key's
+    /// partition took for that key alone.
+    pub fn key_writes(&self, table: &str, key: &str) -> u64 {
+        self.key_writes
+            .iter()
+            .filter(|k| k.table == table && k.key == key)
+            .map(|k| k.writes)
+            .sum()
+    }
+
     /// Throttled requests, reads and writes, over all partitions.
     pub fn throttled(&self) -> u64 {
         self.partitions
@@ -287,6 +316,7 @@ impl Simulator {
             keys: Mutex::new(HashMap::new()),
             requests: Mutex::new(0),
             sampler: Mutex::new(sampler),
+            key_writes: Mutex::new(HashMap::new()),
         });
         let (stop, mut stopped) = watch::channel(false);
         let serving = shared.clone();
@@ -345,6 +375,9 @@ impl Simulator {
         if let Ok(mut r) = self.shared.requests.lock() {
             *r = 0;
         }
+        if let Ok(mut k) = self.shared.key_writes.lock() {
+            k.clear();
+        }
     }
 
     /// Stops accepting connections.
@@ -384,6 +417,22 @@ impl Shared {
             write_ceiling: limits.write_ceiling,
             read_ceiling: limits.read_ceiling,
             requests: self.requests.lock().map(|r| *r).unwrap_or(0),
+            key_writes: self
+                .key_writes
+                .lock()
+                .map(|k| {
+                    let mut v: Vec<KeyWrites> = k
+                        .iter()
+                        .map(|((table, key), writes)| KeyWrites {
+                            table: table.clone(),
+                            key: key.clone(),
+                            writes: *writes,
+                        })
+                        .collect();
+                    v.sort_by(|a, b| b.writes.cmp(&a.writes).then_with(|| a.key.cmp(&b.key)));
+                    v
+                })
+                .unwrap_or_default(),
             partitions: snapshot
                 .into_iter()
                 .map(|(id, stats)| PartitionReport {
@@ -566,6 +615,14 @@ async fn handle(
             }
             settle = read;
         }
+        if let Ok(mut k) = shared.key_writes.lock() {
+            for a in accessed
+                .iter()
+                .filter(|a| a.kind == heatsink_core::detect::Kind::Write)
+            {
+                *k.entry((a.table.clone(), a.key.clone())).or_default() += 1;
+            }
+        }
     }
     let (rparts, rbody) = match shared.forward(&parts, body).await {
         Ok(r) => r,
@@ -629,6 +686,9 @@ fn control(shared: &Shared, parts: &hyper::http::request::Parts) -> Response<Ful
             }
             if let Ok(mut s) = shared.sampler.lock() {
                 s.reset();
+            }
+            if let Ok(mut k) = shared.key_writes.lock() {
+                k.clear();
             }
             json_response(StatusCode::OK, "{\"reset\":true}".into())
         }

@@ -13,6 +13,7 @@
 //! which turns that skip into a failure so CI cannot pass by skipping.
 
 pub mod bench;
+pub mod calls;
 pub mod onset;
 
 use std::sync::Mutex;

@@ -221,3 +221,69 @@ async fn mocked_insights_alarm_trigger_salts_the_named_key_in_the_real_directory
         "10/s is cold"
     );
 }
+
+#[tokio::test]
+async fn an_oversize_key_is_refused_alone_and_a_report_never_calms_a_key_it_does_not_name() {
+    let fx = fixture!(
+        "an_oversize_key_is_refused_alone_and_a_report_never_calms_a_key_it_does_not_name"
+    );
+    fx.table(Table::Hotkeys).await;
+    let directory = Directory::from_schema(fx.stack.ddb.clone(), fx.schema.toolkit());
+    let mut config = ControllerConfig::new(vec![]);
+    config.max_entries = 2;
+    let f = ControllerFunction::new(
+        Controller::new(directory.clone(), ControlConfig::default()),
+        None,
+        config,
+    );
+    let report = |hot: Vec<serde_json::Value>| {
+        json!({"source": SAMPLER_SOURCE, "detail-type": SAMPLER_DETAIL_TYPE,
+            "detail": {"partitions": [], "hot": hot}})
+    };
+    let huge = "k".repeat(3_000);
+    let now = SystemTime::now();
+    let first = f
+        .handle(
+            &report(vec![
+                sampled_hot_key("p9", "write", 2_400.0),
+                sampled_hot_key(&huge, "write", 2_400.0),
+                sampled_hot_key("bad key", "write", 2_400.0),
+            ]),
+            now,
+        )
+        .await
+        .expect("one bad key does not fail the run");
+    assert_eq!(first.hot_keys, 1, "{first:?}");
+    assert_eq!(first.rejected.len(), 2, "{first:?}");
+    assert!(first.rejected[0].contains("3000 bytes"), "{first:?}");
+    // Another router's report, hours later, names other keys only: p9 is not calmed by it.
+    let later = now + Duration::from_secs(6 * 3600);
+    let other = f
+        .handle(
+            &report(vec![
+                sampled_hot_key("p1", "write", 2_400.0),
+                sampled_hot_key("p2", "write", 2_400.0),
+            ]),
+            later,
+        )
+        .await
+        .expect("handled");
+    let p9 = directory
+        .get("p9")
+        .await
+        .expect("get")
+        .expect("still salted");
+    assert_eq!(
+        (p9.mode, p9.salts.current(), p9.calm_since),
+        (Mode::Salt, 3, None)
+    );
+    // The directory is bounded: p1 fits (2 live entries), p2 is refused with the reason.
+    assert_eq!(other.hot_keys, 2, "{other:?}");
+    assert!(
+        other
+            .rejected
+            .iter()
+            .any(|r| r.starts_with("p2: the directory is full")),
+        "{other:?}"
+    );
+}

@@ -5,7 +5,9 @@
 
 use std::time::Duration;
 
-use aws_lambda_events::apigw::ApiGatewayV2httpRequest;
+use aws_lambda_events::apigw::{
+    ApiGatewayRequestAuthorizer, ApiGatewayRequestAuthorizerJwtDescription, ApiGatewayV2httpRequest,
+};
 use aws_lambda_events::encodings::Body;
 use aws_lambda_events::http::Method;
 use aws_sdk_dynamodb::types::AttributeValue;
@@ -56,8 +58,13 @@ fn request(method: Method, path: &str, user: Option<&str>) -> ApiGatewayV2httpRe
     let mut req = ApiGatewayV2httpRequest::default();
     req.raw_path = Some(path.to_owned());
     req.request_context.http.method = method;
+    // The user as API Gateway's JWT authorizer hands it over: the verified `sub` claim.
     if let Some(u) = user {
-        req.headers.insert("x-user-id", u.parse().expect("header"));
+        let mut jwt = ApiGatewayRequestAuthorizerJwtDescription::default();
+        jwt.claims.insert("sub".to_owned(), u.to_owned());
+        let mut authorizer = ApiGatewayRequestAuthorizer::default();
+        authorizer.jwt = Some(jwt);
+        req.request_context.authorizer = Some(authorizer);
     }
     req
 }
@@ -84,7 +91,7 @@ async fn the_api_answers_likes_counts_and_bad_requests_with_the_right_codes() {
     assert_eq!(again.status_code, 200);
     assert_eq!(body(&again)["result"], "already_liked");
     let cases = [
-        (request(Method::POST, "/posts/p9/likes", None), 400),
+        (request(Method::POST, "/posts/p9/likes", None), 401),
         (request(Method::POST, "/posts/p%20x/likes", Some("u1")), 400),
         (request(Method::POST, "/posts/nope/likes", Some("u1")), 404),
         (request(Method::GET, "/posts/nope", None), 404),

@@ -3,7 +3,10 @@
 
 mod alarms;
 mod control;
+mod counting_shapes;
 mod directory;
+mod grants;
+mod kinesis_kpl;
 mod likes;
 mod placement;
 mod publish;

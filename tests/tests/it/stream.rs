@@ -1,8 +1,10 @@
 //! The lineage-ordered consumer (`heatsink::stream`) against kinesis-mock and moto: resharding
-//! while producing, workers killed mid-shard, fenced zombies, malformed lease rows, poison
-//! batches, and the DynamoDB Streams source.
+//! while producing, workers killed mid-shard, fenced zombies, malformed lease rows, failing
+//! batches (stall, dead-letter queue, abort), slow shutdown, foreign streams, LATEST after a
+//! split, retention, a hung ListShards, and the DynamoDB Streams source.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -11,7 +13,7 @@ use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::{PutRecordsRequestEntry, ScalingType, StreamStatus};
 use heatsink::stream::{
     DynamoDbStreamsSource, Fence, KinesisSource, LeaseTable, ProcessBatch, RecordProcessor,
-    ShardSource, StreamError, Worker, WorkerConfig, WorkerStats,
+    ShardSource, SqsDeadLetter, StreamError, Worker, WorkerConfig, WorkerStats,
 };
 use heatsink_photo_app::schema::Table;
 use heatsink_testkit::{Fixture, eventually, fixture};
@@ -32,7 +34,8 @@ struct Collector {
     worker: String,
     log: Arc<Mutex<Vec<Seen>>>,
     sink: Option<(aws_sdk_dynamodb::Client, String)>,
-    poison: Option<String>,
+    /// Records of this key fail while the switch is on (an outage downstream of one shard).
+    poison: Option<(String, Arc<AtomicBool>)>,
 }
 
 impl RecordProcessor for Collector {
@@ -42,7 +45,11 @@ impl RecordProcessor for Collector {
         for r in &batch.records {
             let text = String::from_utf8_lossy(&r.data).into_owned();
             let (key, value) = text.split_once(':').unwrap_or((&text, "0"));
-            if self.poison.as_deref() == Some(key) {
+            if self
+                .poison
+                .as_ref()
+                .is_some_and(|(k, on)| k == key && on.load(Ordering::SeqCst))
+            {
                 return Err(StreamError::Processor(
                     format!("poison record {key}").into(),
                 ));
@@ -99,7 +106,11 @@ fn fast_config(worker: &str) -> WorkerConfig {
     c.sync_interval = Duration::from_secs(1);
     c.idle_poll = Duration::from_millis(100);
     c.retry_backoff = Duration::from_millis(50);
-    c.max_records = 200;
+    c.max_records = Some(200);
+    c.checkpoint_interval = Duration::from_millis(100);
+    // The lease is short to keep tests quick; the shared emulators are not: calls get the
+    // timeouts of a 10 s lease.
+    c.timeouts = Some(heatsink::stream::Timeouts::default());
     // moto 5.2.5 lets two conditional takes both succeed: read each take back, as the worker
     // always did before `verify_takes`. `HEATSINK_VERIFY_TAKES=0` runs a lane whose emulator
     // serialises conditional writes without it, as production does.
@@ -113,10 +124,10 @@ struct Running {
     stop: tokio::sync::oneshot::Sender<()>,
 }
 
-fn start<S: ShardSource>(
+fn start<S: ShardSource, P: RecordProcessor>(
     source: S,
     leases: LeaseTable,
-    collector: Collector,
+    collector: P,
     config: WorkerConfig,
 ) -> Running {
     let worker = Worker::new(source, leases, collector, config);
@@ -424,7 +435,7 @@ async fn a_lease_row_deleted_or_mangled_by_hand_is_recreated_from_the_shard_grap
         .expect("mangle");
     let repaired = eventually(
         "the mangled row is recreated and retaken",
-        Duration::from_secs(10),
+        Duration::from_secs(20),
         || async {
             let l = table.get(&held.shard_id).await.ok()??;
             (l.owner.is_some() && l.counter > held.counter).then_some(l)
@@ -443,7 +454,7 @@ async fn a_lease_row_deleted_or_mangled_by_hand_is_recreated_from_the_shard_grap
         .expect("delete");
     eventually(
         "the deleted row is recreated and retaken",
-        Duration::from_secs(10),
+        Duration::from_secs(20),
         || async {
             let l = table.get(&held.shard_id).await.ok()??;
             (l.owner.is_some() && l.counter > repaired.counter).then_some(())
@@ -454,33 +465,117 @@ async fn a_lease_row_deleted_or_mangled_by_hand_is_recreated_from_the_shard_grap
     w.task.await.expect("worker task").expect("worker ran");
 }
 
+fn collector(worker: &str, log: &Arc<Mutex<Vec<Seen>>>) -> Collector {
+    Collector {
+        worker: worker.into(),
+        log: Arc::clone(log),
+        sink: None,
+        poison: None,
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_batch_that_keeps_failing_is_reported_and_skipped_without_blocking_other_shards() {
-    let fx = fixture!(
-        "a_batch_that_keeps_failing_is_reported_and_skipped_without_blocking_other_shards"
-    );
-    let stream = fx.stream("poison", 2).await;
+async fn a_failing_batch_stalls_only_its_shard_and_is_delivered_once_the_outage_ends() {
+    let fx =
+        fixture!("a_failing_batch_stalls_only_its_shard_and_is_delivered_once_the_outage_ends");
+    let stream = fx.stream("outage", 2).await;
     let spec = fx.table(Table::Leases).await;
     let log = Arc::new(Mutex::new(Vec::new()));
+    let outage = Arc::new(AtomicBool::new(true));
     let mut config = fast_config("w0");
-    config.max_records = 1; // one record per batch: only the poison one fails
+    config.max_records = Some(1); // one record per batch: the poison one is its own batch
     let w = start(
         KinesisSource::new(fx.stack.kinesis.clone(), &stream.name),
-        LeaseTable::new(fx.stack.ddb.clone(), &spec.name, "poison-app"),
+        LeaseTable::new(fx.stack.ddb.clone(), &spec.name, "outage-app"),
         Collector {
-            worker: "w0".into(),
-            log: Arc::clone(&log),
-            sink: None,
-            poison: Some("k00".into()),
+            poison: Some(("k00".into(), Arc::clone(&outage))),
+            ..collector("w0", &log)
         },
         config,
     );
     for round in 0..3 {
         put_round(&fx.stack.kinesis, &stream.name, round, 6).await;
     }
+    let stuck = eventually(
+        "the poison shard reported stalled",
+        Duration::from_secs(25),
+        || async {
+            let stalled = w.stats.stalled_shards();
+            (stalled.len() == 1).then(|| stalled[0].clone())
+        },
+    )
+    .await;
+    // The other shard went on: all its records are in.
+    eventually(
+        "the healthy shard delivered",
+        Duration::from_secs(10),
+        || {
+            let log = Arc::clone(&log);
+            let stuck = stuck.clone();
+            async move {
+                let log = log.lock().unwrap();
+                let other = log.iter().filter(|s| s.shard != stuck).count();
+                (other > 0 && log.iter().all(|s| s.key != "k00")).then_some(())
+            }
+        },
+    )
+    .await;
+    assert!(w.stats.failed_batches() >= 3, "retried, not skipped");
+    // The outage ends: everything arrives, k00 included, nothing skipped, in order.
+    outage.store(false, Ordering::SeqCst);
+    eventually("every record delivered", Duration::from_secs(25), || {
+        let log = Arc::clone(&log);
+        async move { complete(&log.lock().unwrap(), 6, 3).then_some(()) }
+    })
+    .await;
+    assert_eq!(audit(&log.lock().unwrap(), 6, 3), (0, 0), "lost, reordered");
+    assert!(w.stats.stalled_shards().is_empty(), "no longer stalled");
+    assert_eq!(w.stats.dead_lettered(), 0);
+    let _ = w.stop.send(());
+    w.task.await.expect("worker task").expect("worker ran");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skipping_is_opt_in_and_a_dead_letter_queue_gets_the_batch_before_the_checkpoint_moves() {
+    let fx = fixture!(
+        "skipping_is_opt_in_and_a_dead_letter_queue_gets_the_batch_before_the_checkpoint_moves"
+    );
+    let stream = fx.stream("dlq", 2).await;
+    let spec = fx.table(Table::Leases).await;
+    let sqs = aws_sdk_sqs::Client::new(&fx.stack.config);
+    let queue = sqs
+        .create_queue()
+        .queue_name(format!("{}dlq", spec.name))
+        .send()
+        .await
+        .expect("create queue")
+        .queue_url()
+        .expect("a queue URL")
+        .to_owned();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let mut config = fast_config("w0");
+    config.max_records = Some(1);
+    let worker = Worker::new(
+        KinesisSource::new(fx.stack.kinesis.clone(), &stream.name),
+        LeaseTable::new(fx.stack.ddb.clone(), &spec.name, "dlq-app"),
+        Collector {
+            poison: Some(("k00".into(), Arc::new(AtomicBool::new(true)))),
+            ..collector("w0", &log)
+        },
+        config,
+    )
+    .dead_letter(SqsDeadLetter::new(sqs.clone(), &queue, &stream.name));
+    let stats = worker.stats();
+    let (stop, rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(worker.run(async move {
+        let _ = rx.await;
+    }));
+    for round in 0..3 {
+        put_round(&fx.stack.kinesis, &stream.name, round, 6).await;
+    }
     eventually(
         "every healthy record delivered",
-        Duration::from_secs(15),
+        Duration::from_secs(20),
         || {
             let log = Arc::clone(&log);
             async move { (log.lock().unwrap().len() == 5 * 3).then_some(()) }
@@ -488,13 +583,509 @@ async fn a_batch_that_keeps_failing_is_reported_and_skipped_without_blocking_oth
     )
     .await;
     eventually(
-        "the poison batches reported",
+        "three batches dead-lettered",
         Duration::from_secs(10),
-        || async { (w.stats.failed_batches() == 3).then_some(()) },
+        || async { (stats.dead_lettered() == 3).then_some(()) },
+    )
+    .await;
+    let mut got: Vec<String> = Vec::new();
+    for _ in 0..10 {
+        let out = sqs
+            .receive_message()
+            .queue_url(&queue)
+            .max_number_of_messages(10)
+            .send()
+            .await
+            .expect("receive");
+        for m in out.messages() {
+            let doc: serde_json::Value = serde_json::from_str(m.body().unwrap_or("")).unwrap();
+            assert_eq!(doc["stream"], stream.name.as_str());
+            assert_eq!(doc["data_encoding"], "utf8");
+            assert!(doc["error"].as_str().unwrap().contains("poison"));
+            got.push(doc["data"].as_str().unwrap().to_owned());
+        }
+        if got.len() >= 3 {
+            break;
+        }
+    }
+    got.sort();
+    assert_eq!(
+        got,
+        ["k00:0", "k00:1", "k00:2"],
+        "the skipped records are in the queue"
+    );
+    let _ = stop.send(());
+    task.await.expect("worker task").expect("worker ran");
+}
+
+/// Fails every batch with [`StreamError::Abort`]: its output is gone (a closed stdout).
+struct Undeliverable(Arc<AtomicUsize>);
+
+impl RecordProcessor for Undeliverable {
+    async fn process(&self, _: &ProcessBatch) -> Result<(), StreamError> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Err(StreamError::Abort(Box::new(std::io::Error::from(
+            std::io::ErrorKind::BrokenPipe,
+        ))))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_processor_that_cannot_deliver_stops_the_worker_and_a_rerun_delivers_everything() {
+    let fx = fixture!(
+        "a_processor_that_cannot_deliver_stops_the_worker_and_a_rerun_delivers_everything"
+    );
+    let stream = fx.stream("epipe", 1).await;
+    let spec = fx.table(Table::Leases).await;
+    let table = || LeaseTable::new(fx.stack.ddb.clone(), &spec.name, "epipe-app");
+    put_round(&fx.stack.kinesis, &stream.name, 0, 5).await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let worker = Worker::new(
+        KinesisSource::new(fx.stack.kinesis.clone(), &stream.name),
+        table(),
+        Undeliverable(Arc::clone(&calls)),
+        fast_config("w0"),
+    );
+    let ran = tokio::time::timeout(Duration::from_secs(20), worker.run(std::future::pending()))
+        .await
+        .expect("the worker stops by itself");
+    assert!(matches!(ran, Err(StreamError::Abort(_))), "{ran:?}");
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1,
+        "no retry of an undeliverable batch"
+    );
+    let scan = table().scan().await.expect("scan");
+    assert!(
+        scan.leases
+            .iter()
+            .all(|l| l.owner.is_none() && l.checkpoint.is_unstarted()),
+        "released, nothing checkpointed: {:?}",
+        scan.leases
+    );
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let w = start(
+        KinesisSource::new(fx.stack.kinesis.clone(), &stream.name),
+        table(),
+        collector("w1", &log),
+        fast_config("w1"),
+    );
+    eventually(
+        "a re-run delivers all five",
+        Duration::from_secs(25),
+        || {
+            let log = Arc::clone(&log);
+            async move { complete(&log.lock().unwrap(), 5, 1).then_some(()) }
+        },
     )
     .await;
     let _ = w.stop.send(());
     w.task.await.expect("worker task").expect("worker ran");
+}
+
+/// Processes normally until `hang` is set, then never returns (a downstream call that hangs).
+struct Hanging {
+    inner: Collector,
+    hang: Arc<AtomicBool>,
+    entered: Arc<AtomicBool>,
+}
+
+impl RecordProcessor for Hanging {
+    async fn process(&self, batch: &ProcessBatch) -> Result<(), StreamError> {
+        if self.hang.load(Ordering::SeqCst) {
+            self.entered.store(true, Ordering::SeqCst);
+            std::future::pending::<()>().await;
+        }
+        self.inner.process(batch).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_shutdown_never_moves_a_checkpoint_backwards() {
+    let fx = fixture!("a_slow_shutdown_never_moves_a_checkpoint_backwards");
+    let stream = fx.stream("slowstop", 1).await;
+    let spec = fx.table(Table::Leases).await;
+    let table = LeaseTable::new(fx.stack.ddb.clone(), &spec.name, "slowstop-app");
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let hang = Arc::new(AtomicBool::new(false));
+    let entered = Arc::new(AtomicBool::new(false));
+    let w = start(
+        KinesisSource::new(fx.stack.kinesis.clone(), &stream.name),
+        table.clone(),
+        Hanging {
+            inner: collector("w0", &log),
+            hang: Arc::clone(&hang),
+            entered: Arc::clone(&entered),
+        },
+        fast_config("w0"),
+    );
+    put_round(&fx.stack.kinesis, &stream.name, 0, 5).await;
+    let done = eventually(
+        "the first records checkpointed",
+        Duration::from_secs(25),
+        || async {
+            let scan = table.scan().await.ok()?;
+            let lease = scan.leases.into_iter().next()?;
+            lease.checkpoint.position().cloned()
+        },
+    )
+    .await;
+    hang.store(true, Ordering::SeqCst);
+    put_round(&fx.stack.kinesis, &stream.name, 1, 5).await;
+    eventually("the processor hangs", Duration::from_secs(10), || async {
+        entered.load(Ordering::SeqCst).then_some(())
+    })
+    .await;
+    let _ = w.stop.send(());
+    w.task.await.expect("worker task").expect("worker ran");
+    let lease = table.scan().await.expect("scan").leases.remove(0);
+    let after = lease.checkpoint.position().cloned();
+    assert!(
+        after.as_ref().is_some_and(|p| *p >= done),
+        "checkpoint moved back from {done} to {:?}",
+        lease.checkpoint
+    );
+    assert!(lease.owner.is_none(), "released");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_streams_with_one_app_never_share_checkpoints_nor_does_a_recreated_stream() {
+    let fx =
+        fixture!("two_streams_with_one_app_never_share_checkpoints_nor_does_a_recreated_stream");
+    let first = fx.stream("first", 1).await;
+    let second = fx.stream("second", 1).await;
+    let spec = fx.table(Table::Leases).await;
+    let table = || LeaseTable::new(fx.stack.ddb.clone(), &spec.name, "shared-app");
+    let k = &fx.stack.kinesis;
+    put_round(k, &first.name, 0, 3).await;
+    put_round(k, &second.name, 0, 4).await;
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let w = start(
+        KinesisSource::new(k.clone(), &first.name),
+        table(),
+        collector("w0", &log),
+        fast_config("w0"),
+    );
+    eventually("the first stream read", Duration::from_secs(25), || async {
+        let scan = table().scan().await.ok()?;
+        scan.leases
+            .iter()
+            .any(|l| l.checkpoint.position().is_some())
+            .then_some(())
+    })
+    .await;
+    let _ = w.stop.send(());
+    w.task.await.expect("worker task").expect("worker ran");
+    // Same app, same shard id, another stream: refused, loudly, and nothing read from it.
+    let other = Worker::new(
+        KinesisSource::new(k.clone(), &second.name),
+        table(),
+        collector("w1", &log),
+        fast_config("w1"),
+    );
+    let before = log.lock().unwrap().len();
+    let refused = other.run(std::future::pending()).await;
+    assert!(
+        matches!(&refused, Err(StreamError::ForeignLease { app, .. }) if app == "shared-app"),
+        "{refused:?}"
+    );
+    assert_eq!(log.lock().unwrap().len(), before);
+    // The first stream deleted and recreated under its name: a new stream, refused too.
+    k.delete_stream()
+        .stream_name(&first.name)
+        .send()
+        .await
+        .expect("delete");
+    eventually("the stream is deleted", Duration::from_secs(20), || async {
+        k.describe_stream_summary()
+            .stream_name(&first.name)
+            .send()
+            .await
+            .is_err()
+            .then_some(())
+    })
+    .await;
+    k.create_stream()
+        .stream_name(&first.name)
+        .shard_count(1)
+        .send()
+        .await
+        .expect("recreate");
+    wait_active(k, &first.name).await;
+    let again = Worker::new(
+        KinesisSource::new(k.clone(), &first.name),
+        table(),
+        collector("w2", &log),
+        fast_config("w2"),
+    );
+    let refused = again.run(std::future::pending()).await;
+    assert!(
+        matches!(&refused, Err(StreamError::ForeignLease { .. })),
+        "{refused:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn from_latest_after_a_split_emits_nothing_put_before_the_start() {
+    let fx = fixture!("from_latest_after_a_split_emits_nothing_put_before_the_start");
+    let stream = fx.stream("latest", 1).await;
+    let spec = fx.table(Table::Leases).await;
+    let k = &fx.stack.kinesis;
+    put_round(k, &stream.name, 0, 8).await;
+    split_first(k, &stream.name).await;
+    put_round(k, &stream.name, 1, 8).await; // on the children, before the start
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let mut config = fast_config("w0");
+    config.initial_position = heatsink::stream::InitialPosition::Latest;
+    let w = start(
+        KinesisSource::new(k.clone(), &stream.name),
+        LeaseTable::new(fx.stack.ddb.clone(), &spec.name, "latest-app"),
+        collector("w0", &log),
+        config,
+    );
+    eventually(
+        "both children read at their tip",
+        Duration::from_secs(25),
+        || async { (w.stats.held_shards().len() == 2 && w.stats.is_caught_up()).then_some(()) },
+    )
+    .await;
+    put_round(k, &stream.name, 2, 8).await;
+    eventually("the new round delivered", Duration::from_secs(25), || {
+        let log = Arc::clone(&log);
+        async move { (log.lock().unwrap().iter().filter(|s| s.value == 2).count() == 8).then_some(()) }
+    })
+    .await;
+    let old: Vec<(String, u64)> = log
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|s| s.value < 2)
+        .map(|s| (s.key.clone(), s.value))
+        .collect();
+    assert!(
+        old.is_empty(),
+        "records put before the start were emitted: {old:?}"
+    );
+    let _ = w.stop.send(());
+    w.task.await.expect("worker task").expect("worker ran");
+}
+
+/// A Kinesis source whose `parent` shard can be made to vanish as retention would: listed and
+/// unreadable (its reads fail) until `gone` is set, then absent from ListShards and not found.
+struct Retention {
+    inner: KinesisSource,
+    parent: Arc<Mutex<String>>,
+    gone: Arc<AtomicBool>,
+}
+
+impl ShardSource for Retention {
+    fn stream(&self) -> &str {
+        self.inner.stream()
+    }
+    async fn identity(&self) -> Result<String, StreamError> {
+        self.inner.identity().await
+    }
+    fn max_records(&self) -> i32 {
+        self.inner.max_records()
+    }
+    fn with_timeouts(self, t: heatsink::stream::Timeouts) -> Self {
+        Self {
+            inner: self.inner.with_timeouts(t),
+            ..self
+        }
+    }
+    async fn list_shards(&self) -> Result<Vec<heatsink::stream::ShardInfo>, StreamError> {
+        let mut shards = self.inner.list_shards().await?;
+        if self.gone.load(Ordering::SeqCst) {
+            let parent = self.parent.lock().unwrap().clone();
+            shards.retain(|s| s.shard_id != parent);
+        }
+        Ok(shards)
+    }
+    async fn get_iterator(
+        &self,
+        shard_id: &str,
+        start: &heatsink::stream::StartAt,
+    ) -> Result<String, StreamError> {
+        if *self.parent.lock().unwrap() == shard_id {
+            if self.gone.load(Ordering::SeqCst) {
+                return Err(StreamError::NotFound {
+                    resource: shard_id.to_owned(),
+                    source: None,
+                });
+            }
+            return Err(StreamError::Processor("injected: parent unreadable".into()));
+        }
+        self.inner.get_iterator(shard_id, start).await
+    }
+    async fn get_records(
+        &self,
+        iterator: &str,
+        limit: i32,
+    ) -> Result<heatsink::stream::RecordBatch, StreamError> {
+        self.inner.get_records(iterator, limit).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sim_retention_a_parent_dropped_from_list_shards_unblocks_its_children_without_restart() {
+    let fx = fixture!(
+        "sim_retention_a_parent_dropped_from_list_shards_unblocks_its_children_without_restart"
+    );
+    let stream = fx.stream("retention", 1).await;
+    let spec = fx.table(Table::Leases).await;
+    let k = &fx.stack.kinesis;
+    let parent = open_shards(k, &stream.name).await[0].0.clone();
+    put_round(k, &stream.name, 0, 6).await;
+    split_first(k, &stream.name).await;
+    put_round(k, &stream.name, 1, 6).await;
+    let gone = Arc::new(AtomicBool::new(false));
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let w = start(
+        Retention {
+            inner: KinesisSource::new(k.clone(), &stream.name),
+            parent: Arc::new(Mutex::new(parent)),
+            gone: Arc::clone(&gone),
+        },
+        LeaseTable::new(fx.stack.ddb.clone(), &spec.name, "retention-app"),
+        collector("w0", &log),
+        fast_config("w0"),
+    );
+    // The parent is listed and unfinished: its children wait (per-key order).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        log.lock().unwrap().is_empty(),
+        "children read before their parent"
+    );
+    // Past retention: ListShards drops the parent and its reads find nothing.
+    gone.store(true, Ordering::SeqCst);
+    eventually(
+        "the children's records delivered",
+        Duration::from_secs(25),
+        || {
+            let log = Arc::clone(&log);
+            async move {
+                (log.lock().unwrap().iter().filter(|s| s.value == 1).count() == 6).then_some(())
+            }
+        },
+    )
+    .await;
+    let _ = w.stop.send(());
+    w.task.await.expect("worker task").expect("worker ran");
+}
+
+/// A Kinesis source whose ListShards hangs forever once `hang` is set.
+struct HungListing {
+    inner: KinesisSource,
+    hang: Arc<AtomicBool>,
+}
+
+impl ShardSource for HungListing {
+    fn stream(&self) -> &str {
+        self.inner.stream()
+    }
+    async fn identity(&self) -> Result<String, StreamError> {
+        self.inner.identity().await
+    }
+    fn max_records(&self) -> i32 {
+        self.inner.max_records()
+    }
+    fn with_timeouts(self, t: heatsink::stream::Timeouts) -> Self {
+        Self {
+            inner: self.inner.with_timeouts(t),
+            ..self
+        }
+    }
+    async fn list_shards(&self) -> Result<Vec<heatsink::stream::ShardInfo>, StreamError> {
+        if self.hang.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
+        self.inner.list_shards().await
+    }
+    async fn get_iterator(
+        &self,
+        shard_id: &str,
+        start: &heatsink::stream::StartAt,
+    ) -> Result<String, StreamError> {
+        self.inner.get_iterator(shard_id, start).await
+    }
+    async fn get_records(
+        &self,
+        iterator: &str,
+        limit: i32,
+    ) -> Result<heatsink::stream::RecordBatch, StreamError> {
+        self.inner.get_records(iterator, limit).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_list_shards_neither_lets_a_live_workers_leases_lapse_nor_makes_a_zombie() {
+    let fx =
+        fixture!("a_hung_list_shards_neither_lets_a_live_workers_leases_lapse_nor_makes_a_zombie");
+    let stream = fx.stream("hung", 2).await;
+    let spec = fx.table(Table::Leases).await;
+    let k = &fx.stack.kinesis;
+    let table = || LeaseTable::new(fx.stack.ddb.clone(), &spec.name, "hung-app");
+    let hang = Arc::new(AtomicBool::new(false));
+    let log = Arc::new(Mutex::new(Vec::new()));
+    // A longer lease than the other tests': renewals on the shared emulator must not lapse it.
+    let config = |name: &str| WorkerConfig {
+        lease_duration: Duration::from_secs(4),
+        ..fast_config(name)
+    };
+    let a = start(
+        HungListing {
+            inner: KinesisSource::new(k.clone(), &stream.name),
+            hang: Arc::clone(&hang),
+        },
+        table(),
+        collector("a", &log),
+        config("a"),
+    );
+    eventually("a holds both shards", Duration::from_secs(25), || async {
+        (a.stats.held_shards().len() == 2).then_some(())
+    })
+    .await;
+    hang.store(true, Ordering::SeqCst); // a's main loop hangs at its next shard sync
+    let b = start(
+        KinesisSource::new(k.clone(), &stream.name),
+        table(),
+        collector("b", &log),
+        config("b"),
+    );
+    // Two lease durations: without its main loop, a still renews, so b never takes over.
+    for round in 0..16 {
+        put_round(k, &stream.name, round, 6).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(
+            b.stats.held_shards().len() <= 1,
+            "b took both of a's live leases"
+        );
+    }
+    eventually("every record delivered", Duration::from_secs(20), || {
+        let log = Arc::clone(&log);
+        async move { complete(&log.lock().unwrap(), 6, 16).then_some(()) }
+    })
+    .await;
+    // Rebalancing may move one lease to b (a steal, not an expiry); a record is never
+    // delivered by two workers at once under one lease.
+    let log = log.lock().unwrap().clone();
+    for s in &log {
+        let other = log
+            .iter()
+            .find(|o| o.key == s.key && o.value == s.value && o.worker != s.worker);
+        assert!(
+            other.is_none_or(|o| o.token != s.token),
+            "{s:?} and {other:?} under one token"
+        );
+    }
+    assert!(
+        log.iter().filter(|s| s.worker == "b").count() < log.len(),
+        "a kept processing while its main loop hung"
+    );
+    let _ = b.stop.send(());
+    b.task.await.expect("worker task").expect("worker ran");
+    a.task.abort();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -557,7 +1148,7 @@ async fn the_dynamodb_streams_source_delivers_a_tables_changes_in_order() {
     let task = tokio::spawn(worker.run(async move {
         let _ = rx.await;
     }));
-    eventually("ten changes", Duration::from_secs(15), || {
+    eventually("ten changes", Duration::from_secs(25), || {
         let seen = Arc::clone(&seen);
         async move { (seen.lock().unwrap().len() >= 10).then_some(()) }
     })
@@ -568,4 +1159,130 @@ async fn the_dynamodb_streams_source_delivers_a_tables_changes_in_order() {
     let posts: Vec<String> = seen.iter().map(|(_, p)| p.clone()).collect();
     let want: Vec<String> = (0..10).map(|i| format!("p{i:02}")).collect();
     assert_eq!(posts, want, "changes in write order");
+}
+
+/// One delivery: (seq, sub_seq, data).
+type SubSeen = (String, Option<u64>, String);
+
+/// Every delivery in order.
+struct SubLog(Arc<Mutex<Vec<SubSeen>>>);
+
+impl RecordProcessor for SubLog {
+    async fn process(&self, batch: &ProcessBatch) -> Result<(), StreamError> {
+        let mut log = self.0.lock().unwrap();
+        for r in &batch.records {
+            log.push((
+                r.seq.to_string(),
+                r.sub_seq,
+                String::from_utf8_lossy(&r.data).into_owned(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kpl_aggregate_is_deaggregated_and_a_restart_inside_it_neither_skips_nor_repeats() {
+    let fx = fixture!(
+        "a_kpl_aggregate_is_deaggregated_and_a_restart_inside_it_neither_skips_nor_repeats"
+    );
+    let stream = fx.stream("kpl", 1).await;
+    let spec = fx.table(Table::Leases).await;
+    let table = || LeaseTable::new(fx.stack.ddb.clone(), &spec.name, "kpl-app");
+    let k = &fx.stack.kinesis;
+    let mut agg = heatsink::kpl::Aggregator::new();
+    for i in 0..5 {
+        assert!(
+            agg.try_add(&format!("u{i}"), None, format!("like {i}").as_bytes())
+                .unwrap()
+        );
+    }
+    let aggregate = agg.finish().expect("five user records");
+    k.put_record()
+        .stream_name(&stream.name)
+        .partition_key(&aggregate.partition_key)
+        .data(Blob::new(aggregate.data))
+        .send()
+        .await
+        .expect("put the aggregate");
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let w = start(
+        KinesisSource::new(k.clone(), &stream.name),
+        table(),
+        SubLog(Arc::clone(&log)),
+        fast_config("w0"),
+    );
+    let lease = eventually(
+        "the aggregate checkpointed",
+        Duration::from_secs(25),
+        || async {
+            let l = table().scan().await.ok()?.leases.into_iter().next()?;
+            (l.checkpoint.position()?.sub_seq == Some(4)).then_some(l)
+        },
+    )
+    .await;
+    let _ = w.stop.send(());
+    w.task.await.expect("worker task").expect("worker ran");
+    let first: Vec<(Option<u64>, String)> = log
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, s, d)| (*s, d.clone()))
+        .collect();
+    let want: Vec<(Option<u64>, String)> = (0..5).map(|i| (Some(i), format!("like {i}"))).collect();
+    assert_eq!(
+        first, want,
+        "one delivery per user record, with its sub-sequence"
+    );
+
+    // As if a worker died after sub-record 2: the checkpoint sits inside the aggregate.
+    let seq = lease.checkpoint.position().unwrap().seq.clone();
+    let inside = heatsink::stream::Position::sub_record(seq.clone(), 2);
+    fx.stack
+        .ddb
+        .update_item()
+        .table_name(&spec.name)
+        .key("app", AttributeValue::S("kpl-app".into()))
+        .key("shard_id", AttributeValue::S(lease.shard_id.clone()))
+        .update_expression("SET #c = :c")
+        .expression_attribute_names("#c", "checkpoint")
+        .expression_attribute_values(":c", AttributeValue::S(inside.to_checkpoint()))
+        .send()
+        .await
+        .expect("move the checkpoint inside the aggregate");
+    put_round(k, &stream.name, 0, 1).await; // and one plain record after it
+    log.lock().unwrap().clear();
+    let w = start(
+        KinesisSource::new(k.clone(), &stream.name),
+        table(),
+        SubLog(Arc::clone(&log)),
+        fast_config("w1"),
+    );
+    eventually(
+        "the rest of the aggregate and the plain record",
+        Duration::from_secs(25),
+        || {
+            let log = Arc::clone(&log);
+            async move { (log.lock().unwrap().len() >= 3).then_some(()) }
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let _ = w.stop.send(());
+    w.task.await.expect("worker task").expect("worker ran");
+    let rest: Vec<(Option<u64>, String)> = log
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, s, d)| (*s, d.clone()))
+        .collect();
+    assert_eq!(
+        rest,
+        [
+            (Some(3), "like 3".to_owned()),
+            (Some(4), "like 4".to_owned()),
+            (None, "k00:0".to_owned())
+        ],
+        "resumed after sub-record 2: nothing skipped, nothing repeated"
+    );
 }

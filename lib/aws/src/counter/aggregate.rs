@@ -42,13 +42,14 @@
 //! # Ok::<(), Unusable>(())
 //! ```
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Mutex;
+use std::time::Duration;
 
 use aws_lambda_events::dynamodb::Event as DynamoDbEvent;
 use aws_lambda_events::kinesis::KinesisEvent;
 use aws_lambda_events::streams::{DynamoDbEventResponse, KinesisEventResponse};
-use heatsink_core::counter::{CounterKey, Deltas, Seq, WriterId};
+use heatsink_core::counter::{Change, ChangeId, CounterKey, Deltas, Seq, WriterId};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -196,6 +197,9 @@ pub struct AggregateReport {
     /// Milliseconds from the oldest counted change's `ApproximateCreationDateTime` to the end of
     /// its flush: the [`FLUSH_DELAY`] metric. `None` when nothing new was counted.
     pub flush_delay_ms: Option<u64>,
+    /// Kinesis records skipped because they are not a change of this aggregator's table
+    /// (`eventSource` not `aws:dynamodb`, or another `tableName`).
+    pub foreign: u64,
 }
 
 /// A change record's `dynamodb.ApproximateCreationDateTime` in ms since the epoch. DynamoDB
@@ -214,6 +218,42 @@ pub fn approximate_creation_ms(record: &Value) -> Option<u64> {
     Some(ms as u64)
 }
 
+/// The identity of one change of a Kinesis Data Streams for DynamoDB record, stable across the
+/// duplicates that destination may deliver, and its creation time in ms.
+///
+/// AWS documents that with a Kinesis streaming destination "the same item notifications might
+/// also appear more than once in the stream" and out of order, and that the
+/// `ApproximateCreationDateTime` attribute identifies the order of the item's modifications and
+/// the duplicates (DynamoDB Developer Guide, "Using Kinesis Data Streams to capture changes to
+/// DynamoDB", <https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/kds.html>). It
+/// documents no such property for `eventID`, and each copy is its own Kinesis record with its
+/// own sequence number. So a change is identified by what the duplicates share: `tableName`,
+/// the item's `Keys`, `ApproximateCreationDateTime`, `eventName` and the images (which also
+/// separate two writes of one item in the same time unit).
+pub fn change_id(change: &Value) -> Result<(ChangeId, u64), Unusable> {
+    let at = approximate_creation_ms(change)
+        .ok_or_else(|| Unusable::new("no ApproximateCreationDateTime: cannot deduplicate"))?;
+    let part = |pointer: &str| {
+        change
+            .pointer(pointer)
+            .map(Value::to_string)
+            .unwrap_or_default()
+    };
+    let keys = change
+        .pointer("/dynamodb/Keys")
+        .ok_or_else(|| Unusable::new("no dynamodb.Keys: cannot deduplicate"))?
+        .to_string();
+    let id = ChangeId::of(&[
+        part("/tableName").as_bytes(),
+        keys.as_bytes(),
+        part("/dynamodb/ApproximateCreationDateTime").as_bytes(),
+        part("/eventName").as_bytes(),
+        part("/dynamodb/NewImage").as_bytes(),
+        part("/dynamodb/OldImage").as_bytes(),
+    ]);
+    Ok((id, at))
+}
+
 /// A stream shard and the sequence numbers it holds (`None` end: still open).
 type ShardSpan = (String, Seq, Option<Seq>);
 
@@ -225,7 +265,13 @@ pub struct StreamAggregator<M> {
     mapper: M,
     streams: Option<aws_sdk_dynamodbstreams::Client>,
     shard_cache: Mutex<HashMap<String, Vec<ShardSpan>>>,
+    table: Option<String>,
+    dedupe_window: Duration,
 }
+
+/// How long a Kinesis writer sub-key remembers the changes it counted
+/// ([`StreamAggregator::with_dedupe_window`]).
+pub const DEDUPE_WINDOW: Duration = Duration::from_secs(10);
 
 impl<M: ChangeMapper> StreamAggregator<M> {
     /// An aggregator mapping records with `mapper` and flushing into `counters`; `streams`
@@ -240,7 +286,36 @@ impl<M: ChangeMapper> StreamAggregator<M> {
             mapper,
             streams,
             shard_cache: Mutex::new(HashMap::new()),
+            table: None,
+            dedupe_window: DEDUPE_WINDOW,
         }
+    }
+
+    /// Counts only changes of `table`: a Kinesis record whose `tableName` differs (another
+    /// table streaming into the same Kinesis stream) is skipped and reported in
+    /// [`AggregateReport::foreign`], never counted.
+    pub fn with_table(mut self, table: impl Into<String>) -> Self {
+        self.table = Some(table.into());
+        self
+    }
+
+    /// How far back (in change creation time) a Kinesis writer sub-key recognises a duplicate
+    /// change; [`DEDUPE_WINDOW`] by default. See [`heatsink_core::counter::DedupeWindow`].
+    pub fn with_dedupe_window(mut self, window: Duration) -> Self {
+        self.dedupe_window = window;
+        self
+    }
+
+    /// True when a Kinesis-delivered change is one of this aggregator's table's changes.
+    fn ours(&self, change: &Value) -> bool {
+        let source = change.get("eventSource").and_then(Value::as_str);
+        let table = change.get("tableName").and_then(Value::as_str);
+        let ok = source == Some("aws:dynamodb")
+            && self.table.as_deref().is_none_or(|t| table == Some(t));
+        if !ok {
+            tracing::error!(event_source = ?source, table = ?table, "not a change of this table; skipped");
+        }
+        ok
     }
 
     /// The mapper this aggregator counts with.
@@ -253,9 +328,11 @@ impl<M: ChangeMapper> StreamAggregator<M> {
         &self,
         writer: &WriterId,
         records: Vec<(String, String, Result<Value, String>)>,
+        dedupe: bool,
     ) -> AggregateReport {
         let mut report = AggregateReport::default();
         let mut deltas = Deltas::new();
+        let mut changes: BTreeMap<CounterKey, Vec<Change>> = BTreeMap::new();
         let mut keys = BTreeSet::new();
         let mut oldest_ms: Option<u64> = None;
         for (id, seq, change) in records {
@@ -266,17 +343,41 @@ impl<M: ChangeMapper> StreamAggregator<M> {
             let parsed = change
                 .map_err(bad)
                 .and_then(|c| {
+                    if dedupe && !self.ours(&c) {
+                        return Ok((None, None, None, true));
+                    }
                     let mapped = self.mapper.map(&c).map_err(|e| bad(e.to_string()))?;
-                    Ok((mapped, approximate_creation_ms(&c)))
+                    let id = if dedupe && mapped.is_some() {
+                        Some(change_id(&c).map_err(|e| bad(e.to_string()))?)
+                    } else {
+                        None
+                    };
+                    Ok((mapped, approximate_creation_ms(&c), id, false))
                 })
-                .and_then(|(mapped, created)| {
+                .and_then(|(mapped, created, id, foreign)| {
                     let seq = Seq::parse(&seq).map_err(|e| bad(e.to_string()))?;
-                    Ok((mapped, seq, created))
+                    Ok((mapped, seq, created, id, foreign))
                 });
             match parsed {
                 // The record moves no counter: read, nothing to add.
-                Ok((None, _, _)) => report.records += 1,
-                Ok((Some((key, delta)), seq, created)) => {
+                Ok((None, _, _, _, foreign)) => {
+                    report.records += 1;
+                    report.foreign += u64::from(foreign);
+                }
+                Ok((Some((key, delta)), seq, created, Some((id, at_ms)), _)) => {
+                    keys.insert(key.clone());
+                    changes.entry(key).or_default().push(Change {
+                        seq,
+                        delta,
+                        id,
+                        at_ms,
+                    });
+                    report.records += 1;
+                    if let Some(t) = created {
+                        oldest_ms = Some(oldest_ms.map_or(t, |o| o.min(t)));
+                    }
+                }
+                Ok((Some((key, delta)), seq, created, None, _)) => {
                     keys.insert(key.clone());
                     if let Err(e) = deltas.add_record(key, seq, delta) {
                         tracing::error!(record = %id, error = %e, "unusable record");
@@ -297,10 +398,16 @@ impl<M: ChangeMapper> StreamAggregator<M> {
             }
         }
         report.keys = keys.len() as u64;
-        if deltas.is_empty() {
+        if deltas.is_empty() && changes.is_empty() {
             return report;
         }
-        match self.counters.flush(writer, &deltas).await {
+        let span_ms = u64::try_from(self.dedupe_window.as_millis()).unwrap_or(u64::MAX);
+        let flushed = if dedupe {
+            self.counters.flush_changes(writer, &changes, span_ms).await
+        } else {
+            self.counters.flush(writer, &deltas).await
+        };
+        match flushed {
             Ok(flush) => {
                 if flush.counted > 0 {
                     report.flush_delay_ms =
@@ -354,7 +461,7 @@ impl<M: ChangeMapper> StreamAggregator<M> {
                 (seq.clone(), seq, change)
             })
             .collect();
-        let report = self.aggregate(&writer, records).await;
+        let report = self.aggregate(&writer, records, true).await;
         if let Some(at) = &report.failed_at {
             resp.batch_item_failures
                 .push(kinesis_failure(if at.is_empty() {
@@ -377,7 +484,14 @@ impl<M: ChangeMapper> StreamAggregator<M> {
         };
         let first_seq = first.change.sequence_number.clone().unwrap_or_default();
         let arn = first.event_source_arn.clone().unwrap_or_default();
-        let writer = match self.resolve_shard(&arn, &first_seq).await {
+        let writer = match self
+            .resolve_shard(
+                &arn,
+                &first_seq,
+                Some(first.event_id.as_str()).filter(|s| !s.is_empty()),
+            )
+            .await
+        {
             Ok(w) => w,
             Err(e) => {
                 tracing::error!(error = %e, "cannot tell which shard this batch is from; retrying it");
@@ -409,7 +523,7 @@ impl<M: ChangeMapper> StreamAggregator<M> {
                 (seq.clone(), seq, change)
             })
             .collect();
-        let report = self.aggregate(&writer, records).await;
+        let report = self.aggregate(&writer, records, false).await;
         if let Some(at) = &report.failed_at {
             resp.batch_item_failures
                 .push(dynamodb_failure(if at.is_empty() {
@@ -421,15 +535,26 @@ impl<M: ChangeMapper> StreamAggregator<M> {
         (resp, report)
     }
 
-    /// DynamoDB Streams events do not name their shard; find the shard whose sequence range
-    /// holds `seq` (DescribeStream, cached per stream and refreshed once on a miss). An
-    /// ambiguous or unknown answer is an error, never a guess: a wrong writer would skip records.
-    async fn resolve_shard(&self, arn: &str, seq: &str) -> Result<WriterId, AggregateError> {
+    /// DynamoDB Streams events do not name their shard. A closed shard's sequence range names
+    /// it exactly; open shards have no end, and several open shards (one per table partition)
+    /// overlap, so a sequence number inside more than one candidate range is looked up in the
+    /// lineage itself: for each candidate, `GetShardIterator(AT_SEQUENCE_NUMBER)` and a
+    /// one-record `GetRecords`, accepting the shard whose record at that position has this
+    /// sequence number and this `eventID`. Exactly one must match; anything else is an error,
+    /// never a guess (a wrong writer would skip records). Cost: 0 requests for a batch of a
+    /// closed shard or of the only open candidate, otherwise 2 per open candidate (DescribeStream
+    /// cached per stream, refreshed once on a miss).
+    async fn resolve_shard(
+        &self,
+        arn: &str,
+        seq: &str,
+        event_id: Option<&str>,
+    ) -> Result<WriterId, AggregateError> {
         let bad = |reason: String| AggregateError::BadRecord {
             id: seq.to_owned(),
             reason,
         };
-        let seq = Seq::parse(seq).map_err(|e| bad(e.to_string()))?;
+        let wanted = Seq::parse(seq).map_err(|e| bad(e.to_string()))?;
         for refresh in [false, true] {
             if refresh || !self.shard_cache.lock().is_ok_and(|c| c.contains_key(arn)) {
                 let shards = self.describe_shards(arn).await?;
@@ -445,7 +570,7 @@ impl<M: ChangeMapper> StreamAggregator<M> {
                         .into_iter()
                         .flatten()
                         .filter(|(_, start, end)| {
-                            *start <= seq && end.as_ref().is_none_or(|e| seq <= *e)
+                            *start <= wanted && end.as_ref().is_none_or(|e| wanted <= *e)
                         })
                         .map(|(id, _, _)| id.clone())
                         .collect()
@@ -454,17 +579,84 @@ impl<M: ChangeMapper> StreamAggregator<M> {
             if hits.len() == 1 {
                 return WriterId::new(&hits[0]).map_err(|e| bad(e.to_string()));
             }
-            if hits.len() > 1 && refresh {
-                return Err(bad(format!(
-                    "sequence number lies in {} shards: {}",
-                    hits.len(),
-                    hits.join(", ")
-                )));
+            if hits.len() > 1 {
+                let mut found = vec![];
+                for shard in &hits {
+                    if self.shard_holds(arn, shard, seq, &wanted, event_id).await? {
+                        found.push(shard.clone());
+                    }
+                }
+                if found.len() == 1 {
+                    return WriterId::new(&found[0]).map_err(|e| bad(e.to_string()));
+                }
+                if refresh || found.len() > 1 {
+                    return Err(bad(format!(
+                        "{} of the {} open shards {} hold this record",
+                        found.len(),
+                        hits.len(),
+                        hits.join(", ")
+                    )));
+                }
             }
         }
         Err(bad(
             "no shard of the stream holds this sequence number".into()
         ))
+    }
+
+    /// True when `shard`'s record at sequence number `seq` is the record (same `eventID`).
+    async fn shard_holds(
+        &self,
+        arn: &str,
+        shard: &str,
+        seq: &str,
+        wanted: &Seq,
+        event_id: Option<&str>,
+    ) -> Result<bool, AggregateError> {
+        let Some(streams) = &self.streams else {
+            return Ok(false);
+        };
+        let it = match streams
+            .get_shard_iterator()
+            .stream_arn(arn)
+            .shard_id(shard)
+            .shard_iterator_type(
+                aws_sdk_dynamodbstreams::types::ShardIteratorType::AtSequenceNumber,
+            )
+            .sequence_number(seq)
+            .send()
+            .await
+        {
+            Ok(out) => out.shard_iterator,
+            Err(e) => {
+                let e = AwsError::new("DynamoDB Streams", "GetShardIterator", shard, e);
+                // Another shard's sequence number is refused as invalid for this shard.
+                if e.code() == Some("ValidationException")
+                    || e.code() == Some("InvalidArgumentException")
+                    || e.code() == Some("TrimmedDataAccessException")
+                {
+                    return Ok(false);
+                }
+                return Err(e.into());
+            }
+        };
+        let Some(it) = it else { return Ok(false) };
+        let out = streams
+            .get_records()
+            .shard_iterator(it)
+            .limit(1)
+            .send()
+            .await
+            .map_err(|e| AwsError::new("DynamoDB Streams", "GetRecords", shard, e))?;
+        Ok(out.records().first().is_some_and(|r| {
+            let same_seq = r
+                .dynamodb()
+                .and_then(|d| d.sequence_number())
+                .and_then(|s| Seq::parse(s).ok())
+                .is_some_and(|s| s == *wanted);
+            let same_id = event_id.is_none_or(|id| r.event_id() == Some(id));
+            same_seq && same_id
+        }))
     }
 
     async fn describe_shards(
@@ -566,6 +758,32 @@ mod tests {
             "an insert has no old image"
         );
         assert!(mapped(json!({"dynamodb": {}})).is_err());
+    }
+
+    #[test]
+    fn a_duplicate_under_a_new_event_id_has_the_same_identity_and_another_change_does_not() {
+        let change = |id: &str, at: u64, user: &str| {
+            json!({"eventID": id, "eventName": "INSERT", "tableName": "t", "eventSource": "aws:dynamodb",
+                "dynamodb": {"Keys": {"user": {"S": user}}, "ApproximateCreationDateTime": at,
+                    "NewImage": {"user": {"S": user}}}})
+        };
+        let first = change_id(&change("e1", 1_700_000_000_000, "u1")).expect("id");
+        assert_eq!(
+            first,
+            change_id(&change("e2", 1_700_000_000_000, "u1")).expect("id")
+        );
+        assert_ne!(
+            first,
+            change_id(&change("e1", 1_700_000_000_001, "u1")).expect("id")
+        );
+        assert_ne!(
+            first,
+            change_id(&change("e1", 1_700_000_000_000, "u2")).expect("id")
+        );
+        assert!(
+            change_id(&json!({"dynamodb": {"Keys": {}}})).is_err(),
+            "no creation time"
+        );
     }
 
     #[test]

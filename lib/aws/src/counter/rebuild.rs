@@ -59,7 +59,8 @@ pub trait Recount: Send + Sync {
 
 /// A ready-made [`Recount`]: a consistent Scan of a table of durable events, one event per
 /// item, grouped by the string value of `attribute`; `time_attribute` (Unix ms, a number) dates
-/// each event, and an item without one counts as old. Items without `attribute` are not events.
+/// each event, and an item without one counts as old (one whose time is not a number leaves its
+/// counter unsettled). Items without `attribute` are not events.
 /// A Scan reads the whole table every run: fine for small tables; give large ones an index or
 /// an incremental recount of your own.
 #[derive(Debug, Clone)]
@@ -95,11 +96,19 @@ impl Recount for ScanRecount {
             let Some(id) = item.get(&self.attribute).and_then(|v| v.as_s().ok()) else {
                 return;
             };
-            let at = item
-                .get(&self.time_attribute)
-                .and_then(|v| v.as_n().ok())
-                .and_then(|n| n.parse::<u64>().ok())
-                .unwrap_or(0);
+            // No time: an old event. A time that is not a Unix-ms number is not read as 0 (which
+            // would make the counter look settled): it counts as newest, so the counter is left
+            // unsettled and reported rather than corrected from a bad item.
+            let at = match item.get(&self.time_attribute) {
+                None => 0,
+                Some(v) => match v.as_n().ok().and_then(|n| n.parse::<u64>().ok()) {
+                    Some(at) => at,
+                    None => {
+                        tracing::warn!(id = %id, attribute = %self.time_attribute, "event time is not a number; counter left unsettled");
+                        u64::MAX
+                    }
+                },
+            };
             let tally = truth.entry(id.to_owned()).or_default();
             tally.count = tally.count.saturating_add(1);
             tally.newest_ms = tally.newest_ms.max(at);

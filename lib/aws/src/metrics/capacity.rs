@@ -9,9 +9,23 @@
 //! (exact for items of the same size class, which counter sub-keys are). With the JSON logger
 //! of `heatsink::lambda` the fields nest under `fields` (`$.fields.partition_key`), which is
 //! where heatsink's insight rules look.
+//!
+//! # Sampling and personal data
+//! [`CapacityLog::sampled`] logs 1 call in N (the others are sent unchanged, without even
+//! asking for their capacity) and multiplies each logged line's capacity by N, so an insight
+//! rule's sums stay unbiased estimates; the line carries `sample_rate = N`.
+//! [`CapacityLog::pseudonymized_except`] logs the partition keys of every table but the named
+//! ones as `h:<16 hex digits>` (64-bit SipHash-1-3 with fixed keys): one key still maps to one
+//! contributor, but the value (a user id) is not in the log. That is pseudonymous, not
+//! anonymous: whoever can guess an id can check it. [`dynamodb_client`] (what the Lambda
+//! functions use) reads both from the environment: `HEATSINK_CAPACITY_LOG_SAMPLE` (N, default
+//! 100) and `HEATSINK_CAPACITY_LOG_CLEAR_TABLES` (comma-separated tables logged in clear;
+//! default none: every key hashed).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use aws_sdk_dynamodb::config::interceptors::{
     BeforeSerializationInterceptorContextMut, FinalizerInterceptorContextRef,
@@ -72,8 +86,9 @@ pub fn dynamodb_client(
     config: &aws_types::SdkConfig,
     tables: &[TableSpec],
 ) -> aws_sdk_dynamodb::Client {
+    let log = CapacityLog::from_lookup(tables, |name| std::env::var(name).ok());
     let conf = aws_sdk_dynamodb::config::Builder::from(config)
-        .interceptor(CapacityLog::new(tables))
+        .interceptor(log)
         .build();
     aws_sdk_dynamodb::Client::from_conf(conf)
 }
@@ -94,7 +109,16 @@ struct TableKeys {
 #[derive(Debug, Clone)]
 pub struct CapacityLog {
     tables: Arc<HashMap<String, TableKeys>>,
+    /// Log 1 call in this many (≥ 1).
+    sample: u64,
+    /// Calls seen, for the 1-in-N choice.
+    seen: Arc<AtomicU64>,
+    /// `Some(clear)`: hash the partition keys of every table not in `clear`.
+    clear: Option<Arc<HashSet<String>>>,
 }
+
+/// Calls logged per call made by [`dynamodb_client`] when `HEATSINK_CAPACITY_LOG_SAMPLE` is unset.
+pub const DEFAULT_SAMPLE: u32 = 100;
 
 impl CapacityLog {
     /// An interceptor that knows the key attributes of `tables` (calls on other tables are
@@ -116,7 +140,68 @@ impl CapacityLog {
             .collect();
         Self {
             tables: Arc::new(tables),
+            sample: 1,
+            seen: Arc::new(AtomicU64::new(0)),
+            clear: None,
         }
+    }
+
+    /// Logs 1 call in `n` (0 is taken as 1), each line's capacity multiplied by `n`.
+    #[must_use]
+    pub fn sampled(mut self, n: u32) -> Self {
+        self.sample = u64::from(n.max(1));
+        self
+    }
+
+    /// Hashes the partition keys of every table but `clear` (tables keyed by non-personal ids).
+    #[must_use]
+    pub fn pseudonymized_except<I, S>(mut self, clear: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.clear = Some(Arc::new(clear.into_iter().map(Into::into).collect()));
+        self
+    }
+
+    /// The log [`dynamodb_client`] builds: sampled by `HEATSINK_CAPACITY_LOG_SAMPLE` (default
+    /// [`DEFAULT_SAMPLE`]; a value that is not a positive whole number is the default), keys
+    /// hashed but for `HEATSINK_CAPACITY_LOG_CLEAR_TABLES`.
+    pub fn from_lookup(tables: &[TableSpec], lookup: impl Fn(&str) -> Option<String>) -> Self {
+        let sample = lookup("HEATSINK_CAPACITY_LOG_SAMPLE")
+            .and_then(|v| v.trim().parse::<u32>().ok())
+            .filter(|n| *n >= 1)
+            .unwrap_or(DEFAULT_SAMPLE);
+        let clear = lookup("HEATSINK_CAPACITY_LOG_CLEAR_TABLES").unwrap_or_default();
+        Self::new(tables).sampled(sample).pseudonymized_except(
+            clear
+                .split(',')
+                .map(str::trim)
+                .filter(|t| !t.is_empty())
+                .map(str::to_owned)
+                .collect::<Vec<_>>(),
+        )
+    }
+
+    /// The partition key as logged for `table`: in clear, or hashed.
+    fn shown(&self, table: &str, key: &str) -> String {
+        match &self.clear {
+            Some(clear) if !clear.contains(table) => {
+                let mut h = std::hash::DefaultHasher::new();
+                key.hash(&mut h);
+                format!("h:{:016x}", h.finish())
+            }
+            _ => key.to_owned(),
+        }
+    }
+
+    /// Whether this call is one of the 1 in N logged.
+    fn chosen(&self) -> bool {
+        self.sample <= 1
+            || self
+                .seen
+                .fetch_add(1, Ordering::Relaxed)
+                .is_multiple_of(self.sample)
     }
 
     /// The key attribute of `index` (or of the base table) of `table`, if the table is known.
@@ -152,7 +237,27 @@ impl CapacityLog {
     }
 
     /// What a call is about, read from its input; `None` for operations not logged.
+    /// The call to log, if this one is sampled: keys shown as configured, capacity scaled.
     fn call(&self, context: &mut BeforeSerializationInterceptorContextMut<'_>) -> Option<Call> {
+        if !self.chosen() {
+            return None;
+        }
+        let mut call = self.build_call(context)?;
+        call.sample = self.sample as f64;
+        for t in &mut call.targets {
+            t.partition_key = t.partition_key.as_deref().map(|k| self.shown(&t.table, k));
+            let table = t.table.clone();
+            for (_, v) in &mut t.gsi_keys {
+                *v = self.shown(&table, v);
+            }
+        }
+        Some(call)
+    }
+
+    fn build_call(
+        &self,
+        context: &mut BeforeSerializationInterceptorContextMut<'_>,
+    ) -> Option<Call> {
         const INDEXES: ReturnConsumedCapacity = ReturnConsumedCapacity::Indexes;
         let input = context.input_mut();
         let table = |t: &Option<String>| t.clone().unwrap_or_default();
@@ -280,6 +385,8 @@ struct Target {
 struct Call {
     op: Op,
     targets: Vec<Target>,
+    /// N of the 1-in-N sample: each line's capacity is multiplied by it.
+    sample: f64,
 }
 
 impl Storable for Call {
@@ -288,7 +395,11 @@ impl Storable for Call {
 
 impl Call {
     fn new(op: Op, targets: Vec<Target>) -> Self {
-        Self { op, targets }
+        Self {
+            op,
+            targets,
+            sample: 1.0,
+        }
     }
 
     /// One capacity line per target, sharing out what the call consumed per table and index.
@@ -393,6 +504,8 @@ impl Call {
         error: Option<&str>,
     ) {
         use log_field::{CONSUMED_RCU, CONSUMED_WCU, INDEX, PARTITION_KEY, TABLE};
+        // One logged call stands for `sample` calls.
+        let units = units.map(|u| u * self.sample);
         let (wcu, rcu) = if self.op.writes() {
             (units, None)
         } else {
@@ -400,6 +513,7 @@ impl Call {
         };
         tracing::info!(
             op = self.op.name(),
+            sample_rate = self.sample,
             { TABLE } = table,
             { INDEX } = index,
             { PARTITION_KEY } = partition_key,
@@ -572,6 +686,48 @@ mod tests {
             "a range condition is not a partition key"
         );
         assert_eq!(q("other = :pk", "pk"), None);
+    }
+
+    #[test]
+    fn one_call_in_n_is_logged_and_user_keys_are_hashed_unless_the_table_is_clear() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                pairs
+                    .iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| (*v).to_owned())
+            }
+        };
+        let log = CapacityLog::from_lookup(
+            &[],
+            env(&[
+                ("HEATSINK_CAPACITY_LOG_SAMPLE", "4"),
+                (
+                    "HEATSINK_CAPACITY_LOG_CLEAR_TABLES",
+                    "hs-counters, hs-hotkeys",
+                ),
+            ]),
+        );
+        let chosen = (0..100).filter(|_| log.chosen()).count();
+        assert_eq!(chosen, 25, "1 in 4");
+        assert_eq!(log.shown("hs-counters", "likes#p9"), "likes#p9");
+        let hashed = log.shown("hs-liked", "alice");
+        assert!(hashed.starts_with("h:") && hashed.len() == 18, "{hashed}");
+        assert!(!hashed.contains("alice"));
+        assert_eq!(
+            hashed,
+            log.shown("hs-liked", "alice"),
+            "one user, one contributor"
+        );
+        assert_ne!(hashed, log.shown("hs-liked", "bob"));
+        // Defaults: 1 in 100, every key hashed; a bad N is the default, never 0.
+        let default = CapacityLog::from_lookup(&[], env(&[("HEATSINK_CAPACITY_LOG_SAMPLE", "0")]));
+        assert_eq!(default.sample, u64::from(DEFAULT_SAMPLE));
+        assert!(default.shown("hs-counters", "likes#p9").starts_with("h:"));
+        // The library's own constructor keeps the old behaviour: every call, keys in clear.
+        let plain = CapacityLog::new(&[]);
+        assert!((0..3).all(|_| plain.chosen()));
+        assert_eq!(plain.shown("hs-liked", "alice"), "alice");
     }
 
     #[test]

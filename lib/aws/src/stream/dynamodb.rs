@@ -6,7 +6,7 @@ use heatsink_core::stream::ShardInfo;
 use serde_json::{Map, Value};
 
 use super::source::parse_seq;
-use super::{RecordBatch, ShardSource, StartAt, StreamError, StreamRecord};
+use super::{RecordBatch, ShardSource, StartAt, StreamError, StreamRecord, Timeouts};
 
 const SERVICE: &str = "DynamoDB Streams";
 
@@ -15,18 +15,86 @@ const SERVICE: &str = "DynamoDB Streams";
 /// Each record's `partition_key` is the item's keys as DynamoDB JSON with sorted attribute
 /// names (so one item always has one key), and `data` is
 /// `{"eventName", "keys", "newImage", "oldImage"}` as DynamoDB JSON.
+///
+/// DescribeStream allows 10 calls per second per account and region, and a stream that rolls its
+/// shards every few hours lists thousands of closed ones within its 24 h retention. So the
+/// source keeps the listing: a sync pages only from the last shard it knew to be closed before
+/// the first open one (`ExclusiveStartShardId`), which re-reads the open shards and whatever is
+/// new; every [`DynamoDbStreamsSource::FULL_LISTING_EVERY`]th sync pages the whole stream so
+/// shards trimmed past retention drop out. Calls are spaced at least 100 ms apart (10 TPS).
 #[derive(Clone, Debug)]
 pub struct DynamoDbStreamsSource {
     client: aws_sdk_dynamodbstreams::Client,
     stream_arn: String,
+    known: std::sync::Arc<tokio::sync::Mutex<Listing>>,
+}
+
+/// What the source remembers of the stream's shards between syncs.
+#[derive(Debug, Default)]
+struct Listing {
+    shards: Vec<ShardInfo>,
+    syncs: u64,
+    last_call: Option<tokio::time::Instant>,
 }
 
 impl DynamoDbStreamsSource {
-    /// The stream with ARN `stream_arn` (a table's `LatestStreamArn`) read through `client`.
+    /// Every this many syncs the whole stream is paged (to see shards trimmed past retention).
+    pub const FULL_LISTING_EVERY: u64 = 10;
+
+    /// Least time between two DescribeStream calls of this source (10 per second at most).
+    pub const MIN_DESCRIBE_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
+
+    /// The stream with ARN `stream_arn` (a table's `LatestStreamArn`) read through `client`,
+    /// with the default [`Timeouts`] (a worker replaces them with its lease's).
     pub fn new(client: aws_sdk_dynamodbstreams::Client, stream_arn: impl Into<String>) -> Self {
         Self {
             client,
             stream_arn: stream_arn.into(),
+            known: std::sync::Arc::default(),
+        }
+        .with_timeouts(Timeouts::default())
+    }
+
+    /// Pages DescribeStream from after `start` (from the first shard if `None`).
+    async fn describe_from(
+        &self,
+        listing: &mut Listing,
+        mut start: Option<String>,
+    ) -> Result<Vec<ShardInfo>, StreamError> {
+        let mut shards = Vec::new();
+        loop {
+            if let Some(last) = listing.last_call {
+                tokio::time::sleep_until(last + Self::MIN_DESCRIBE_INTERVAL).await;
+            }
+            listing.last_call = Some(tokio::time::Instant::now());
+            let out = self
+                .client
+                .describe_stream()
+                .stream_arn(&self.stream_arn)
+                .set_exclusive_start_shard_id(start.take())
+                .send()
+                .await
+                .map_err(|e| {
+                    StreamError::from_sdk(SERVICE, "DescribeStream", &self.stream_arn, e)
+                })?;
+            let Some(desc) = out.stream_description() else {
+                return Ok(shards);
+            };
+            for s in desc.shards() {
+                let Some(id) = s.shard_id() else { continue };
+                let seqs = s.sequence_number_range();
+                shards.push(ShardInfo {
+                    parent: s.parent_shard_id().map(str::to_owned),
+                    starting_seq: seqs
+                        .and_then(|r| r.starting_sequence_number().map(str::to_owned)),
+                    ending_seq: seqs.and_then(|r| r.ending_sequence_number().map(str::to_owned)),
+                    ..ShardInfo::new(id)
+                });
+            }
+            match desc.last_evaluated_shard_id() {
+                Some(last) if !last.is_empty() => start = Some(last.to_owned()),
+                _ => return Ok(shards),
+            }
         }
     }
 }
@@ -66,39 +134,56 @@ impl ShardSource for DynamoDbStreamsSource {
         &self.stream_arn
     }
 
-    async fn list_shards(&self) -> Result<Vec<ShardInfo>, StreamError> {
-        let mut shards = Vec::new();
-        let mut start: Option<String> = None;
-        loop {
-            let out = self
-                .client
-                .describe_stream()
-                .stream_arn(&self.stream_arn)
-                .set_exclusive_start_shard_id(start.take())
-                .send()
-                .await
-                .map_err(|e| {
-                    StreamError::from_sdk(SERVICE, "DescribeStream", &self.stream_arn, e)
-                })?;
-            let Some(desc) = out.stream_description() else {
-                return Ok(shards);
-            };
-            for s in desc.shards() {
-                let Some(id) = s.shard_id() else { continue };
-                let seqs = s.sequence_number_range();
-                shards.push(ShardInfo {
-                    parent: s.parent_shard_id().map(str::to_owned),
-                    starting_seq: seqs
-                        .and_then(|r| r.starting_sequence_number().map(str::to_owned)),
-                    ending_seq: seqs.and_then(|r| r.ending_sequence_number().map(str::to_owned)),
-                    ..ShardInfo::new(id)
-                });
-            }
-            match desc.last_evaluated_shard_id() {
-                Some(last) if !last.is_empty() => start = Some(last.to_owned()),
-                _ => return Ok(shards),
-            }
+    async fn identity(&self) -> Result<String, StreamError> {
+        // The ARN ends in the stream's label, its creation time: a table's re-enabled stream
+        // has a new one.
+        Ok(self.stream_arn.clone())
+    }
+
+    fn max_records(&self) -> i32 {
+        1_000
+    }
+
+    fn with_timeouts(self, timeouts: Timeouts) -> Self {
+        let conf = self
+            .client
+            .config()
+            .to_builder()
+            .timeout_config(timeouts.config())
+            .build();
+        Self {
+            client: aws_sdk_dynamodbstreams::Client::from_conf(conf),
+            ..self
         }
+    }
+
+    async fn list_shards(&self) -> Result<Vec<ShardInfo>, StreamError> {
+        let mut listing = self.known.lock().await;
+        listing.syncs += 1;
+        let full = listing.shards.is_empty() || listing.syncs % Self::FULL_LISTING_EVERY == 0;
+        // The last closed shard before the first open one: everything up to it is settled.
+        let first_open = listing.shards.iter().position(|s| !s.is_closed());
+        let start = match first_open {
+            Some(i) if !full && i > 0 => Some(listing.shards[i - 1].shard_id.clone()),
+            None if !full => listing.shards.last().map(|s| s.shard_id.clone()),
+            _ => None,
+        };
+        let fresh = self.describe_from(&mut listing, start.clone()).await?;
+        let shards = match start {
+            None => fresh,
+            Some(after) => {
+                let keep = listing
+                    .shards
+                    .iter()
+                    .position(|s| s.shard_id == after)
+                    .map_or(0, |i| i + 1);
+                let mut shards: Vec<ShardInfo> = listing.shards[..keep].to_vec();
+                shards.extend(fresh);
+                shards
+            }
+        };
+        listing.shards = shards.clone();
+        Ok(shards)
     }
 
     async fn get_iterator(&self, shard_id: &str, start: &StartAt) -> Result<String, StreamError> {
@@ -110,8 +195,17 @@ impl ShardSource for DynamoDbStreamsSource {
         let req = match start {
             StartAt::TrimHorizon => req.shard_iterator_type(ShardIteratorType::TrimHorizon),
             StartAt::Latest => req.shard_iterator_type(ShardIteratorType::Latest),
+            StartAt::AtTimestamp(_) => {
+                return Err(StreamError::Unsupported {
+                    source_kind: SERVICE,
+                    what: "AT_TIMESTAMP (DynamoDB Streams has no such iterator)",
+                });
+            }
             StartAt::AfterSeq(seq) => req
                 .shard_iterator_type(ShardIteratorType::AfterSequenceNumber)
+                .sequence_number(seq.to_decimal()),
+            StartAt::AtSeq(seq) => req
+                .shard_iterator_type(ShardIteratorType::AtSequenceNumber)
                 .sequence_number(seq.to_decimal()),
         };
         let resource = format!("{}/{shard_id}", self.stream_arn);
@@ -149,6 +243,7 @@ impl ShardSource for DynamoDbStreamsSource {
             });
             records.push(StreamRecord {
                 seq: parse_seq(raw)?,
+                sub_seq: None,
                 partition_key: keys.to_string(),
                 data: Bytes::from(data.to_string()),
             });
@@ -159,5 +254,73 @@ impl ShardSource for DynamoDbStreamsSource {
             child_shards: Vec::new(),
             millis_behind: None,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use aws_sdk_dynamodbstreams::operation::describe_stream::DescribeStreamOutput;
+    use aws_sdk_dynamodbstreams::types::{SequenceNumberRange, Shard, StreamDescription};
+    use aws_smithy_mocks::mock;
+
+    use super::*;
+
+    fn shard(id: &str, parent: Option<&str>, closed: bool) -> Shard {
+        let range = SequenceNumberRange::builder().starting_sequence_number("100");
+        let range = if closed {
+            range.ending_sequence_number("200")
+        } else {
+            range
+        };
+        Shard::builder()
+            .shard_id(id)
+            .set_parent_shard_id(parent.map(str::to_owned))
+            .sequence_number_range(range.build())
+            .build()
+    }
+
+    fn page(shards: Vec<Shard>) -> DescribeStreamOutput {
+        DescribeStreamOutput::builder()
+            .stream_description(
+                StreamDescription::builder()
+                    .set_shards(Some(shards))
+                    .build(),
+            )
+            .build()
+    }
+
+    /// Several open shards, two rollovers: the second sync pages only from the last closed shard
+    /// before the first open one, and the answer is still the whole listing.
+    #[tokio::test]
+    async fn smithy_mock_dynamodb_streams_sync_pages_from_the_last_settled_shard_not_the_start() {
+        let full = mock!(aws_sdk_dynamodbstreams::Client::describe_stream)
+            .match_requests(|r| r.exclusive_start_shard_id().is_none())
+            .then_output(|| {
+                page(vec![
+                    shard("s0", None, true),
+                    shard("s1", Some("s0"), true),
+                    shard("a1", None, false),
+                    shard("s2", Some("s1"), false),
+                ])
+            });
+        let incremental = mock!(aws_sdk_dynamodbstreams::Client::describe_stream)
+            .match_requests(|r| r.exclusive_start_shard_id() == Some("s1"))
+            .then_output(|| {
+                page(vec![
+                    shard("a1", None, true),
+                    shard("s2", Some("s1"), false),
+                    shard("a2", Some("a1"), false),
+                ])
+            });
+        let client = crate::mocked!(aws_sdk_dynamodbstreams, full, incremental);
+        let source =
+            DynamoDbStreamsSource::new(client, "arn:aws:dynamodb:us-east-1:1:table/t/stream/x");
+        let first = source.list_shards().await.expect("first sync");
+        assert_eq!(first.len(), 4);
+        let second = source.list_shards().await.expect("second sync");
+        let ids: Vec<&str> = second.iter().map(|s| s.shard_id.as_str()).collect();
+        assert_eq!(ids, ["s0", "s1", "a1", "s2", "a2"]);
+        assert!(second[2].is_closed(), "a1's rollover seen");
+        assert_eq!((full.num_calls(), incremental.num_calls()), (1, 1));
     }
 }

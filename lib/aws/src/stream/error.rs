@@ -56,6 +56,69 @@ pub enum StreamError {
     /// The record processor failed; the worker retries the batch a bounded number of times.
     #[error("record processor failed: {0}")]
     Processor(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The record processor cannot deliver anything any more (its output is gone: a closed
+    /// stdout, a deleted destination). The worker stops at once without checkpointing the batch,
+    /// releases its leases, and `Worker::run` returns this error.
+    #[error("record processor cannot deliver: {0}")]
+    Abort(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// A lease row of the application belongs to another stream (another stream with the same
+    /// application name, or a deleted and recreated stream of the same name): its checkpoint
+    /// means nothing here, so the worker refuses to start rather than resume from it.
+    #[error(
+        "lease row {shard_id:?} of application {app:?} belongs to stream {found}, not {expected}: \
+         use another application name, or delete the application's lease rows to start over"
+    )]
+    ForeignLease {
+        /// The application.
+        app: String,
+        /// The row's shard.
+        shard_id: String,
+        /// The stream identity the row names.
+        found: String,
+        /// This worker's stream identity (ARN and creation time).
+        expected: String,
+    },
+    /// A lease row names no stream: it was written before lease rows recorded their stream, so
+    /// its checkpoint may be another stream's. The worker refuses it rather than guess.
+    #[error(
+        "lease row {shard_id:?} of application {app:?} names no stream (written by an older \
+         heatsink), so its checkpoint may be another stream's: delete the application's lease \
+         rows to start over (from the initial position), or use another application name"
+    )]
+    UnnamedLease {
+        /// The application.
+        app: String,
+        /// The row's shard.
+        shard_id: String,
+    },
+    /// The dead-letter queue refused some of a batch's records: the batch is not skipped.
+    #[error("dead-letter queue {queue} refused {failed} record(s): {first}")]
+    DeadLetterRefused {
+        /// The queue URL.
+        queue: String,
+        /// Records refused.
+        failed: usize,
+        /// The first refusal's code and message.
+        first: String,
+    },
+    /// A record starts with the KPL magic but does not decode (bad digest or protobuf): it is
+    /// neither delivered as user data nor skipped; its shard waits (the read is retried).
+    #[error("KPL aggregate at sequence number {seq} does not decode: {source}")]
+    Aggregate {
+        /// The record's sequence number.
+        seq: String,
+        /// What is wrong with it.
+        #[source]
+        source: heatsink_core::kpl::KplError,
+    },
+    /// The source cannot do what was asked (AT_TIMESTAMP on DynamoDB Streams).
+    #[error("{source_kind} does not support {what}")]
+    Unsupported {
+        /// The source.
+        source_kind: &'static str,
+        /// What it lacks.
+        what: &'static str,
+    },
     /// Any other AWS failure (network, validation, access): retried on the next round.
     #[error(transparent)]
     Aws(AwsError),

@@ -2,10 +2,11 @@
 
 use aws_sdk_kinesis::types::{HashKeyRange, ShardIteratorType};
 use bytes::Bytes;
+use heatsink_core::kpl;
 use heatsink_core::stream::ShardInfo;
 
 use super::source::parse_seq;
-use super::{RecordBatch, ShardSource, StartAt, StreamError, StreamRecord};
+use super::{RecordBatch, ShardSource, StartAt, StreamError, StreamRecord, Timeouts};
 
 const SERVICE: &str = "Kinesis";
 
@@ -17,12 +18,14 @@ pub struct KinesisSource {
 }
 
 impl KinesisSource {
-    /// The stream `stream` (a name) read through `client`.
+    /// The stream `stream` (a name) read through `client`, with the default [`Timeouts`] (a
+    /// worker replaces them with its lease's).
     pub fn new(client: aws_sdk_kinesis::Client, stream: impl Into<String>) -> Self {
         Self {
             client,
             stream: stream.into(),
         }
+        .with_timeouts(Timeouts::default())
     }
 }
 
@@ -36,6 +39,45 @@ fn hash_range(range: Option<&HashKeyRange>) -> Option<(u128, u128)> {
 impl ShardSource for KinesisSource {
     fn stream(&self) -> &str {
         &self.stream
+    }
+
+    async fn identity(&self) -> Result<String, StreamError> {
+        let out = self
+            .client
+            .describe_stream_summary()
+            .stream_name(&self.stream)
+            .send()
+            .await
+            .map_err(|e| {
+                StreamError::from_sdk(SERVICE, "DescribeStreamSummary", &self.stream, e)
+            })?;
+        let summary = out
+            .stream_description_summary()
+            .ok_or_else(|| StreamError::NotFound {
+                resource: self.stream.clone(),
+                source: None,
+            })?;
+        let created = summary.stream_creation_timestamp();
+        let created_ms =
+            created.secs().saturating_mul(1_000) + i64::from(created.subsec_nanos() / 1_000_000);
+        Ok(format!("{}@{created_ms}", summary.stream_arn()))
+    }
+
+    fn max_records(&self) -> i32 {
+        10_000
+    }
+
+    fn with_timeouts(self, timeouts: Timeouts) -> Self {
+        let conf = self
+            .client
+            .config()
+            .to_builder()
+            .timeout_config(timeouts.config())
+            .build();
+        Self {
+            client: aws_sdk_kinesis::Client::from_conf(conf),
+            stream: self.stream,
+        }
     }
 
     async fn list_shards(&self) -> Result<Vec<ShardInfo>, StreamError> {
@@ -78,8 +120,16 @@ impl ShardSource for KinesisSource {
         let req = match start {
             StartAt::TrimHorizon => req.shard_iterator_type(ShardIteratorType::TrimHorizon),
             StartAt::Latest => req.shard_iterator_type(ShardIteratorType::Latest),
+            StartAt::AtTimestamp(ms) => req
+                .shard_iterator_type(ShardIteratorType::AtTimestamp)
+                .timestamp(aws_smithy_types::DateTime::from_millis(
+                    i64::try_from(*ms).unwrap_or(i64::MAX),
+                )),
             StartAt::AfterSeq(seq) => req
                 .shard_iterator_type(ShardIteratorType::AfterSequenceNumber)
+                .starting_sequence_number(seq.to_decimal()),
+            StartAt::AtSeq(seq) => req
+                .shard_iterator_type(ShardIteratorType::AtSequenceNumber)
                 .starting_sequence_number(seq.to_decimal()),
         };
         let resource = format!("{}/{shard_id}", self.stream);
@@ -106,11 +156,33 @@ impl ShardSource for KinesisSource {
             .map_err(|e| StreamError::from_sdk(SERVICE, "GetRecords", &self.stream, e))?;
         let mut records = Vec::with_capacity(out.records().len());
         for r in out.records() {
-            records.push(StreamRecord {
-                seq: parse_seq(r.sequence_number())?,
-                partition_key: r.partition_key().unwrap_or_default().to_owned(),
-                data: Bytes::copy_from_slice(r.data().as_ref()),
-            });
+            let seq = parse_seq(r.sequence_number())?;
+            let partition_key = r.partition_key().unwrap_or_default();
+            let data = r.data().as_ref();
+            if !kpl::is_aggregated(data) {
+                records.push(StreamRecord {
+                    seq,
+                    sub_seq: None,
+                    partition_key: partition_key.to_owned(),
+                    data: Bytes::copy_from_slice(data),
+                });
+                continue;
+            }
+            // A KPL aggregate: one record per user record, each at (seq, sub-sequence), so a
+            // checkpoint inside it resumes at the next user record.
+            let subs =
+                kpl::deaggregate(data, partition_key).map_err(|source| StreamError::Aggregate {
+                    seq: seq.to_decimal().to_owned(),
+                    source,
+                })?;
+            for sub in subs {
+                records.push(StreamRecord {
+                    seq: seq.clone(),
+                    sub_seq: Some(sub.sub_sequence),
+                    partition_key: sub.partition_key,
+                    data: Bytes::from(sub.data),
+                });
+            }
         }
         let mut child_shards = Vec::new();
         for c in out.child_shards() {

@@ -6,6 +6,13 @@
 //! Every change is computed by [`Lease::apply`] and written with `UpdateItem`, setting only the
 //! attributes the event changes, conditional on the stored counter (and owner for a holder's
 //! events): a failed condition is [`StreamError::LeaseConflict`] — re-read, never retry blindly.
+//!
+//! Rows also carry `stream`, the identity of the stream they belong to (its ARN and creation
+//! time, [`ShardSource::identity`](super::ShardSource::identity)): shard ids repeat across
+//! streams, so a table bound to a stream ([`LeaseTable::for_stream`]) refuses any row of another
+//! stream ([`StreamError::ForeignLease`]) or of none ([`StreamError::UnnamedLease`]) instead of
+//! resuming from its checkpoint. A release writes no checkpoint: only the holder's own
+//! checkpoints (which never move back, [`Lease::apply`]) and SHARD_END change it.
 
 use std::collections::HashMap;
 
@@ -68,6 +75,7 @@ pub struct LeaseTable {
     ddb: aws_sdk_dynamodb::Client,
     table: String,
     app: String,
+    stream: Option<String>,
 }
 
 fn s(v: impl Into<String>) -> AttributeValue {
@@ -88,6 +96,14 @@ fn parse_state(name: &str) -> Option<LeaseState> {
         "DELETED" => LeaseState::Deleted,
         _ => return None,
     })
+}
+
+/// A row that did not parse, as the error `get` returns.
+fn malformed(bad: MalformedLease) -> StreamError {
+    StreamError::MalformedLease {
+        shard_id: bad.shard_id,
+        reason: bad.reason,
+    }
 }
 
 /// Reads one row; `Err` carries what is needed to replace it.
@@ -166,6 +182,66 @@ impl LeaseTable {
             ddb,
             table: table.into(),
             app: app.into(),
+            stream: None,
+        }
+        .with_timeouts(super::Timeouts::default())
+    }
+
+    /// The same table bound to one stream: rows it writes name `stream` (a
+    /// [`ShardSource::identity`](super::ShardSource::identity)), and reads refuse rows naming
+    /// another stream or none. The worker binds its table at start.
+    pub fn for_stream(self, stream: impl Into<String>) -> Self {
+        Self {
+            stream: Some(stream.into()),
+            ..self
+        }
+    }
+
+    /// The stream identity this table is bound to, if any.
+    pub fn stream(&self) -> Option<&str> {
+        self.stream.as_deref()
+    }
+
+    /// The same table with `timeouts` on its DynamoDB client.
+    pub fn with_timeouts(self, timeouts: super::Timeouts) -> Self {
+        let conf = self
+            .ddb
+            .config()
+            .to_builder()
+            .timeout_config(timeouts.config())
+            .build();
+        Self {
+            ddb: aws_sdk_dynamodb::Client::from_conf(conf),
+            ..self
+        }
+    }
+
+    /// Refuses a row of another stream, or of none, when the table is bound to a stream. A row
+    /// that does not parse and names no stream is left to repair (its checkpoint is lost anyway).
+    fn check_stream(&self, item: &HashMap<String, AttributeValue>) -> Result<(), StreamError> {
+        if !item.contains_key("stream") && parse_row(item).is_err() {
+            return Ok(());
+        }
+        let Some(expected) = &self.stream else {
+            return Ok(());
+        };
+        let shard_id = item
+            .get("shard_id")
+            .and_then(|v| v.as_s().ok())
+            .cloned()
+            .unwrap_or_default();
+        match item.get("stream").and_then(|v| v.as_s().ok()) {
+            Some(found) if found == expected => Ok(()),
+            Some(found) => Err(StreamError::ForeignLease {
+                app: self.app.clone(),
+                shard_id,
+                found: found.clone(),
+                expected: expected.clone(),
+            }),
+            None => Err(StreamError::UnnamedLease {
+                app: self.app.clone(),
+                shard_id,
+            }),
         }
     }
 
@@ -229,6 +305,7 @@ impl LeaseTable {
                 .await
                 .map_err(|e| self.err("Query", e))?;
             for item in page.items() {
+                self.check_stream(item)?;
                 match parse_row(item) {
                     Ok(lease) => out.leases.push(lease),
                     Err(bad) => out.malformed.push(bad),
@@ -257,12 +334,78 @@ impl LeaseTable {
             .map_err(|e| self.err("GetItem", e))?;
         match out.item() {
             None => Ok(None),
-            Some(item) => parse_row(item)
-                .map(Some)
-                .map_err(|bad| StreamError::MalformedLease {
-                    shard_id: bad.shard_id,
-                    reason: bad.reason,
-                }),
+            Some(item) => self
+                .check_stream(item)
+                .and_then(|()| parse_row(item).map_err(malformed))
+                .map(Some),
+        }
+    }
+
+    /// The rows of `shard_ids` (strongly consistent BatchGetItem, 100 keys a call), by shard id;
+    /// absent and malformed rows are left out. One round trip reads back a round's takes.
+    pub async fn get_many(&self, shard_ids: &[String]) -> Result<Vec<Lease>, StreamError> {
+        use aws_sdk_dynamodb::types::KeysAndAttributes;
+        let mut out = Vec::new();
+        for chunk in shard_ids.chunks(100) {
+            let mut keys: Vec<HashMap<String, AttributeValue>> = chunk
+                .iter()
+                .map(|id| {
+                    HashMap::from([
+                        ("app".to_owned(), s(&self.app)),
+                        ("shard_id".to_owned(), s(id)),
+                    ])
+                })
+                .collect();
+            while !keys.is_empty() {
+                let request = KeysAndAttributes::builder()
+                    .set_keys(Some(std::mem::take(&mut keys)))
+                    .consistent_read(true)
+                    .build()
+                    .map_err(|e| StreamError::Processor(Box::new(e)))?;
+                let page = self
+                    .ddb
+                    .batch_get_item()
+                    .request_items(&self.table, request)
+                    .send()
+                    .await
+                    .map_err(|e| self.err("BatchGetItem", e))?;
+                for item in page
+                    .responses()
+                    .and_then(|r| r.get(&self.table))
+                    .into_iter()
+                    .flatten()
+                {
+                    self.check_stream(item)?;
+                    if let Ok(lease) = parse_row(item) {
+                        out.push(lease);
+                    }
+                }
+                if let Some(left) = page.unprocessed_keys().and_then(|u| u.get(&self.table)) {
+                    keys = left.keys().to_vec();
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Deletes a row whose shard the stream no longer lists (trimmed past retention), only if
+    /// its counter is still as read; `false` if it moved or was gone.
+    pub async fn delete_row(&self, current: &Lease) -> Result<bool, StreamError> {
+        let out = self
+            .ddb
+            .delete_item()
+            .table_name(&self.table)
+            .key("app", s(&self.app))
+            .key("shard_id", s(&current.shard_id))
+            .condition_expression("#counter = :prev_counter")
+            .expression_attribute_names("#counter", "counter")
+            .expression_attribute_values(":prev_counter", n(current.counter))
+            .send()
+            .await;
+        match out {
+            Ok(_) => Ok(true),
+            Err(e) if Self::is_conflict(&e) => Ok(false),
+            Err(e) => Err(self.err("DeleteItem", e)),
         }
     }
 
@@ -282,6 +425,9 @@ impl LeaseTable {
         ]);
         if let Some(owner) = &lease.owner {
             item.insert("owner".to_owned(), s(owner));
+        }
+        if let Some(stream) = &self.stream {
+            item.insert("stream".to_owned(), s(stream));
         }
         item
     }
@@ -386,7 +532,11 @@ impl LeaseTable {
                 holder(&mut conds, &mut values);
                 set.push(("#counter", n(next.counter)));
                 set.push(("#expires", n(0)));
-                set.push(("#checkpoint", s(next.checkpoint.to_checkpoint())));
+                if matches!(event, LeaseEvent::ReachShardEnd { .. }) {
+                    // A release never writes a checkpoint: the copy it was computed from may be
+                    // older than the stored one, and writing it would move the checkpoint back.
+                    set.push(("#checkpoint", s(next.checkpoint.to_checkpoint())));
+                }
                 set.push(("#state", s(next.state.to_string())));
                 remove.push("#owner");
             }
@@ -510,21 +660,22 @@ impl LeaseTable {
         self.apply(current, &event).await
     }
 
-    /// Records that every record up to `seq` is processed.
+    /// Records that every record up to `position` (a [`heatsink_core::counter::Seq`] or a
+    /// [`heatsink_core::stream::Position`] inside an aggregate) is processed.
     pub async fn checkpoint(
         &self,
         current: &Lease,
-        seq: heatsink_core::counter::Seq,
+        position: impl Into<heatsink_core::stream::Position>,
     ) -> Result<Lease, StreamError> {
         let event = LeaseEvent::Checkpoint {
             worker: current.owner.clone().unwrap_or_default(),
             counter: current.counter,
-            seq,
+            position: position.into(),
         };
         self.apply(current, &event).await
     }
 
-    /// Gives a held lease up; the checkpoint stays.
+    /// Gives a held lease up; the stored checkpoint stays as it is (a release writes none).
     pub async fn release(&self, current: &Lease) -> Result<Lease, StreamError> {
         let event = LeaseEvent::Release {
             worker: current.owner.clone().unwrap_or_default(),

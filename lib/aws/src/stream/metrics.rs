@@ -16,6 +16,18 @@ pub const LEASES_HELD: MetricDef = MetricDef::count("LeasesHeld");
 /// the worker that won the lease; graph the Sum. Releases and rebalancing steals are not expiries.
 pub const LEASES_EXPIRED: MetricDef = MetricDef::count("LeasesExpired");
 
+/// Shards of one worker whose current batch failed `max_attempts` times and is still being
+/// retried (nothing is checkpointed past it), a gauge: alarm on the Maximum above 0 for a few
+/// minutes ([`super::WorkerStats::stalled_shards`]).
+pub const SHARDS_STALLED: MetricDef = MetricDef::count("ShardsStalled");
+
+/// Batches handed to the dead-letter sink and skipped since the last round (opt-in skipping).
+pub const BATCHES_DEAD_LETTERED: MetricDef = MetricDef::count("BatchesDeadLettered");
+
+/// Reads since the last round that found records trimmed past retention before they were read
+/// (lost records), plus lease rows of unfinished shards pruned after retention.
+pub const TRIMMED_READS: MetricDef = MetricDef::count("TrimmedReads");
+
 impl RoundReport {
     /// Adds the round's metrics to `emf`: [`LEASES_HELD`] and [`LEASES_EXPIRED`], both always (a
     /// 0 is a data point: "held none", "none expired").

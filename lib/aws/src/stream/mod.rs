@@ -61,6 +61,7 @@
 //! 5. Takeover after a crash within one lease duration plus one renew interval; clock skew
 //!    between workers must stay well below the lease duration (expiry is judged by the taker).
 
+mod dead_letter;
 mod dynamodb;
 mod error;
 mod fence;
@@ -70,11 +71,15 @@ pub mod metrics;
 mod source;
 mod worker;
 
+pub use dead_letter::{DeadLetter, DeadLetterFuture, SqsDeadLetter};
 pub use dynamodb::DynamoDbStreamsSource;
 pub use error::StreamError;
 pub use fence::Fence;
 pub use heatsink_core::stream::*;
 pub use kinesis::KinesisSource;
 pub use lease_table::{LeaseScan, LeaseTable, MalformedLease};
-pub use source::{RecordBatch, ShardSource, StartAt, StreamRecord};
-pub use worker::{ProcessBatch, RecordProcessor, RoundReport, Worker, WorkerConfig, WorkerStats};
+pub use source::{RecordBatch, ShardSource, StartAt, StreamRecord, Timeouts};
+pub use worker::{
+    MIN_GET_RECORDS_INTERVAL, ProcessBatch, RecordProcessor, RoundReport, Worker, WorkerConfig,
+    WorkerStats,
+};

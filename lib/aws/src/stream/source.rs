@@ -1,10 +1,12 @@
-//! `ShardSource`: the three calls a lineage reader needs from Kinesis or DynamoDB Streams.
+//! `ShardSource`: the calls a lineage reader needs from Kinesis or DynamoDB Streams.
 
 use std::future::Future;
+use std::time::Duration;
 
+use aws_smithy_types::timeout::TimeoutConfig;
 use bytes::Bytes;
 use heatsink_core::counter::Seq;
-use heatsink_core::stream::ShardInfo;
+use heatsink_core::stream::{Position, ShardInfo};
 
 use super::StreamError;
 
@@ -13,10 +15,16 @@ use super::StreamError;
 pub enum StartAt {
     /// The oldest record still retained (always used for a child shard).
     TrimHorizon,
-    /// Only records put after the iterator is taken (roots on an application's first start).
+    /// Only records put after the iterator is taken (the current leaves on an application's
+    /// first start with `--from latest`).
     Latest,
+    /// The first record put at or after this time, in ms since the epoch (Kinesis only).
+    AtTimestamp(u64),
     /// Just after this record: resuming from a checkpoint.
     AfterSeq(Seq),
+    /// At this record, whose sub-records up to the position's are done (resuming inside a
+    /// KPL-aggregated record): the source re-reads the record, the worker skips what is done.
+    AtSeq(Seq),
 }
 
 /// One record as the consumer sees it, whatever the source.
@@ -24,6 +32,9 @@ pub enum StartAt {
 pub struct StreamRecord {
     /// Sequence number, padded so that it orders like the number.
     pub seq: Seq,
+    /// The index of this user record inside a KPL-aggregated Kinesis record; `None` for a record
+    /// that was not aggregated.
+    pub sub_seq: Option<u64>,
     /// Kinesis partition key; for DynamoDB Streams the item's keys as DynamoDB JSON.
     pub partition_key: String,
     /// Kinesis data blob; for DynamoDB Streams `{"eventName","keys","newImage","oldImage"}` JSON.
@@ -31,19 +42,38 @@ pub struct StreamRecord {
 }
 
 impl StreamRecord {
-    /// `{"shard", "seq", "partition_key", "data"}`: data as UTF-8 text if valid, else base64.
+    /// Where this record sits in its shard: what a checkpoint after it stores.
+    pub fn position(&self) -> Position {
+        Position {
+            seq: self.seq.clone(),
+            sub_seq: self.sub_seq,
+        }
+    }
+
+    /// `{"shard", "seq", "sub_seq"?, "partition_key", "data", "data_encoding"}`: `data` is the
+    /// blob as text with `"data_encoding": "utf8"` when it is valid UTF-8, else base64 with
+    /// `"data_encoding": "base64"`, so a reader never has to guess; `sub_seq` only for a
+    /// sub-record of an aggregated record.
     pub fn to_json(&self, shard_id: &str) -> serde_json::Value {
         use base64::Engine;
-        let data = match std::str::from_utf8(&self.data) {
-            Ok(text) => text.to_owned(),
-            Err(_) => base64::engine::general_purpose::STANDARD.encode(&self.data),
+        let (data, encoding) = match std::str::from_utf8(&self.data) {
+            Ok(text) => (text.to_owned(), "utf8"),
+            Err(_) => (
+                base64::engine::general_purpose::STANDARD.encode(&self.data),
+                "base64",
+            ),
         };
-        serde_json::json!({
+        let mut out = serde_json::json!({
             "shard": shard_id,
             "seq": self.seq.to_decimal(),
             "partition_key": self.partition_key,
             "data": data,
-        })
+            "data_encoding": encoding,
+        });
+        if let (Some(sub), Some(map)) = (self.sub_seq, out.as_object_mut()) {
+            map.insert("sub_seq".to_owned(), sub.into());
+        }
+        out
     }
 }
 
@@ -60,6 +90,44 @@ pub struct RecordBatch {
     pub millis_behind: Option<i64>,
 }
 
+/// Attempt and operation timeouts for a stream's SDK clients, sized below a lease duration.
+///
+/// A hung call must fail before the lease it works under lapses: with the defaults an attempt
+/// gets a quarter of the lease and the whole operation (retries included) half of it, so a
+/// renewal that hangs fails with time left for the next one (renewals run every third of it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timeouts {
+    /// One HTTP attempt.
+    pub attempt: Duration,
+    /// The whole operation, retries included.
+    pub operation: Duration,
+}
+
+impl Timeouts {
+    /// A quarter of `lease` per attempt, half of it per operation.
+    pub fn for_lease(lease: Duration) -> Self {
+        Self {
+            attempt: lease / 4,
+            operation: lease / 2,
+        }
+    }
+
+    /// As the SDK's timeout configuration.
+    pub fn config(&self) -> TimeoutConfig {
+        TimeoutConfig::builder()
+            .operation_attempt_timeout(self.attempt)
+            .operation_timeout(self.operation)
+            .build()
+    }
+}
+
+impl Default for Timeouts {
+    /// [`Timeouts::for_lease`] of the default 10 s lease: 2.5 s per attempt, 5 s per operation.
+    fn default() -> Self {
+        Self::for_lease(Duration::from_secs(10))
+    }
+}
+
 /// A stream read shard by shard: Kinesis Data Streams or DynamoDB Streams.
 ///
 /// Errors are typed so the worker can act: [`StreamError::Throttled`] backs off,
@@ -69,7 +137,21 @@ pub trait ShardSource: Send + Sync + 'static {
     /// The stream's name or ARN, for logs and lineage output.
     fn stream(&self) -> &str;
 
-    /// Every shard the stream lists, closed ones included, all pages.
+    /// What names this stream and no other, a recreated one of the same name included (the ARN
+    /// plus its creation time): every lease row carries it, and a worker refuses rows of
+    /// another stream ([`StreamError::ForeignLease`]).
+    fn identity(&self) -> impl Future<Output = Result<String, StreamError>> + Send;
+
+    /// GetRecords limit the worker uses unless configured: the service's maximum.
+    fn max_records(&self) -> i32;
+
+    /// The same source with `timeouts` on its SDK client.
+    fn with_timeouts(self, timeouts: Timeouts) -> Self
+    where
+        Self: Sized;
+
+    /// Every shard the stream lists, closed ones included (a source may cache what cannot
+    /// change, but the answer is the whole listing).
     fn list_shards(&self) -> impl Future<Output = Result<Vec<ShardInfo>, StreamError>> + Send;
 
     /// An iterator on `shard_id` starting at `start`.
@@ -90,4 +172,42 @@ pub trait ShardSource: Send + Sync + 'static {
 /// Parses a source's sequence number into the padded form used for checkpoints.
 pub(crate) fn parse_seq(raw: &str) -> Result<Seq, StreamError> {
     Seq::parse(raw).map_err(|_| StreamError::InvalidSequence(raw.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_line_says_how_its_data_is_encoded_and_carries_sub_seq_only_in_an_aggregate() {
+        let text = StreamRecord {
+            seq: Seq::from(42),
+            sub_seq: None,
+            partition_key: "k".into(),
+            data: Bytes::from_static(b"hello"),
+        };
+        let line = text.to_json("shardId-1");
+        assert_eq!(line["data"], "hello");
+        assert_eq!(line["data_encoding"], "utf8");
+        assert_eq!(line["seq"], "42");
+        assert!(line.get("sub_seq").is_none());
+        let binary = StreamRecord {
+            sub_seq: Some(3),
+            data: Bytes::from_static(&[0xff, 0x00]),
+            ..text
+        };
+        let line = binary.to_json("shardId-1");
+        assert_eq!(line["data"], "/wA=");
+        assert_eq!(line["data_encoding"], "base64");
+        assert_eq!(line["sub_seq"], 3);
+        assert_eq!(binary.position(), Position::sub_record(Seq::from(42), 3));
+    }
+
+    #[test]
+    fn timeouts_sit_inside_the_lease() {
+        let t = Timeouts::for_lease(Duration::from_secs(10));
+        assert_eq!(t.attempt, Duration::from_millis(2_500));
+        assert_eq!(t.operation, Duration::from_secs(5));
+        assert_eq!(t.config().operation_timeout(), Some(Duration::from_secs(5)));
+    }
 }

@@ -1,39 +1,70 @@
-//! `Worker`: the consumer loop — shard sync, leases, GetRecords polling, processing, checkpoints.
+//! `Worker`: the consumer loop — shard sync, leases, prefetching reads, processing, checkpoints.
 //!
-//! One worker runs one main loop and one task per held shard. Every `renew_interval` the main
-//! loop (re)lists shards when due, reads the application's leases and hands that read to
-//! [`plan_round`], which decides the whole round as data (a [`RoundPlan`]): rows to recreate from
-//! the shard graph, leases to renew, shards to stop because their lease moved, and takes and
-//! steals over the eligible shards. The loop only executes the plan — the conditional lease-table
-//! writes — and reacts to their results (see [`heatsink_core::stream`]'s `round.rs` for the
-//! state machine). A shard task reads its
-//! shard from the checkpoint, hands each batch to the [`RecordProcessor`] with the lease counter
-//! as fencing token, checkpoints after `Ok`, and at SHARD_END records the end and creates the
-//! children's leases.
+//! One worker runs three kinds of task:
+//!
+//! - the **main loop**, every `renew_interval`: (re)lists shards when due, reads the
+//!   application's leases and hands that read to [`plan_round`], which decides the round as data
+//!   (a [`RoundPlan`]): rows to create from the shard graph, shards to stop because their lease
+//!   moved, takes and steals over the eligible shards. The loop executes the plan's conditional
+//!   writes (creations and takes in parallel, one batched read-back) and reacts to the results.
+//! - the **renewer**, every third of the lease duration: renews every held lease in parallel.
+//!   A shard task's lease is valid until the renewal's send time plus nine tenths of the lease
+//!   duration, on the monotonic clock; a hung main loop (a ListShards that never answers) does
+//!   not stop renewals.
+//! - one **shard task** per held shard, with a **fetcher** beside it that keeps up to
+//!   `prefetch_batches` GetRecords answers queued (per-shard order unchanged, SHARD_END last, at
+//!   least 200 ms between calls, the pause after a caught-up read at least that). The task hands
+//!   each batch to the [`RecordProcessor`] with the lease counter as fencing token, and stops
+//!   the moment its lease is past its validity — whatever the main loop is doing — dropping the
+//!   processor's future if it is still running.
+//!
+//! Failure policy: a failing batch is retried with capped back-off until it succeeds or the lease
+//! is lost; it is never checkpointed past. After `max_attempts` the shard is reported **stalled**
+//! ([`WorkerStats::stalled_shards`], the `ShardsStalled` EMF metric, an `error` log with the shard
+//! and sequence range) while the other shards go on. Skipping is opt-in: with a
+//! [`DeadLetter`] sink ([`Worker::dead_letter`]) the batch is handed to the sink after
+//! `max_attempts`, and only once the sink took it is the checkpoint moved past it. A processor
+//! that cannot deliver at all returns [`StreamError::Abort`]: the worker stops without
+//! checkpointing the batch and [`Worker::run`] returns the error.
+//!
+//! Checkpoints are decoupled from batches: a write starts once `checkpoint_every_records`
+//! records or `checkpoint_interval` have passed since the last, with one write in flight at a
+//! time, and is forced at SHARD_END, before a release and when the lease lapses. Checkpoints only
+//! move forward: a release writes none. After a crash the next holder re-reads what was
+//! processed after the last durable checkpoint: at most `checkpoint_every_records +
+//! max_records` records, or `checkpoint_interval` plus one write's worth, per shard.
 //!
 //! After every round the worker can report what the round did to its leases ([`RoundReport`]):
 //! [`Worker::on_round`] takes any callback, [`Worker::emit_emf`] writes the report as EMF
-//! metrics ([`RoundReport::metrics`]) for a dashboard's leases widget.
+//! metrics ([`RoundReport::metrics`]) and the consumer's health ([`WorkerStats`]: stalled
+//! shards, dead-lettered batches, trimmed reads).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use heatsink_core::counter::Seq;
+use futures::StreamExt;
 use heatsink_core::stream::{
-    Acquire, Lease, LeaseEvent, Progress, Repair, RoundInput, RoundPlan, ShardGraph, ShardInfo,
-    plan_round,
+    Acquire, InitialPosition, Lease, LeaseEvent, LeaseState, Position, Progress, Repair,
+    RoundInput, RoundPlan, ShardGraph, ShardInfo, plan_round,
 };
-use tokio::sync::watch;
-use tokio::task::{AbortHandle, JoinSet};
+use tokio::sync::{Notify, mpsc, watch};
+use tokio::task::JoinSet;
 
 use super::lease_table::new_lease;
-use super::{LeaseScan, LeaseTable, ShardSource, StartAt, StreamError, StreamRecord};
+use super::{
+    DeadLetter, LeaseScan, LeaseTable, RecordBatch, ShardSource, StartAt, StreamError,
+    StreamRecord, Timeouts,
+};
 use crate::clock::now_ms;
 use crate::metrics::Emf;
+
+/// Kinesis allows 5 GetRecords per second per shard: calls on one shard are at least this far
+/// apart.
+pub const MIN_GET_RECORDS_INTERVAL: Duration = Duration::from_millis(200);
 
 /// One batch handed to a [`RecordProcessor`].
 #[derive(Clone, Debug)]
@@ -50,18 +81,30 @@ impl ProcessBatch {
     /// The fence for the processor's own DynamoDB writes of this batch: its writes carry this
     /// batch's lease counter, so once a newer holder of the shard has written an item, this
     /// worker's late write of it is refused instead of overwriting the newer one.
+    ///
+    /// Tokens are ordered along one shard lineage only (a child's exceed its parents'): an item
+    /// written from several unrelated shards (a per-post aggregate fed by a user-keyed stream)
+    /// needs one fence attribute per shard lineage, or its writes refuse each other.
     pub fn fence(&self) -> super::Fence {
         super::Fence::new(self.token)
     }
+
+    /// The first and last sequence numbers, for logs.
+    fn range(&self) -> (String, String) {
+        let seq =
+            |r: Option<&StreamRecord>| r.map(|r| r.position().to_string()).unwrap_or_default();
+        (seq(self.records.first()), seq(self.records.last()))
+    }
 }
 
-/// What a consumer does with records; `Ok` means "durable: checkpoint after the last record".
+/// What a consumer does with records; `Ok` means "durable: the checkpoint may move past them".
 ///
 /// Make the processor's own DynamoDB writes through [`ProcessBatch::fence`] (a
 /// [`super::Fence`] over the batch's lease counter) rather than building a fence by hand.
 /// Return [`StreamError::Fenced`] (what [`super::Fence::check`] gives) when a fenced write was
-/// refused: the worker stops the shard at once. Any other error retries the batch, up to
-/// [`WorkerConfig::max_attempts`] times in all, then reports it and moves on.
+/// refused: the worker stops the shard at once. Return [`StreamError::Abort`] when nothing can
+/// be delivered any more: the worker stops. Any other error retries the batch until it succeeds
+/// or the lease is lost (see the module doc for the failure policy).
 pub trait RecordProcessor: Send + Sync + 'static {
     /// Processes one batch; must be idempotent (delivery is at-least-once).
     fn process(&self, batch: &ProcessBatch)
@@ -74,27 +117,43 @@ pub struct WorkerConfig {
     /// This worker's name in the lease table; unique among the application's live workers.
     pub worker_id: String,
     /// How long a lease lasts without renewal (default 10 s); takeover after a crash waits this.
+    /// Renewals run every third of it; SDK calls time out well inside it ([`Timeouts`]).
     pub lease_duration: Duration,
-    /// Main-loop period: renewals, lease reads and planning (default 3 s, a third of the lease).
+    /// Main-loop period: lease reads, planning, takes (default 3 s).
     pub renew_interval: Duration,
     /// Period of the full shard sync (ListShards / DescribeStream), default 60 s.
     pub sync_interval: Duration,
-    /// Pause after an empty GetRecords (default 1 s; Kinesis allows 5 reads/s per shard).
+    /// Pause after a GetRecords that found the shard's tip (default 1 s; at least 200 ms).
     pub idle_poll: Duration,
-    /// GetRecords limit per call (default 1,000; Kinesis max 10,000, DynamoDB Streams 1,000).
-    pub max_records: i32,
-    /// Processor attempts per batch before it is reported and skipped (default 3).
+    /// GetRecords limit per call; `None` (default) is the source's maximum: 10,000 on Kinesis,
+    /// 1,000 on DynamoDB Streams.
+    pub max_records: Option<i32>,
+    /// GetRecords answers queued per shard ahead of the processor (default 2; at least 1).
+    pub prefetch_batches: usize,
+    /// Records processed since the last checkpoint that start a new checkpoint write (default
+    /// 10,000).
+    pub checkpoint_every_records: usize,
+    /// Time since the last checkpoint that starts a new write if anything was processed
+    /// (default 1 s).
+    pub checkpoint_interval: Duration,
+    /// Processor attempts per batch before its shard is reported stalled, or, with a dead-letter
+    /// sink, the batch is handed to it (default 3).
     pub max_attempts: u32,
     /// First pause between processor attempts and after throttling, doubling (default 200 ms).
     pub retry_backoff: Duration,
     /// Longest back-off pause (default 5 s).
     pub max_backoff: Duration,
-    /// Where a shard without parents starts on the application's first run (default TRIM_HORIZON).
-    pub initial_position: StartAt,
+    /// Where the application starts on its first run (no lease row yet), applied to the
+    /// current leaves ([`heatsink_core::stream::first_start`]); default TRIM_HORIZON.
+    pub initial_position: InitialPosition,
     /// Leases stolen per round when rebalancing (default 1, like the KCL).
     pub max_steals_per_round: usize,
-    /// Read each take (and steal) back and keep the lease only if the stored row still names
-    /// this worker with the written counter (default false: one extra GetItem per acquisition).
+    /// Attempt and operation timeouts of the source's and lease table's SDK clients; `None`
+    /// (default) is [`Timeouts::for_lease`] of `lease_duration` (a quarter per attempt, half per
+    /// operation), which keeps a hung call from outliving the lease it works under.
+    pub timeouts: Option<Timeouts>,
+    /// Read a round's takes (and steals) back, in one BatchGetItem, and keep a lease only if the
+    /// stored row still names this worker with the written counter (default false).
     ///
     /// Only for emulators whose conditional writes are not atomic under concurrency (moto
     /// 5.2.5), where two takers can both see their conditional write succeed and only one row
@@ -111,12 +170,16 @@ impl WorkerConfig {
             renew_interval: Duration::from_secs(3),
             sync_interval: Duration::from_secs(60),
             idle_poll: Duration::from_secs(1),
-            max_records: 1_000,
+            max_records: None,
+            prefetch_batches: 2,
+            checkpoint_every_records: 10_000,
+            checkpoint_interval: Duration::from_secs(1),
             max_attempts: 3,
             retry_backoff: Duration::from_millis(200),
             max_backoff: Duration::from_secs(5),
-            initial_position: StartAt::TrimHorizon,
+            initial_position: InitialPosition::TrimHorizon,
             max_steals_per_round: 1,
+            timeouts: None,
             verify_takes: false,
         }
     }
@@ -126,12 +189,18 @@ impl WorkerConfig {
 struct StatsInner {
     records: AtomicU64,
     batches: AtomicU64,
-    failed_batches: AtomicU64,
+    failed_attempts: AtomicU64,
+    dead_lettered: AtomicU64,
+    checkpoint_writes: AtomicU64,
+    trimmed: AtomicU64,
+    gone: AtomicU64,
     last_record_ms: AtomicU64,
     free_eligible: AtomicUsize,
     rounds: AtomicU64,
     /// Held shards and whether each has caught up with its tip (or its end).
     held: Mutex<BTreeMap<String, bool>>,
+    /// Stalled shards and the sequence range of the batch they are stuck on.
+    stalled: Mutex<BTreeMap<String, (String, String)>>,
 }
 
 /// Live counters of a worker, readable while it runs (cheap to clone).
@@ -139,17 +208,38 @@ struct StatsInner {
 pub struct WorkerStats(Arc<StatsInner>);
 
 impl WorkerStats {
-    /// Records handed to the processor and acknowledged (or reported after failing).
+    /// Records handed to the processor and acknowledged (or taken by the dead-letter sink).
     pub fn records_processed(&self) -> u64 {
         self.0.records.load(Ordering::Relaxed)
     }
 
-    /// Batches that failed every attempt and were reported and skipped.
+    /// Processor attempts that failed (a batch retried five times counts five).
     pub fn failed_batches(&self) -> u64 {
-        self.0.failed_batches.load(Ordering::Relaxed)
+        self.0.failed_attempts.load(Ordering::Relaxed)
     }
 
-    /// Batches processed, failed ones included.
+    /// Batches handed to the dead-letter sink and skipped.
+    pub fn dead_lettered(&self) -> u64 {
+        self.0.dead_lettered.load(Ordering::Relaxed)
+    }
+
+    /// Checkpoint writes that succeeded (SHARD_END not included).
+    pub fn checkpoint_writes(&self) -> u64 {
+        self.0.checkpoint_writes.load(Ordering::Relaxed)
+    }
+
+    /// Reads that hit records trimmed past retention (each restarts at TRIM_HORIZON; the trimmed
+    /// records are lost), plus lease rows of unfinished shards pruned after retention.
+    pub fn trimmed(&self) -> u64 {
+        self.0.trimmed.load(Ordering::Relaxed)
+    }
+
+    /// Shards that vanished (not found) before their end; their leases were marked DELETED.
+    pub fn gone_shards(&self) -> u64 {
+        self.0.gone.load(Ordering::Relaxed)
+    }
+
+    /// Batches processed, dead-lettered ones included.
     pub fn batches(&self) -> u64 {
         self.0.batches.load(Ordering::Relaxed)
     }
@@ -165,6 +255,15 @@ impl WorkerStats {
             .held
             .lock()
             .map(|h| h.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// The shards whose current batch failed `max_attempts` times and is still being retried.
+    pub fn stalled_shards(&self) -> Vec<String> {
+        self.0
+            .stalled
+            .lock()
+            .map(|s| s.keys().cloned().collect())
             .unwrap_or_default()
     }
 
@@ -197,6 +296,36 @@ impl WorkerStats {
             }
         }
     }
+
+    fn set_stalled(&self, shard: &str, range: Option<(String, String)>) {
+        if let Ok(mut s) = self.0.stalled.lock() {
+            match range {
+                Some(r) => {
+                    s.insert(shard.to_owned(), r);
+                }
+                None => {
+                    s.remove(shard);
+                }
+            }
+        }
+    }
+
+    /// The consumer-health metrics ([`super::metrics::SHARDS_STALLED`], and the
+    /// dead-lettered batches and trimmed reads since `since`) into `emf`; returns the counts to
+    /// pass as `since` next time.
+    pub fn health_metrics(&self, emf: &mut Emf, since: (u64, u64)) -> (u64, u64) {
+        let now = (self.dead_lettered(), self.trimmed());
+        emf.count(
+            super::metrics::SHARDS_STALLED,
+            self.stalled_shards().len() as u64,
+        )
+        .count(
+            super::metrics::BATCHES_DEAD_LETTERED,
+            now.0.saturating_sub(since.0),
+        )
+        .count(super::metrics::TRIMMED_READS, now.1.saturating_sub(since.1));
+        now
+    }
 }
 
 /// What one main-loop round did to this worker's leases, handed to [`Worker::on_round`].
@@ -216,7 +345,7 @@ pub struct RoundReport {
     /// Leases stolen from a live holder this round to even out the assignment.
     pub stolen: usize,
     /// Leases this worker found moved to another worker (stolen, or taken after its own lease
-    /// expired) and stopped reading.
+    /// expired) and stopped reading, in the round or by a refused renewal since the last round.
     pub lost: usize,
 }
 
@@ -238,19 +367,70 @@ impl RoundReport {
 /// The callback [`Worker::on_round`] installs.
 type RoundHook = Box<dyn FnMut(&RoundReport) + Send + Sync>;
 
+/// A lease this worker holds, shared by its shard task, the renewer and the main loop.
+#[derive(Debug)]
+struct HeldLease {
+    /// The row as this worker last wrote it (the shard task keeps the checkpoint in step).
+    lease: Mutex<Lease>,
+    /// Monotonic ms (since the worker's start) until which the lease is valid here.
+    valid_until: AtomicU64,
+    /// Set when a write was refused or the plan found the row moved: stop now.
+    lost: AtomicBool,
+    /// Wakes the shard task when `lost` is set.
+    notify: Notify,
+}
+
+impl HeldLease {
+    fn snapshot(&self) -> Option<Lease> {
+        self.lease.lock().ok().map(|l| l.clone())
+    }
+
+    fn counter(&self) -> u64 {
+        self.lease.lock().map(|l| l.counter).unwrap_or(0)
+    }
+
+    fn mark_lost(&self) {
+        self.lost.store(true, Ordering::SeqCst);
+        self.notify.notify_one();
+        self.notify.notify_waiters();
+    }
+
+    fn set_checkpoint(&self, lease: &Lease) {
+        if let Ok(mut l) = self.lease.lock() {
+            l.checkpoint = lease.checkpoint.clone();
+            l.state = lease.state;
+        }
+    }
+}
+
 struct Shared<S, P> {
+    source: S,
+    leases: LeaseTable,
+    processor: P,
+    dead_letter: Option<Arc<dyn DeadLetter>>,
+    config: WorkerConfig,
+    max_records: i32,
+    stats: WorkerStats,
+    graph: Mutex<Arc<ShardGraph>>,
+    sync_wanted: AtomicBool,
+    held: Mutex<BTreeMap<String, Arc<HeldLease>>>,
+    /// The worker's monotonic clock starts here.
+    base: Instant,
+    fatal: Mutex<Option<StreamError>>,
+    fatal_notify: Notify,
+    lost_since_round: AtomicUsize,
+    /// Lease rows whose shard was unlisted (with no listed parent) at the last round.
+    unlisted: Mutex<BTreeSet<String>>,
+}
+
+/// A consumer of one application: reads the shards it leases, in lineage order.
+pub struct Worker<S, P> {
     source: S,
     leases: LeaseTable,
     processor: P,
     config: WorkerConfig,
     stats: WorkerStats,
-    graph: Mutex<ShardGraph>,
-    sync_wanted: AtomicBool,
-}
-
-/// A consumer of one application: reads the shards it leases, in lineage order.
-pub struct Worker<S, P> {
-    shared: Arc<Shared<S, P>>,
+    dead_letter: Option<Arc<dyn DeadLetter>>,
     on_round: Option<RoundHook>,
 }
 
@@ -258,68 +438,86 @@ pub struct Worker<S, P> {
 enum ShardExit {
     /// Read to SHARD_END; children's leases created.
     Finished,
-    /// The lease moved to another worker (or a fenced write was refused).
+    /// The lease moved to another worker, lapsed, or a fenced write was refused.
     Lost,
     /// Shutdown: the lease was released.
     Stopped,
     /// The shard no longer exists.
     Gone,
+    /// The processor cannot deliver: the worker stops.
+    Aborted,
 }
 
-struct Held {
-    lease: Lease,
-    abort: AbortHandle,
+/// What the fetcher hands the shard task.
+enum Fetched {
+    Batch(RecordBatch),
+    Gone,
 }
 
-fn sleep_or_stop(d: Duration, stop: &mut watch::Receiver<bool>) -> impl Future<Output = bool> {
-    let mut stop = stop.clone();
-    async move {
-        if *stop.borrow() {
-            return true;
-        }
-        tokio::select! {
-            () = tokio::time::sleep(d) => false,
-            r = stop.changed() => r.is_err() || *stop.borrow(),
-        }
+/// Completes once `stop` is true (or its sender is gone).
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+/// Sleeps `d`; true if `stop` became true first.
+async fn sleep_or_stop(d: Duration, stop: &mut watch::Receiver<bool>) -> bool {
+    if *stop.borrow() {
+        return true;
+    }
+    tokio::select! {
+        () = tokio::time::sleep(d) => false,
+        () = stopped(stop) => true,
     }
 }
 
 impl<S: ShardSource, P: RecordProcessor> Worker<S, P> {
-    /// A worker reading `source` for the application of `leases`, feeding `processor`.
+    /// A worker reading `source` for the application of `leases`, feeding `processor`. The
+    /// source's and the lease table's SDK clients get [`Timeouts::for_lease`] of the lease.
     pub fn new(source: S, leases: LeaseTable, processor: P, config: WorkerConfig) -> Self {
+        let timeouts = config
+            .timeouts
+            .unwrap_or_else(|| Timeouts::for_lease(config.lease_duration));
         Self {
-            shared: Arc::new(Shared {
-                source,
-                leases,
-                processor,
-                config,
-                stats: WorkerStats::default(),
-                graph: Mutex::new(ShardGraph::default()),
-                sync_wanted: AtomicBool::new(true),
-            }),
+            source: source.with_timeouts(timeouts),
+            leases: leases.with_timeouts(timeouts),
+            processor,
+            config,
+            stats: WorkerStats::default(),
+            dead_letter: None,
             on_round: None,
         }
     }
 
+    /// Makes skipping opt-in: a batch that failed `max_attempts` times goes to `sink`, and the
+    /// checkpoint moves past it only once the sink took it ([`super::SqsDeadLetter`]).
+    pub fn dead_letter(mut self, sink: impl DeadLetter) -> Self {
+        self.dead_letter = Some(Arc::new(sink));
+        self
+    }
+
     /// The worker's live counters.
     pub fn stats(&self) -> WorkerStats {
-        self.shared.stats.clone()
+        self.stats.clone()
     }
 
     /// Calls `hook` with the [`RoundReport`] of every main-loop round, on the main loop (keep it
-    /// quick: renewals wait for it). Replaces any hook set before.
+    /// quick). Replaces any hook set before.
     pub fn on_round(mut self, hook: impl FnMut(&RoundReport) + Send + Sync + 'static) -> Self {
         self.on_round = Some(Box::new(hook));
         self
     }
 
-    /// Writes every round's lease metrics to `out` as one EMF line ([`RoundReport::metrics`],
-    /// dimension `Function` = [`super::metrics::CONSUMER`]): what a dashboard's leases widget
-    /// plots once the lines reach CloudWatch Logs. A write failure is logged, never fatal.
+    /// Writes every round's lease metrics ([`RoundReport::metrics`]) and the consumer's health
+    /// ([`WorkerStats::health_metrics`]: `ShardsStalled`, alarm on it above 0 for a few minutes)
+    /// to `out` as one EMF line, dimension `Function` = [`super::metrics::CONSUMER`]. A write
+    /// failure is logged, never fatal.
     pub fn emit_emf(self, mut out: impl Write + Send + Sync + 'static) -> Self {
+        let stats = self.stats.clone();
+        let mut since = (0, 0);
         self.on_round(move |report| {
             let mut emf = Emf::new(super::metrics::CONSUMER);
             report.metrics(&mut emf);
+            since = stats.health_metrics(&mut emf, since);
             if let Err(e) = emf.write_to(&mut out, now_ms()) {
                 tracing::warn!(error = %e, "EMF lease metrics lost");
             }
@@ -329,14 +527,48 @@ impl<S: ShardSource, P: RecordProcessor> Worker<S, P> {
     /// Runs until `shutdown` completes, then stops every shard after its current batch,
     /// checkpoints and releases its leases. Dropping the future instead stops at once without
     /// releasing (a crash, as far as the other workers can tell: they take over after expiry).
+    ///
+    /// Fails at start if the stream cannot be described or the lease table holds rows of
+    /// another stream ([`StreamError::ForeignLease`], [`StreamError::UnnamedLease`]), and when
+    /// the processor aborts ([`StreamError::Abort`]).
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), StreamError> {
-        let shared = self.shared;
+        let identity = self.source.identity().await?;
+        let max_records = self
+            .config
+            .max_records
+            .unwrap_or_else(|| self.source.max_records())
+            .max(1);
+        let shared = Arc::new(Shared {
+            max_records,
+            leases: self.leases.for_stream(identity),
+            source: self.source,
+            processor: self.processor,
+            dead_letter: self.dead_letter,
+            config: self.config,
+            stats: self.stats,
+            graph: Mutex::new(Arc::new(ShardGraph::default())),
+            sync_wanted: AtomicBool::new(true),
+            held: Mutex::new(BTreeMap::new()),
+            base: Instant::now(),
+            fatal: Mutex::new(None),
+            fatal_notify: Notify::new(),
+            lost_since_round: AtomicUsize::new(0),
+            unlisted: Mutex::new(BTreeSet::new()),
+        });
+        // Refuse another stream's rows before touching anything.
+        if let Err(e) = shared.leases.scan().await
+            && is_fatal(&e)
+        {
+            return Err(e);
+        }
         let mut on_round = self.on_round;
         let me = shared.config.worker_id.clone();
         let mut tasks: JoinSet<(String, ShardExit)> = JoinSet::new();
-        let mut held: BTreeMap<String, Held> = BTreeMap::new();
         let (stop_tx, stop_rx) = watch::channel(false);
+        let (renew_stop_tx, renew_stop_rx) = watch::channel(false);
+        let renewer = tokio::spawn(Arc::clone(&shared).renew_loop(renew_stop_rx));
         let mut next_sync = tokio::time::Instant::now();
+        let mut failure: Option<StreamError> = None;
         tokio::pin!(shutdown);
         loop {
             let now = tokio::time::Instant::now();
@@ -350,38 +582,47 @@ impl<S: ShardSource, P: RecordProcessor> Worker<S, P> {
                 }
             }
             let mut report = RoundReport::default();
-            if let Err(e) = shared
-                .round(&mut held, &mut tasks, &stop_rx, &mut report)
-                .await
-            {
-                tracing::warn!(worker = %me, error = %e, "lease round failed; retrying");
+            match shared.round(&mut tasks, &stop_rx, &mut report).await {
+                Err(e) if is_fatal(&e) => {
+                    tracing::error!(worker = %me, error = %e, "lease table refused; stopping");
+                    failure = Some(e);
+                    break;
+                }
+                Err(e) => tracing::warn!(worker = %me, error = %e, "lease round failed; retrying"),
+                Ok(()) => {}
             }
-            report.held = held.len();
+            report.lost += shared.lost_since_round.swap(0, Ordering::Relaxed);
+            report.held = shared.held_count();
             if let Some(hook) = on_round.as_mut() {
                 hook(&report);
             }
             shared.stats.0.rounds.fetch_add(1, Ordering::Relaxed);
             tokio::select! {
                 () = &mut shutdown => break,
+                () = shared.fatal_notify.notified() => break,
                 Some(joined) = tasks.join_next() => {
                     if let Ok((shard, exit)) = joined {
-                        held.remove(&shard);
-                        if exit == ShardExit::Finished {
+                        shared.forget(&shard);
+                        if exit == ShardExit::Finished || exit == ShardExit::Gone {
                             shared.sync_wanted.store(true, Ordering::Relaxed);
                         }
                     }
                 }
                 () = tokio::time::sleep(shared.config.renew_interval) => {}
             }
+            if shared.take_fatal_peek() {
+                break;
+            }
         }
-        // Graceful shutdown: shard tasks finish their batch, checkpoint and release.
+        // Graceful shutdown: shard tasks finish their batch, checkpoint and release; renewals go
+        // on meanwhile.
         let _ = stop_tx.send(true);
         let deadline = tokio::time::sleep(shared.config.lease_duration);
         tokio::pin!(deadline);
         loop {
             tokio::select! {
                 joined = tasks.join_next() => match joined {
-                    Some(Ok((shard, _))) => { held.remove(&shard); }
+                    Some(Ok((shard, _))) => shared.forget(&shard),
                     Some(Err(_)) => {}
                     None => break,
                 },
@@ -389,13 +630,36 @@ impl<S: ShardSource, P: RecordProcessor> Worker<S, P> {
             }
         }
         tasks.abort_all();
-        for (shard, h) in held {
-            if let Err(e) = shared.leases.release(&h.lease).await {
+        let _ = renew_stop_tx.send(true);
+        let _ = renewer.await;
+        let left: Vec<(String, Arc<HeldLease>)> = shared
+            .held
+            .lock()
+            .map(|h| h.iter().map(|(k, v)| (k.clone(), Arc::clone(v))).collect())
+            .unwrap_or_default();
+        for (shard, h) in left {
+            // The copy's checkpoint may be behind the stored one; a release writes none.
+            if let Some(lease) = h.snapshot()
+                && let Err(e) = shared.leases.release(&lease).await
+            {
                 tracing::warn!(worker = %me, shard = %shard, error = %e, "release at shutdown failed");
             }
+            shared.forget(&shard);
         }
-        Ok(())
+        let fatal = shared.fatal.lock().ok().and_then(|mut f| f.take());
+        match failure.or(fatal) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
+}
+
+/// Errors that stop the worker instead of being retried.
+fn is_fatal(e: &StreamError) -> bool {
+    matches!(
+        e,
+        StreamError::ForeignLease { .. } | StreamError::UnnamedLease { .. } | StreamError::Abort(_)
+    )
 }
 
 impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
@@ -407,37 +671,164 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
         u64::try_from(self.config.lease_duration.as_millis()).unwrap_or(u64::MAX)
     }
 
-    /// Lists every shard and merges the listing into the graph.
-    async fn sync_shards(&self) -> Result<(), StreamError> {
-        let listed = self.source.list_shards().await?;
-        self.merge_shards(listed)
+    /// Monotonic ms since the worker started.
+    fn mono_ms(&self) -> u64 {
+        u64::try_from(self.base.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
-    fn merge_shards(&self, shards: Vec<ShardInfo>) -> Result<(), StreamError> {
-        let mut graph = self
-            .graph
-            .lock()
-            .map_err(|_| StreamError::Processor("shard graph lock poisoned".into()))?;
-        graph.merge(shards)?;
+    /// How long after a renewal's send time this worker still trusts the lease: nine tenths of
+    /// the lease duration, so it stops before another worker (whose clock may run a little
+    /// ahead) can take the lease over.
+    fn trusted_ms(&self) -> u64 {
+        let d = self.duration_ms();
+        d - d / 10
+    }
+
+    fn is_valid(&self, held: &HeldLease) -> bool {
+        !held.lost.load(Ordering::SeqCst)
+            && self.mono_ms() < held.valid_until.load(Ordering::SeqCst)
+    }
+
+    /// Completes when the lease is lost or past its validity (renewals may push it out while
+    /// this waits).
+    async fn lease_lapsed(&self, held: &HeldLease) {
+        loop {
+            if !self.is_valid(held) {
+                return;
+            }
+            let left = held
+                .valid_until
+                .load(Ordering::SeqCst)
+                .saturating_sub(self.mono_ms());
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_millis(left.max(1))) => {}
+                () = held.notify.notified() => {}
+            }
+        }
+    }
+
+    fn held_count(&self) -> usize {
+        self.held.lock().map(|h| h.len()).unwrap_or(0)
+    }
+
+    fn forget(&self, shard: &str) {
+        if let Ok(mut h) = self.held.lock() {
+            h.remove(shard);
+        }
+        self.stats.set_held(shard, None);
+        self.stats.set_stalled(shard, None);
+    }
+
+    fn take_fatal_peek(&self) -> bool {
+        self.fatal.lock().map(|f| f.is_some()).unwrap_or(false)
+    }
+
+    fn set_fatal(&self, e: StreamError) {
+        if let Ok(mut f) = self.fatal.lock()
+            && f.is_none()
+        {
+            *f = Some(e);
+        }
+        self.fatal_notify.notify_one();
+    }
+
+    /// Renews every held lease in parallel, every third of the lease duration, until stopped.
+    async fn renew_loop(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
+        let period = self.config.lease_duration / 3;
+        loop {
+            if sleep_or_stop(period, &mut stop).await {
+                return;
+            }
+            let held: Vec<Arc<HeldLease>> = self
+                .held
+                .lock()
+                .map(|h| h.values().cloned().collect())
+                .unwrap_or_default();
+            futures::future::join_all(held.iter().map(|h| self.renew_one(h))).await;
+        }
+    }
+
+    async fn renew_one(&self, held: &HeldLease) {
+        if held.lost.load(Ordering::SeqCst) {
+            return;
+        }
+        let Some(lease) = held.snapshot() else { return };
+        if !lease.state.is_workable() {
+            return; // at SHARD_END: the task is creating the children's leases
+        }
+        let sent = self.mono_ms();
+        match self.leases.renew(&lease, self.duration_ms()).await {
+            Ok(renewed) => {
+                held.valid_until
+                    .fetch_max(sent.saturating_add(self.trusted_ms()), Ordering::SeqCst);
+                if let Ok(mut l) = held.lease.lock() {
+                    l.expires_at_ms = renewed.expires_at_ms;
+                }
+            }
+            Err(e) if e.is_lease_lost() => {
+                tracing::info!(worker = %self.me(), shard = %lease.shard_id,
+                    "renewal refused: lease lost; stopping the shard");
+                held.mark_lost();
+                self.lost_since_round.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => {
+                tracing::warn!(worker = %self.me(), shard = %lease.shard_id, error = %e,
+                    "renew failed; the shard stops if its lease lapses")
+            }
+        }
+    }
+
+    /// Lists every shard and makes the listing the graph: shards no longer listed (trimmed past
+    /// retention) drop out, except children announced by `ChildShards` whose parent is listed
+    /// (the listing may not show them yet).
+    async fn sync_shards(&self) -> Result<(), StreamError> {
+        let listed = self.source.list_shards().await?;
+        let ids: BTreeSet<String> = listed.iter().map(|s| s.shard_id.clone()).collect();
+        let old = self.graph();
+        let mut all = listed;
+        for info in old.shards() {
+            if !ids.contains(&info.shard_id) && info.parents().any(|p| ids.contains(p)) {
+                all.push(info.clone());
+            }
+        }
+        let fresh = ShardGraph::new(all)?;
+        for info in old.shards() {
+            if !fresh.contains(&info.shard_id) {
+                tracing::info!(shard = %info.shard_id,
+                    "shard no longer listed (trimmed past retention): dropped from the graph");
+            }
+        }
+        self.set_graph(fresh);
         Ok(())
     }
 
-    fn graph(&self) -> ShardGraph {
-        self.graph.lock().map(|g| g.clone()).unwrap_or_default()
+    fn set_graph(&self, graph: ShardGraph) {
+        if let Ok(mut g) = self.graph.lock() {
+            *g = Arc::new(graph);
+        }
+    }
+
+    fn merge_shards(&self, shards: Vec<ShardInfo>) -> Result<(), StreamError> {
+        let mut graph = (*self.graph()).clone();
+        graph.merge(shards)?;
+        self.set_graph(graph);
+        Ok(())
+    }
+
+    fn graph(&self) -> Arc<ShardGraph> {
+        self.graph
+            .lock()
+            .map(|g| Arc::clone(&g))
+            .unwrap_or_default()
     }
 
     /// Plans this round from one read of the lease table ([`plan_round`]).
-    fn plan(
-        &self,
-        graph: &ShardGraph,
-        scan: &LeaseScan,
-        held: &BTreeMap<String, Held>,
-        now: u64,
-    ) -> RoundPlan {
-        let held: BTreeMap<String, u64> = held
-            .iter()
-            .map(|(shard, h)| (shard.clone(), h.lease.counter))
-            .collect();
+    fn plan(&self, graph: &ShardGraph, scan: &LeaseScan, now: u64) -> RoundPlan {
+        let held: BTreeMap<String, u64> = self
+            .held
+            .lock()
+            .map(|h| h.iter().map(|(s, l)| (s.clone(), l.counter())).collect())
+            .unwrap_or_default();
         plan_round(&RoundInput {
             worker_id: self.me(),
             now_ms: now,
@@ -446,40 +837,98 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
             malformed: &scan.malformed_rows(),
             held: &held,
             max_steals_per_round: self.config.max_steals_per_round,
+            initial: self.config.initial_position,
         })
     }
 
     /// Writes the plan's repairs (missing rows created, malformed ones replaced, each
-    /// conditionally); true if any row was written.
+    /// conditionally, 16 at a time); true if any row was written.
     async fn repair(&self, plan: &RoundPlan, scan: &LeaseScan) -> Result<bool, StreamError> {
         for shard in &plan.malformed_unlisted {
             let reason = scan.malformed_row(shard).map_or("", |m| m.reason.as_str());
             tracing::warn!(shard = %shard, reason = %reason,
                 "malformed lease row for a shard the stream does not list; left alone");
         }
+        let writes: Vec<_> = plan
+            .repair
+            .iter()
+            .map(|repair| Box::pin(self.repair_one(repair, scan)))
+            .collect();
+        let results: Vec<Result<bool, StreamError>> = futures::stream::iter(writes)
+            .buffer_unordered(16)
+            .collect()
+            .await;
         let mut changed = false;
-        for repair in &plan.repair {
-            changed |= match repair {
-                Repair::Create(lease) => self.leases.create(lease).await?,
-                Repair::Replace(lease) => {
-                    let Some(bad) = scan.malformed_row(&lease.shard_id) else {
-                        continue;
-                    };
-                    tracing::warn!(shard = %bad.shard_id, reason = %bad.reason,
-                        "malformed lease row; recreating it from the shard graph");
-                    self.leases.recreate(bad, lease).await?
-                }
-            };
+        for r in results {
+            changed |= r?;
         }
         Ok(changed)
     }
 
-    /// One main-loop round: read the lease table, plan the round, execute the plan (repair, and
-    /// if a row was written read and plan again; stop lost shards, renew, take, steal); counts
-    /// what it lost and acquired in `report`.
+    async fn repair_one(&self, repair: &Repair, scan: &LeaseScan) -> Result<bool, StreamError> {
+        match repair {
+            Repair::Create(lease) => self.leases.create(lease).await,
+            Repair::Replace(lease) => {
+                let Some(bad) = scan.malformed_row(&lease.shard_id) else {
+                    return Ok(false);
+                };
+                tracing::warn!(shard = %bad.shard_id, reason = %bad.reason,
+                    "malformed lease row; recreating it from the shard graph");
+                self.leases.recreate(bad, lease).await
+            }
+        }
+    }
+
+    /// Deletes the rows of shards the listing dropped (past retention) whose parents are gone
+    /// too, once two rounds in a row found them so: per-round work stays proportional to the
+    /// live shards. A pruned row that was not finished is reported: its unread records are lost.
+    async fn prune(&self, graph: &ShardGraph, scan: &LeaseScan) {
+        if graph.is_empty() {
+            return;
+        }
+        let now: BTreeSet<String> = scan
+            .leases
+            .iter()
+            .filter(|l| !graph.contains(&l.shard_id))
+            .filter(|l| !l.parents.iter().any(|p| graph.contains(p)))
+            .map(|l| l.shard_id.clone())
+            .collect();
+        let before = match self.unlisted.lock() {
+            Ok(mut u) => std::mem::replace(&mut *u, now.clone()),
+            Err(_) => return,
+        };
+        for lease in scan.leases.iter().filter(|l| now.contains(&l.shard_id)) {
+            if !before.contains(&lease.shard_id) {
+                continue;
+            }
+            match self.leases.delete_row(lease).await {
+                Ok(true) => {
+                    if lease.checkpoint.is_finished() || lease.state == LeaseState::Deleted {
+                        tracing::info!(shard = %lease.shard_id, "lease row of a trimmed shard deleted");
+                    } else {
+                        tracing::error!(shard = %lease.shard_id,
+                            checkpoint = %lease.checkpoint.to_checkpoint(),
+                            "shard trimmed past retention before it was read to its end: its \
+                             unread records are lost; lease row deleted");
+                        self.stats.0.trimmed.fetch_add(1, Ordering::Relaxed);
+                    }
+                    if let Ok(h) = self.held.lock()
+                        && let Some(held) = h.get(&lease.shard_id)
+                    {
+                        held.mark_lost();
+                    }
+                }
+                Ok(false) => {}
+                Err(e) => tracing::warn!(shard = %lease.shard_id, error = %e,
+                    "deleting a trimmed shard's lease row failed"),
+            }
+        }
+    }
+
+    /// One main-loop round: read the lease table, plan, execute the plan (repair, and if a row
+    /// was written read and plan again; stop lost shards; take and steal in parallel).
     async fn round(
         self: &Arc<Self>,
-        held: &mut BTreeMap<String, Held>,
         tasks: &mut JoinSet<(String, ShardExit)>,
         stop: &watch::Receiver<bool>,
         report: &mut RoundReport,
@@ -487,59 +936,104 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
         let me = self.me().to_owned();
         let graph = self.graph();
         let mut scan = self.leases.scan().await?;
+        self.prune(&graph, &scan).await;
         let mut now = now_ms();
-        let mut plan = self.plan(&graph, &scan, held, now);
+        let mut plan = self.plan(&graph, &scan, now);
         if self.repair(&plan, &scan).await? {
             scan = self.leases.scan().await?;
             now = now_ms();
-            plan = self.plan(&graph, &scan, held, now);
+            plan = self.plan(&graph, &scan, now);
         }
         self.stats
             .0
             .free_eligible
             .store(plan.free_left, Ordering::Relaxed);
-        // Renew what we hold; stop shards whose lease moved.
-        let mut lost = plan.stop_lost.clone();
-        for shard in &plan.renew {
-            let Some(h) = held.get_mut(shard) else {
-                continue;
-            };
-            match self.leases.renew(&h.lease, self.duration_ms()).await {
-                Ok(renewed) => h.lease.expires_at_ms = renewed.expires_at_ms,
-                Err(e) if e.is_lease_lost() => lost.push(shard.clone()),
-                Err(e) => tracing::warn!(worker = %me, shard = %shard, error = %e, "renew failed"),
-            }
-        }
-        for shard in lost {
-            if let Some(h) = held.remove(&shard) {
-                tracing::info!(worker = %me, shard = %shard, "lease lost; stopping the shard");
-                h.abort.abort();
-                self.stats.set_held(&shard, None);
+        for shard in &plan.stop_lost {
+            let held = self.held.lock().ok().and_then(|h| h.get(shard).cloned());
+            if let Some(h) = held
+                && !h.lost.swap(true, Ordering::SeqCst)
+            {
+                tracing::info!(worker = %me, shard = %shard, "lease moved; stopping the shard");
+                h.mark_lost();
                 report.lost += 1;
             }
         }
-        // Take, then steal, per the plan.
-        let takes = plan.take.iter().map(|a| (a, false));
-        let steals = plan.steal.iter().map(|a| (a, true));
-        for (acquire, steal) in takes.chain(steals) {
-            if let Some(lease) = self.acquire(acquire, steal).await? {
-                report.acquired(&acquire.lease, steal, now);
-                let shard = lease.shard_id.clone();
-                self.stats.set_held(&shard, Some(false));
-                let this = Arc::clone(self);
-                let abort = tasks.spawn(this.run_shard(lease.clone(), stop.clone()));
-                held.insert(shard, Held { lease, abort });
+        // Take, then steal, all in parallel; one read-back for the lot if asked.
+        let held_now: BTreeSet<String> = self
+            .held
+            .lock()
+            .map(|h| h.keys().cloned().collect())
+            .unwrap_or_default();
+        let moves: Vec<(&Acquire, bool)> = plan
+            .take
+            .iter()
+            .map(|a| (a, false))
+            .chain(plan.steal.iter().map(|a| (a, true)))
+            .filter(|(a, _)| !held_now.contains(&a.lease.shard_id))
+            .collect();
+        let results = futures::future::join_all(
+            moves
+                .iter()
+                .map(|(acquire, steal)| self.acquire(acquire, *steal)),
+        )
+        .await;
+        let mut won: Vec<(Lease, u64, &Acquire, bool)> = Vec::new();
+        for ((acquire, steal), result) in moves.iter().zip(results) {
+            if let Some((lease, sent)) = result? {
+                won.push((lease, sent, acquire, *steal));
             }
+        }
+        if self.config.verify_takes && !won.is_empty() {
+            let ids: Vec<String> = won.iter().map(|w| w.0.shard_id.clone()).collect();
+            let rows: BTreeMap<String, Lease> = self
+                .leases
+                .get_many(&ids)
+                .await?
+                .into_iter()
+                .map(|l| (l.shard_id.clone(), l))
+                .collect();
+            won.retain(|(lease, ..)| {
+                let ok = rows.get(&lease.shard_id).is_some_and(|row| {
+                    row.owner.as_deref() == Some(me.as_str()) && row.counter == lease.counter
+                });
+                if !ok {
+                    tracing::debug!(worker = %me, shard = %lease.shard_id,
+                        "take not confirmed on read-back");
+                }
+                ok
+            });
+        }
+        for (lease, sent, acquire, steal) in won {
+            report.acquired(&acquire.lease, steal, now);
+            let shard = lease.shard_id.clone();
+            tracing::info!(worker = %me, shard = %shard, counter = lease.counter, steal,
+                "lease acquired");
+            let held = Arc::new(HeldLease {
+                lease: Mutex::new(lease),
+                valid_until: AtomicU64::new(sent.saturating_add(self.trusted_ms())),
+                lost: AtomicBool::new(false),
+                notify: Notify::new(),
+            });
+            if let Ok(mut h) = self.held.lock() {
+                h.insert(shard.clone(), Arc::clone(&held));
+            }
+            self.stats.set_held(&shard, Some(false));
+            let this = Arc::clone(self);
+            tasks.spawn(this.run_shard(held, stop.clone()));
         }
         Ok(())
     }
 
-    /// Executes one planned take or steal: the conditional write, then, with
-    /// [`WorkerConfig::verify_takes`], a read-back. `None` if another worker won the lease.
-    async fn acquire(&self, acquire: &Acquire, steal: bool) -> Result<Option<Lease>, StreamError> {
+    /// Executes one planned take or steal: the conditional write. `None` if another worker won
+    /// the lease; else the lease and the monotonic time the write was sent.
+    async fn acquire(
+        &self,
+        acquire: &Acquire,
+        steal: bool,
+    ) -> Result<Option<(Lease, u64)>, StreamError> {
         let me = self.me();
         let current = &acquire.lease;
-        let shard = &current.shard_id;
+        let sent = self.mono_ms();
         let result = if steal {
             self.leases
                 .steal(current, me, self.duration_ms(), acquire.floor)
@@ -549,83 +1043,98 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
                 .take(current, me, self.duration_ms(), acquire.floor)
                 .await
         };
-        let lease = match result {
-            Ok(lease) => lease,
+        match result {
+            Ok(lease) => Ok(Some((lease, sent))),
             Err(e) if e.is_lease_lost() || matches!(e, StreamError::Core(_)) => {
-                tracing::debug!(worker = %me, shard = %shard, error = %e, "lease not acquired");
-                return Ok(None);
+                tracing::debug!(worker = %me, shard = %current.shard_id, error = %e,
+                    "lease not acquired");
+                Ok(None)
             }
-            Err(e) => return Err(e),
-        };
-        if self.config.verify_takes && !self.confirmed(&lease).await {
-            tracing::debug!(worker = %me, shard = %shard, "take not confirmed on read-back");
-            return Ok(None);
+            Err(e) => Err(e),
         }
-        tracing::info!(worker = %me, shard = %shard, counter = lease.counter, steal,
-            "lease acquired");
-        Ok(Some(lease))
     }
 
-    /// Reads our write back: an emulator that does not serialise conditional writes (moto) can
-    /// let two takers both succeed; only one row survives.
-    async fn confirmed(&self, lease: &Lease) -> bool {
-        self.leases
-            .get(&lease.shard_id)
-            .await
-            .ok()
-            .flatten()
-            .is_some_and(|row| {
-                row.owner.as_deref() == Some(self.me()) && row.counter == lease.counter
-            })
-    }
-
-    /// Reads one shard while holding its lease; releases it on shutdown.
+    /// Reads one shard while holding its lease; on shutdown checkpoints and releases it, when
+    /// the shard is gone marks its lease DELETED so its children proceed.
     async fn run_shard(
         self: Arc<Self>,
-        lease: Lease,
+        held: Arc<HeldLease>,
         mut stop: watch::Receiver<bool>,
     ) -> (String, ShardExit) {
+        let Some(lease) = held.snapshot() else {
+            return (String::new(), ShardExit::Lost);
+        };
         let shard = lease.shard_id.clone();
-        let mut lease = lease;
-        let exit = self.read_shard(&mut lease, &mut stop).await;
-        if exit == ShardExit::Stopped
-            && let Err(e) = self.leases.release(&lease).await
-        {
-            tracing::warn!(worker = %self.me(), shard = %shard, error = %e, "release failed");
+        let exit = Arc::clone(&self).read_shard(&held, &mut stop).await;
+        match exit {
+            ShardExit::Stopped | ShardExit::Aborted => {
+                if let Some(lease) = held.snapshot()
+                    && let Err(e) = self.leases.release(&lease).await
+                {
+                    tracing::warn!(worker = %self.me(), shard = %shard, error = %e, "release failed");
+                }
+            }
+            ShardExit::Gone => self.mark_gone(&held).await,
+            ShardExit::Finished | ShardExit::Lost => {}
         }
         self.stats.set_held(&shard, None);
+        self.stats.set_stalled(&shard, None);
         (shard, exit)
     }
 
-    fn start_of(&self, lease: &Lease) -> StartAt {
+    /// The shard vanished before its end: report it loudly, mark its lease DELETED (terminal)
+    /// and drop it from the graph, so its children are read now rather than never.
+    async fn mark_gone(&self, held: &HeldLease) {
+        let Some(lease) = held.snapshot() else { return };
+        tracing::error!(worker = %self.me(), shard = %lease.shard_id,
+            checkpoint = %lease.checkpoint.to_checkpoint(),
+            "shard is gone (not found) before it was read to its end: records after the \
+             checkpoint are lost; its lease is marked DELETED and its children proceed");
+        self.stats.0.gone.fetch_add(1, Ordering::Relaxed);
+        if let Err(e) = self.leases.apply(&lease, &LeaseEvent::Trim).await {
+            tracing::warn!(shard = %lease.shard_id, error = %e, "marking a gone shard DELETED failed");
+        }
+        let mut graph = (*self.graph()).clone();
+        graph.remove(&lease.shard_id);
+        self.set_graph(graph);
+    }
+
+    fn start_of(lease: &Lease) -> StartAt {
         match &lease.checkpoint {
-            Progress::InProgress(seq) => StartAt::AfterSeq(seq.clone()),
-            // A child always starts at its first record; only roots honour the initial position.
-            _ if !lease.parents.is_empty() => StartAt::TrimHorizon,
-            _ => self.config.initial_position.clone(),
+            Progress::InProgress(p) if p.sub_seq.is_some() => StartAt::AtSeq(p.seq.clone()),
+            Progress::InProgress(p) => StartAt::AfterSeq(p.seq.clone()),
+            Progress::Latest => StartAt::Latest,
+            Progress::AtTimestamp(ms) => StartAt::AtTimestamp(*ms),
+            Progress::NotStarted | Progress::Finished => StartAt::TrimHorizon,
         }
     }
 
-    /// An iterator at `start`, retrying transient failures; `None` if the shard is gone or we
-    /// were told to stop.
+    /// An iterator at `start`, retrying transient failures. `Ok(None)` when told to stop or the
+    /// lease lapsed; `Err(())` when the shard is gone.
     async fn iterator(
         &self,
         shard: &str,
         start: &StartAt,
+        held: &HeldLease,
         stop: &mut watch::Receiver<bool>,
-    ) -> Option<String> {
+    ) -> Result<Option<String>, ()> {
         let mut pause = self.config.retry_backoff;
+        let mut start = start.clone();
         loop {
-            match self.source.get_iterator(shard, start).await {
-                Ok(it) => return Some(it),
-                Err(StreamError::NotFound { .. }) => return None,
-                Err(StreamError::Trimmed { .. }) if *start != StartAt::TrimHorizon => {
-                    return Box::pin(self.iterator(shard, &StartAt::TrimHorizon, stop)).await;
+            if *stop.borrow() || !self.is_valid(held) {
+                return Ok(None);
+            }
+            match self.source.get_iterator(shard, &start).await {
+                Ok(it) => return Ok(Some(it)),
+                Err(StreamError::NotFound { .. }) => return Err(()),
+                Err(StreamError::Trimmed { .. }) if start != StartAt::TrimHorizon => {
+                    self.trimmed(shard, &start);
+                    start = StartAt::TrimHorizon;
                 }
                 Err(e) => {
                     tracing::warn!(shard = %shard, error = %e, "GetShardIterator failed; backing off");
                     if sleep_or_stop(pause, stop).await {
-                        return None;
+                        return Ok(None);
                     }
                     pause = (pause * 2).min(self.config.max_backoff);
                 }
@@ -633,125 +1142,274 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
         }
     }
 
-    async fn read_shard(&self, lease: &mut Lease, stop: &mut watch::Receiver<bool>) -> ShardExit {
-        let shard = lease.shard_id.clone();
-        let start = self.start_of(lease);
-        let Some(mut iterator) = self.iterator(&shard, &start, stop).await else {
-            return if *stop.borrow() {
-                ShardExit::Stopped
-            } else {
-                ShardExit::Gone
-            };
-        };
-        let mut done: Option<Seq> = match &lease.checkpoint {
-            Progress::InProgress(seq) => Some(seq.clone()),
-            _ => None,
-        };
-        let mut pause = self.config.retry_backoff;
-        loop {
-            if *stop.borrow() {
-                return ShardExit::Stopped;
+    fn trimmed(&self, shard: &str, from: &StartAt) {
+        tracing::warn!(shard = %shard, from = ?from,
+            "records past the checkpoint were trimmed past retention before they were read: \
+             they are lost; reading resumes at TRIM_HORIZON");
+        self.stats.0.trimmed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Keeps up to `prefetch_batches` GetRecords answers queued for the shard task, in order.
+    async fn fetch(
+        self: Arc<Self>,
+        shard: String,
+        start: StartAt,
+        held: Arc<HeldLease>,
+        tx: mpsc::Sender<Fetched>,
+        mut stop: watch::Receiver<bool>,
+    ) {
+        let mut iterator = match self.iterator(&shard, &start, &held, &mut stop).await {
+            Ok(Some(it)) => it,
+            Ok(None) => return,
+            Err(()) => {
+                let _ = tx.send(Fetched::Gone).await;
+                return;
             }
-            let batch = match self
-                .source
-                .get_records(&iterator, self.config.max_records)
-                .await
-            {
-                Ok(batch) => batch,
-                Err(StreamError::ExpiredIterator { .. } | StreamError::Trimmed { .. }) => {
-                    // Re-get the iterator just after the last processed record.
-                    let again = done
-                        .clone()
-                        .map_or_else(|| start.clone(), StartAt::AfterSeq);
-                    match self.iterator(&shard, &again, stop).await {
-                        Some(it) => iterator = it,
-                        None if *stop.borrow() => return ShardExit::Stopped,
-                        None => return ShardExit::Gone,
+        };
+        let mut last: Option<StartAt> = None;
+        let mut pause = self.config.retry_backoff;
+        let mut last_call: Option<tokio::time::Instant> = None;
+        let idle = self.config.idle_poll.max(MIN_GET_RECORDS_INTERVAL);
+        loop {
+            if *stop.borrow() || !self.is_valid(&held) {
+                return;
+            }
+            if let Some(at) = last_call {
+                tokio::time::sleep_until(at + MIN_GET_RECORDS_INTERVAL).await;
+            }
+            last_call = Some(tokio::time::Instant::now());
+            match self.source.get_records(&iterator, self.max_records).await {
+                Ok(batch) => {
+                    pause = self.config.retry_backoff;
+                    let caught_up = batch.records.is_empty() || batch.millis_behind == Some(0);
+                    if let Some(r) = batch.records.last() {
+                        last = Some(StartAt::AfterSeq(r.seq.clone()));
                     }
-                    continue;
+                    let next = batch.next_iterator.clone();
+                    self.stats.set_held(&shard, Some(caught_up));
+                    if tx.send(Fetched::Batch(batch)).await.is_err() {
+                        return;
+                    }
+                    match next {
+                        None => return, // SHARD_END, sent last
+                        Some(n) => iterator = n,
+                    }
+                    if caught_up && sleep_or_stop(idle, &mut stop).await {
+                        return;
+                    }
                 }
-                Err(StreamError::NotFound { .. }) => return ShardExit::Gone,
+                Err(e @ (StreamError::ExpiredIterator(_) | StreamError::Trimmed(_))) => {
+                    let again = last.clone().unwrap_or_else(|| start.clone());
+                    if matches!(e, StreamError::Trimmed(_)) {
+                        self.trimmed(&shard, &again);
+                    }
+                    let again = if matches!(e, StreamError::Trimmed(_)) {
+                        StartAt::TrimHorizon
+                    } else {
+                        again
+                    };
+                    match self.iterator(&shard, &again, &held, &mut stop).await {
+                        Ok(Some(it)) => iterator = it,
+                        Ok(None) => return,
+                        Err(()) => {
+                            let _ = tx.send(Fetched::Gone).await;
+                            return;
+                        }
+                    }
+                }
+                Err(StreamError::NotFound { .. }) => {
+                    let _ = tx.send(Fetched::Gone).await;
+                    return;
+                }
                 Err(e) => {
-                    tracing::debug!(shard = %shard, error = %e, "GetRecords failed; backing off");
-                    if sleep_or_stop(pause, stop).await {
-                        return ShardExit::Stopped;
+                    if matches!(e, StreamError::Aggregate { .. }) {
+                        tracing::error!(shard = %shard, error = %e,
+                            "undecodable KPL aggregate: the shard waits, nothing is skipped");
+                    } else {
+                        tracing::debug!(shard = %shard, error = %e, "GetRecords failed; backing off");
+                    }
+                    if sleep_or_stop(pause, &mut stop).await {
+                        return;
                     }
                     pause = (pause * 2).min(self.config.max_backoff);
+                }
+            }
+        }
+    }
+
+    async fn read_shard(
+        self: Arc<Self>,
+        held: &Arc<HeldLease>,
+        stop: &mut watch::Receiver<bool>,
+    ) -> ShardExit {
+        let Some(lease) = held.snapshot() else {
+            return ShardExit::Lost;
+        };
+        let shard = lease.shard_id.clone();
+        let (tx, mut rx) = mpsc::channel(self.config.prefetch_batches.max(1));
+        let fetcher = tokio::spawn(Arc::clone(&self).fetch(
+            shard.clone(),
+            Self::start_of(&lease),
+            Arc::clone(held),
+            tx,
+            stop.clone(),
+        ));
+        let _fetcher = AbortOnDrop(fetcher);
+        let mut cp = Checkpointer::new(lease);
+        let exit = loop {
+            if *stop.borrow() {
+                break ShardExit::Stopped;
+            }
+            let tick = self.config.checkpoint_interval;
+            let fetched = tokio::select! {
+                biased;
+                () = self.lease_lapsed(held) => break ShardExit::Lost,
+                () = stopped(stop) => break ShardExit::Stopped,
+                () = tokio::time::sleep(tick), if cp.pending.is_some() => {
+                    if let Err(exit) = self.maybe_checkpoint(&mut cp, held).await {
+                        break exit;
+                    }
                     continue;
                 }
+                fetched = rx.recv() => fetched,
             };
-            pause = self.config.retry_backoff;
+            let batch = match fetched {
+                Some(Fetched::Batch(batch)) => batch,
+                Some(Fetched::Gone) => break ShardExit::Gone,
+                None if *stop.borrow() => break ShardExit::Stopped,
+                None => break ShardExit::Lost,
+            };
             if !batch.child_shards.is_empty()
                 && let Err(e) = self.merge_shards(batch.child_shards.clone())
             {
                 tracing::warn!(shard = %shard, error = %e, "ChildShards did not merge into the graph");
             }
-            let got = batch.records.len();
-            if let Some(last) = batch.records.last().map(|r| r.seq.clone()) {
+            // Records at or before the checkpoint (a resumed aggregate) were processed already.
+            let done = cp.done().cloned();
+            let records: Vec<StreamRecord> = batch
+                .records
+                .into_iter()
+                .filter(|r| done.as_ref().is_none_or(|d| r.position() > *d))
+                .collect();
+            if let Some(last) = records.last().map(StreamRecord::position) {
                 let work = ProcessBatch {
                     shard_id: shard.clone(),
-                    token: lease.counter,
-                    records: batch.records,
+                    token: cp.lease.counter,
+                    records,
                 };
-                if !self.process(&work).await {
-                    return ShardExit::Lost;
+                match self.deliver(held, &work, stop).await {
+                    Ok(()) => cp.processed(last, work.records.len()),
+                    Err(exit) => break exit,
                 }
-                match self.checkpoint(lease, last.clone(), stop).await {
-                    Ok(()) => done = Some(last),
-                    Err(exit) => return exit,
+                if let Err(exit) = self.maybe_checkpoint(&mut cp, held).await {
+                    break exit;
                 }
             }
-            match batch.next_iterator {
-                None => return self.finish(lease).await,
-                Some(next) => iterator = next,
+            if batch.next_iterator.is_none() {
+                if let Err(exit) = self.flush(&mut cp, held, true).await {
+                    break exit;
+                }
+                break self.finish(&mut cp.lease, held).await;
             }
-            let caught_up = got == 0 || batch.millis_behind == Some(0);
-            self.stats.set_held(&shard, Some(caught_up));
-            if got == 0 && sleep_or_stop(self.config.idle_poll, stop).await {
-                return ShardExit::Stopped;
+        };
+        match exit {
+            // Forced checkpoints: before the release, and when the lease lapsed (conditional on
+            // the row still being ours, so harmless if another worker took it).
+            ShardExit::Stopped => {
+                let _ = self.flush(&mut cp, held, true).await;
             }
+            ShardExit::Lost if !held.lost.load(Ordering::SeqCst) => {
+                let _ = self.flush(&mut cp, held, false).await;
+            }
+            _ => {}
         }
+        exit
     }
 
-    /// Runs the processor with bounded retries; false if the lease was lost (fenced out).
-    async fn process(&self, batch: &ProcessBatch) -> bool {
-        let attempts = self.config.max_attempts.max(1);
+    /// Hands `work` to the processor under the failure policy (module doc): `Ok` once it
+    /// succeeded or the dead-letter sink took it; `Err` with how the shard task ends.
+    async fn deliver(
+        &self,
+        held: &HeldLease,
+        work: &ProcessBatch,
+        stop: &mut watch::Receiver<bool>,
+    ) -> Result<(), ShardExit> {
+        let shard = &work.shard_id;
         let mut pause = self.config.retry_backoff;
-        let mut last_error = None;
-        for attempt in 1..=attempts {
-            match self.processor.process(batch).await {
+        let mut attempt: u32 = 0;
+        let mut stalled = false;
+        loop {
+            attempt = attempt.saturating_add(1);
+            if !self.is_valid(held) {
+                return Err(ShardExit::Lost);
+            }
+            let result = tokio::select! {
+                r = self.processor.process(work) => r,
+                () = self.lease_lapsed(held) => {
+                    tracing::warn!(shard = %shard, "lease lapsed while the processor ran; \
+                        dropped the batch and stopping the shard");
+                    return Err(ShardExit::Lost);
+                }
+            };
+            let error = match result {
                 Ok(()) => {
-                    self.count(batch);
-                    return true;
+                    if stalled {
+                        tracing::info!(shard = %shard, attempt, "stalled batch went through");
+                        self.stats.set_stalled(shard, None);
+                    }
+                    self.count(work);
+                    return Ok(());
                 }
                 Err(e) if e.is_lease_lost() => {
-                    tracing::info!(shard = %batch.shard_id, token = batch.token, error = %e,
+                    tracing::info!(shard = %shard, token = work.token, error = %e,
                         "processor fenced out; stopping the shard");
-                    return false;
+                    return Err(ShardExit::Lost);
                 }
-                Err(e) => {
-                    tracing::warn!(shard = %batch.shard_id, attempt, error = %e, "batch failed");
-                    last_error = Some(e);
-                    if attempt < attempts {
-                        tokio::time::sleep(pause).await;
-                        pause = (pause * 2).min(self.config.max_backoff);
+                Err(e @ StreamError::Abort(_)) => {
+                    let (first, last) = work.range();
+                    tracing::error!(shard = %shard, first_seq = %first, last_seq = %last, error = %e,
+                        "processor cannot deliver; stopping the worker without checkpointing");
+                    self.set_fatal(e);
+                    return Err(ShardExit::Aborted);
+                }
+                Err(e) => e,
+            };
+            self.stats.0.failed_attempts.fetch_add(1, Ordering::Relaxed);
+            let (first, last) = work.range();
+            if attempt >= self.config.max_attempts.max(1) {
+                if let Some(sink) = &self.dead_letter {
+                    match sink.send(work, &error).await {
+                        Ok(()) => {
+                            tracing::warn!(shard = %shard, first_seq = %first, last_seq = %last,
+                                attempt, error = %error,
+                                "batch failed every attempt; handed to the dead-letter sink and skipped");
+                            self.stats.0.dead_lettered.fetch_add(1, Ordering::Relaxed);
+                            self.stats.set_stalled(shard, None);
+                            self.count(work);
+                            return Ok(());
+                        }
+                        Err(e) => tracing::error!(shard = %shard, error = %e,
+                            "dead-letter sink refused the batch; the shard stays stalled"),
                     }
                 }
+                if !stalled {
+                    tracing::error!(shard = %shard, first_seq = %first, last_seq = %last, attempt,
+                        error = %error,
+                        "batch keeps failing: shard stalled, retrying until it succeeds or the \
+                         lease is lost (nothing is checkpointed past it)");
+                    self.stats.set_stalled(shard, Some((first, last)));
+                    stalled = true;
+                }
+            } else {
+                tracing::warn!(shard = %shard, attempt, error = %error, "batch failed; retrying");
             }
+            tokio::select! {
+                () = tokio::time::sleep(pause) => {}
+                () = stopped(stop) => return Err(ShardExit::Stopped),
+                () = self.lease_lapsed(held) => return Err(ShardExit::Lost),
+            }
+            pause = (pause * 2).min(self.config.max_backoff);
         }
-        let first = batch.records.first().map(|r| r.seq.to_string());
-        let last = batch.records.last().map(|r| r.seq.to_string());
-        tracing::error!(
-            shard = %batch.shard_id,
-            first_seq = first.as_deref().unwrap_or(""),
-            last_seq = last.as_deref().unwrap_or(""),
-            attempts,
-            error = %last_error.map(|e| e.to_string()).unwrap_or_default(),
-            "batch failed every attempt; reported and skipped"
-        );
-        self.stats.0.failed_batches.fetch_add(1, Ordering::Relaxed);
-        self.count(batch);
-        true
     }
 
     fn count(&self, batch: &ProcessBatch) {
@@ -763,47 +1421,123 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
         stats.last_record_ms.store(now_ms(), Ordering::Relaxed);
     }
 
-    /// Checkpoints `seq`, retrying transient failures; `Err` is how the shard task ends.
-    async fn checkpoint(
+    /// Collects a finished write; starts one if due and none is in flight; waits for the one in
+    /// flight if processing ran far ahead of it.
+    async fn maybe_checkpoint(
         &self,
-        lease: &mut Lease,
-        seq: Seq,
-        stop: &mut watch::Receiver<bool>,
+        cp: &mut Checkpointer,
+        held: &HeldLease,
     ) -> Result<(), ShardExit> {
+        if cp.inflight.as_ref().is_some_and(|w| w.is_finished()) {
+            self.collect(cp, held).await?;
+        }
+        let every = self.config.checkpoint_every_records.max(1);
+        if cp.inflight.is_some() && cp.uncheckpointed >= every.saturating_mul(2) {
+            self.collect(cp, held).await?;
+        }
+        let due =
+            cp.uncheckpointed >= every || cp.since.elapsed() >= self.config.checkpoint_interval;
+        if cp.inflight.is_none()
+            && due
+            && let Some(position) = cp.pending.take()
+        {
+            let table = self.leases.clone();
+            let lease = cp.lease.clone();
+            cp.inflight_position = Some(position.clone());
+            cp.inflight = Some(tokio::spawn(async move {
+                table.checkpoint(&lease, position).await
+            }));
+            cp.uncheckpointed = 0;
+            cp.since = Instant::now();
+        }
+        Ok(())
+    }
+
+    /// Waits for the write in flight and folds its result in.
+    async fn collect(&self, cp: &mut Checkpointer, held: &HeldLease) -> Result<(), ShardExit> {
+        let Some(write) = cp.inflight.take() else {
+            return Ok(());
+        };
+        let position = cp.inflight_position.take();
+        match write.await {
+            Ok(Ok(next)) => {
+                self.stats
+                    .0
+                    .checkpoint_writes
+                    .fetch_add(1, Ordering::Relaxed);
+                cp.lease = next;
+                held.set_checkpoint(&cp.lease);
+                Ok(())
+            }
+            Ok(Err(e)) if e.is_lease_lost() => {
+                held.mark_lost();
+                Err(ShardExit::Lost)
+            }
+            other => {
+                if let Ok(Err(e)) = &other {
+                    tracing::warn!(shard = %cp.lease.shard_id, error = %e, "checkpoint failed; retrying");
+                }
+                if cp.pending.is_none() {
+                    cp.pending = position;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Forces the checkpoint of everything processed: waits for the write in flight, then
+    /// writes what is pending, retrying (when `retry`) while the lease is valid.
+    async fn flush(
+        &self,
+        cp: &mut Checkpointer,
+        held: &HeldLease,
+        retry: bool,
+    ) -> Result<(), ShardExit> {
+        self.collect(cp, held).await?;
+        let Some(position) = cp.pending.take() else {
+            return Ok(());
+        };
         let mut pause = self.config.retry_backoff;
         loop {
-            match self.leases.checkpoint(lease, seq.clone()).await {
+            match self.leases.checkpoint(&cp.lease, position.clone()).await {
                 Ok(next) => {
-                    *lease = next;
+                    self.stats
+                        .0
+                        .checkpoint_writes
+                        .fetch_add(1, Ordering::Relaxed);
+                    cp.lease = next;
+                    held.set_checkpoint(&cp.lease);
+                    cp.uncheckpointed = 0;
                     return Ok(());
                 }
-                Err(e) if e.is_lease_lost() => return Err(ShardExit::Lost),
-                Err(e) if e.is_transient() => {
-                    tracing::warn!(shard = %lease.shard_id, error = %e, "checkpoint failed; retrying");
-                    // Even when stopping, the checkpoint is worth finishing: keep trying until
-                    // the lease would lapse anyway.
-                    if pause >= self.config.lease_duration {
-                        return Err(ShardExit::Lost);
-                    }
-                    let _ = sleep_or_stop(pause, stop).await;
-                    pause *= 2;
+                Err(e) if e.is_lease_lost() => {
+                    held.mark_lost();
+                    return Err(ShardExit::Lost);
                 }
                 Err(e) => {
-                    tracing::error!(shard = %lease.shard_id, error = %e, "checkpoint refused");
-                    return Err(ShardExit::Lost);
+                    tracing::warn!(shard = %cp.lease.shard_id, error = %e, "checkpoint failed");
+                    if !retry || !self.is_valid(held) {
+                        cp.pending = Some(position);
+                        return Err(ShardExit::Lost);
+                    }
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(self.config.max_backoff);
                 }
             }
         }
     }
 
     /// SHARD_END: record the end, create the children's leases, mark CHILDREN_CREATED.
-    async fn finish(&self, lease: &mut Lease) -> ShardExit {
+    async fn finish(&self, lease: &mut Lease, held: &HeldLease) -> ShardExit {
         let end = LeaseEvent::ReachShardEnd {
             worker: self.me().to_owned(),
             counter: lease.counter,
         };
         match self.leases.apply(lease, &end).await {
-            Ok(next) => *lease = next,
+            Ok(next) => {
+                *lease = next;
+                held.set_checkpoint(lease);
+            }
             Err(e) => {
                 tracing::warn!(shard = %lease.shard_id, error = %e, "SHARD_END not recorded");
                 return ShardExit::Lost;
@@ -818,14 +1552,17 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
             children = self.children(&lease.shard_id);
         }
         let floor = lease.counter.saturating_add(1);
-        let mut created = !children.is_empty();
-        for child in &children {
-            if let Err(e) = self.leases.create(&new_lease(child, floor)).await {
+        let rows: Vec<Lease> = children.iter().map(|c| new_lease(c, floor)).collect();
+        let created =
+            futures::future::join_all(rows.iter().map(|row| self.leases.create(row))).await;
+        let mut ok = !children.is_empty();
+        for (child, result) in children.iter().zip(created) {
+            if let Err(e) = result {
                 tracing::warn!(shard = %child.shard_id, error = %e, "child lease not created");
-                created = false;
+                ok = false;
             }
         }
-        if created && let Err(e) = self.leases.apply(lease, &LeaseEvent::CreateChildren).await {
+        if ok && let Err(e) = self.leases.apply(lease, &LeaseEvent::CreateChildren).await {
             tracing::debug!(shard = %lease.shard_id, error = %e, "CHILDREN_CREATED not recorded");
         }
         ShardExit::Finished
@@ -841,10 +1578,58 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
     }
 }
 
+/// A shard task's checkpoint state: what is durable, what is processed but not yet written,
+/// and the one write in flight.
+struct Checkpointer {
+    /// The row as last written (its checkpoint is the durable one).
+    lease: Lease,
+    /// The last processed position not yet written.
+    pending: Option<Position>,
+    /// Records processed since the last write started.
+    uncheckpointed: usize,
+    /// When the last write started.
+    since: Instant,
+    inflight: Option<tokio::task::JoinHandle<Result<Lease, StreamError>>>,
+    inflight_position: Option<Position>,
+}
+
+impl Checkpointer {
+    fn new(lease: Lease) -> Self {
+        Self {
+            lease,
+            pending: None,
+            uncheckpointed: 0,
+            since: Instant::now(),
+            inflight: None,
+            inflight_position: None,
+        }
+    }
+
+    fn processed(&mut self, position: Position, records: usize) {
+        self.pending = Some(position);
+        self.uncheckpointed = self.uncheckpointed.saturating_add(records);
+    }
+
+    /// The last processed position, written or not.
+    fn done(&self) -> Option<&Position> {
+        self.pending
+            .as_ref()
+            .or(self.inflight_position.as_ref())
+            .or_else(|| self.lease.checkpoint.position())
+    }
+}
+
+/// Aborts the task when dropped (the fetcher dies with its shard task).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use heatsink_core::stream::LeaseState;
-
     use super::*;
 
     fn row(owner: Option<&str>, expires_at_ms: u64) -> Lease {
@@ -880,5 +1665,28 @@ mod tests {
                 lost: 0,
             }
         );
+    }
+
+    #[test]
+    fn a_checkpoint_resumes_after_the_record_or_inside_its_aggregate() {
+        use heatsink_core::counter::Seq;
+        let mut lease = row(None, 0);
+        type W = Shared<super::super::KinesisSource, Nop>;
+        assert_eq!(W::start_of(&lease), StartAt::TrimHorizon);
+        lease.checkpoint = Progress::Latest;
+        assert_eq!(W::start_of(&lease), StartAt::Latest);
+        lease.checkpoint = Progress::AtTimestamp(5);
+        assert_eq!(W::start_of(&lease), StartAt::AtTimestamp(5));
+        lease.checkpoint = Progress::InProgress(Seq::from(9).into());
+        assert_eq!(W::start_of(&lease), StartAt::AfterSeq(Seq::from(9)));
+        lease.checkpoint = Progress::InProgress(Position::sub_record(Seq::from(9), 2));
+        assert_eq!(W::start_of(&lease), StartAt::AtSeq(Seq::from(9)));
+    }
+
+    struct Nop;
+    impl RecordProcessor for Nop {
+        async fn process(&self, _: &ProcessBatch) -> Result<(), StreamError> {
+            Ok(())
+        }
     }
 }

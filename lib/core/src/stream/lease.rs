@@ -2,8 +2,7 @@
 
 use std::fmt;
 
-use super::{Progress, ShardInfo, StreamError};
-use crate::counter::Seq;
+use super::{Position, Progress, ShardInfo, StreamError};
 
 /// Where a shard's lease is in its life; the module doc draws the diagram.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -107,8 +106,8 @@ pub enum LeaseEvent {
         worker: String,
         /// The fencing token it holds.
         counter: u64,
-        /// Last processed sequence number.
-        seq: Seq,
+        /// Last processed position (sequence number, and sub-sequence inside an aggregate).
+        position: Position,
     },
     /// The holder gives the lease up (graceful handoff or shutdown); the checkpoint stays.
     Release {
@@ -240,19 +239,19 @@ impl Lease {
             LeaseEvent::Checkpoint {
                 worker,
                 counter,
-                seq,
+                position,
             } => {
                 self.check_holder(worker, *counter)?;
                 if let Progress::InProgress(done) = &self.checkpoint
-                    && seq < done
+                    && position < done
                 {
                     return Err(StreamError::CheckpointRegression {
                         shard_id: self.shard_id.clone(),
                         stored: done.to_string(),
-                        attempted: seq.to_string(),
+                        attempted: position.to_string(),
                     });
                 }
-                next.checkpoint = Progress::InProgress(seq.clone());
+                next.checkpoint = Progress::InProgress(position.clone());
             }
             LeaseEvent::Release { worker, counter } => {
                 self.check_holder(worker, *counter)?;

@@ -9,6 +9,91 @@ use crate::counter::Seq;
 pub const TRIM_HORIZON: &str = "TRIM_HORIZON";
 /// Checkpoint value of a shard read to its end (the KCL's sentinel).
 pub const SHARD_END: &str = "SHARD_END";
+/// Checkpoint value of an open shard that starts at its tip (the application's first start with
+/// initial position LATEST).
+pub const LATEST: &str = "LATEST";
+/// Prefix of the checkpoint value of a shard that starts at a time (`AT_TIMESTAMP:<ms>`).
+pub const AT_TIMESTAMP: &str = "AT_TIMESTAMP:";
+
+/// A place inside a shard: a record's sequence number and, inside a KPL-aggregated record, the
+/// index of the sub-record (its sub-sequence number).
+///
+/// Order is the reading order: by `seq`, then, within one aggregated record, `Some(0) <
+/// Some(1) < … < None`, where `None` means the whole record (every sub-record) is done. A
+/// checkpoint at `(seq, Some(k))` resumes at sub-record `k + 1` of the same record, so a restart
+/// neither skips nor repeats the rest of an aggregate.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Position {
+    /// The record's sequence number.
+    pub seq: Seq,
+    /// The last processed sub-record of an aggregated record; `None` for the whole record.
+    pub sub_seq: Option<u64>,
+}
+
+impl Position {
+    /// The whole record `seq` (not aggregated, or every sub-record done).
+    pub fn record(seq: Seq) -> Self {
+        Self { seq, sub_seq: None }
+    }
+
+    /// Sub-record `sub_seq` of the aggregated record `seq`.
+    pub fn sub_record(seq: Seq, sub_seq: u64) -> Self {
+        Self {
+            seq,
+            sub_seq: Some(sub_seq),
+        }
+    }
+
+    /// The stored form: the padded seq, then `/<sub_seq>` inside an aggregate.
+    pub fn to_checkpoint(&self) -> String {
+        match self.sub_seq {
+            None => self.seq.as_padded().to_owned(),
+            Some(sub) => format!("{}/{sub}", self.seq.as_padded()),
+        }
+    }
+
+    /// Reads [`Position::to_checkpoint`]'s form back.
+    pub fn from_checkpoint(checkpoint: &str) -> Result<Self, StreamError> {
+        let bad = || StreamError::InvalidCheckpoint(checkpoint.to_owned());
+        let (seq, sub_seq) = match checkpoint.split_once('/') {
+            None => (checkpoint, None),
+            Some((seq, sub)) => (seq, Some(sub.parse::<u64>().map_err(|_| bad())?)),
+        };
+        let seq = Seq::parse(seq).map_err(|_| bad())?;
+        Ok(Self { seq, sub_seq })
+    }
+}
+
+impl From<Seq> for Position {
+    fn from(seq: Seq) -> Self {
+        Self::record(seq)
+    }
+}
+
+impl PartialOrd for Position {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Position {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        // `None` (the whole record) sorts after every sub-record of it.
+        let sub = |p: &Self| p.sub_seq.map_or((1, 0), |s| (0, s));
+        self.seq
+            .cmp(&other.seq)
+            .then_with(|| sub(self).cmp(&sub(other)))
+    }
+}
+
+impl std::fmt::Display for Position {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.sub_seq {
+            None => write!(f, "{}", self.seq),
+            Some(sub) => write!(f, "{}/{sub}", self.seq),
+        }
+    }
+}
 
 /// How far one shard has been read, as its lease's checkpoint records it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -16,8 +101,14 @@ pub enum Progress {
     /// Nothing read; reading starts at the shard's first record.
     #[default]
     NotStarted,
-    /// Read up to and including this sequence number.
-    InProgress(Seq),
+    /// Nothing read; reading starts at the shard's tip. Only the open shards of an application's
+    /// first start with initial position LATEST get it ([`super::first_start`]).
+    Latest,
+    /// Nothing read; reading starts at the first record at or after this time (ms since the
+    /// epoch): an application's first start with initial position AT_TIMESTAMP.
+    AtTimestamp(u64),
+    /// Read up to and including this position.
+    InProgress(Position),
     /// Read to SHARD_END: closed and every record processed; its children may start.
     Finished,
 }
@@ -28,11 +119,27 @@ impl Progress {
         matches!(self, Self::Finished)
     }
 
-    /// The checkpoint as stored in the lease table: `TRIM_HORIZON`, a padded seq, `SHARD_END`.
+    /// True before the first checkpoint of the shard (whatever position it starts at).
+    pub fn is_unstarted(&self) -> bool {
+        matches!(self, Self::NotStarted | Self::Latest | Self::AtTimestamp(_))
+    }
+
+    /// The last processed position, if any.
+    pub fn position(&self) -> Option<&Position> {
+        match self {
+            Self::InProgress(p) => Some(p),
+            _ => None,
+        }
+    }
+
+    /// The checkpoint as stored in the lease table: `TRIM_HORIZON`, `LATEST`,
+    /// `AT_TIMESTAMP:<ms>`, a padded seq (`/<sub_seq>` inside an aggregate), `SHARD_END`.
     pub fn to_checkpoint(&self) -> String {
         match self {
             Self::NotStarted => TRIM_HORIZON.to_owned(),
-            Self::InProgress(seq) => seq.as_padded().to_owned(),
+            Self::Latest => LATEST.to_owned(),
+            Self::AtTimestamp(ms) => format!("{AT_TIMESTAMP}{ms}"),
+            Self::InProgress(position) => position.to_checkpoint(),
             Self::Finished => SHARD_END.to_owned(),
         }
     }
@@ -42,9 +149,12 @@ impl Progress {
         match checkpoint {
             TRIM_HORIZON => Ok(Self::NotStarted),
             SHARD_END => Ok(Self::Finished),
-            seq => Seq::parse(seq)
-                .map(Self::InProgress)
-                .map_err(|_| StreamError::InvalidCheckpoint(seq.to_owned())),
+            LATEST => Ok(Self::Latest),
+            at if at.starts_with(AT_TIMESTAMP) => at[AT_TIMESTAMP.len()..]
+                .parse::<u64>()
+                .map(Self::AtTimestamp)
+                .map_err(|_| StreamError::InvalidCheckpoint(at.to_owned())),
+            position => Position::from_checkpoint(position).map(Self::InProgress),
         }
     }
 }

@@ -54,6 +54,7 @@
 //!     malformed: &[],
 //!     held: &held,
 //!     max_steals_per_round: 1,
+//!     initial: Default::default(),
 //! };
 //! let plan = plan_round(&input);
 //! assert_eq!(plan.repair.len(), 1);
@@ -103,6 +104,47 @@ pub struct RoundInput<'a> {
     pub held: &'a BTreeMap<String, u64>,
     /// Leases stolen per round at most (`WorkerConfig::max_steals_per_round`).
     pub max_steals_per_round: usize,
+    /// Where the application starts when the table has no row of it yet ([`first_start`]).
+    pub initial: InitialPosition,
+}
+
+/// Where an application's first start reads from (`WorkerConfig::initial_position`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum InitialPosition {
+    /// Every retained record, oldest first.
+    #[default]
+    TrimHorizon,
+    /// Only records put after the start: closed shards are finished, open ones start at the tip.
+    Latest,
+    /// Records put at or after this time (ms since the epoch), in every shard, in lineage order.
+    AtTimestamp(u64),
+}
+
+/// The lease rows of an application's first start at `initial`, as the KCL makes them: with
+/// [`InitialPosition::Latest`] every closed shard is recorded finished (`CHILDREN_CREATED`,
+/// `SHARD_END`) and every open one — the current leaves — starts at [`Progress::Latest`];
+/// with [`InitialPosition::AtTimestamp`] every shard starts at the time (a closed shard with
+/// nothing after it reaches its end at once, so lineage order still holds); with
+/// [`InitialPosition::TrimHorizon`] every shard starts at its first record. Counters start at
+/// `now_ms`.
+pub fn first_start(graph: &ShardGraph, initial: InitialPosition, now_ms: u64) -> Vec<Lease> {
+    graph
+        .shards()
+        .map(|info| {
+            let mut lease = Lease::discovered(info);
+            lease.counter = now_ms;
+            match initial {
+                InitialPosition::TrimHorizon => {}
+                InitialPosition::AtTimestamp(ms) => lease.checkpoint = Progress::AtTimestamp(ms),
+                InitialPosition::Latest if info.is_closed() => {
+                    lease.state = LeaseState::ChildrenCreated;
+                    lease.checkpoint = Progress::Finished;
+                }
+                InitialPosition::Latest => lease.checkpoint = Progress::Latest,
+            }
+            lease
+        })
+        .collect()
 }
 
 /// A row to write so every listed shard has a well-formed lease.
@@ -204,10 +246,19 @@ pub fn plan_round(input: &RoundInput<'_>) -> RoundPlan {
             _ => plan.stop_lost.push(shard.clone()),
         }
     }
+    // A DELETED row is terminal (trimmed, or gone before its end): it no longer blocks its
+    // children, whatever its checkpoint says.
     let checkpoints: Checkpoints = input
         .leases
         .iter()
-        .map(|l| (l.shard_id.clone(), l.checkpoint.clone()))
+        .map(|l| {
+            let progress = if l.state == LeaseState::Deleted {
+                Progress::Finished
+            } else {
+                l.checkpoint.clone()
+            };
+            (l.shard_id.clone(), progress)
+        })
         .collect();
     let ready = eligible(input.graph, &checkpoints);
     let workers: Vec<String> = input
@@ -270,12 +321,20 @@ fn plan_repairs(input: &RoundInput<'_>) -> (Vec<Repair>, Vec<String>) {
         .map(|l| l.shard_id.as_str())
         .chain(input.malformed.iter().map(|m| m.shard_id.as_str()))
         .collect();
-    let mut repair: Vec<Repair> = input
-        .graph
-        .shards()
-        .filter(|info| !known.contains(info.shard_id.as_str()))
-        .map(|info| Repair::Create(rebuilt(input, info, 0)))
-        .collect();
+    let mut repair: Vec<Repair> = if known.is_empty() {
+        // The application's first start: the initial position applies to the current leaves.
+        first_start(input.graph, input.initial, input.now_ms)
+            .into_iter()
+            .map(Repair::Create)
+            .collect()
+    } else {
+        input
+            .graph
+            .shards()
+            .filter(|info| !known.contains(info.shard_id.as_str()))
+            .map(|info| Repair::Create(rebuilt(input, info, 0)))
+            .collect()
+    };
     let mut unlisted = Vec::new();
     for bad in input.malformed {
         match input.graph.get(&bad.shard_id) {
@@ -298,7 +357,7 @@ fn rebuilt(input: &RoundInput<'_>, info: &ShardInfo, floor: u64) -> Lease {
     let started = input.graph.children_of(&info.shard_id).iter().any(|child| {
         input.leases.iter().any(|l| {
             l.shard_id == *child
-                && (l.state != LeaseState::Discovered || l.checkpoint != Progress::NotStarted)
+                && (l.state != LeaseState::Discovered || !l.checkpoint.is_unstarted())
         })
     });
     if started {

@@ -38,7 +38,7 @@ fn a_split_child_waits_for_its_parent() {
     .unwrap();
     let mut cp = Checkpoints::new();
     assert_eq!(eligible(&graph, &cp), ["s0"]);
-    cp.set("s0", Progress::InProgress(Seq::from(5)));
+    cp.set("s0", Progress::InProgress(Seq::from(5).into()));
     assert_eq!(eligible(&graph, &cp), ["s0"]);
     cp.set("s0", Progress::Finished);
     assert_eq!(eligible(&graph, &cp), ["s1", "s2"]);
@@ -193,14 +193,17 @@ fn checkpoints_round_trip_through_the_lease_table_form() {
         Progress::NotStarted,
         Progress::Finished,
         Progress::InProgress(
-            Seq::parse("49590338271490256608559692538361571095921575989136588898").unwrap(),
+            Seq::parse("49590338271490256608559692538361571095921575989136588898")
+                .unwrap()
+                .into(),
         ),
     ] {
         assert_eq!(Progress::from_checkpoint(&p.to_checkpoint()).unwrap(), p);
     }
+    assert_eq!(Progress::from_checkpoint("LATEST"), Ok(Progress::Latest));
     assert_eq!(
-        Progress::from_checkpoint("LATEST"),
-        Err(StreamError::InvalidCheckpoint("LATEST".into()))
+        Progress::from_checkpoint("YESTERDAY"),
+        Err(StreamError::InvalidCheckpoint("YESTERDAY".into()))
     );
 }
 
@@ -218,7 +221,7 @@ fn checkpoint(worker: &str, counter: u64, seq: u64) -> LeaseEvent {
     LeaseEvent::Checkpoint {
         worker: worker.into(),
         counter,
-        seq: Seq::from(seq),
+        position: Seq::from(seq).into(),
     }
 }
 
@@ -375,7 +378,7 @@ fn a_zombie_cannot_checkpoint_after_a_takeover() {
         .unwrap();
     // w1 stalls past expiry; w2 takes over and resumes from checkpoint 10.
     let lease = lease.apply(&take("w2", 20_000)).unwrap();
-    assert_eq!(lease.checkpoint, Progress::InProgress(Seq::from(10)));
+    assert_eq!(lease.checkpoint, Progress::InProgress(Seq::from(10).into()));
     for zombie in [
         checkpoint("w1", 1, 50),
         LeaseEvent::ReachShardEnd {
@@ -435,7 +438,7 @@ fn a_released_lease_keeps_its_checkpoint_for_the_next_holder() {
         (LeaseState::Discovered, None, 2)
     );
     let next = lease.apply(&take("w2", 1)).unwrap();
-    assert_eq!(next.checkpoint, Progress::InProgress(Seq::from(7)));
+    assert_eq!(next.checkpoint, Progress::InProgress(Seq::from(7).into()));
 }
 
 // ---- resharding histories ----
@@ -533,7 +536,10 @@ fn consume(
         let end = (*read + 1 + (pick / 7) % 4).min(records.len());
         out.extend_from_slice(&records[*read..end]);
         *read = end;
-        checkpoints.set(id, Progress::InProgress(records[end - 1].seq.clone()));
+        checkpoints.set(
+            id,
+            Progress::InProgress(records[end - 1].seq.clone().into()),
+        );
     }
     Ok((out, checkpoints))
 }
@@ -651,4 +657,95 @@ fn a_random_history_with_many_reshards_drains_in_lineage_order() {
         "the history reshards a lot: {}",
         graph.len()
     );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// A first start at LATEST, after any resharding history: every closed shard is finished,
+    /// every open one starts at its tip, and every open shard is eligible at once (nothing old
+    /// is read and nothing waits for an ancestor). At AT_TIMESTAMP every shard starts at the time
+    /// and only the roots are eligible, so lineage order still holds.
+    #[test]
+    fn a_first_start_applies_the_initial_position_to_the_current_leaves(
+        seed in any::<u64>(), initial in 1usize..4, steps in 0usize..8, at in 1u64..u64::MAX,
+    ) {
+        let sim = ReshardSim::random(seed, initial, steps);
+        let graph = sim.graph().unwrap();
+        let leases = first_start(&graph, InitialPosition::Latest, 7);
+        prop_assert_eq!(leases.len(), graph.len());
+        let checkpoints: Checkpoints =
+            leases.iter().map(|l| (l.shard_id.clone(), l.checkpoint.clone())).collect();
+        for lease in &leases {
+            let info = graph.get(&lease.shard_id).unwrap();
+            prop_assert_eq!(lease.counter, 7);
+            if info.is_closed() {
+                prop_assert_eq!(&lease.checkpoint, &Progress::Finished);
+                prop_assert_eq!(lease.state, LeaseState::ChildrenCreated);
+            } else {
+                prop_assert_eq!(&lease.checkpoint, &Progress::Latest);
+                prop_assert_eq!(lease.state, LeaseState::Discovered);
+            }
+        }
+        let ready: BTreeSet<String> = eligible(&graph, &checkpoints).into_iter().collect();
+        let open: BTreeSet<String> =
+            graph.shards().filter(|s| !s.is_closed()).map(|s| s.shard_id.clone()).collect();
+        prop_assert_eq!(ready, open);
+
+        let leases = first_start(&graph, InitialPosition::AtTimestamp(at), 7);
+        prop_assert!(leases.iter().all(|l| l.checkpoint == Progress::AtTimestamp(at)));
+        let checkpoints: Checkpoints =
+            leases.iter().map(|l| (l.shard_id.clone(), l.checkpoint.clone())).collect();
+        for id in eligible(&graph, &checkpoints) {
+            prop_assert!(graph.parents_in_graph(&id).is_empty(), "{} waits for no parent", id);
+        }
+        let leases = first_start(&graph, InitialPosition::TrimHorizon, 7);
+        prop_assert!(leases.iter().all(|l| l.checkpoint == Progress::NotStarted));
+    }
+
+    /// Positions order like (seq, sub-record), a whole record after all its sub-records, and
+    /// round-trip through the stored form; so do the start sentinels.
+    #[test]
+    fn positions_order_by_seq_then_sub_record_and_round_trip(
+        a in 0u64..50, b in 0u64..50, sa in proptest::option::of(0u64..5),
+        sb in proptest::option::of(0u64..5), ms in any::<u64>(),
+    ) {
+        let pa = Position { seq: Seq::from(a), sub_seq: sa };
+        let pb = Position { seq: Seq::from(b), sub_seq: sb };
+        let key = |s: Option<u64>| s.map_or(u64::MAX as u128 + 1, u128::from);
+        prop_assert_eq!(pa.cmp(&pb), (a, key(sa)).cmp(&(b, key(sb))));
+        for p in [
+            Progress::InProgress(pa.clone()),
+            Progress::Latest,
+            Progress::AtTimestamp(ms),
+            Progress::NotStarted,
+            Progress::Finished,
+        ] {
+            prop_assert_eq!(Progress::from_checkpoint(&p.to_checkpoint()), Ok(p));
+        }
+    }
+}
+
+#[test]
+fn a_checkpoint_inside_an_aggregate_may_not_move_back() {
+    let mut lease = Lease::discovered(&ShardInfo::new("shardId-0"));
+    lease.owner = Some("w".into());
+    lease.state = LeaseState::Processing;
+    lease.checkpoint = Progress::InProgress(Position::sub_record(Seq::from(9), 3));
+    let at = |sub| LeaseEvent::Checkpoint {
+        worker: "w".into(),
+        counter: lease.counter,
+        position: Position {
+            seq: Seq::from(9),
+            sub_seq: sub,
+        },
+    };
+    assert!(matches!(
+        lease.apply(&at(Some(2))),
+        Err(StreamError::CheckpointRegression { .. })
+    ));
+    assert!(lease.apply(&at(Some(4))).is_ok());
+    assert!(lease.apply(&at(None)).is_ok());
+    assert!(Progress::from_checkpoint("AT_TIMESTAMP:x").is_err());
+    assert!(Progress::from_checkpoint("12/x").is_err());
 }

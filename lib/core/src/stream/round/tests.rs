@@ -144,7 +144,7 @@ impl World {
                 .all(|p| finished.contains(p));
             let mut lease = Lease::discovered(info);
             lease.counter = spec.counter;
-            let seq = Progress::InProgress(Seq::from(spec.counter % 1_000 + 1));
+            let seq = Progress::InProgress(Seq::from(spec.counter % 1_000 + 1).into());
             let owner = NAMES.get(spec.owner).filter(|_| parents_done);
             if parents_done && spec.finish && info.is_closed() {
                 finished.insert(id);
@@ -209,6 +209,7 @@ impl World {
             malformed: &malformed,
             held: &held,
             max_steals_per_round: self.max_steals,
+            initial: Default::default(),
         });
         (leases, held, plan)
     }
@@ -512,6 +513,7 @@ fn a_lost_lease_is_stopped_and_a_held_one_renewed() {
         malformed: &[],
         held: &held,
         max_steals_per_round: 1,
+        initial: Default::default(),
     });
     assert_eq!(plan.renew, vec![ids[0].clone()]);
     assert_eq!(plan.stop_lost, vec![ids[1].clone()]);
@@ -543,6 +545,7 @@ fn a_malformed_row_is_replaced_above_its_counter_unless_unlisted() {
         malformed: &malformed,
         held: &held,
         max_steals_per_round: 1,
+        initial: Default::default(),
     });
     assert_eq!(plan.repair.len(), 1);
     assert!(
@@ -551,4 +554,37 @@ fn a_malformed_row_is_replaced_above_its_counter_unless_unlisted() {
     assert_eq!(plan.malformed_unlisted, vec!["shardId-gone".to_owned()]);
     // Nothing to take before the row is replaced and read again.
     assert!(plan.take.is_empty());
+}
+
+#[test]
+fn a_deleted_parent_row_unblocks_its_children() {
+    let parent = ShardInfo {
+        ending_seq: Some("900".into()),
+        ..ShardInfo::new("shardId-0")
+    };
+    let child = ShardInfo {
+        parent: Some("shardId-0".into()),
+        ..ShardInfo::new("shardId-1")
+    };
+    let graph = ShardGraph::new(vec![parent.clone(), child.clone()]).unwrap();
+    let mut gone = Lease::discovered(&parent);
+    gone.state = LeaseState::Deleted; // the shard vanished before it was read to its end
+    let leases = vec![gone, Lease::discovered(&child)];
+    let held = BTreeMap::new();
+    let plan = plan_round(&RoundInput {
+        worker_id: "w0",
+        now_ms: 1_000,
+        graph: &graph,
+        leases: &leases,
+        malformed: &[],
+        held: &held,
+        max_steals_per_round: 1,
+        initial: Default::default(),
+    });
+    let took: Vec<&str> = plan
+        .take
+        .iter()
+        .map(|a| a.lease.shard_id.as_str())
+        .collect();
+    assert_eq!(took, ["shardId-1"]);
 }

@@ -1,0 +1,100 @@
+//! The KPL aggregated-record format: many user records in one Kinesis record.
+//!
+//! The Kinesis Producer Library packs user records bound for one shard into one Kinesis
+//! record, so a producer is billed and throttled per aggregate instead of per user record. An
+//! aggregate is
+//!
+//! ```text
+//! F3 89 9A C2 | protobuf AggregatedRecord | MD5(protobuf bytes), 16 bytes
+//! ```
+//!
+//! where `AggregatedRecord` holds a partition-key table, an explicit-hash-key table and the
+//! user records, each naming its keys by index (the messages are in `kpl/proto.rs`). A record
+//! that does not start with the magic is a plain record: [`deaggregate`] passes it through as
+//! one user record with sub-sequence 0, as the KCL does.
+//!
+//! Consumers checkpoint a user record by (sequence number, [`SubRecord::sub_sequence`]), the
+//! position of the user record in its aggregate, so a restart resumes inside an aggregate.
+//!
+//! ```
+//! use heatsink_core::kpl::{Aggregator, deaggregate};
+//!
+//! let mut agg = Aggregator::new();
+//! assert!(agg.try_add("p9", None, b"like 1")?);
+//! assert!(agg.try_add("p9#3", Some("170141183460469231731687303715884105728"), b"like 2")?);
+//! let record = agg.finish().expect("two records were added");
+//! assert_eq!(record.partition_key, "p9"); // the first user record routes the aggregate
+//! assert_eq!(record.user_records, 2);
+//!
+//! let out = deaggregate(&record.data, &record.partition_key)?;
+//! assert_eq!(out[1].partition_key, "p9#3");
+//! assert_eq!(out[1].data, b"like 2");
+//! assert_eq!(out[1].sub_sequence, 1);
+//! # Ok::<(), heatsink_core::kpl::KplError>(())
+//! ```
+//!
+//! Guarantees and limits:
+//! - Any byte string is either decoded or refused with a [`KplError`]; nothing panics
+//!   (property-tested over arbitrary bytes, with and without a valid magic and MD5).
+//! - A refused aggregate delivers nothing (all checks run before the first sub-record is
+//!   returned), so a consumer can report it and move on without a partial, duplicate replay.
+//! - The KCL treats an aggregate whose MD5 or protobuf is bad as a plain record and delivers
+//!   the raw bytes; here that is [`KplError::BadDigest`] / [`KplError::Malformed`], so corrupt
+//!   bytes are never mistaken for user data.
+//! - Sub-records whose hash key falls outside the shard are delivered and counted by default;
+//!   [`OutOfRange::DropAggregate`] is the KCL's behaviour (the whole aggregate is dropped).
+//! - Records over 1,048,576 bytes ([`MAX_RECORD_BYTES`], Kinesis's record limit) are refused.
+//!   [`Aggregator`] keeps aggregates within 51,200 bytes by default (the KPL's
+//!   `AggregationMaxSize`) and within 1 MiB at most, counting data plus partition key as
+//!   Kinesis does, and encodes byte for byte as the KPL does (golden-tested against other
+//!   implementations).
+
+mod decode;
+mod encode;
+mod error;
+mod proto;
+#[cfg(test)]
+mod tests;
+
+pub use decode::{
+    Deaggregated, Deaggregator, OutOfRange, SubRecord, Tag, deaggregate, is_aggregated,
+};
+pub use encode::{Aggregate, Aggregator};
+pub use error::KplError;
+
+/// The four bytes every KPL aggregate starts with.
+pub const MAGIC: [u8; 4] = [0xF3, 0x89, 0x9A, 0xC2];
+
+/// Length of the MD5 trailer.
+pub const DIGEST_LEN: usize = 16;
+
+/// Kinesis's limit on one record: data plus partition key, 1 MiB.
+pub const MAX_RECORD_BYTES: usize = 1_048_576;
+
+/// The KPL's default `AggregationMaxSize`: aggregates of at most 51,200 bytes.
+pub const DEFAULT_MAX_AGGREGATE_BYTES: usize = 51_200;
+
+/// Kinesis's limit on a partition key: 256 Unicode characters.
+pub const MAX_PARTITION_KEY_CHARS: usize = 256;
+
+/// The hash key Kinesis routes a record by: its explicit hash key if given, else MD5 of its
+/// partition key.
+pub fn effective_hash_key(
+    partition_key: &str,
+    explicit_hash_key: Option<&str>,
+) -> Result<u128, KplError> {
+    match explicit_hash_key {
+        Some(e) => parse_explicit_hash_key(e),
+        None => Ok(hash_of(partition_key)),
+    }
+}
+
+pub(crate) fn hash_of(partition_key: &str) -> u128 {
+    crate::keys::kinesis_hash_key(partition_key)
+}
+
+pub(crate) fn parse_explicit_hash_key(value: &str) -> Result<u128, KplError> {
+    crate::keys::parse_hash_key(value).map_err(|_| KplError::BadExplicitHashKey {
+        value: value.chars().take(48).collect(),
+    })
+}

@@ -1,0 +1,160 @@
+//! A recorder of every AWS call a piece of code makes: an SDK interceptor that notes
+//! (service, operation, resource) before each call is sent, for comparing a function's calls
+//! with the IAM grants of the stacks (`infra/grants.json`, `tests/tests/it/grants.rs`).
+//!
+//! One [`CallLog`] is shared by the clients of one function; attach it with
+//! [`CallLog::interceptor`] to each client's config (`.interceptor(log.interceptor())`). It sees
+//! every call, including calls answered by `aws-smithy-mocks` (the interceptor runs before the
+//! mock), failed calls and retried ones (recorded once: the set is what matters for IAM).
+//!
+//! The resource is read from the typed input of the operations heatsink's functions use
+//! (table name, stream ARN, insight rule name). An operation this module does not know is
+//! recorded with the resource `?`, so a comparison with the grants fails instead of passing
+//! silently: teach [`resource`] the new operation.
+//!
+//! No crate records SDK calls as IAM actions; the interceptor API is the SDK's own.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+
+use aws_sdk_dynamodb::config::interceptors::BeforeSerializationInterceptorContextRef;
+use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
+use aws_smithy_runtime_api::box_error::BoxError;
+use aws_smithy_runtime_api::client::interceptors::context::Input;
+use aws_smithy_runtime_api::client::orchestrator::Metadata;
+
+/// One call: the IAM action (`dynamodb:PutItem`) and the physical resource it named.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Call {
+    /// The IAM action: the service's IAM prefix and the operation name.
+    pub action: String,
+    /// The resource as the call named it: a table name, a stream ARN, a rule name; `?` when the
+    /// operation is unknown to [`resource`].
+    pub resource: String,
+}
+
+/// The calls of one function, recorded by [`CallLog::interceptor`]s.
+#[derive(Debug, Clone, Default)]
+pub struct CallLog {
+    calls: Arc<Mutex<BTreeSet<Call>>>,
+}
+
+impl CallLog {
+    /// An empty log.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// An interceptor recording into this log; attach one to every client of the function.
+    pub fn interceptor(&self) -> Recorder {
+        Recorder { log: self.clone() }
+    }
+
+    /// Every distinct call so far, sorted.
+    pub fn calls(&self) -> Vec<Call> {
+        self.calls
+            .lock()
+            .map(|c| c.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    fn record(&self, call: Call) {
+        if let Ok(mut calls) = self.calls.lock() {
+            calls.insert(call);
+        }
+    }
+}
+
+/// The interceptor half of a [`CallLog`].
+#[derive(Debug, Clone)]
+pub struct Recorder {
+    log: CallLog,
+}
+
+/// The IAM prefix of an SDK service name (`Metadata::service`).
+fn iam_prefix(service: &str) -> String {
+    match service {
+        // DynamoDB Streams actions are `dynamodb:` actions in IAM.
+        "DynamoDB" | "DynamoDB Streams" | "dynamodb" | "dynamodbstreams" => "dynamodb".into(),
+        "CloudWatch" | "monitoring" | "cloudwatch" => "cloudwatch".into(),
+        "EventBridge" | "events" | "eventbridge" => "events".into(),
+        other => other.to_lowercase().replace(' ', ""),
+    }
+}
+
+/// The resource named by `input` (an operation input of a known operation), else `?`.
+pub fn resource(input: &Input) -> String {
+    use aws_sdk_dynamodb::operation as ddb;
+    use aws_sdk_dynamodbstreams::operation as streams;
+    macro_rules! field {
+        ($($ty:ty => $get:expr),* $(,)?) => {
+            $(if let Some(i) = input.downcast_ref::<$ty>() {
+                let get: fn(&$ty) -> Option<String> = $get;
+                return get(i).unwrap_or_else(|| "?".into());
+            })*
+        };
+    }
+    field! {
+        ddb::get_item::GetItemInput => |i| i.table_name.clone(),
+        ddb::put_item::PutItemInput => |i| i.table_name.clone(),
+        ddb::update_item::UpdateItemInput => |i| i.table_name.clone(),
+        ddb::delete_item::DeleteItemInput => |i| i.table_name.clone(),
+        ddb::query::QueryInput => |i| index(&i.table_name, &i.index_name),
+        ddb::scan::ScanInput => |i| index(&i.table_name, &i.index_name),
+        ddb::describe_table::DescribeTableInput => |i| i.table_name.clone(),
+        ddb::describe_contributor_insights::DescribeContributorInsightsInput =>
+            |i| index(&i.table_name, &i.index_name),
+        ddb::batch_get_item::BatchGetItemInput =>
+            |i| i.request_items.as_ref().map(|m| sorted_keys(m.keys())),
+        ddb::batch_write_item::BatchWriteItemInput =>
+            |i| i.request_items.as_ref().map(|m| sorted_keys(m.keys())),
+        streams::describe_stream::DescribeStreamInput => |i| i.stream_arn.clone(),
+        streams::get_shard_iterator::GetShardIteratorInput => |i| i.stream_arn.clone(),
+        aws_sdk_cloudwatch::operation::get_insight_rule_report::GetInsightRuleReportInput =>
+            |i| i.rule_name.clone(),
+        aws_sdk_kinesis::operation::put_record::PutRecordInput =>
+            |i| i.stream_name.clone().or_else(|| i.stream_arn.clone()),
+        aws_sdk_kinesis::operation::put_records::PutRecordsInput =>
+            |i| i.stream_name.clone().or_else(|| i.stream_arn.clone()),
+    }
+    "?".into()
+}
+
+fn index(table: &Option<String>, index: &Option<String>) -> Option<String> {
+    let table = table.clone()?;
+    Some(match index {
+        Some(ix) => format!("{table}/index/{ix}"),
+        None => table,
+    })
+}
+
+fn sorted_keys<'a>(keys: impl Iterator<Item = &'a String>) -> String {
+    let mut keys: Vec<&str> = keys.map(String::as_str).collect();
+    keys.sort_unstable();
+    keys.join(",")
+}
+
+impl Intercept for Recorder {
+    fn name(&self) -> &'static str {
+        "heatsink_testkit::calls::Recorder"
+    }
+
+    // Not `read_before_execution`: the operation's metadata is in the bag only once its runtime
+    // plugins ran, just before serialization.
+    fn read_before_serialization(
+        &self,
+        context: &BeforeSerializationInterceptorContextRef<'_>,
+        _runtime_components: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let (service, operation) = match cfg.load::<Metadata>() {
+            Some(m) => (m.service().to_owned(), m.name().to_owned()),
+            None => ("?".to_owned(), "?".to_owned()),
+        };
+        self.log.record(Call {
+            action: format!("{}:{operation}", iam_prefix(&service)),
+            resource: resource(context.input()),
+        });
+        Ok(())
+    }
+}

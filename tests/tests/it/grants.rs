@@ -1,0 +1,351 @@
+//! Grants derived from calls: each function's handler runs with an SDK interceptor
+//! (`heatsink_testkit::calls`) on every client it is given, over the paths it takes in
+//! production, and the (action, resource) pairs it called must be exactly the function's `calls`
+//! in `infra/grants.json` — which the CDK test (`infra/cdk/test/grants.test.ts`) and the
+//! Terraform test (`infra/terraform/tests/test_grants.py`) compare with each role's grants. A
+//! call nobody granted and a grant nobody calls both fail somewhere in that chain.
+//!
+//! DynamoDB and DynamoDB Streams run on the emulator. Contributor Insights (DescribeTable's GSI
+//! list, DescribeContributorInsights) and CloudWatch GetInsightRuleReport are answered by
+//! aws-smithy-mocks (no emulator implements them; shapes from the AWS API reference), with the
+//! same recording interceptor on those clients: the `smithy_mock_` part of the controller test.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, SystemTime};
+
+use aws_lambda_events::apigw::{
+    ApiGatewayRequestAuthorizer, ApiGatewayRequestAuthorizerJwtDescription,
+    ApiGatewayV2httpRequest, ApiGatewayV2httpResponse,
+};
+use aws_lambda_events::http::Method;
+use aws_lambda_events::kinesis::KinesisEvent;
+use aws_sdk_dynamodb::types::AttributeValue;
+use base64::Engine;
+use heatsink::admission::Gate;
+use heatsink::control::{ControllerConfig, ControllerFunction};
+use heatsink::counter::CounterStore;
+use heatsink::directory::{CachedDirectory, Controller, Directory};
+use heatsink::guard::{AdmissionConfig, Limit};
+use heatsink::hot::ControlConfig;
+use heatsink::insights::Insights;
+use heatsink::lambda::dynamodb_event;
+use heatsink::publish::{SAMPLER_DETAIL_TYPE, SAMPLER_SOURCE};
+use heatsink_photo_app::rebuild::{RebuildOptions, rebuild};
+use heatsink_photo_app::schema::Table;
+use heatsink_photo_app::{LikesApi, aggregator};
+use heatsink_testkit::calls::{Call, CallLog};
+use heatsink_testkit::{Fixture, fixture, sampled_hot_key, table_stream_records};
+use serde_json::{Value, json};
+
+const TABLES: [Table; 5] = [
+    Table::Liked,
+    Table::Counters,
+    Table::Hotkeys,
+    Table::Leases,
+    Table::Posts,
+];
+
+/// `infra/grants.json`'s `calls` of `function` that apply to `mode` (`action resource`).
+fn manifest(function: &str, mode: &str) -> BTreeSet<String> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../infra/grants.json");
+    let text = std::fs::read_to_string(&path).expect("infra/grants.json");
+    let json: Value = serde_json::from_str(&text).expect("grants.json is JSON");
+    json["calls"][function]
+        .as_array()
+        .unwrap_or_else(|| panic!("grants.json has no calls for {function}"))
+        .iter()
+        .filter(|g| {
+            g.get("modes")
+                .and_then(Value::as_array)
+                .is_none_or(|m| m.iter().any(|x| x == mode))
+        })
+        .map(|g| {
+            format!(
+                "{} {}",
+                g["action"].as_str().unwrap(),
+                g["resource"].as_str().unwrap()
+            )
+        })
+        .collect()
+}
+
+/// A recorded call in the manifest's logical terms: `table/<t>`, `table/<t>/stream`,
+/// `insight-rule/DynamoDBContributorInsights-<K>-<prefix><t>-*`.
+fn logical(fx: &Fixture, call: &Call) -> String {
+    let prefix = fx.schema.prefix();
+    let name_of = |physical: &str| -> Option<&'static str> {
+        TABLES.into_iter().find_map(|t| {
+            (fx.schema.table_name(t) == physical).then(|| {
+                let logical = fx.schema.table_name(t);
+                Box::leak(logical[prefix.len()..].to_owned().into_boxed_str()) as &'static str
+            })
+        })
+    };
+    let r = &call.resource;
+    let resource = if let Some(t) = name_of(r) {
+        format!("table/{t}")
+    } else if let Some((_, rest)) = r.split_once(":table/")
+        && let Some((table, _)) = rest.split_once("/stream/")
+        && let Some(t) = name_of(table)
+    {
+        format!("table/{t}/stream")
+    } else if let Some(rest) = r.strip_prefix("DynamoDBContributorInsights-")
+        && let Some((kind, table_and_time)) = rest.split_once('-')
+        && let Some((table, time)) = table_and_time.rsplit_once('-')
+        && time.chars().all(|c| c.is_ascii_digit())
+        && let Some(t) = name_of(table)
+    {
+        format!("insight-rule/DynamoDBContributorInsights-{kind}-<prefix>{t}-*")
+    } else {
+        format!("UNKNOWN:{r}")
+    };
+    format!("{} {resource}", call.action)
+}
+
+fn assert_calls(fx: &Fixture, log: &CallLog, function: &str, mode: &str) {
+    let recorded: BTreeSet<String> = log.calls().iter().map(|c| logical(fx, c)).collect();
+    let want = manifest(function, mode);
+    let ungranted: Vec<_> = recorded.difference(&want).collect();
+    let uncalled: Vec<_> = want.difference(&recorded).collect();
+    assert!(
+        ungranted.is_empty() && uncalled.is_empty(),
+        "{function} ({mode}): called but not in infra/grants.json: {ungranted:?}; \
+         in infra/grants.json but never called: {uncalled:?}"
+    );
+}
+
+fn ddb(fx: &Fixture, log: &CallLog) -> aws_sdk_dynamodb::Client {
+    let conf = aws_sdk_dynamodb::config::Builder::from(&fx.stack.config)
+        .interceptor(log.interceptor())
+        .build();
+    aws_sdk_dynamodb::Client::from_conf(conf)
+}
+
+fn signed(method: Method, path: &str, sub: &str) -> ApiGatewayV2httpRequest {
+    let mut req = ApiGatewayV2httpRequest::default();
+    req.raw_path = Some(path.to_owned());
+    req.request_context.http.method = method;
+    let mut jwt = ApiGatewayRequestAuthorizerJwtDescription::default();
+    jwt.claims.insert("sub".to_owned(), sub.to_owned());
+    let mut authorizer = ApiGatewayRequestAuthorizer::default();
+    authorizer.jwt = Some(jwt);
+    req.request_context.authorizer = Some(authorizer);
+    req
+}
+
+async fn post(fx: &Fixture, post: &str) {
+    fx.stack
+        .ddb
+        .put_item()
+        .table_name(fx.schema.table_name(Table::Posts))
+        .item("post", AttributeValue::S(post.into()))
+        .send()
+        .await
+        .expect("post");
+}
+
+/// likes-api as the Lambda builds it: admission over the cached directory, then the like, then
+/// a count read.
+async fn likes_api(fx: &Fixture) {
+    let log = CallLog::new();
+    let client = ddb(fx, &log);
+    let directory = CachedDirectory::new(
+        Directory::from_schema(client.clone(), fx.schema.toolkit()),
+        Duration::from_secs(5),
+    );
+    let gate = Gate::new(
+        AdmissionConfig::default().tenant_limit(Limit::per_second(10, 20).expect("limit")),
+        Some(std::sync::Arc::new(directory)),
+    )
+    .expect("gate");
+    let api = LikesApi::new(client, &fx.schema).with_gate(gate);
+    let responses: Vec<ApiGatewayV2httpResponse> = vec![
+        api.handle(signed(Method::POST, "/posts/p9/likes", "u1"))
+            .await,
+        api.handle(signed(Method::POST, "/posts/p9/likes", "u1"))
+            .await,
+        api.handle(signed(Method::GET, "/posts/p9", "u1")).await,
+        api.handle(signed(Method::POST, "/posts/nope/likes", "u1"))
+            .await,
+    ];
+    let codes: Vec<i64> = responses.iter().map(|r| r.status_code).collect();
+    assert_eq!(codes, [201, 200, 200, 404]);
+    assert_calls(fx, &log, "likes-api", "kinesis");
+}
+
+/// The same changes as Kinesis Data Streams for DynamoDB delivers them (each record's data is
+/// the change as JSON), so the aggregator's Kinesis path runs too.
+fn kinesis_event(dynamodb: &Value, table: &str) -> KinesisEvent {
+    let records: Vec<Value> = dynamodb["Records"]
+        .as_array()
+        .expect("records")
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let change = json!({"awsRegion": "us-east-1", "eventID": r["eventID"], "eventName": r["eventName"],
+                "userIdentity": null, "recordFormat": "application/json", "tableName": table,
+                "dynamodb": r["dynamodb"], "eventSource": "aws:dynamodb"});
+            let seq = format!("4962{i:07}");
+            json!({"eventSource": "aws:kinesis", "eventVersion": "1.0",
+                "eventID": format!("shardId-000000000000:{seq}"), "eventName": "aws:kinesis:record",
+                "invokeIdentityArn": "arn:aws:iam::000000000000:role/aggregator", "awsRegion": "us-east-1",
+                "eventSourceARN": "arn:aws:kinesis:us-east-1:000000000000:stream/heatsink-like-events",
+                "kinesis": {"kinesisSchemaVersion": "1.0", "partitionKey": "k", "sequenceNumber": seq,
+                    "approximateArrivalTimestamp": 1.7e9,
+                    "data": base64::engine::general_purpose::STANDARD.encode(serde_json::to_vec(&change).expect("json"))}})
+        })
+        .collect();
+    serde_json::from_value(json!({ "Records": records })).expect("Kinesis event")
+}
+
+/// likes-aggregator over both sources, each with a fresh counters table state.
+async fn likes_aggregator(fx: &Fixture) {
+    let (arn, records) =
+        table_stream_records(&fx.stack, &fx.schema.table_name(Table::Liked), 1).await;
+    let event = dynamodb_event(&arn, &records).expect("event");
+    for mode in ["dynamodb-streams", "kinesis"] {
+        let log = CallLog::new();
+        let streams_conf = aws_sdk_dynamodbstreams::config::Builder::from(&fx.stack.config)
+            .interceptor(log.interceptor())
+            .build();
+        let agg = aggregator(
+            CounterStore::new(ddb(fx, &log), fx.schema.table_name(Table::Counters)),
+            Some(aws_sdk_dynamodbstreams::Client::from_conf(streams_conf)),
+        );
+        if mode == "dynamodb-streams" {
+            let (resp, _) = agg.handle_dynamodb(event.clone()).await;
+            assert!(resp.batch_item_failures.is_empty(), "{resp:?}");
+        } else {
+            let value = serde_json::to_value(&event).expect("event json");
+            let kinesis = kinesis_event(&value, &fx.schema.table_name(Table::Liked));
+            let (resp, _) = agg.handle_kinesis(kinesis).await;
+            assert!(resp.batch_item_failures.is_empty(), "{resp:?}");
+        }
+        assert_calls(fx, &log, "likes-aggregator", mode);
+    }
+}
+
+/// count-rebuilder over a like the aggregator never saw, so the run corrects (and writes) a counter.
+async fn count_rebuilder(fx: &Fixture) {
+    fx.stack
+        .ddb
+        .put_item()
+        .table_name(fx.schema.table_name(Table::Liked))
+        .item("user", AttributeValue::S("u2".into()))
+        .item("post", AttributeValue::S("p10".into()))
+        .item("liked_at", AttributeValue::N("1".into()))
+        .send()
+        .await
+        .expect("a like the aggregator never saw");
+    let log = CallLog::new();
+    let report = rebuild(
+        &ddb(fx, &log),
+        &fx.schema,
+        RebuildOptions {
+            quiet: Duration::ZERO,
+        },
+    )
+    .await
+    .expect("rebuild");
+    assert!(
+        report.corrected.keys().any(|id| id.contains("p10")),
+        "{report:?}"
+    );
+    assert_calls(fx, &log, "count-rebuilder", "kinesis");
+}
+
+/// hotkey-controller: a sampler report salts a key (Scan + PutItem), the schedule reads
+/// Contributor Insights (mocked), and a later schedule past the cool-down removes the entry
+/// (DeleteItem).
+async fn smithy_mock_hotkey_controller(fx: &Fixture) {
+    use aws_sdk_cloudwatch::operation::get_insight_rule_report::GetInsightRuleReportOutput;
+    use aws_sdk_dynamodb::operation::describe_contributor_insights::DescribeContributorInsightsOutput;
+    use aws_sdk_dynamodb::operation::describe_table::DescribeTableOutput;
+    use aws_sdk_dynamodb::types::{ContributorInsightsStatus, TableDescription};
+    use aws_smithy_mocks::{RuleMode, mock, mock_client};
+
+    let log = CallLog::new();
+    let counters = fx.schema.table_name(Table::Counters);
+    // What DynamoDB lists for a table with a sort key in ACCESSED_AND_THROTTLED_KEYS mode.
+    let rules: Vec<String> = ["PKC", "PKT", "SKC", "SKT"]
+        .iter()
+        .map(|k| format!("DynamoDBContributorInsights-{k}-{counters}-1700000000000"))
+        .collect();
+    let table = counters.clone();
+    let describe = mock!(aws_sdk_dynamodb::Client::describe_table).then_output(move || {
+        DescribeTableOutput::builder()
+            .table(TableDescription::builder().table_name(&table).build())
+            .build()
+    });
+    let table = counters.clone();
+    let insights =
+        mock!(aws_sdk_dynamodb::Client::describe_contributor_insights).then_output(move || {
+            DescribeContributorInsightsOutput::builder()
+                .table_name(&table)
+                .set_contributor_insights_rule_list(Some(rules.clone()))
+                .contributor_insights_status(ContributorInsightsStatus::Enabled)
+                .build()
+        });
+    let report = mock!(aws_sdk_cloudwatch::Client::get_insight_rule_report).then_output(|| {
+        GetInsightRuleReportOutput::builder()
+            .key_labels("pk")
+            .build()
+    });
+    let recorder = log.interceptor();
+    let mocked_ddb = mock_client!(
+        aws_sdk_dynamodb,
+        RuleMode::MatchAny,
+        [&describe, &insights],
+        |c| c.interceptor(recorder.clone())
+    );
+    let mocked_cw = mock_client!(aws_sdk_cloudwatch, RuleMode::MatchAny, [&report], |c| c
+        .interceptor(recorder.clone()));
+    let directory = Directory::from_schema(ddb(fx, &log), fx.schema.toolkit());
+    let f = ControllerFunction::new(
+        Controller::new(directory, ControlConfig::default()),
+        Some(Insights::from_clients(mocked_ddb, mocked_cw)),
+        ControllerConfig::new(vec![(counters, heatsink::detect::Kind::Read)]),
+    );
+    let now = SystemTime::now();
+    let report = json!({"source": SAMPLER_SOURCE, "detail-type": SAMPLER_DETAIL_TYPE, "detail": {
+        "partitions": [], "hot": [sampled_hot_key("likes#p9", "read", 9_000.0)]}});
+    let salted = f.handle(&report, now).await.expect("sampler report");
+    assert_eq!(salted.hot_keys, 1, "{salted:?}");
+    let tick = json!({"detail-type": "Scheduled Event", "source": "aws.events", "detail": {}});
+    // Long after: the cached entry has expired and calm keys are removed.
+    let later = now + Duration::from_secs(30 * 24 * 3600);
+    let calm = f.handle(&tick, later).await.expect("schedule");
+    assert!(
+        calm.changes.iter().any(|c| c.ends_with("removed")),
+        "{calm:?}"
+    );
+    assert_calls(fx, &log, "hotkey-controller", "kinesis");
+}
+
+#[tokio::test]
+async fn every_function_calls_exactly_what_infra_grants_json_grants_it() {
+    let fx = fixture!("every_function_calls_exactly_what_infra_grants_json_grants_it");
+    for t in [Table::Liked, Table::Counters, Table::Hotkeys, Table::Posts] {
+        fx.table(t).await;
+    }
+    post(&fx, "p9").await;
+    likes_api(&fx).await;
+    likes_aggregator(&fx).await;
+    count_rebuilder(&fx).await;
+    smithy_mock_hotkey_controller(&fx).await;
+    // Every function of the stacks is covered (a fifth function needs its own run above).
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../infra/grants.json");
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("read")).expect("json");
+    let functions: BTreeMap<String, Value> =
+        serde_json::from_value(json["calls"].clone()).expect("calls");
+    assert_eq!(
+        functions.keys().collect::<Vec<_>>(),
+        [
+            "count-rebuilder",
+            "hotkey-controller",
+            "likes-aggregator",
+            "likes-api"
+        ]
+    );
+}
