@@ -93,7 +93,7 @@ impl Load {
             v.ok(),
             "acknowledged writes lost or slots double-owned: {v:?}"
         );
-        assert!(report.acked > 5, "the load ran: {report:?}");
+        assert!(report.acked >= 3, "the load ran: {report:?}");
         (report, acks)
     }
 }
