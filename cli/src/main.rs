@@ -48,6 +48,16 @@ enum Command {
     Tail(cmd::tail::TailArgs),
     /// Print the hottest keys of a table and its GSIs from Contributor Insights (--enable turns it on).
     Top(cmd::top::TopArgs),
+    /// The shard directory: slot ranges → owner table (init, status, split, merge, load, verify, plan).
+    Shard {
+        #[command(subcommand)]
+        command: cmd::shard::ShardCommand,
+    },
+    /// Live moves of slot ranges between tables (start, status, resume, abort, rollback, list).
+    Move {
+        #[command(subcommand)]
+        command: cmd::r#move::MoveCommand,
+    },
     /// Recount likes from the durable records and correct settled counters (what count-rebuilder runs).
     Rebuild(cmd::rebuild::RebuildArgs),
     /// Put records on a Kinesis stream (stdin JSON lines or generated load); prints a JSON summary.
@@ -83,6 +93,8 @@ async fn main() -> ExitCode {
         Command::Rebuild(args) => cmd::rebuild::run(args).await,
         Command::Produce(args) => cmd::produce::run(args).await,
         Command::Reshard { command } => cmd::reshard::run(command).await,
+        Command::Shard { command } => cmd::shard::run(command).await,
+        Command::Move { command } => cmd::r#move::run(command).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -82,6 +82,7 @@ pub mod publish;
 pub mod reshard;
 pub mod scatter;
 pub mod schema;
+pub mod shard;
 #[cfg(feature = "streams")]
 #[cfg_attr(docsrs, doc(cfg(feature = "streams")))]
 pub mod stream;

@@ -15,6 +15,7 @@
 //! | `counters` | `pk` / `sk` | | writer, salted and `fix` sub-keys of each counter ([`crate::counter`]) |
 //! | `hotkeys` | `key` | TTL `expires_at` | hot-key directory: key → mitigation, S, epoch ([`crate::directory`]) |
 //! | `leases` | `app` / `shard_id` | | stream consumer leases and checkpoints |
+//! | `shards` | `pk` / `sk` | | shard directory: slot ranges → owner, epochs, moves ([`crate::shard`]); made by `heatsink shard init`, not in [`Table::ALL`] |
 //!
 //! Your own tables are [`TableSpec`]s built the same way:
 //!
@@ -245,10 +246,13 @@ pub enum Table {
     Hotkeys,
     /// Stream consumer leases (`app`, `shard_id`).
     Leases,
+    /// Shard directory: slot ranges → owner table, epochs, moves (`pk`, `sk`; [`crate::shard`]).
+    Shards,
 }
 
 impl Table {
-    /// Every table of the toolkit, in creation order.
+    /// Every table of the toolkit a deployment creates, in creation order. [`Table::Shards`] is
+    /// not among them: `heatsink shard init` creates it where live resharding is used.
     pub const ALL: [Table; 3] = [Table::Counters, Table::Hotkeys, Table::Leases];
 
     /// The logical name, the part of the table name after the prefix.
@@ -257,6 +261,7 @@ impl Table {
             Table::Counters => "counters",
             Table::Hotkeys => "hotkeys",
             Table::Leases => "leases",
+            Table::Shards => "shards",
         }
     }
 }
@@ -299,6 +304,7 @@ impl Schema {
             Table::Counters => spec("pk").sort_key(KeyAttr::s("sk")),
             Table::Hotkeys => spec("key").ttl("expires_at"),
             Table::Leases => spec("app").sort_key(KeyAttr::s("shard_id")),
+            Table::Shards => spec("pk").sort_key(KeyAttr::s("sk")),
         }
     }
 

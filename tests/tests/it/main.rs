@@ -13,6 +13,7 @@ mod likes;
 mod placement;
 mod publish;
 mod scatter;
+mod shard;
 mod sim;
 mod smoke_cloudwatch;
 mod smoke_dynamodb;

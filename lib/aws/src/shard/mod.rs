@@ -1,0 +1,172 @@
+//! Live resharding on DynamoDB: the shard directory table, the router, the owner's fence, and
+//! the mover.
+//!
+//! The decisions are pure and live in `heatsink_core::shard` (re-exported here): slots
+//! ([`slot_of`]), the directory map ([`ShardMap`], a different thing from the hot-key
+//! [`crate::directory`]), the router's [`RetryRule`], the apply rule ([`apply::wins`]), the
+//! mover's [`Phase`]s and the [`balance`] plan. This module carries them out:
+//!
+//! * [`ShardDirectory`]: the `shards` table (see [`crate::schema::Table::Shards`]): one item per
+//!   range and one for the map (`pk = "dir"`), one per move (`pk = "move"`). Every change is one
+//!   `TransactWriteItems` conditional on the map version and on each range item as it was read,
+//!   so a split, merge or flip decided from an old map fails whole ([`ReshardError::Conflict`]).
+//!   Each range item carries a signature of its fields: an item edited by hand is reported as
+//!   [`ShardError::Corrupt`], never guessed at.
+//! * [`Router`]: caches the map for at most `max_age`, writes versioned items to their owner
+//!   (plain or fenced, see below), turns MOVED answers into reload-and-retry with the
+//!   [`RetryRule`]. Retries resend the same version, so they are safe to repeat.
+//! * [`fence`]: the owner's slot table, one fence item per slot that left a table.
+//! * `mover` (feature `streams`): the live move as a persisted state machine.
+//!
+//! # How an owner refuses
+//!
+//! Each owner table carries a **fence item** per slot that has left it; a **fenced** write is
+//! `TransactWriteItems` = `ConditionCheck(fence item: attribute_not_exists(pk) OR (st = owned
+//! AND ep <= :e))` + the versioned `Put`, and a refused one returns the fence item: the MOVED
+//! answer (new owner, epoch). Routers write fenced on ranges marked *moving* and, in a
+//! **strict** directory (`heatsink shard init --strict`), on every range; elsewhere a plain
+//! `PutItem` (1 WCU). The protocol and its proof sketch are in `heatsink_core::shard`; in
+//! short: the mover marks the range moving, waits `max_age` (so every router that honours it
+//! writes fenced), copies and tails, writes the fence items (the pause begins), drains the
+//! stream through the fence, and flips the directory to epoch + 1 (the pause ends). Strict mode
+//! also refuses a router whose map is older than `max_age`, at twice the write cost.
+//!
+//! ```no_run
+//! # async fn f(ddb: aws_sdk_dynamodb::Client) -> Result<(), heatsink::shard::ReshardError> {
+//! use std::time::Duration;
+//! use heatsink::shard::{Router, ShardDirectory, SlotRange};
+//!
+//! let dir = ShardDirectory::new(ddb.clone(), "heatsink-shards");
+//! dir.init("posts", Duration::from_secs(1), false).await?; // idempotent
+//! let map = dir.load().await?;
+//! let change = map.split(SlotRange::ALL, 8_192)?;
+//! dir.commit(&change).await?; // one TransactWriteItems, conditional on version and epochs
+//!
+//! let router = Router::new(ddb, dir, Duration::from_secs(1));
+//! let ack = router.put_versioned("post:{p9}", 1, Default::default()).await?;
+//! println!("stored at {} epoch {}", ack.owner, ack.epoch);
+//! # Ok(()) }
+//! ```
+//!
+//! Limits: 16,384 slots; a change touches at most 3 range items; the router reads the whole
+//! map (one Query) at most once per `max_age`; the fence writes one item per moved slot.
+
+mod directory;
+pub mod fence;
+pub mod load;
+#[cfg(feature = "streams")]
+#[cfg_attr(docsrs, doc(cfg(feature = "streams")))]
+pub mod mover;
+mod router;
+
+pub use directory::{MOVE_PK, ShardDirectory};
+pub use heatsink_core::shard::*;
+pub use router::{Ack, Router, RouterStats};
+
+use crate::error::AwsError;
+
+/// Errors of the shard directory, the router and the mover.
+#[derive(Debug, thiserror::Error)]
+pub enum ReshardError {
+    /// A refusal of the pure directory logic (bad range, busy, hand-edited directory, …).
+    #[error(transparent)]
+    Shard(#[from] ShardError),
+    /// A transition the move's phase does not allow; carries the recovery command.
+    #[error(transparent)]
+    Refused(#[from] Refusal),
+    /// `shard init` has not run on this directory table.
+    #[error("the shard directory {table} is empty; run `heatsink shard init --owner TABLE`")]
+    NotInitialized {
+        /// The directory table.
+        table: String,
+    },
+    /// `shard init` on a directory that exists with another owner layout.
+    #[error(
+        "the shard directory {table} already exists (version {version}); nothing changed (see `heatsink shard status`)"
+    )]
+    AlreadyInitialized {
+        /// The directory table.
+        table: String,
+        /// Its version.
+        version: u64,
+    },
+    /// The directory changed between read and commit (another split, merge or move).
+    #[error(
+        "the shard directory {table} changed while this change was decided; nothing was written: reload and retry"
+    )]
+    Conflict {
+        /// The directory table.
+        table: String,
+    },
+    /// An item or key the router cannot route.
+    #[error("cannot route: {0}")]
+    BadItem(String),
+    /// A table the mover cannot use (wrong key schema, no stream, wrong stream view, …).
+    #[error("table {table} cannot take part in a move: {reason}")]
+    BadTable {
+        /// The table.
+        table: String,
+        /// What is wrong, and what to do.
+        reason: String,
+    },
+    /// A move request the directory cannot take (to the current owner, two moves of a slot).
+    #[error("{0}")]
+    BadMove(String),
+    /// The move does not exist.
+    #[error("no move {id} in {table}; see `heatsink move list --json`")]
+    NoSuchMove {
+        /// The move id.
+        id: String,
+        /// The directory table.
+        table: String,
+    },
+    /// The router gave up after its attempts (the write is not acknowledged).
+    #[error(
+        "write of {key:?} not acknowledged after {attempts} attempts (slot {slot} is moving or the owner is throttled); retry later"
+    )]
+    GaveUp {
+        /// The key.
+        key: String,
+        /// Its slot.
+        slot: u16,
+        /// Attempts made.
+        attempts: u32,
+    },
+    /// The recorded stream position is past the stream's 24-hour retention.
+    #[error(
+        "move {id}: the recorded stream position on {shard} is past retention (TrimmedDataAccess); the copy cannot resume: run `heatsink move abort {id}` and start the move again"
+    )]
+    PositionExpired {
+        /// The move.
+        id: String,
+        /// The stream shard.
+        shard: String,
+    },
+    /// The diff found differences that did not clear after catching up again.
+    #[error(
+        "move {id}: the diff found {missing} missing, {extra} extra and {mismatched} mismatched items (samples {samples:?}); nothing was fenced: run `heatsink move resume {id}` to diff again or `heatsink move abort {id}`"
+    )]
+    DiffFailed {
+        /// The move.
+        id: String,
+        /// Items on the source and not the target.
+        missing: u64,
+        /// Items on the target and not the source.
+        extra: u64,
+        /// Items that differ.
+        mismatched: u64,
+        /// Sample keys.
+        samples: Vec<String>,
+    },
+    /// A stored move record is not readable (edited by hand?).
+    #[error("move record {id} is malformed: {reason}")]
+    Malformed {
+        /// The move id.
+        id: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// DynamoDB or DynamoDB Streams refused or could not be reached.
+    #[error(transparent)]
+    Aws(#[from] AwsError),
+}

@@ -1,0 +1,400 @@
+//! The router: a bounded-age cache of the map, and writes that follow MOVED answers.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::{
+    AttributeValue, ConditionCheck, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem,
+};
+use heatsink_core::shard::{Answer, Next, RangeState, RetryRule, ShardMap, slot_of};
+use tokio::sync::Mutex;
+use tokio::time::Instant;
+
+use super::fence::{KeySchema, TOMBSTONE_ATTR, TableInfo, VERSION_ATTR, parse_fence};
+use super::{ReshardError, ShardDirectory};
+use crate::error::AwsError;
+
+/// A write the owner stored (or had stored: a retry of an applied write).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ack {
+    /// The table that holds it.
+    pub owner: String,
+    /// The epoch the slot was owned at.
+    pub epoch: u64,
+    /// Attempts made, the first included.
+    pub attempts: u32,
+    /// MOVED answers on the way (a stale map bounced by the old owner).
+    pub moved: u32,
+    /// What the owner answered last: `Accepted`, `AlreadyApplied` or `Superseded`.
+    pub answer: Answer,
+}
+
+/// Counters of one router, for progress lines and the demo.
+#[derive(Debug, Default)]
+pub struct RouterStats {
+    /// MOVED answers received.
+    pub moved: AtomicU64,
+    /// Directory reloads.
+    pub reloads: AtomicU64,
+    /// Retries after a transient failure.
+    pub retries: AtomicU64,
+}
+
+struct Inner {
+    ddb: aws_sdk_dynamodb::Client,
+    dir: ShardDirectory,
+    max_age: Duration,
+    strict: bool,
+    rule: RetryRule,
+    cache: Mutex<Option<(Arc<ShardMap>, Instant)>>,
+    schemas: Mutex<HashMap<String, KeySchema>>,
+    stats: RouterStats,
+}
+
+/// Routes versioned items to the table that owns their slot (cheap to clone).
+///
+/// Items carry a string `pk` and a numeric version `v` that rises with every change of the
+/// item (one writer per key, or a version from one authority per key: never a clock). The
+/// router writes them under `attribute_not_exists(v) OR v < :v`, so a retry is never stored
+/// twice and an older version never overwrites a newer one.
+#[derive(Clone)]
+pub struct Router {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Router {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Router")
+            .field("directory", &self.inner.dir.table())
+            .field("max_age", &self.inner.max_age)
+            .field("strict", &self.inner.strict)
+            .finish()
+    }
+}
+
+fn version_of(item: &HashMap<String, AttributeValue>) -> Option<u64> {
+    item.get(VERSION_ATTR)?.as_n().ok()?.parse().ok()
+}
+
+impl Router {
+    /// A router over `dir` that uses a loaded map for at most `max_age`.
+    ///
+    /// In a default directory `max_age` must not exceed the directory's own `max_age_ms`
+    /// (what movers wait for); in a strict one any age is safe.
+    pub fn new(ddb: aws_sdk_dynamodb::Client, dir: ShardDirectory, max_age: Duration) -> Self {
+        Self::with(ddb, dir, max_age, false, RetryRule::default())
+    }
+
+    /// A router with its own strictness (fenced writes on every range) and retry rule.
+    pub fn with(
+        ddb: aws_sdk_dynamodb::Client,
+        dir: ShardDirectory,
+        max_age: Duration,
+        strict: bool,
+        rule: RetryRule,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                ddb,
+                dir,
+                max_age,
+                strict,
+                rule,
+                cache: Mutex::new(None),
+                schemas: Mutex::new(HashMap::new()),
+                stats: RouterStats::default(),
+            }),
+        }
+    }
+
+    /// The router's counters.
+    pub fn stats(&self) -> &RouterStats {
+        &self.inner.stats
+    }
+
+    /// The directory it reads.
+    pub fn directory(&self) -> &ShardDirectory {
+        &self.inner.dir
+    }
+
+    /// The cached map, reloaded when older than `max_age`.
+    pub async fn map(&self) -> Result<Arc<ShardMap>, ReshardError> {
+        let mut cache = self.inner.cache.lock().await;
+        if let Some((map, at)) = cache.as_ref()
+            && at.elapsed() < self.inner.max_age
+        {
+            return Ok(map.clone());
+        }
+        let map = Arc::new(self.inner.dir.load().await?);
+        self.inner.stats.reloads.fetch_add(1, Ordering::Relaxed);
+        *cache = Some((map.clone(), Instant::now()));
+        Ok(map)
+    }
+
+    /// Drops the cached map; the next call reads the directory.
+    pub async fn invalidate(&self) {
+        *self.inner.cache.lock().await = None;
+    }
+
+    async fn keys(&self, table: &str) -> Result<KeySchema, ReshardError> {
+        if let Some(k) = self.inner.schemas.lock().await.get(table) {
+            return Ok(k.clone());
+        }
+        let info = TableInfo::describe(&self.inner.ddb, table).await?;
+        self.inner
+            .schemas
+            .lock()
+            .await
+            .insert(table.to_owned(), info.keys.clone());
+        Ok(info.keys)
+    }
+
+    /// Writes `{pk: key, v: version, ..attrs}` through the directory.
+    pub async fn put_versioned(
+        &self,
+        key: &str,
+        version: u64,
+        mut attrs: HashMap<String, AttributeValue>,
+    ) -> Result<Ack, ReshardError> {
+        attrs.insert("pk".into(), AttributeValue::S(key.to_owned()));
+        attrs.insert(VERSION_ATTR.into(), AttributeValue::N(version.to_string()));
+        self.put(attrs).await
+    }
+
+    /// Writes a whole item (string `pk`, numeric `v`, the sort key when the owner has one) to
+    /// the owner of its slot, following MOVED answers with the [`RetryRule`].
+    pub async fn put(&self, item: HashMap<String, AttributeValue>) -> Result<Ack, ReshardError> {
+        let key = item
+            .get("pk")
+            .and_then(|v| v.as_s().ok())
+            .cloned()
+            .ok_or_else(|| ReshardError::BadItem("the item has no string `pk`".into()))?;
+        let version = version_of(&item).ok_or_else(|| {
+            ReshardError::BadItem(format!("item {key:?} has no numeric version `v`"))
+        })?;
+        if super::fence::is_internal(&key) {
+            return Err(ReshardError::BadItem(format!(
+                "{key:?}: keys starting with {} are reserved",
+                super::fence::INTERNAL_PREFIX
+            )));
+        }
+        let slot = slot_of(&key);
+        let mut moved = 0u32;
+        for attempt in 1.. {
+            let map = self.map().await?;
+            let entry = map.entry_of(slot);
+            let fenced =
+                self.inner.strict || map.strict || matches!(entry.state, RangeState::Moving { .. });
+            let answer = self
+                .attempt(&entry.owner, entry.epoch, fenced, slot, &item, version)
+                .await?;
+            match self.inner.rule.next(attempt, moved, &answer) {
+                Next::Done => {
+                    return Ok(Ack {
+                        owner: entry.owner.clone(),
+                        epoch: entry.epoch,
+                        attempts: attempt,
+                        moved,
+                        answer,
+                    });
+                }
+                Next::GiveUp => {
+                    return Err(ReshardError::GaveUp {
+                        key,
+                        slot,
+                        attempts: attempt,
+                    });
+                }
+                Next::Reload { after } => {
+                    moved += 1;
+                    self.inner.stats.moved.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(after).await;
+                    self.invalidate().await;
+                }
+                Next::Retry { after } => {
+                    self.inner.stats.retries.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(after).await;
+                }
+            }
+        }
+        unreachable!("the retry rule gives up after max_attempts")
+    }
+
+    fn settled(stored: Option<&HashMap<String, AttributeValue>>, version: u64) -> Answer {
+        let tomb = stored.is_some_and(|i| i.contains_key(TOMBSTONE_ATTR));
+        match stored.and_then(version_of) {
+            Some(v) if v == version && !tomb => Answer::AlreadyApplied,
+            Some(v) => Answer::Superseded { stored: v },
+            None => Answer::Transient,
+        }
+    }
+
+    async fn read_item(
+        &self,
+        table: &str,
+        key: HashMap<String, AttributeValue>,
+    ) -> Result<Option<HashMap<String, AttributeValue>>, ReshardError> {
+        let out = self
+            .inner
+            .ddb
+            .get_item()
+            .table_name(table)
+            .set_key(Some(key))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| AwsError::dynamodb("GetItem", table, e))?;
+        Ok(out.item)
+    }
+
+    async fn attempt(
+        &self,
+        owner: &str,
+        epoch: u64,
+        fenced: bool,
+        slot: u16,
+        item: &HashMap<String, AttributeValue>,
+        version: u64,
+    ) -> Result<Answer, ReshardError> {
+        let ddb = &self.inner.ddb;
+        let keys = self.keys(owner).await?;
+        let bad = |e: aws_sdk_dynamodb::error::BuildError| ReshardError::BadItem(e.to_string());
+        let cond = "attribute_not_exists(#v) OR #v < :v";
+        if !fenced {
+            let res = ddb
+                .put_item()
+                .table_name(owner)
+                .set_item(Some(item.clone()))
+                .condition_expression(cond)
+                .expression_attribute_names("#v", VERSION_ATTR)
+                .expression_attribute_values(":v", AttributeValue::N(version.to_string()))
+                .return_values_on_condition_check_failure(
+                    ReturnValuesOnConditionCheckFailure::AllOld,
+                )
+                .send()
+                .await;
+            return match res {
+                Ok(_) => Ok(Answer::Accepted),
+                Err(e) => {
+                    if let Some(PutItemError::ConditionalCheckFailedException(c)) =
+                        e.as_service_error()
+                    {
+                        let stored = match c.item() {
+                            Some(i) => Some(i.clone()),
+                            None => self.read_item(owner, keys.key_of(item)).await?,
+                        };
+                        return Ok(Self::settled(stored.as_ref(), version));
+                    }
+                    let err = AwsError::dynamodb("PutItem", owner, e);
+                    if err.is_transient() {
+                        Ok(Answer::Transient)
+                    } else {
+                        Err(err.into())
+                    }
+                }
+            };
+        }
+        let check = ConditionCheck::builder()
+            .table_name(owner)
+            .set_key(Some(keys.fence_key(slot)))
+            .condition_expression("attribute_not_exists(pk) OR (st = :owned AND ep <= :e)")
+            .expression_attribute_values(":owned", AttributeValue::S("owned".into()))
+            .expression_attribute_values(":e", AttributeValue::N(epoch.to_string()))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .map_err(bad)?;
+        let put = Put::builder()
+            .table_name(owner)
+            .set_item(Some(item.clone()))
+            .condition_expression(cond)
+            .expression_attribute_names("#v", VERSION_ATTR)
+            .expression_attribute_values(":v", AttributeValue::N(version.to_string()))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .map_err(bad)?;
+        let res = ddb
+            .transact_write_items()
+            .transact_items(TransactWriteItem::builder().condition_check(check).build())
+            .transact_items(TransactWriteItem::builder().put(put).build())
+            .send()
+            .await;
+        match res {
+            Ok(_) => Ok(Answer::Accepted),
+            Err(e) => {
+                let reasons = match e.as_service_error() {
+                    Some(TransactWriteItemsError::TransactionCanceledException(t)) => {
+                        Some(t.cancellation_reasons().to_vec())
+                    }
+                    _ => None,
+                };
+                let Some(reasons) = reasons else {
+                    let err = AwsError::dynamodb("TransactWriteItems", owner, e);
+                    return if err.is_transient() {
+                        Ok(Answer::Transient)
+                    } else {
+                        Err(err.into())
+                    };
+                };
+                let code = |i: usize| reasons.get(i).and_then(|r| r.code()).unwrap_or("None");
+                if code(0) == "ConditionalCheckFailed" {
+                    let fence = match reasons[0].item() {
+                        Some(i) => parse_fence(i),
+                        None => super::fence::read_fence(ddb, owner, &keys, slot).await?,
+                    };
+                    return Ok(match fence {
+                        Some(f) => Answer::Moved {
+                            to: f.to,
+                            epoch: f.epoch,
+                        },
+                        None => Answer::Transient,
+                    });
+                }
+                if code(1) == "ConditionalCheckFailed" {
+                    let stored = match reasons.get(1).and_then(|r| r.item()) {
+                        Some(i) => Some(i.clone()),
+                        None => self.read_item(owner, keys.key_of(item)).await?,
+                    };
+                    return Ok(Self::settled(stored.as_ref(), version));
+                }
+                // TransactionConflict, throttling: the write may be retried as it is.
+                Ok(Answer::Transient)
+            }
+        }
+    }
+
+    /// Reads an item by key (`pk` and the sort key, if any) from the owner of its slot; a
+    /// tombstone reads as absent.
+    pub async fn get(
+        &self,
+        key: HashMap<String, AttributeValue>,
+    ) -> Result<Option<HashMap<String, AttributeValue>>, ReshardError> {
+        let pk = key
+            .get("pk")
+            .and_then(|v| v.as_s().ok())
+            .ok_or_else(|| ReshardError::BadItem("the key has no string `pk`".into()))?;
+        let map = self.map().await?;
+        let owner = map.entry_of(slot_of(pk)).owner.clone();
+        let item = self.read_item(&owner, key).await?;
+        Ok(item.filter(|i| !i.contains_key(TOMBSTONE_ATTR)))
+    }
+
+    /// [`Self::get`] of `{pk: key}` on a table without a sort key, with the owner it was read from.
+    pub async fn get_key(
+        &self,
+        key: &str,
+    ) -> Result<(String, Option<HashMap<String, AttributeValue>>), ReshardError> {
+        let map = self.map().await?;
+        let owner = map.entry_of(slot_of(key)).owner.clone();
+        let item = self
+            .read_item(
+                &owner,
+                HashMap::from([("pk".to_owned(), AttributeValue::S(key.to_owned()))]),
+            )
+            .await?;
+        Ok((owner, item.filter(|i| !i.contains_key(TOMBSTONE_ATTR))))
+    }
+}

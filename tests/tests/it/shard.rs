@@ -1,0 +1,488 @@
+//! Live resharding on the local stack (moto and dynoxide lanes): the shard directory's
+//! transactions, and live moves with a load generator writing through routers the whole time.
+//! The emulators give each table's stream one shard; the multi-shard drain is covered by the
+//! forward tail running through the soak (see `heatsink::shard::mover`).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use heatsink::schema::{self, KeyAttr, StreamView, Table, TableSpec};
+use heatsink::shard::load::{AckLine, LoadSpec, run_load, verify};
+use heatsink::shard::mover::{BatchFault, Budget, MoveSpec, Mover, TailFaults};
+use heatsink::shard::{
+    MoveMode, Phase, ReshardError, RetryRule, Router, ShardDirectory, ShardError, SlotRange,
+    slot_of,
+};
+use heatsink_testkit::{Fixture, fixture};
+
+const MAX_AGE: Duration = Duration::from_millis(300);
+
+/// The move tests run one at a time: each drives a load generator, and moto serves one call at
+/// a time (two loads at once would measure moto, not the mover).
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+async fn owner_table(fx: &Fixture, logical: &str) -> String {
+    let spec = TableSpec::new(format!("{}{logical}", fx.schema.prefix()), KeyAttr::s("pk"))
+        .stream(StreamView::NewAndOldImages);
+    fx.track_table(&spec.name);
+    schema::ensure_table(&fx.stack.ddb, &spec)
+        .await
+        .unwrap_or_else(|e| panic!("creating {}: {e}", spec.name));
+    spec.name
+}
+
+async fn directory(fx: &Fixture, owner: &str, strict: bool) -> ShardDirectory {
+    let spec = fx.schema.toolkit().table(Table::Shards);
+    fx.track_table(&spec.name);
+    schema::ensure_table(&fx.stack.ddb, &spec)
+        .await
+        .expect("directory table");
+    let dir = ShardDirectory::new(fx.stack.ddb.clone(), spec.name);
+    dir.init(owner, MAX_AGE, strict).await.expect("init");
+    dir
+}
+
+fn budget() -> Budget {
+    Budget {
+        soak: Duration::from_millis(200),
+        ..Budget::default()
+    }
+}
+
+/// A load generator on its own task, writing through `router` until stopped.
+struct Load {
+    stop: Arc<AtomicBool>,
+    acks: Arc<Mutex<Vec<AckLine>>>,
+    task: tokio::task::JoinHandle<heatsink::shard::load::LoadReport>,
+}
+
+fn start_load(router: Router, prefix: &str, keys: u64, rate: f64) -> Load {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    let stop = Arc::new(AtomicBool::new(false));
+    let acks = Arc::new(Mutex::new(vec![]));
+    let sink = acks.clone();
+    let spec = LoadSpec {
+        keys,
+        prefix: prefix.into(),
+        tenants: Some(4),
+        rate,
+        duration: Duration::from_secs(600),
+        max_in_flight: 32,
+    };
+    let task = tokio::spawn(run_load(router, spec, stop.clone(), move |a| {
+        if let Ok(mut v) = sink.lock() {
+            v.push(a.clone());
+        }
+    }));
+    Load { stop, acks, task }
+}
+
+impl Load {
+    async fn finish(self, router: &Router) -> (heatsink::shard::load::LoadReport, Vec<AckLine>) {
+        self.stop.store(true, Ordering::Relaxed);
+        let report = self.task.await.expect("load task");
+        let acks = self.acks.lock().expect("acks").clone();
+        let v = verify(router, &acks).await.expect("verify");
+        assert!(
+            v.ok(),
+            "acknowledged writes lost or slots double-owned: {v:?}"
+        );
+        assert!(report.acked >= 3, "the load ran: {report:?}");
+        (report, acks)
+    }
+}
+
+/// The slot of tenant `t0`: a quarter of the load's keys (the whale tenant carved out).
+fn quarter() -> SlotRange {
+    SlotRange::single(slot_of("t0")).expect("range")
+}
+
+#[tokio::test]
+async fn shard_directory_split_merge_are_one_conditional_transaction() {
+    let fx = fixture!("shard_directory_split_merge_are_one_conditional_transaction");
+    let dir = directory(&fx, "t-a", false).await;
+    // init is idempotent.
+    let again = dir.init("t-a", MAX_AGE, false).await.expect("init again");
+    assert_eq!(again.version, 1);
+    assert!(matches!(
+        dir.init("t-b", MAX_AGE, false).await,
+        Err(ReshardError::AlreadyInitialized { .. })
+    ));
+    let map = dir.load().await.expect("load");
+    let split = map.split(SlotRange::ALL, 8_192).expect("split");
+    dir.commit(&split).await.expect("commit split");
+    // The same change, decided from version 1, is refused whole by the transaction.
+    assert!(matches!(
+        dir.commit(&split).await,
+        Err(ReshardError::Conflict { .. })
+    ));
+    let map = dir.load().await.expect("load");
+    assert_eq!(map.version, 2);
+    assert_eq!(map.ranges.len(), 2);
+    let merge = map
+        .merge(
+            SlotRange::new(0, 8_191).expect("r"),
+            SlotRange::new(8_192, 16_383).expect("r"),
+        )
+        .expect("merge");
+    dir.commit(&merge).await.expect("commit merge");
+    let map = dir.load().await.expect("load");
+    assert_eq!((map.version, map.ranges.len()), (3, 1));
+    // A hand edit of a range item is reported, not guessed at.
+    fx.stack
+        .ddb
+        .update_item()
+        .table_name(dir.table())
+        .key("pk", AttributeValue::S("dir".into()))
+        .key("sk", AttributeValue::S("range#00000".into()))
+        .update_expression("SET #o = :o")
+        .expression_attribute_names("#o", "owner")
+        .expression_attribute_values(":o", AttributeValue::S("t-hand".into()))
+        .send()
+        .await
+        .expect("hand edit");
+    let err = dir.load().await.expect_err("hand-edited");
+    assert!(
+        matches!(err, ReshardError::Shard(ShardError::Corrupt { .. })),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn move_bad_requests_get_typed_errors_and_change_nothing() {
+    let fx = fixture!("move_bad_requests_get_typed_errors_and_change_nothing");
+    let a = owner_table(&fx, "a").await;
+    let dir = directory(&fx, &a, false).await;
+    let (ddb, streams) = (fx.stack.ddb.clone(), fx.stack.streams.clone());
+    let spec = |to: &str| MoveSpec {
+        slots: quarter(),
+        to: to.into(),
+        mode: MoveMode::Copy,
+        strict: false,
+        budget: budget(),
+    };
+    let err = Mover::start(ddb.clone(), streams.clone(), dir.clone(), spec(&a))
+        .await
+        .expect_err("to the current owner");
+    assert!(matches!(err, ReshardError::BadMove(_)), "{err}");
+    // A target without a stream, and one with another key schema.
+    let plain = TableSpec::new(format!("{}plain", fx.schema.prefix()), KeyAttr::s("pk"));
+    fx.track_table(&plain.name);
+    schema::ensure_table(&ddb, &plain).await.expect("plain");
+    let err = Mover::start(ddb.clone(), streams.clone(), dir.clone(), spec(&plain.name))
+        .await
+        .expect_err("no stream");
+    assert!(err.to_string().contains("NEW_AND_OLD_IMAGES"), "{err}");
+    let sorted = TableSpec::new(format!("{}sorted", fx.schema.prefix()), KeyAttr::s("pk"))
+        .sort_key(KeyAttr::s("sk"))
+        .stream(StreamView::NewAndOldImages);
+    fx.track_table(&sorted.name);
+    schema::ensure_table(&ddb, &sorted).await.expect("sorted");
+    let err = Mover::start(
+        ddb.clone(),
+        streams.clone(),
+        dir.clone(),
+        spec(&sorted.name),
+    )
+    .await
+    .expect_err("key schema");
+    assert!(matches!(err, ReshardError::BadTable { .. }), "{err}");
+    assert_eq!(
+        dir.load().await.expect("load").version,
+        1,
+        "nothing changed"
+    );
+    // Two moves of one slot at once.
+    let b = owner_table(&fx, "b").await;
+    let c = owner_table(&fx, "c").await;
+    let first = Mover::start(ddb.clone(), streams.clone(), dir.clone(), spec(&b))
+        .await
+        .expect("first move");
+    let err = Mover::start(ddb.clone(), streams.clone(), dir.clone(), spec(&c))
+        .await
+        .expect_err("second move of the same slots");
+    assert!(err.to_string().contains(&first.record().id), "{err}");
+    // Rollback before the flip names the recovery command.
+    let mut m = Mover::open(ddb, streams, dir, &first.record().id)
+        .await
+        .expect("open");
+    let err = m.rollback().await.expect_err("not flipped");
+    assert!(
+        err.to_string()
+            .contains(&format!("heatsink move abort {}", first.record().id)),
+        "{err}"
+    );
+    m.abort().await.expect("abort");
+}
+
+#[tokio::test]
+async fn move_killed_at_every_step_boundary_resumes_and_loses_no_write() {
+    let fx = fixture!("move_killed_at_every_step_boundary_resumes_and_loses_no_write");
+    let _serial = SERIAL.lock().await;
+    let a = owner_table(&fx, "a").await;
+    let b = owner_table(&fx, "b").await;
+    let dir = directory(&fx, &a, false).await;
+    let router = Router::new(fx.stack.ddb.clone(), dir.clone(), MAX_AGE);
+    let load = start_load(router.clone(), "key-", 16, 10.0);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (ddb, streams) = (fx.stack.ddb.clone(), fx.stack.streams.clone());
+    let spec = MoveSpec {
+        slots: quarter(),
+        to: b.clone(),
+        mode: MoveMode::Copy,
+        strict: false,
+        budget: budget(),
+    };
+    let id = Mover::start(ddb.clone(), streams.clone(), dir.clone(), spec)
+        .await
+        .expect("start")
+        .record()
+        .id
+        .clone();
+    // Each step runs in a fresh mover opened from the persisted record: a kill at every boundary.
+    let mut phases = vec![];
+    loop {
+        let mut m = Mover::open(ddb.clone(), streams.clone(), dir.clone(), &id)
+            .await
+            .expect("open")
+            .with_progress(Arc::new(|line: &str| eprintln!("{line}")));
+        if m.record().phase.is_final() {
+            break;
+        }
+        phases.push(m.step().await.expect("step"));
+    }
+    assert_eq!(
+        phases,
+        [
+            Phase::Recorded,
+            Phase::Copied,
+            Phase::CaughtUp,
+            Phase::Diffed,
+            Phase::Fenced,
+            Phase::Flipped,
+            Phase::Cleaned,
+            Phase::Done
+        ]
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (report, acks) = load.finish(&router).await;
+    let rec = Mover::open(ddb, streams, dir.clone(), &id)
+        .await
+        .expect("open")
+        .record()
+        .clone();
+    assert!(rec.diff.as_ref().is_some_and(|d| d.clean()), "{rec:?}");
+    assert!(rec.pause_ms.is_some());
+    // Writes to the moved slots were acknowledged by both owners over the run.
+    let moved_keys: Vec<&AckLine> = acks
+        .iter()
+        .filter(|a| quarter().contains(slot_of(&a.key)))
+        .collect();
+    assert!(moved_keys.iter().any(|x| x.owner == a && x.epoch == 1));
+    assert!(
+        moved_keys.iter().any(|x| x.owner == b && x.epoch == 2),
+        "{report:?}"
+    );
+    let map = dir.load().await.expect("map");
+    assert_eq!(map.entry_of(quarter().first).owner, b);
+    assert_eq!(map.entry_of(quarter().first ^ 1).owner, a);
+    // The source copy was cleaned up: only fence items of the slots remain there.
+    let left = fx
+        .stack
+        .ddb
+        .scan()
+        .table_name(&a)
+        .send()
+        .await
+        .expect("scan")
+        .items()
+        .iter()
+        .filter_map(|i| i.get("pk").and_then(|v| v.as_s().ok()).cloned())
+        .filter(|pk| !pk.starts_with("#heatsink/") && quarter().contains(slot_of(pk)))
+        .count();
+    assert_eq!(left, 0);
+}
+
+#[tokio::test]
+async fn move_abort_before_the_flip_and_rollback_after_it_lose_no_write() {
+    let fx = fixture!("move_abort_before_the_flip_and_rollback_after_it_lose_no_write");
+    let _serial = SERIAL.lock().await;
+    let a = owner_table(&fx, "a").await;
+    let b = owner_table(&fx, "b").await;
+    let dir = directory(&fx, &a, false).await;
+    let router = Router::new(fx.stack.ddb.clone(), dir.clone(), MAX_AGE);
+    let load = start_load(router.clone(), "key-", 16, 10.0);
+    let (ddb, streams) = (fx.stack.ddb.clone(), fx.stack.streams.clone());
+    let spec = MoveSpec {
+        slots: quarter(),
+        to: b.clone(),
+        mode: MoveMode::Copy,
+        strict: false,
+        budget: budget(),
+    };
+    // Abort after the fence (the last phase before the flip).
+    let mut m = Mover::start(ddb.clone(), streams.clone(), dir.clone(), spec.clone())
+        .await
+        .expect("start");
+    while m.record().phase != Phase::Fenced {
+        m.step().await.expect("step");
+    }
+    m.abort().await.expect("abort");
+    let err = m.rollback().await.expect_err("ended");
+    assert!(err.to_string().contains("already ended"), "{err}");
+    let map = dir.load().await.expect("map");
+    assert_eq!(map.entry_of(quarter().first).owner, a);
+    // Roll back after the flip.
+    let mut m = Mover::start(ddb.clone(), streams.clone(), dir.clone(), spec)
+        .await
+        .expect("start again");
+    while m.record().phase != Phase::Flipped {
+        m.step().await.expect("step");
+    }
+    let err = m.abort().await.expect_err("flipped");
+    assert!(
+        err.to_string()
+            .contains(&format!("heatsink move rollback {}", m.record().id)),
+        "{err}"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    m.rollback().await.expect("rollback");
+    let map = dir.load().await.expect("map");
+    assert_eq!(
+        (
+            map.entry_of(quarter().first).owner.as_str(),
+            map.entry_of(quarter().first).epoch
+        ),
+        (a.as_str(), 3)
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    load.finish(&router).await;
+}
+
+#[tokio::test]
+async fn a_stale_router_with_a_long_max_age_is_bounced_by_the_fence_in_a_strict_directory() {
+    let fx = fixture!(
+        "a_stale_router_with_a_long_max_age_is_bounced_by_the_fence_in_a_strict_directory"
+    );
+    let _serial = SERIAL.lock().await;
+    let a = owner_table(&fx, "a").await;
+    let b = owner_table(&fx, "b").await;
+    let dir = directory(&fx, &a, true).await;
+    let router = Router::new(fx.stack.ddb.clone(), dir.clone(), MAX_AGE);
+    // A router that never reloads on its own: an hour of max-age.
+    let stale = Router::with(
+        fx.stack.ddb.clone(),
+        dir.clone(),
+        Duration::from_secs(3_600),
+        false,
+        RetryRule::default(),
+    );
+    stale.map().await.expect("stale map loaded before the move");
+    let stale_load = start_load(stale.clone(), "stale-", 8, 5.0);
+    let load = start_load(router.clone(), "key-", 16, 10.0);
+    let (ddb, streams) = (fx.stack.ddb.clone(), fx.stack.streams.clone());
+    let spec = MoveSpec {
+        slots: quarter(),
+        to: b.clone(),
+        mode: MoveMode::Copy,
+        strict: true,
+        budget: budget(),
+    };
+    let mut m = Mover::start(ddb, streams, dir.clone(), spec)
+        .await
+        .expect("start")
+        .with_progress(Arc::new(|line: &str| eprintln!("{line}")));
+    m.run().await.expect("move");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (stale_report, _) = stale_load.finish(&stale).await;
+    load.finish(&router).await;
+    assert!(
+        stale_report.moved > 0,
+        "the stale router was bounced: {stale_report:?}"
+    );
+    let key = (0..)
+        .map(|i| format!("{{t0}}late-{i}"))
+        .find(|k| quarter().contains(slot_of(k)))
+        .expect("a key");
+    let ack = stale
+        .put_versioned(&key, 1, HashMap::new())
+        .await
+        .expect("write");
+    assert_eq!((ack.owner.as_str(), ack.epoch), (b.as_str(), 2));
+}
+
+/// Every second batch delivered twice, every third reply lost.
+struct Flaky(AtomicU64);
+
+impl TailFaults for Flaky {
+    fn batch(&self, _shard: &str, _n: u64) -> BatchFault {
+        match self.0.fetch_add(1, Ordering::Relaxed) % 6 {
+            1 | 3 => BatchFault::Duplicate,
+            2 | 5 => BatchFault::Lose,
+            _ => BatchFault::Deliver,
+        }
+    }
+}
+
+#[tokio::test]
+async fn duplicate_and_lost_stream_batches_and_deletes_during_the_copy_converge() {
+    let fx = fixture!("duplicate_and_lost_stream_batches_and_deletes_during_the_copy_converge");
+    let _serial = SERIAL.lock().await;
+    let a = owner_table(&fx, "a").await;
+    let b = owner_table(&fx, "b").await;
+    let dir = directory(&fx, &a, false).await;
+    let router = Router::new(fx.stack.ddb.clone(), dir.clone(), MAX_AGE);
+    let load = start_load(router.clone(), "key-", 16, 10.0);
+    // Items deleted after the positions are recorded: their tombstones must win over the
+    // snapshot rows the copy reads (a delete racing the scan cannot be resurrected).
+    let doomed: Vec<String> = (0..)
+        .map(|i| format!("{{t0}}doomed-{i}"))
+        .filter(|k| quarter().contains(slot_of(k)))
+        .take(5)
+        .collect();
+    for k in &doomed {
+        router
+            .put_versioned(k, 1, HashMap::new())
+            .await
+            .expect("put");
+    }
+    let (ddb, streams) = (fx.stack.ddb.clone(), fx.stack.streams.clone());
+    let spec = MoveSpec {
+        slots: quarter(),
+        to: b.clone(),
+        mode: MoveMode::Copy,
+        strict: false,
+        budget: budget(),
+    };
+    let mut m = Mover::start(ddb.clone(), streams, dir.clone(), spec)
+        .await
+        .expect("start")
+        .with_faults(Arc::new(Flaky(AtomicU64::new(0))))
+        .with_progress(Arc::new(|line: &str| eprintln!("{line}")));
+    m.step().await.expect("record");
+    for k in &doomed {
+        ddb.delete_item()
+            .table_name(&a)
+            .key("pk", AttributeValue::S(k.clone()))
+            .send()
+            .await
+            .expect("delete");
+    }
+    m.run().await.expect("move");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    load.finish(&router).await;
+    for k in &doomed {
+        let (_, item) = router.get_key(k).await.expect("get");
+        assert_eq!(item, None, "{k} was deleted before the flip");
+    }
+    assert!(
+        m.record().skipped > 0,
+        "redeliveries were skipped by the apply rule"
+    );
+}
