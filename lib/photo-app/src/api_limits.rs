@@ -18,7 +18,9 @@
 //! use heatsink_photo_app::api_limits::LikesLimits;
 //! let limits = LikesLimits::from_lookup(|name| (name == "HEATSINK_POST_LIKES_PER_SECOND").then(|| "500".to_owned()))?;
 //! assert_eq!((limits.per_user, limits.per_post), (10, 500));
-//! assert!(LikesLimits::from_lookup(|_| Some("4294967295".to_owned())).is_err());
+//! // Past u32 is refused when read; a rate whose 2× burst overflows u32 when the limits are built.
+//! assert!(LikesLimits::from_lookup(|_| Some("4294967296".to_owned())).is_err());
+//! assert!(LikesLimits::from_lookup(|_| Some("4294967295".to_owned()))?.admission().is_err());
 //! # Ok::<(), heatsink_photo_app::api_limits::LimitsError>(())
 //! ```
 

@@ -290,11 +290,17 @@ mod tests {
             let after = carry_out(&map, &p);
             after.validate().unwrap();
             // Hysteresis: planning again, even with every load wobbling by under the band,
-            // moves nothing back (only still-stuck owners may be planned for).
+            // takes nothing from an owner this plan drained or filled (only still-stuck owners
+            // may be planned for). An owner the plan left alone may sit just under the trigger
+            // (`target + band`), so a wobble can rightly take it over: it was never moved.
+            let touched: Vec<&String> = p.moves.iter().flat_map(|m| [&m.from, &m.to]).collect();
             let wobbled: BTreeMap<u16, f64> = loads.iter().map(|(s, l)| (*s, l * (1.0 + wobble))).collect();
             let again = plan(&after, &spare, &wobbled, &cfg);
             for mv in &again.moves {
-                prop_assert!(p.stuck.contains(&mv.from), "flap: {mv:?} after {p:?}");
+                prop_assert!(
+                    p.stuck.contains(&mv.from) || !touched.contains(&&mv.from),
+                    "flap: {mv:?} after {p:?}"
+                );
             }
         }
     }
