@@ -354,7 +354,7 @@ impl CounterStore {
         sk: &str,
         d: &DedupeDecision,
     ) -> Result<bool, CounterStoreError> {
-        let mut req = self
+        let req = self
             .ddb
             .put_item()
             .table_name(&self.table)
@@ -366,28 +366,12 @@ impl CounterStore {
                 "recent",
                 AttributeValue::B(aws_sdk_dynamodb::primitives::Blob::new(d.window.encode())),
             );
-        req = match &d.expected {
-            None => req.condition_expression("attribute_not_exists(pk)"),
-            Some(expected) => req
-                .condition_expression("seq = :expected")
-                .expression_attribute_values(":expected", s(expected.as_padded())),
-        };
-        match req.send().await {
-            Ok(_) => Ok(true),
-            Err(e) => {
-                let e = AwsError::dynamodb("PutItem", &self.table, e);
-                if e.is_conditional_check_failed() {
-                    Ok(false)
-                } else {
-                    Err(e.into())
-                }
-            }
-        }
+        self.put_expecting(req, d.expected.as_ref()).await
     }
 
     /// One conditional put; `Ok(false)` when the condition failed (someone flushed in between).
     async fn put(&self, w: &FlushWrite) -> Result<bool, CounterStoreError> {
-        let mut req = self
+        let req = self
             .ddb
             .put_item()
             .table_name(&self.table)
@@ -395,7 +379,17 @@ impl CounterStore {
             .item("sk", s(w.sk.clone()))
             .item("total", AttributeValue::N(w.total.to_string()))
             .item("seq", s(w.seq.as_padded()));
-        req = match &w.expected {
+        self.put_expecting(req, w.expected.as_ref()).await
+    }
+
+    /// Sends `req` on the condition that the item's `seq` is still `expected` (or that the item
+    /// does not exist yet); `Ok(false)` when the condition failed (someone flushed in between).
+    async fn put_expecting(
+        &self,
+        req: aws_sdk_dynamodb::operation::put_item::builders::PutItemFluentBuilder,
+        expected: Option<&Seq>,
+    ) -> Result<bool, CounterStoreError> {
+        let req = match expected {
             None => req.condition_expression("attribute_not_exists(pk)"),
             Some(expected) => req
                 .condition_expression("seq = :expected")

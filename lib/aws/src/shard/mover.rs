@@ -572,7 +572,23 @@ impl Mover {
         }
         let map = dir.load().await?;
         let mark = map.mark_moving(spec.slots, &id)?;
-        let mut mover = Mover {
+        let mut mover = Mover::with_parts(ddb, streams, dir, record, src, dst);
+        mover.record.rev = 1;
+        let put = mover.record_put(0)?;
+        mover.dir.commit_with(&mark, vec![put]).await?;
+        Ok(mover)
+    }
+
+    /// A mover over `record` with no test faults, no progress sink and no batches read yet.
+    fn with_parts(
+        ddb: aws_sdk_dynamodb::Client,
+        streams: aws_sdk_dynamodbstreams::Client,
+        dir: ShardDirectory,
+        record: MoveRecord,
+        src: TableInfo,
+        dst: TableInfo,
+    ) -> Mover {
+        Mover {
             ddb,
             streams,
             dir,
@@ -582,11 +598,7 @@ impl Mover {
             faults: None,
             progress: None,
             batches: 0,
-        };
-        mover.record.rev = 1;
-        let put = mover.record_put(0)?;
-        mover.dir.commit_with(&mark, vec![put]).await?;
-        Ok(mover)
+        }
     }
 
     /// Opens a persisted move (to resume, abort or roll it back).
@@ -599,17 +611,7 @@ impl Mover {
         let record = load_record(&dir, id).await?;
         let src = TableInfo::describe(&ddb, &record.from).await?;
         let dst = TableInfo::describe(&ddb, &record.to).await?;
-        Ok(Mover {
-            ddb,
-            streams,
-            dir,
-            record,
-            src,
-            dst,
-            faults: None,
-            progress: None,
-            batches: 0,
-        })
+        Ok(Mover::with_parts(ddb, streams, dir, record, src, dst))
     }
 
     /// Every move of the directory, oldest first.
