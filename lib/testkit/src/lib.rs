@@ -148,10 +148,15 @@ impl Drop for Fixture {
         if tables.is_empty() && streams.is_empty() {
             return;
         }
-        let stack = self.stack.clone();
+        let config = self.stack.config.clone();
         // Drop cannot await, and the test's runtime may be shutting down: delete on a thread with
         // its own small runtime and wait for it, so the emulator is clean when the test returns.
+        // The cleanup builds its own clients: pooled connections of the test's clients belong to
+        // the test's runtime, which is blocked in this drop, so reusing them stalls each call
+        // until the pool gives up on the connection.
         let cleanup = std::thread::spawn(move || {
+            let ddb = aws_sdk_dynamodb::Client::new(&config);
+            let kinesis = aws_sdk_kinesis::Client::new(&config);
             let Ok(rt) = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
@@ -160,11 +165,10 @@ impl Drop for Fixture {
             };
             rt.block_on(async {
                 for t in tables {
-                    let _ = stack.ddb.delete_table().table_name(&t).send().await;
+                    let _ = ddb.delete_table().table_name(&t).send().await;
                 }
                 for s in streams {
-                    let _ = stack
-                        .kinesis
+                    let _ = kinesis
                         .delete_stream()
                         .stream_name(&s)
                         .enforce_consumer_deletion(true)
