@@ -22,7 +22,8 @@ demo:
 	@echo "The local stack is still running: stop it with 'localstack/stack down'."
 
 ## Shell lint, the stack script's smoke test (up/env/status/down, leaves the stack down), stack
-## up, format and lint checks, every test on the moto, dynoxide and LocalStack lanes (and the
+## up, format and lint checks, every test on the moto lane and the integration tests (`--workspace
+## --test it`: the workspace's feature set, so nothing is compiled twice) on the dynoxide and LocalStack lanes (and the
 ## salted_writes example on moto), stack down
 ## (also when a step fails).
 test:
@@ -37,16 +38,16 @@ test:
 	echo "== all tests, moto lane"; \
 	( eval "$$($(STACK) env --lane moto)"; HEATSINK_REQUIRE_STACK=1 $(CARGO) test --workspace --locked; \
 	  echo "== example salted_writes, moto lane"; \
-	  $(CARGO) run -q --locked -p heatsink-examples --example salted_writes ); \
+	  $(CARGO) build -q --workspace --bins --examples --locked; target/debug/examples/salted_writes ); \
 	echo "== integration tests, dynoxide lane"; \
-	( eval "$$($(STACK) env --lane dynoxide)"; HEATSINK_REQUIRE_STACK=1 $(CARGO) test --locked -p heatsink-integration ); \
+	( eval "$$($(STACK) env --lane dynoxide)"; HEATSINK_REQUIRE_STACK=1 $(CARGO) test --workspace --locked --test it ); \
 	echo "== infra: CDK synth tests, cdk-nag, schema agreement, Terraform check"; \
-	$(MAKE) -C infra test; \
+	$(MAKE) -C infra test HEATSINK_BIN=$(CURDIR)/target/debug/heatsink; \
 	rc=0; $(STACK) up --localstack || rc=$$?; \
 	if [ "$$rc" = 3 ]; then echo "skip: LocalStack lane (Python 3.13 missing, see above)"; \
 	elif [ "$$rc" != 0 ]; then exit "$$rc"; \
 	else echo "== integration tests, localstack lane"; \
-	( eval "$$($(STACK) env --lane localstack)"; HEATSINK_REQUIRE_STACK=1 $(CARGO) test --locked -p heatsink-integration ); fi
+	( eval "$$($(STACK) env --lane localstack)"; HEATSINK_REQUIRE_STACK=1 $(CARGO) test --workspace --locked --test it ); fi
 
 ## Release zips of every function for arm64 (target/lambda/<fn>/bootstrap.zip) and x86_64
 ## (target/lambda-x86_64/<fn>/bootstrap.zip); 5-7 min per architecture cold.
