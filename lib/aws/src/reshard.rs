@@ -132,10 +132,10 @@ pub async fn sample(
                 let data = r.data().as_ref();
                 let pk = r.partition_key().unwrap_or_default();
                 // An aggregate routes by its first user record's key (see the module docs).
-                let (key, hash_key) = match kpl::deaggregate(data, pk) {
+                let (key, hash_key) = match kpl::deaggregate_ref(data, pk) {
                     Ok(subs) if kpl::is_aggregated(data) => subs
                         .first()
-                        .map(|s| (s.partition_key.clone(), s.hash_key().unwrap_or_default()))
+                        .map(|s| (s.partition_key.to_owned(), s.hash_key().unwrap_or_default()))
                         .unwrap_or_else(|| (pk.to_owned(), kinesis_hash_key(pk))),
                     _ => (pk.to_owned(), kinesis_hash_key(pk)),
                 };

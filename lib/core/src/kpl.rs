@@ -55,9 +55,11 @@ mod error;
 mod proto;
 #[cfg(test)]
 mod tests;
+mod wire;
 
 pub use decode::{
-    Deaggregated, Deaggregator, OutOfRange, SubRecord, Tag, deaggregate, is_aggregated,
+    Deaggregated, DeaggregatedRef, Deaggregator, OutOfRange, SubRecord, SubRecordRef, Tag,
+    deaggregate, deaggregate_ref, is_aggregated,
 };
 pub use encode::{Aggregate, Aggregator};
 pub use error::KplError;
