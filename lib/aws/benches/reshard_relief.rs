@@ -212,6 +212,9 @@ async fn trial(k: &aws_sdk_kinesis::Client, n: u64) -> Result<Phases, BoxError> 
     })
 }
 
+/// Reads one phase of a trial.
+type Phase = fn(&Phases) -> Duration;
+
 fn median_max(mut v: Vec<Duration>) -> (Duration, Duration) {
     v.sort();
     let median = v.get(v.len() / 2).copied().unwrap_or_default();
@@ -228,7 +231,7 @@ async fn bench() -> Result<(), BoxError> {
         println!("trial {n}: {p:?}");
         all.push(p);
     }
-    let rows: [(&str, fn(&Phases) -> Duration); 6] = [
+    let rows: [(&str, Phase); 6] = [
         ("sampling window", |p| p.window),
         ("sample read (AT_TIMESTAMP)", |p| p.sample_read),
         ("plan", |p| p.plan),
