@@ -5,14 +5,20 @@
 //! after the plan next to what a midpoint split gives. `--json` prints
 //! `{"shards":[{"shard_id","load","action","split_hash_key"?,"reason"?}],
 //! "predicted_max_over_mean","midpoint_max_over_mean"}` with hash keys as decimal strings.
-//! `apply` carries the plan out one call at a time, journaled in `--state` so a re-run resumes.
+//! `apply` carries the plan out one call at a time, journaled in `--state` so a re-run resumes,
+//! and hands the keys it refused to split for ("salt it") to the hot-key controller, which
+//! salts them in the directory `<prefix>hotkeys` (a producer with `--salted` then spreads
+//! them); `--no-salt` leaves the directory alone.
 
 use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use clap::{Args, Subcommand};
+use heatsink::directory::{Controller, Directory};
+use heatsink::hot::ControlConfig;
 use heatsink::reshard::plan_types::{Action, Op, Plan, PlanConfig};
-use heatsink::reshard::{ApplyConfig, Journal, Step, apply, sample_and_plan};
+use heatsink::reshard::{ApplyConfig, Journal, Step, apply, hand_off_hot_keys, sample_and_plan};
+use heatsink::schema::{DEFAULT_PREFIX, Schema};
 use serde_json::{Value, json};
 
 use super::fail::{Service, Target};
@@ -53,6 +59,13 @@ pub struct ApplyArgs {
     /// The journal file (default `heatsink-reshard-<stream>.json` in the current directory).
     #[arg(long)]
     state: Option<PathBuf>,
+    /// Resource name prefix of the hot-key directory (`<prefix>hotkeys`) that refused keys are
+    /// handed to.
+    #[arg(long, env = "HEATSINK_PREFIX", default_value = DEFAULT_PREFIX)]
+    prefix: String,
+    /// Do not hand refused keys to the hot-key directory (only print them).
+    #[arg(long)]
+    no_salt: bool,
 }
 
 fn now_ms() -> u64 {
@@ -161,8 +174,31 @@ pub async fn run(command: ReshardCommand) -> CmdResult {
             }
             Ok(())
         }
-        ReshardCommand::Apply(_) => {
+        ReshardCommand::Apply(a) => {
             print_table(&plan);
+            if !plan.hot_keys.is_empty() && !a.no_salt {
+                let ddb = aws_sdk_dynamodb::Client::new(&config);
+                let directory = Directory::from_schema(ddb, &Schema::new(&a.prefix));
+                let table = directory.table().to_owned();
+                let controller = Controller::new(directory, ControlConfig::default());
+                let report =
+                    hand_off_hot_keys(&controller, &plan, &PlanConfig::default(), now_ms() / 1_000)
+                        .await
+                        .map_err(|e| {
+                            Target::new(&config, Service::DynamoDb, "table", &table)
+                                .if_missing("run 'heatsink local bootstrap', or pass --prefix")
+                                .fail("hand hot keys to the directory", &e)
+                        })?;
+                for change in &report.applied {
+                    eprintln!(
+                        "salt it: {} handed to the hot-key directory {table}",
+                        change.key()
+                    );
+                }
+                for (key, why) in &report.refused {
+                    eprintln!("salt it: {key} not written to {table}: {why}");
+                }
+            }
             let journal = apply(
                 &kinesis,
                 &stream,

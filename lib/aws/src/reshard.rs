@@ -16,12 +16,25 @@
 //!   ([`Journal`]); `apply` with an existing journal resumes where it stopped. An operation
 //!   whose result is already visible in the shard map (a crash after the call, before the
 //!   journal write) counts as done, so a resume never splits twice.
+//! - **Hot keys**: a shard the plan refuses to split because one key holds ≥ 50 % of its load
+//!   ("salt it") cannot be relieved by any split. [`hand_off_hot_keys`] gives those keys to the
+//!   hot-key controller ([`Controller`], the decision the `hotkey-controller` function runs),
+//!   which writes salt entries into the hot-key directory; a [`Producer`] with
+//!   [`Salting::Directory`] then spreads the key over sub-keys on distinct shards within its
+//!   cache's `max_age`. The signal's ceiling is the load one key may carry before the plan
+//!   refuses (`hot_key_share × split_at` of a shard, 40 % by default), so the controller
+//!   always acts on a refused key and sizes S to keep each sub-key at ≤ 80 % of that.
+//!
+//! [`Producer`]: crate::kinesis::Producer
+//! [`Salting::Directory`]: crate::kinesis::Salting::Directory
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use aws_sdk_kinesis::primitives::DateTime;
 use aws_sdk_kinesis::types::{ShardIteratorType, StreamStatus};
+use heatsink_core::detect::Kind;
+use heatsink_core::hot::Signal;
 use heatsink_core::keys::kinesis_hash_key;
 use heatsink_core::kpl;
 use heatsink_core::reshard::{Op, Plan, PlanConfig, ReshardState, Sample, ShardSample};
@@ -29,6 +42,7 @@ use rand::Rng;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
+use crate::directory::{ControlReport, Controller, DirectoryError, RunBounds};
 use crate::error::AwsError;
 use crate::kinesis::{KinesisError, open_shard_ranges};
 
@@ -132,10 +146,10 @@ pub async fn sample(
                 let data = r.data().as_ref();
                 let pk = r.partition_key().unwrap_or_default();
                 // An aggregate routes by its first user record's key (see the module docs).
-                let (key, hash_key) = match kpl::deaggregate(data, pk) {
+                let (key, hash_key) = match kpl::deaggregate_ref(data, pk) {
                     Ok(subs) if kpl::is_aggregated(data) => subs
                         .first()
-                        .map(|s| (s.partition_key.clone(), s.hash_key().unwrap_or_default()))
+                        .map(|s| (s.partition_key.to_owned(), s.hash_key().unwrap_or_default()))
                         .unwrap_or_else(|| (pk.to_owned(), kinesis_hash_key(pk))),
                     _ => (pk.to_owned(), kinesis_hash_key(pk)),
                 };
@@ -479,6 +493,50 @@ async fn wait_active(
         }
         tokio::time::sleep(config.poll).await;
     }
+}
+
+/// The writes one shard takes per second (Kinesis's limit), the unit of a plan's loads.
+const SHARD_RECORDS_PER_SECOND: f64 = 1_000.0;
+
+/// The hot-key controller's signals for the keys `plan` refused to split for ("salt it"):
+/// each key's load in writes per second against the load one key may carry before the plan
+/// refuses (`hot_key_share × split_at` of a shard), so every refused key is at or over its
+/// ceiling. One signal per key (a key refused on two shards gets its loads summed by the
+/// controller).
+pub fn hot_key_signals(plan: &Plan, config: &PlanConfig) -> Vec<Signal> {
+    let ceiling = config.hot_key_share * config.split_at * SHARD_RECORDS_PER_SECOND;
+    plan.hot_keys
+        .iter()
+        .map(|h| {
+            Signal::new(
+                &h.partition_key,
+                Kind::Write,
+                h.load * SHARD_RECORDS_PER_SECOND,
+                ceiling,
+                &format!("reshard {}", h.shard_id),
+            )
+        })
+        .collect()
+}
+
+/// Hand the keys `plan` refused to split for to the hot-key controller, which salts them in
+/// its directory (see the module docs). Only those keys are touched: entries the plan does not
+/// name are neither calmed nor removed by this run. `now` is Unix seconds.
+pub async fn hand_off_hot_keys(
+    controller: &Controller,
+    plan: &Plan,
+    config: &PlanConfig,
+    now: u64,
+) -> Result<ControlReport, DirectoryError> {
+    let signals = hot_key_signals(plan, config);
+    if signals.is_empty() {
+        return Ok(ControlReport::default());
+    }
+    let bounds = RunBounds {
+        covers: &|_| false,
+        ..RunBounds::UNBOUNDED
+    };
+    controller.run_bounded(&signals, now, &bounds).await
 }
 
 /// Sample and plan in one go (what `heatsink reshard plan` prints).

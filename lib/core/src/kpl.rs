@@ -16,8 +16,14 @@
 //! Consumers checkpoint a user record by (sequence number, [`SubRecord::sub_sequence`]), the
 //! position of the user record in its aggregate, so a restart resumes inside an aggregate.
 //!
+//! Two ways out: [`deaggregate_ref`] / [`Deaggregator::deaggregate_ref`] borrow every partition
+//! key and payload from the input ([`SubRecordRef`]; no per-record allocation, the hot path,
+//! which `heatsink::stream` uses to slice user records out of the GetRecords buffer), and
+//! [`deaggregate`] / [`Deaggregator::deaggregate`] copy them out ([`SubRecord`]). Both run the
+//! same checks.
+//!
 //! ```
-//! use heatsink_core::kpl::{Aggregator, deaggregate};
+//! use heatsink_core::kpl::{Aggregator, deaggregate, deaggregate_ref};
 //!
 //! let mut agg = Aggregator::new();
 //! assert!(agg.try_add("p9", None, b"like 1")?);
@@ -30,6 +36,9 @@
 //! assert_eq!(out[1].partition_key, "p9#3");
 //! assert_eq!(out[1].data, b"like 2");
 //! assert_eq!(out[1].sub_sequence, 1);
+//!
+//! let borrowed = deaggregate_ref(&record.data, &record.partition_key)?;
+//! assert_eq!(borrowed[1].data, b"like 2"); // a slice of `record.data`, not a copy
 //! # Ok::<(), heatsink_core::kpl::KplError>(())
 //! ```
 //!
@@ -43,6 +52,9 @@
 //!   bytes are never mistaken for user data.
 //! - Sub-records whose hash key falls outside the shard are delivered and counted by default;
 //!   [`OutOfRange::DropAggregate`] is the KCL's behaviour (the whole aggregate is dropped).
+//! - Cost: one MD5 over the aggregate body (about 2 ns per byte, which dominates above
+//!   ~100-byte records) plus ~50 ns per 32-byte sub-record borrowed (`BENCHMARKS.md`); a shard
+//!   check adds one MD5 per distinct partition key, not per sub-record.
 //! - Records over 1,048,576 bytes ([`MAX_RECORD_BYTES`], Kinesis's record limit) are refused.
 //!   [`Aggregator`] keeps aggregates within 51,200 bytes by default (the KPL's
 //!   `AggregationMaxSize`) and within 1 MiB at most, counting data plus partition key as
@@ -55,9 +67,11 @@ mod error;
 mod proto;
 #[cfg(test)]
 mod tests;
+mod wire;
 
 pub use decode::{
-    Deaggregated, Deaggregator, OutOfRange, SubRecord, Tag, deaggregate, is_aggregated,
+    Deaggregated, DeaggregatedRef, Deaggregator, OutOfRange, SubRecord, SubRecordRef, Tag,
+    deaggregate, deaggregate_ref, is_aggregated,
 };
 pub use encode::{Aggregate, Aggregator};
 pub use error::KplError;

@@ -1,14 +1,34 @@
 //! `heatsink::reshard` on kinesis-mock: sampling with AT_TIMESTAMP iterators sees a load that
 //! sits in a narrow hash range, the plan splits at its load median (not the midpoint), apply
-//! carries it out and journals it, and a resume after the call finds it done.
+//! carries it out and journals it, and a resume after the call finds it done. A key that
+//! holds most of its shard is refused ("salt it"), handed to the hot-key directory, and the
+//! producer then salts it over distinct shards.
 
+use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use heatsink::directory::{CachedDirectory, Controller, Directory};
+use heatsink::hot::{ControlConfig, Mode};
 use heatsink::keys::kinesis_hash_key;
-use heatsink::kinesis::{Producer, ProducerConfig, ShardLimits, open_shard_ranges};
-use heatsink::reshard::plan_types::{Action, Op, PlanConfig, ReshardState, plan};
-use heatsink::reshard::{ApplyConfig, Journal, Step, apply, sample};
+use heatsink::kinesis::{Producer, ProducerConfig, Salting, ShardLimits, open_shard_ranges};
+use heatsink::reshard::plan_types::{Action, Op, PlanConfig, Refusal, ReshardState, plan};
+use heatsink::reshard::{ApplyConfig, Journal, Step, apply, hand_off_hot_keys, sample};
+use heatsink_photo_app::schema::Table;
 use heatsink_testkit::fixture;
+
+use crate::kinesis_produce::read_all;
+
+fn unpaced() -> ProducerConfig {
+    ProducerConfig {
+        linger: Duration::from_millis(5),
+        limits: ShardLimits {
+            records_per_second: 1e9,
+            bytes_per_second: 1e12,
+        },
+        ..ProducerConfig::default()
+    }
+}
 
 fn now_ms() -> u64 {
     SystemTime::now()
@@ -28,15 +48,7 @@ async fn a_load_in_a_narrow_hash_range_is_sampled_split_at_its_median_and_journa
         .filter(|pk| kinesis_hash_key(pk) < 1u128 << 122)
         .take(400)
         .collect();
-    let config = ProducerConfig {
-        linger: Duration::from_millis(5),
-        limits: ShardLimits {
-            records_per_second: 1e9,
-            bytes_per_second: 1e12,
-        },
-        ..ProducerConfig::default()
-    };
-    let p = Producer::start(k.clone(), &stream.name, config)
+    let p = Producer::start(k.clone(), &stream.name, unpaced())
         .await
         .expect("start");
     for i in 0..2_000 {
@@ -114,4 +126,131 @@ async fn a_load_in_a_narrow_hash_range_is_sampled_split_at_its_median_and_journa
     assert_eq!(resumed.last(), Some(&Step::AlreadyDone { index: 0 }));
     assert!(matches!(again.ops[0], Op::Split { at: a, .. } if a == at));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_holding_most_of_its_shard_is_refused_handed_to_the_directory_and_salted() {
+    let fx =
+        fixture!("a_key_holding_most_of_its_shard_is_refused_handed_to_the_directory_and_salted");
+    fx.table(Table::Hotkeys).await;
+    let directory = Directory::from_schema(fx.stack.ddb.clone(), fx.schema.toolkit());
+    let stream = fx.stream("reshard-hot", 2).await;
+    let k = &fx.stack.kinesis;
+    // 300 writes of p9 and 200 over other keys: p9 holds ≥ 60 % of its shard.
+    let p = Producer::start(k.clone(), &stream.name, unpaced())
+        .await
+        .expect("start");
+    for i in 0..500 {
+        let key = if i % 5 < 3 {
+            "p9".to_owned()
+        } else {
+            format!("other-{i}")
+        };
+        p.send(key, vec![b'x'; 40]).await.expect("queued");
+    }
+    p.shutdown().await.expect("flushed");
+
+    let samples = sample(k, &stream.name, 60, now_ms() + 1_000)
+        .await
+        .expect("sampled");
+    // 500 records in 60 s is under 1 % of a shard: thresholds at the scale of the test.
+    let cfg = PlanConfig {
+        split_at: 0.004,
+        ..PlanConfig::default()
+    };
+    let planned = plan(&samples, &ReshardState::default(), &cfg, now_ms() / 1_000).expect("plan");
+    let hot_shard = open_shard_ranges(k, &stream.name)
+        .await
+        .expect("open shards")
+        .into_iter()
+        .find(|r| (r.start..=r.end).contains(&kinesis_hash_key("p9")))
+        .expect("p9's shard");
+    let row = planned
+        .shards
+        .iter()
+        .find(|s| s.shard_id == hot_shard.shard_id)
+        .expect("p9's shard planned");
+    assert_eq!(row.action, Action::Refuse, "{row:?}");
+    assert!(
+        matches!(&row.refusal, Some(Refusal::HotKey { partition_key, .. }) if partition_key == "p9"),
+        "{row:?}"
+    );
+    assert!(
+        row.refusal
+            .as_ref()
+            .is_some_and(|r| r.reason().starts_with("salt it"))
+    );
+    assert!(
+        !planned
+            .ops
+            .iter()
+            .any(|op| matches!(op, Op::Split { start, .. } if *start == hot_shard.start)),
+        "no split of p9's shard: {:?}",
+        planned.ops
+    );
+
+    // apply carries out nothing for the refused shard; the key goes to the directory instead.
+    let dir = std::env::temp_dir().join(format!("hs-reshard-{}", stream.name));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("journal.json");
+    let acfg = ApplyConfig {
+        deadline: Duration::from_secs(30),
+        poll: Duration::from_millis(100),
+        ..ApplyConfig::default()
+    };
+    apply(k, &stream.name, &path, Some(&planned), &acfg, |_| {})
+        .await
+        .expect("applied");
+    assert_eq!(
+        open_shard_ranges(k, &stream.name)
+            .await
+            .expect("open")
+            .len(),
+        2,
+        "the refused shard was not split"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let controller = Controller::new(directory.clone(), ControlConfig::default());
+    let report = hand_off_hot_keys(&controller, &planned, &cfg, now_ms() / 1_000)
+        .await
+        .expect("handed off");
+    assert_eq!(
+        report.applied.iter().map(|c| c.key()).collect::<Vec<_>>(),
+        ["p9"]
+    );
+    let entry = directory
+        .get("p9")
+        .await
+        .expect("read")
+        .expect("p9 is in the directory");
+    assert_eq!(entry.mode, Mode::Salt);
+    assert!(entry.salts.current() >= 2, "{entry:?}");
+
+    // A producer salting from the directory spreads p9 over sub-keys on distinct shards.
+    let cached = Arc::new(CachedDirectory::new(directory, Duration::from_millis(200)));
+    let config = ProducerConfig {
+        salting: Salting::Directory(cached),
+        ..unpaced()
+    };
+    let p = Producer::start(k.clone(), &stream.name, config)
+        .await
+        .expect("start");
+    for i in 0..60 {
+        p.send("p9", format!("salted {i}").into_bytes())
+            .await
+            .expect("queued");
+    }
+    let report = p.shutdown().await.expect("flushed");
+    assert_eq!(report.salted, 60);
+    let stored = read_all(k, &stream.name).await;
+    let salted: Vec<_> = stored
+        .iter()
+        .filter(|s| s.data.starts_with(b"salted "))
+        .collect();
+    assert_eq!(salted.len(), 60);
+    let keys: BTreeSet<&str> = salted.iter().map(|s| s.partition_key.as_str()).collect();
+    let shards: BTreeSet<&str> = salted.iter().map(|s| s.shard.shard_id.as_str()).collect();
+    assert!(keys.len() >= 2 && !keys.contains("p9"), "{keys:?}");
+    assert_eq!(shards.len(), 2, "sub-keys on both shards: {shards:?}");
 }

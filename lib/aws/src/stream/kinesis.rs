@@ -146,7 +146,7 @@ impl ShardSource for KinesisSource {
     }
 
     async fn get_records(&self, iterator: &str, limit: i32) -> Result<RecordBatch, StreamError> {
-        let out = self
+        let mut out = self
             .client
             .get_records()
             .shard_iterator(iterator)
@@ -155,32 +155,35 @@ impl ShardSource for KinesisSource {
             .await
             .map_err(|e| StreamError::from_sdk(SERVICE, "GetRecords", &self.stream, e))?;
         let mut records = Vec::with_capacity(out.records().len());
-        for r in out.records() {
+        for r in std::mem::take(&mut out.records) {
             let seq = parse_seq(r.sequence_number())?;
-            let partition_key = r.partition_key().unwrap_or_default();
-            let data = r.data().as_ref();
-            if !kpl::is_aggregated(data) {
+            let partition_key = r.partition_key.unwrap_or_default();
+            // The blob's bytes become one shared buffer; user records are slices of it.
+            let data = Bytes::from(r.data.into_inner());
+            if !kpl::is_aggregated(&data) {
                 records.push(StreamRecord {
                     seq,
                     sub_seq: None,
-                    partition_key: partition_key.to_owned(),
-                    data: Bytes::copy_from_slice(data),
+                    partition_key,
+                    data,
                 });
                 continue;
             }
             // A KPL aggregate: one record per user record, each at (seq, sub-sequence), so a
-            // checkpoint inside it resumes at the next user record.
-            let subs =
-                kpl::deaggregate(data, partition_key).map_err(|source| StreamError::Aggregate {
+            // checkpoint inside it resumes at the next user record. Payloads are not copied.
+            let subs = kpl::deaggregate_ref(&data, &partition_key).map_err(|source| {
+                StreamError::Aggregate {
                     seq: seq.to_decimal().to_owned(),
                     source,
-                })?;
+                }
+            })?;
+            records.reserve(subs.len());
             for sub in subs {
                 records.push(StreamRecord {
                     seq: seq.clone(),
                     sub_seq: Some(sub.sub_sequence),
-                    partition_key: sub.partition_key,
-                    data: Bytes::from(sub.data),
+                    partition_key: sub.partition_key.to_owned(),
+                    data: data.slice_ref(sub.data),
                 });
             }
         }

@@ -3,10 +3,9 @@
 use std::ops::RangeInclusive;
 
 use md5::{Digest, Md5};
-use prost::Message;
 
 use super::error::KplError;
-use super::proto;
+use super::wire;
 use super::{DIGEST_LEN, MAGIC, MAX_RECORD_BYTES, effective_hash_key, parse_explicit_hash_key};
 
 /// A tag carried by a user record inside an aggregate (the KPL writes none).
@@ -100,33 +99,51 @@ impl Deaggregator {
     }
 
     /// The user records of the Kinesis record `data`, whose own partition key is
-    /// `partition_key` (used only when `data` is not an aggregate).
+    /// `partition_key` (used only when `data` is not an aggregate), as owned values.
+    ///
+    /// This copies every key and payload; [`Self::deaggregate_ref`] is the same decoding
+    /// with the user records borrowed from `data`, for the hot path.
+    pub fn deaggregate(&self, data: &[u8], partition_key: &str) -> Result<Deaggregated, KplError> {
+        self.deaggregate_ref(data, partition_key)
+            .map(|d| d.to_owned_records())
+    }
+
+    /// The user records of the Kinesis record `data`, borrowed from it: no key, payload or
+    /// per-record allocation (one `Vec` of records per aggregate, and one table of hash keys
+    /// when there is a shard to check against).
     ///
     /// A record that does not start with the KPL magic is passed through as one user record.
-    /// One that does is checked (size, MD5, protobuf, table indices, explicit hash keys) and
-    /// refused with a typed error if any check fails; nothing is delivered from a refused
-    /// aggregate, so a retry after a fix cannot duplicate part of it.
-    pub fn deaggregate(&self, data: &[u8], partition_key: &str) -> Result<Deaggregated, KplError> {
+    /// One that does is checked (size, MD5, protobuf, UTF-8, table indices, explicit hash
+    /// keys) and refused with a typed error if any check fails; nothing is delivered from a
+    /// refused aggregate, so a retry after a fix cannot duplicate part of it.
+    ///
+    /// Cost: one MD5 over the aggregate body; with a shard check, one MD5 per distinct
+    /// partition key (the table is deduplicated) and one parse per distinct explicit hash key.
+    pub fn deaggregate_ref<'a>(
+        &self,
+        data: &'a [u8],
+        partition_key: &'a str,
+    ) -> Result<DeaggregatedRef<'a>, KplError> {
         let Some(body) = aggregate_body(data)? else {
-            return Ok(Deaggregated {
-                records: vec![SubRecord {
-                    partition_key: partition_key.to_owned(),
+            return Ok(DeaggregatedRef {
+                records: vec![SubRecordRef {
+                    partition_key,
                     explicit_hash_key: None,
-                    data: data.to_vec(),
+                    data,
                     sub_sequence: 0,
-                    tags: Vec::new(),
+                    message: &[],
+                    tag_count: 0,
                 }],
                 aggregated: false,
                 out_of_range: 0,
                 dropped: 0,
             });
         };
-        let message = proto::AggregatedRecord::decode(body).map_err(KplError::Malformed)?;
-        let proto::AggregatedRecord {
-            partition_key_table: keys,
-            explicit_hash_key_table: hash_keys,
+        let wire::RawAggregate {
+            keys,
+            hash_keys,
             records,
-        } = message;
+        } = wire::parse(body)?;
         if records.is_empty() {
             return Err(KplError::NoRecords);
         }
@@ -135,20 +152,28 @@ impl Deaggregator {
                 records: records.len(),
             });
         }
+        // Hash keys per table entry, computed on first use: a key shared by many records is
+        // hashed (MD5) or parsed once.
+        let mut key_hashes: Vec<Option<u128>> = match self.shard {
+            Some(_) => vec![None; keys.len()],
+            None => Vec::new(),
+        };
+        let mut explicit: Vec<Option<u128>> = vec![None; hash_keys.len()];
         // Check every index and hash key before delivering anything.
-        let mut out_of_shard = Vec::with_capacity(records.len());
+        let mut out = Vec::with_capacity(records.len());
+        let mut out_of_range = 0u64;
         for (i, r) in records.iter().enumerate() {
             let sub_sequence = i as u64;
-            let pk = table_entry(&keys, r.partition_key_index).ok_or(
+            let pk_at = table_index(&keys, r.partition_key_index).ok_or(
                 KplError::PartitionKeyIndexOutOfRange {
                     sub_sequence,
                     index: r.partition_key_index,
                     table_len: keys.len(),
                 },
             )?;
-            let ehk = match r.explicit_hash_key_index {
+            let ehk_at = match r.explicit_hash_key_index {
                 None => None,
-                Some(index) => Some(table_entry(&hash_keys, index).ok_or(
+                Some(index) => Some(table_index(&hash_keys, index).ok_or(
                     KplError::ExplicitHashKeyIndexOutOfRange {
                         sub_sequence,
                         index,
@@ -156,54 +181,50 @@ impl Deaggregator {
                     },
                 )?),
             };
-            let explicit = ehk.map(|e| parse_explicit_hash_key(e)).transpose()?;
-            // MD5 of the partition key only when there is a shard to check against.
-            let outside = self.shard.as_ref().is_some_and(|s| {
-                let hash = explicit.unwrap_or_else(|| super::hash_of(pk));
-                !s.contains(&hash)
+            let ehk_hash = match ehk_at {
+                None => None,
+                Some(j) => Some(match explicit[j] {
+                    Some(h) => h,
+                    None => {
+                        let h = parse_explicit_hash_key(hash_keys[j])?;
+                        explicit[j] = Some(h);
+                        h
+                    }
+                }),
+            };
+            let outside = match &self.shard {
+                None => false,
+                Some(s) => {
+                    let hash = match ehk_hash {
+                        Some(h) => h,
+                        None => {
+                            *key_hashes[pk_at].get_or_insert_with(|| super::hash_of(keys[pk_at]))
+                        }
+                    };
+                    !s.contains(&hash)
+                }
+            };
+            if outside {
+                out_of_range += 1;
+                if self.out_of_range != OutOfRange::Deliver {
+                    continue;
+                }
+            }
+            out.push(SubRecordRef {
+                partition_key: keys[pk_at],
+                explicit_hash_key: ehk_at.map(|j| hash_keys[j]),
+                data: r.data,
+                sub_sequence,
+                message: r.message,
+                tag_count: r.tag_count,
             });
-            out_of_shard.push(outside);
         }
-        let out_of_range = out_of_shard.iter().filter(|&&o| o).count() as u64;
         let total = records.len() as u64;
         if out_of_range > 0 && self.out_of_range == OutOfRange::DropAggregate {
-            return Ok(Deaggregated {
-                records: Vec::new(),
-                aggregated: true,
-                out_of_range,
-                dropped: total,
-            });
-        }
-        let drop_out = self.out_of_range == OutOfRange::DropSubRecord;
-        let mut out = Vec::with_capacity(records.len());
-        for (i, (r, outside)) in records.into_iter().zip(out_of_shard).enumerate() {
-            if outside && drop_out {
-                continue;
-            }
-            // Indices were checked above, so both lookups succeed.
-            let pk = table_entry(&keys, r.partition_key_index)
-                .cloned()
-                .unwrap_or_default();
-            let ehk = r
-                .explicit_hash_key_index
-                .and_then(|j| table_entry(&hash_keys, j).cloned());
-            out.push(SubRecord {
-                partition_key: pk,
-                explicit_hash_key: ehk,
-                data: r.data,
-                sub_sequence: i as u64,
-                tags: r
-                    .tags
-                    .into_iter()
-                    .map(|t| Tag {
-                        key: t.key,
-                        value: t.value,
-                    })
-                    .collect(),
-            });
+            out.clear();
         }
         let dropped = total - out.len() as u64;
-        Ok(Deaggregated {
+        Ok(DeaggregatedRef {
             records: out,
             aggregated: true,
             out_of_range,
@@ -212,11 +233,108 @@ impl Deaggregator {
     }
 }
 
+/// One user record borrowed from the Kinesis record it was read from; see
+/// [`Deaggregator::deaggregate_ref`]. [`SubRecordRef::to_owned_record`] copies it out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SubRecordRef<'a> {
+    /// The partition key the producer gave this user record.
+    pub partition_key: &'a str,
+    /// Its explicit hash key (decimal), if the producer gave one.
+    pub explicit_hash_key: Option<&'a str>,
+    /// The user's payload.
+    pub data: &'a [u8],
+    /// Position in the aggregate (0 for a plain record). A consumer checkpoints
+    /// (sequence number, sub-sequence) so a restart resumes inside an aggregate.
+    pub sub_sequence: u64,
+    message: &'a [u8],
+    tag_count: u32,
+}
+
+impl<'a> SubRecordRef<'a> {
+    /// The hash key Kinesis routes this user record by: its explicit hash key if it has one,
+    /// else MD5 of its partition key. `None` if the explicit hash key is not a number < 2^128.
+    pub fn hash_key(&self) -> Option<u128> {
+        effective_hash_key(self.partition_key, self.explicit_hash_key).ok()
+    }
+
+    /// Whether the user record carries tags (the KPL writes none).
+    pub fn has_tags(&self) -> bool {
+        self.tag_count > 0
+    }
+
+    /// The record's tags as `(key, value)`, in order (walked from the bytes on each call).
+    pub fn tags(&self) -> impl Iterator<Item = (&'a str, Option<&'a str>)> + 'a {
+        let message = if self.tag_count > 0 {
+            self.message
+        } else {
+            &[]
+        };
+        wire::tags(message)
+    }
+
+    /// An owned copy.
+    pub fn to_owned_record(&self) -> SubRecord {
+        SubRecord {
+            partition_key: self.partition_key.to_owned(),
+            explicit_hash_key: self.explicit_hash_key.map(str::to_owned),
+            data: self.data.to_vec(),
+            sub_sequence: self.sub_sequence,
+            tags: self
+                .tags()
+                .map(|(key, value)| Tag {
+                    key: key.to_owned(),
+                    value: value.map(str::to_owned),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// The user records of one Kinesis record, borrowed from it, and what the shard check found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeaggregatedRef<'a> {
+    /// The user records delivered, in sub-sequence order.
+    pub records: Vec<SubRecordRef<'a>>,
+    /// Whether the Kinesis record was a KPL aggregate (else `records` is the one plain record).
+    pub aggregated: bool,
+    /// Sub-records whose hash key is outside the shard (delivered or not).
+    pub out_of_range: u64,
+    /// Sub-records not delivered because of [`OutOfRange`].
+    pub dropped: u64,
+}
+
+impl DeaggregatedRef<'_> {
+    /// An owned copy of every user record.
+    pub fn to_owned_records(&self) -> Deaggregated {
+        Deaggregated {
+            records: self
+                .records
+                .iter()
+                .map(SubRecordRef::to_owned_record)
+                .collect(),
+            aggregated: self.aggregated,
+            out_of_range: self.out_of_range,
+            dropped: self.dropped,
+        }
+    }
+}
+
 /// The user records of `data` (a Kinesis record whose partition key is `partition_key`), with
-/// no shard check; see [`Deaggregator::deaggregate`].
+/// no shard check, as owned values; see [`Deaggregator::deaggregate`].
 pub fn deaggregate(data: &[u8], partition_key: &str) -> Result<Vec<SubRecord>, KplError> {
     Deaggregator::new()
         .deaggregate(data, partition_key)
+        .map(|d| d.records)
+}
+
+/// The user records of `data`, borrowed from it, with no shard check; see
+/// [`Deaggregator::deaggregate_ref`].
+pub fn deaggregate_ref<'a>(
+    data: &'a [u8],
+    partition_key: &'a str,
+) -> Result<Vec<SubRecordRef<'a>>, KplError> {
+    Deaggregator::new()
+        .deaggregate_ref(data, partition_key)
         .map(|d| d.records)
 }
 
@@ -255,8 +373,8 @@ fn aggregate_body(data: &[u8]) -> Result<Option<&[u8]>, KplError> {
     Ok(Some(body))
 }
 
-fn table_entry(table: &[String], index: u64) -> Option<&String> {
-    usize::try_from(index).ok().and_then(|i| table.get(i))
+fn table_index(table: &[&str], index: u64) -> Option<usize> {
+    usize::try_from(index).ok().filter(|&i| i < table.len())
 }
 
 fn hex(bytes: &[u8]) -> String {

@@ -47,6 +47,17 @@ pub enum KplError {
         max: usize,
     },
 
+    /// A string field of the aggregate (a partition key, an explicit hash key or a tag) is
+    /// not UTF-8.
+    #[error("aggregated record's {field} holds bytes that are not UTF-8: {source}")]
+    NotUtf8 {
+        /// Which field: `partition_key_table`, `explicit_hash_key_table` or `tags`.
+        field: &'static str,
+        /// Where the UTF-8 went wrong.
+        #[source]
+        source: std::str::Utf8Error,
+    },
+
     /// A valid aggregate with no user records in it.
     #[error("aggregated record holds no user records")]
     NoRecords,

@@ -273,11 +273,52 @@ fn every_structural_fault_gets_its_own_error() {
         deaggregate(&wrap(&[0x1a, 0x05, 0x08]), "k"),
         Err(KplError::Malformed(_))
     ));
-    // Invalid UTF-8 in a partition key.
+    // Invalid UTF-8 in a partition key, an explicit hash key, a tag.
     assert!(matches!(
         deaggregate(&wrap(&[0x0a, 0x01, 0xff]), "k"),
+        Err(KplError::NotUtf8 {
+            field: "partition_key_table",
+            ..
+        })
+    ));
+    assert!(matches!(
+        deaggregate(&wrap(&[0x12, 0x01, 0xff]), "k"),
+        Err(KplError::NotUtf8 {
+            field: "explicit_hash_key_table",
+            ..
+        })
+    ));
+    assert!(matches!(
+        deaggregate(
+            &wrap(&[
+                0x0a, 0x01, b'a', 0x1a, 0x07, 0x08, 0x00, 0x22, 0x03, 0x0a, 0x01, 0xff
+            ]),
+            "k"
+        ),
+        Err(KplError::NotUtf8 { field: "tags", .. })
+    ));
+    // A wrong wire type, a field that runs past its record, an unknown field (skipped).
+    assert!(matches!(
+        deaggregate(&wrap(&[0x0a, 0x01, b'a', 0x18, 0x00]), "k"),
         Err(KplError::Malformed(_))
     ));
+    assert!(matches!(
+        deaggregate(
+            &wrap(&[0x0a, 0x01, b'a', 0x1a, 0x03, 0x08, 0x00, 0x1a, 0x01, b'x']),
+            "k"
+        ),
+        Err(KplError::Malformed(_))
+    ));
+    assert_eq!(
+        deaggregate(
+            &wrap(&[
+                0x0a, 0x01, b'a', 0x78, 0x05, 0x1a, 0x04, 0x08, 0x00, 0x1a, 0x00
+            ]),
+            "k"
+        )
+        .map(|r| r.len()),
+        Ok(1)
+    );
     assert_eq!(deaggregate(&wrap(&[]), "k"), Err(KplError::NoRecords));
     assert_eq!(
         deaggregate(&wrap(&[0x0a, 0x01, b'a']), "k"),
@@ -510,5 +551,137 @@ proptest! {
         let a = agg.finish().unwrap();
         prop_assert_eq!(estimate, a.billed_bytes());
         prop_assert!(agg.is_empty() && agg.size_bytes() == 0);
+    }
+}
+
+// ------------------------------------------- the borrowing walk against prost's derive
+
+/// One protobuf field with the given tag and wire type: a varint, fixed 32/64, a
+/// length-delimited payload, or a bare group start/end key.
+fn encode_field(tag: u32, wire_type: u8, payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    prost::encoding::encode_varint(u64::from(tag << 3 | u32::from(wire_type)), &mut out);
+    match wire_type {
+        0 => {
+            let mut v = [0u8; 8];
+            let n = payload.len().min(8);
+            v[..n].copy_from_slice(&payload[..n]);
+            prost::encoding::encode_varint(u64::from_le_bytes(v) % 1_000, &mut out);
+        }
+        1 => out.extend((0..8).map(|i| payload.get(i).copied().unwrap_or(0))),
+        2 => {
+            prost::encoding::encode_varint(payload.len() as u64, &mut out);
+            out.extend_from_slice(payload);
+        }
+        5 => out.extend((0..4).map(|i| payload.get(i).copied().unwrap_or(0))),
+        _ => {}
+    }
+    out
+}
+
+/// Protobuf-shaped bytes: fields of the KPL's tags (and unknown ones) with random wire
+/// types, payloads that are text, random bytes or nested fields, so both accepted and refused
+/// bodies are common.
+fn field_soup(depth: u32) -> BoxedStrategy<Vec<u8>> {
+    let payload = prop_oneof![
+        "[a-z0-9]{0,6}".prop_map(String::into_bytes),
+        proptest::collection::vec(any::<u8>(), 0..6),
+    ];
+    let wire_type = prop_oneof![4 => Just(2u8), 2 => Just(0u8), 1 => 0u8..6];
+    let leaf = (1u32..7, wire_type, payload)
+        .prop_map(|(tag, wt, p)| encode_field(tag, wt, &p))
+        .boxed();
+    if depth == 0 {
+        return leaf;
+    }
+    prop_oneof![
+        2 => leaf,
+        3 => (1u32..7, proptest::collection::vec(field_soup(depth - 1), 0..5))
+            .prop_map(|(tag, fields)| encode_field(tag, 2, &fields.concat())),
+    ]
+    .boxed()
+}
+
+/// Mostly well-typed KPL fields (tables, records of indices, data, tags and unknown fields, in
+/// any order and repeated), so accepted bodies with repeated and unknown fields are common.
+fn typed_field() -> BoxedStrategy<Vec<u8>> {
+    let text = || "[a-z0-9]{0,4}".prop_map(String::into_bytes);
+    let tag = proptest::collection::vec(
+        prop_oneof![
+            (1u32..3, text()).prop_map(|(t, p)| encode_field(t, 2, &p)),
+            field_soup(0),
+        ],
+        0..3,
+    )
+    .prop_map(|f| encode_field(4, 2, &f.concat()));
+    let record_field = prop_oneof![
+        (1u32..3, proptest::collection::vec(any::<u8>(), 1..2))
+            .prop_map(|(t, p)| encode_field(t, 0, &p)),
+        text().prop_map(|p| encode_field(3, 2, &p)),
+        tag,
+        field_soup(0),
+    ];
+    prop_oneof![
+        1 => (1u32..3, text()).prop_map(|(t, p)| encode_field(t, 2, &p)),
+        3 => proptest::collection::vec(record_field, 0..6)
+            .prop_map(|f| encode_field(3, 2, &f.concat())),
+        1 => field_soup(1),
+    ]
+    .boxed()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+    /// The borrowing walk accepts exactly the bodies prost's derive accepts, and reads the
+    /// same tables, indices, payloads and tags from them.
+    #[test]
+    fn the_borrowing_walk_reads_what_prost_reads(
+        fields in proptest::collection::vec(prop_oneof![1 => field_soup(2), 2 => typed_field()], 0..8),
+        cut in any::<prop::sample::Index>(), truncate in any::<bool>(),
+    ) {
+        use prost::Message;
+        let mut body = fields.concat();
+        if truncate && !body.is_empty() {
+            body.truncate(cut.index(body.len()));
+        }
+        let ours = wire::parse(&body);
+        let theirs = proto::AggregatedRecord::decode(&body[..]);
+        prop_assert_eq!(ours.is_ok(), theirs.is_ok(), "body {:02x?}", body);
+        if let (Ok(ours), Ok(theirs)) = (ours, theirs) {
+            prop_assert_eq!(&ours.keys, &theirs.partition_key_table);
+            prop_assert_eq!(&ours.hash_keys, &theirs.explicit_hash_key_table);
+            prop_assert_eq!(ours.records.len(), theirs.records.len());
+            for (a, b) in ours.records.iter().zip(&theirs.records) {
+                prop_assert_eq!(a.partition_key_index, b.partition_key_index);
+                prop_assert_eq!(a.explicit_hash_key_index, b.explicit_hash_key_index);
+                prop_assert_eq!(a.data, &b.data[..]);
+                let tags: Vec<_> = wire::tags(a.message).collect();
+                let want: Vec<_> = b.tags.iter().map(|t| (t.key.as_str(), t.value.as_deref())).collect();
+                prop_assert_eq!(tags, want);
+                prop_assert_eq!(a.tag_count as usize, b.tags.len());
+            }
+        }
+    }
+
+    /// Borrowed and owned deaggregation agree on every aggregate the aggregator makes.
+    #[test]
+    fn borrowed_and_owned_deaggregation_agree(
+        records in proptest::collection::vec(any_user_record(), 1..20),
+        start in any::<u128>(), policy in 0u8..3,
+    ) {
+        let mut agg = Aggregator::with_max_bytes(MAX_RECORD_BYTES).unwrap();
+        for (pk, ehk, data) in &records {
+            prop_assert!(agg.try_add(pk, ehk.as_deref(), data).unwrap());
+        }
+        let a = agg.finish().unwrap();
+        let policy = [OutOfRange::Deliver, OutOfRange::DropSubRecord, OutOfRange::DropAggregate][usize::from(policy)];
+        let d = Deaggregator::for_shard(start, u128::MAX).out_of_range(policy);
+        let borrowed = d.deaggregate_ref(&a.data, &a.partition_key).unwrap();
+        let owned = d.deaggregate(&a.data, &a.partition_key).unwrap();
+        prop_assert_eq!(borrowed.to_owned_records(), owned.clone());
+        for (b, o) in borrowed.records.iter().zip(&owned.records) {
+            prop_assert_eq!(b.hash_key(), o.hash_key());
+        }
     }
 }

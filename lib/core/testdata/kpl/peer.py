@@ -2,6 +2,10 @@
 
     peer.py deaggregate < [{"partition_key": .., "data_b64": ..}, ..]
         prints [{"partition_key", "explicit_hash_key", "data_b64", "sub_sequence", "aggregated"}, ..]
+    peer.py time < {"partition_key": .., "data_b64": .., "seconds": S}
+        deaggregates that one record over and over for about S seconds and prints
+        {"ns_per_sub_record", "sub_records", "iterations"} (the benchmark's peer; its time
+        includes the base64 decoding a Lambda event needs)
     peer.py aggregate < [{"partition_key": .., "explicit_hash_key": .. | null, "data_b64": ..}, ..]
         prints {"partition_key", "explicit_hash_key", "data_b64"}: one aggregate of them all
 
@@ -44,7 +48,27 @@ def aggregate(records):
             "data_b64": base64.b64encode(data).decode()}
 
 
+def time_deaggregate(spec):
+    import time
+    event = [{"kinesis": {"kinesisSchemaVersion": "1.0", "sequenceNumber": "1",
+                          "approximateArrivalTimestamp": 0,
+                          "partitionKey": spec["partition_key"], "data": spec["data_b64"]}}]
+    n = len(deaggregator.deaggregate_records(event))
+    for _ in range(3):  # warm-up
+        deaggregator.deaggregate_records(event)
+    iterations, start = 0, time.perf_counter()
+    while time.perf_counter() - start < spec["seconds"]:
+        deaggregator.deaggregate_records(event)
+        iterations += 1
+    elapsed = time.perf_counter() - start
+    return {"ns_per_sub_record": elapsed * 1e9 / (iterations * n), "sub_records": n,
+            "iterations": iterations}
+
+
 if __name__ == "__main__":
     mode = sys.argv[1]
     records = json.load(sys.stdin)
-    print(json.dumps(deaggregate(records) if mode == "deaggregate" else aggregate(records)))
+    if mode == "time":
+        print(json.dumps(time_deaggregate(records)))
+    else:
+        print(json.dumps(deaggregate(records) if mode == "deaggregate" else aggregate(records)))
