@@ -1173,8 +1173,18 @@ async fn a_task_cut_off_from_dynamodb_stops_writing_before_its_lease_expires_and
         || async { (b.stats.held_shards().len() == 2).then_some(()) },
     )
     .await;
-    // Let b deliver for a while with the path still cut, then heal it.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Let b deliver with the path still cut, then heal it.
+    eventually("b delivers", Duration::from_secs(20), || {
+        let log = Arc::clone(&log);
+        async move {
+            log.lock()
+                .unwrap()
+                .iter()
+                .any(|s| s.worker == "b")
+                .then_some(())
+        }
+    })
+    .await;
     let during: Vec<Seen> = log.lock().unwrap().clone();
     cut.restore();
     // a's last processor call began before its last renewal's send time plus 0.9 × lease, and
