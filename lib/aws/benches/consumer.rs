@@ -11,7 +11,7 @@
 //! AWS_ENDPOINT_URL_KINESIS=… AWS_ENDPOINT_URL_DYNAMODB=… cargo bench -p heatsink --bench consumer
 //! ```
 //! Knobs (env): `BENCH_RECORDS` (default 8000), `BENCH_SHARDS` (default 4), `BENCH_RUNS`
-//! (default 3).
+//! (default 3), `BENCH_MAX_RECORDS` (heatsink's GetRecords limit; default the source's 10,000).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -147,6 +147,11 @@ fn worker_config(id: &str) -> WorkerConfig {
     c.idle_poll = Duration::from_millis(200);
     // The lease table may be moto's, whose conditional writes are not atomic under concurrency.
     c.verify_takes = std::env::var("HEATSINK_VERIFY_TAKES").as_deref() != Ok("0");
+    // `BENCH_MAX_RECORDS=1000` runs heatsink at the peer's GetRecords limit (default: the
+    // source's maximum, 10,000 on Kinesis).
+    c.max_records = std::env::var("BENCH_MAX_RECORDS")
+        .ok()
+        .and_then(|v| v.parse().ok());
     c
 }
 

@@ -1,6 +1,7 @@
 //! heatsink's internal test kit: the harness of the integration tests and the benches against
 //! the local AWS stack ([`Fixture`], [`bench::Stack`]), the change-stream reader, and the
-//! closed-loop onset scenario ([`onset`]).
+//! closed-loop onset scenario ([`onset`]), and a switchable network cut in front of an emulator
+//! ([`cut`]).
 //!
 //! Tests reach the emulators only through the standard `AWS_ENDPOINT_URL_*` variables (written by
 //! `localstack/stack env`), so the same suite runs against moto, dynoxide, kinesis-mock,
@@ -14,6 +15,7 @@
 
 pub mod bench;
 pub mod calls;
+pub mod cut;
 pub mod onset;
 
 use std::sync::Mutex;

@@ -3,7 +3,7 @@
 //! batches (stall, dead-letter queue, abort), slow shutdown, foreign streams, LATEST after a
 //! split, retention, a hung ListShards, and the DynamoDB Streams source.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -12,8 +12,8 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::{PutRecordsRequestEntry, ScalingType, StreamStatus};
 use heatsink::stream::{
-    DynamoDbStreamsSource, Fence, KinesisSource, LeaseTable, ProcessBatch, RecordProcessor,
-    ShardSource, SqsDeadLetter, StreamError, Worker, WorkerConfig, WorkerStats,
+    DynamoDbStreamsSource, Fence, KinesisSource, LeaseTable, Position, ProcessBatch,
+    RecordProcessor, ShardSource, SqsDeadLetter, StreamError, Worker, WorkerConfig, WorkerStats,
 };
 use heatsink_photo_app::schema::Table;
 use heatsink_testkit::{Fixture, eventually, fixture};
@@ -26,6 +26,10 @@ struct Seen {
     token: u64,
     key: String,
     value: u64,
+    /// Where the record sits in its shard.
+    position: Position,
+    /// When the processor call that delivered it began.
+    at: Instant,
 }
 
 /// Records every delivery in one shared log (processing order across workers), and writes each
@@ -40,6 +44,7 @@ struct Collector {
 
 impl RecordProcessor for Collector {
     async fn process(&self, batch: &ProcessBatch) -> Result<(), StreamError> {
+        let at = Instant::now();
         let mut latest: BTreeMap<String, u64> = BTreeMap::new();
         let mut seen = Vec::new();
         for r in &batch.records {
@@ -62,6 +67,8 @@ impl RecordProcessor for Collector {
                 token: batch.token,
                 key: key.to_owned(),
                 value,
+                position: r.position(),
+                at,
             });
         }
         if let Some((ddb, table)) = &self.sink {
@@ -1086,6 +1093,172 @@ async fn a_hung_list_shards_neither_lets_a_live_workers_leases_lapse_nor_makes_a
     let _ = b.stop.send(());
     b.task.await.expect("worker task").expect("worker ran");
     a.task.abort();
+}
+
+/// Worker a reaches its lease table through a network cut (the table is moto's, only the path
+/// is cut); its stream reads and its processor's own writes go direct. Cut it: a can no longer
+/// renew, so each of its shard tasks must stop processing within nine tenths of a lease of its
+/// last renewal, which is before the lease expires for anyone else. b (which never steals) takes
+/// the shards once they expire; after the path is restored every record is delivered and no
+/// checkpoint points past a record that was not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_cut_off_from_dynamodb_stops_writing_before_its_lease_expires_and_nothing_is_lost() {
+    let fx = fixture!(
+        "a_task_cut_off_from_dynamodb_stops_writing_before_its_lease_expires_and_nothing_is_lost"
+    );
+    const KEYS: usize = 6;
+    const ROUNDS: u64 = 40;
+    let lease = Duration::from_secs(4);
+    let stream = fx.stream("cut", 2).await;
+    let spec = fx.table(Table::Leases).await;
+    let sink = fx.table(Table::Counters).await;
+    let k = fx.stack.kinesis.clone();
+    let upstream = std::env::var("AWS_ENDPOINT_URL_DYNAMODB").expect("a DynamoDB endpoint");
+    let cut = heatsink_testkit::cut::Cut::start(&upstream)
+        .await
+        .expect("proxy");
+    let behind_cut = aws_sdk_dynamodb::Client::from_conf(
+        aws_sdk_dynamodb::config::Builder::from(&fx.stack.config)
+            .endpoint_url(cut.endpoint())
+            .build(),
+    );
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let collector = |name: &str| Collector {
+        sink: Some((fx.stack.ddb.clone(), sink.name.clone())),
+        ..collector(name, &log)
+    };
+    let config = |name: &str| WorkerConfig {
+        lease_duration: lease,
+        ..fast_config(name)
+    };
+    let a = start(
+        KinesisSource::new(k.clone(), &stream.name),
+        LeaseTable::new(behind_cut, &spec.name, "cut-app"),
+        collector("a"),
+        config("a"),
+    );
+    eventually("a holds both shards", Duration::from_secs(25), || async {
+        (a.stats.held_shards().len() == 2).then_some(())
+    })
+    .await;
+    let producer = {
+        let k = k.clone();
+        let name = stream.name.clone();
+        tokio::spawn(async move {
+            for round in 0..ROUNDS {
+                put_round(&k, &name, round, KEYS).await;
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        })
+    };
+    eventually("a delivers", Duration::from_secs(15), || {
+        let log = Arc::clone(&log);
+        async move { (log.lock().unwrap().len() >= 2 * KEYS).then_some(()) }
+    })
+    .await;
+    cut.cut();
+    let cut_at = Instant::now();
+    let b = start(
+        KinesisSource::new(k.clone(), &stream.name),
+        LeaseTable::new(fx.stack.ddb.clone(), &spec.name, "cut-app"),
+        collector("b"),
+        WorkerConfig {
+            max_steals_per_round: 0, // b takes only expired leases
+            ..config("b")
+        },
+    );
+    eventually(
+        "b takes both shards once a's leases expire",
+        Duration::from_secs(20),
+        || async { (b.stats.held_shards().len() == 2).then_some(()) },
+    )
+    .await;
+    // Let b deliver with the path still cut, then heal it.
+    eventually("b delivers", Duration::from_secs(20), || {
+        let log = Arc::clone(&log);
+        async move {
+            log.lock()
+                .unwrap()
+                .iter()
+                .any(|s| s.worker == "b")
+                .then_some(())
+        }
+    })
+    .await;
+    let during: Vec<Seen> = log.lock().unwrap().clone();
+    cut.restore();
+    // a's last processor call began before its last renewal's send time plus 0.9 × lease, and
+    // that send time is before the cut; 300 ms covers the scheduling of the check itself.
+    let bound = lease.mul_f64(0.9) + Duration::from_millis(300);
+    let last_a = during
+        .iter()
+        .filter(|s| s.worker == "a")
+        .map(|s| s.at)
+        .max()
+        .expect("a delivered before the cut");
+    assert!(
+        last_a <= cut_at + bound,
+        "a kept processing {:?} after DynamoDB was cut (bound {bound:?})",
+        last_a.saturating_duration_since(cut_at)
+    );
+    eprintln!(
+        "a's last processor call began {:?} after the cut",
+        last_a.saturating_duration_since(cut_at)
+    );
+    // Never two holders at once: on each shard all of a's calls precede b's first.
+    for shard in during
+        .iter()
+        .map(|s| s.shard.clone())
+        .collect::<BTreeSet<_>>()
+    {
+        let first_b = during
+            .iter()
+            .filter(|s| s.worker == "b" && s.shard == shard)
+            .map(|s| s.at)
+            .min();
+        let last_a = during
+            .iter()
+            .filter(|s| s.worker == "a" && s.shard == shard)
+            .map(|s| s.at)
+            .max();
+        if let (Some(first_b), Some(last_a)) = (first_b, last_a) {
+            assert!(last_a < first_b, "{shard}: a still processing when b began");
+        }
+    }
+    assert!(
+        during.iter().any(|s| s.worker == "b"),
+        "b delivered nothing: the takeover was not exercised"
+    );
+    producer.await.expect("producer");
+    eventually("every record delivered", Duration::from_secs(30), || {
+        let log = Arc::clone(&log);
+        async move { complete(&log.lock().unwrap(), KEYS, ROUNDS).then_some(()) }
+    })
+    .await;
+    let _ = b.stop.send(());
+    let _ = a.stop.send(());
+    b.task.await.expect("worker task").expect("b ran");
+    a.task.await.expect("worker task").expect("a ran");
+    // No checkpoint past what was delivered.
+    let log = log.lock().unwrap().clone();
+    let leases = LeaseTable::new(fx.stack.ddb.clone(), &spec.name, "cut-app")
+        .scan()
+        .await
+        .expect("scan");
+    for row in &leases.leases {
+        let delivered = log
+            .iter()
+            .filter(|s| s.shard == row.shard_id)
+            .map(|s| s.position.clone())
+            .max();
+        if let Some(at) = row.checkpoint.position() {
+            assert!(
+                delivered.as_ref().is_some_and(|d| at <= d),
+                "{}: checkpoint {at} past the last delivered record {delivered:?}",
+                row.shard_id
+            );
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

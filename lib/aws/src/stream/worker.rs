@@ -13,7 +13,9 @@
 //!   not stop renewals.
 //! - one **shard task** per held shard, with a **fetcher** beside it that keeps up to
 //!   `prefetch_batches` GetRecords answers queued (per-shard order unchanged, SHARD_END last, at
-//!   least 200 ms between calls, the pause after a caught-up read at least that). The task hands
+//!   least 200 ms between calls, the pause after a caught-up read at least that), and starts no
+//!   call while `prefetch_bytes` of records (16 MiB by default) are fetched but not processed:
+//!   a shard holds at most that plus one answer (10 MiB on Kinesis), whatever the record size. The task hands
 //!   each batch to the [`RecordProcessor`] with the lease counter as fencing token, and stops
 //!   the moment its lease is past its validity — whatever the main loop is doing — dropping the
 //!   processor's future if it is still running.
@@ -130,6 +132,12 @@ pub struct WorkerConfig {
     pub max_records: Option<i32>,
     /// GetRecords answers queued per shard ahead of the processor (default 2; at least 1).
     pub prefetch_batches: usize,
+    /// Record bytes (data plus partition keys) a shard may hold fetched but not yet processed
+    /// before its fetcher waits (default 16 MiB). A call starts only below this, and one call
+    /// returns at most 10 MiB on Kinesis (1 MB on DynamoDB Streams), so a shard holds at most
+    /// `prefetch_bytes` + 10 MiB of records whatever their size, and `prefetch_batches` bounds
+    /// the count of answers within that.
+    pub prefetch_bytes: usize,
     /// Records processed since the last checkpoint that start a new checkpoint write (default
     /// 10,000).
     pub checkpoint_every_records: usize,
@@ -172,6 +180,7 @@ impl WorkerConfig {
             idle_poll: Duration::from_secs(1),
             max_records: None,
             prefetch_batches: 2,
+            prefetch_bytes: 16 << 20,
             checkpoint_every_records: 10_000,
             checkpoint_interval: Duration::from_secs(1),
             max_attempts: 3,
@@ -566,7 +575,9 @@ impl<S: ShardSource, P: RecordProcessor> Worker<S, P> {
         let mut tasks: JoinSet<(String, ShardExit)> = JoinSet::new();
         let (stop_tx, stop_rx) = watch::channel(false);
         let (renew_stop_tx, renew_stop_rx) = watch::channel(false);
-        let renewer = tokio::spawn(Arc::clone(&shared).renew_loop(renew_stop_rx));
+        // Dies with this future: a worker dropped without shutdown (a crash, as far as the
+        // others can tell) must stop renewing, or its leases never expire.
+        let mut renewer = AbortOnDrop(tokio::spawn(Arc::clone(&shared).renew_loop(renew_stop_rx)));
         let mut next_sync = tokio::time::Instant::now();
         let mut failure: Option<StreamError> = None;
         tokio::pin!(shutdown);
@@ -631,7 +642,7 @@ impl<S: ShardSource, P: RecordProcessor> Worker<S, P> {
         }
         tasks.abort_all();
         let _ = renew_stop_tx.send(true);
-        let _ = renewer.await;
+        let _ = (&mut renewer.0).await;
         let left: Vec<(String, Arc<HeldLease>)> = shared
             .held
             .lock()
@@ -1149,29 +1160,35 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
         self.stats.0.trimmed.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Keeps up to `prefetch_batches` GetRecords answers queued for the shard task, in order.
+    /// Keeps up to `prefetch_batches` GetRecords answers, and below `prefetch_bytes` of
+    /// records, queued for the shard task, in order.
     async fn fetch(
         self: Arc<Self>,
         shard: String,
         start: StartAt,
         held: Arc<HeldLease>,
-        tx: mpsc::Sender<Fetched>,
+        tx: mpsc::Sender<(Fetched, usize)>,
+        budget: Arc<ByteBudget>,
         mut stop: watch::Receiver<bool>,
     ) {
         let mut iterator = match self.iterator(&shard, &start, &held, &mut stop).await {
             Ok(Some(it)) => it,
             Ok(None) => return,
             Err(()) => {
-                let _ = tx.send(Fetched::Gone).await;
+                let _ = tx.send((Fetched::Gone, 0)).await;
                 return;
             }
         };
+        let limit = self.config.prefetch_bytes.max(1);
         let mut last: Option<StartAt> = None;
         let mut pause = self.config.retry_backoff;
         let mut last_call: Option<tokio::time::Instant> = None;
         let idle = self.config.idle_poll.max(MIN_GET_RECORDS_INTERVAL);
         loop {
             if *stop.borrow() || !self.is_valid(&held) {
+                return;
+            }
+            if budget.below(limit, &mut stop).await {
                 return;
             }
             if let Some(at) = last_call {
@@ -1187,7 +1204,9 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
                     }
                     let next = batch.next_iterator.clone();
                     self.stats.set_held(&shard, Some(caught_up));
-                    if tx.send(Fetched::Batch(batch)).await.is_err() {
+                    let bytes = batch_bytes(&batch);
+                    budget.take(bytes);
+                    if tx.send((Fetched::Batch(batch), bytes)).await.is_err() {
                         return;
                     }
                     match next {
@@ -1212,13 +1231,13 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
                         Ok(Some(it)) => iterator = it,
                         Ok(None) => return,
                         Err(()) => {
-                            let _ = tx.send(Fetched::Gone).await;
+                            let _ = tx.send((Fetched::Gone, 0)).await;
                             return;
                         }
                     }
                 }
                 Err(StreamError::NotFound { .. }) => {
-                    let _ = tx.send(Fetched::Gone).await;
+                    let _ = tx.send((Fetched::Gone, 0)).await;
                     return;
                 }
                 Err(e) => {
@@ -1247,11 +1266,13 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
         };
         let shard = lease.shard_id.clone();
         let (tx, mut rx) = mpsc::channel(self.config.prefetch_batches.max(1));
+        let budget = Arc::new(ByteBudget::default());
         let fetcher = tokio::spawn(Arc::clone(&self).fetch(
             shard.clone(),
             Self::start_of(&lease),
             Arc::clone(held),
             tx,
+            Arc::clone(&budget),
             stop.clone(),
         ));
         let _fetcher = AbortOnDrop(fetcher);
@@ -1273,12 +1294,14 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
                 }
                 fetched = rx.recv() => fetched,
             };
-            let batch = match fetched {
-                Some(Fetched::Batch(batch)) => batch,
-                Some(Fetched::Gone) => break ShardExit::Gone,
+            let (batch, bytes) = match fetched {
+                Some((Fetched::Batch(batch), bytes)) => (batch, bytes),
+                Some((Fetched::Gone, _)) => break ShardExit::Gone,
                 None if *stop.borrow() => break ShardExit::Stopped,
                 None => break ShardExit::Lost,
             };
+            // The batch's bytes count against the fetcher's budget until it is processed.
+            let _held_bytes = HeldBytes(&budget, bytes);
             if !batch.child_shards.is_empty()
                 && let Err(e) = self.merge_shards(batch.child_shards.clone())
             {
@@ -1617,6 +1640,62 @@ impl Checkpointer {
             .or(self.inflight_position.as_ref())
             .or_else(|| self.lease.checkpoint.position())
     }
+}
+
+/// Record bytes a shard holds fetched but not yet processed, shared by its fetcher and task.
+#[derive(Debug, Default)]
+struct ByteBudget {
+    held: AtomicUsize,
+    freed: Notify,
+}
+
+impl ByteBudget {
+    fn take(&self, bytes: usize) {
+        self.held.fetch_add(bytes, Ordering::SeqCst);
+    }
+
+    fn give_back(&self, bytes: usize) {
+        let _ = self
+            .held
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |h| {
+                Some(h.saturating_sub(bytes))
+            });
+        self.freed.notify_waiters();
+    }
+
+    /// Waits until fewer than `limit` bytes are held; true if `stop` came first.
+    async fn below(&self, limit: usize, stop: &mut watch::Receiver<bool>) -> bool {
+        loop {
+            let freed = self.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            if self.held.load(Ordering::SeqCst) < limit {
+                return false;
+            }
+            tokio::select! {
+                () = freed => {}
+                () = stopped(stop) => return true,
+            }
+        }
+    }
+}
+
+/// Gives a batch's bytes back to the budget when dropped (processed, or the task ended).
+struct HeldBytes<'a>(&'a ByteBudget, usize);
+
+impl Drop for HeldBytes<'_> {
+    fn drop(&mut self) {
+        self.0.give_back(self.1);
+    }
+}
+
+/// The bytes of a batch's records that count against [`WorkerConfig::prefetch_bytes`].
+fn batch_bytes(batch: &RecordBatch) -> usize {
+    batch
+        .records
+        .iter()
+        .map(|r| r.data.len().saturating_add(r.partition_key.len()))
+        .fold(0usize, usize::saturating_add)
 }
 
 /// Aborts the task when dropped (the fetcher dies with its shard task).
