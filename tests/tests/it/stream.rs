@@ -1347,7 +1347,11 @@ impl RecordProcessor for SubLog {
             log.push((
                 r.seq.to_string(),
                 r.sub_seq,
-                String::from_utf8_lossy(&r.data).into_owned(),
+                match &r.undecodable {
+                    // Marked, so a test sees the reason reached the processor.
+                    Some(_) => format!("undecodable:{}", String::from_utf8_lossy(&r.data)),
+                    None => String::from_utf8_lossy(&r.data).into_owned(),
+                },
             ));
         }
         Ok(())
@@ -1458,4 +1462,79 @@ async fn a_kpl_aggregate_is_deaggregated_and_a_restart_inside_it_neither_skips_n
         ],
         "resumed after sub-record 2: nothing skipped, nothing repeated"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_kpl_aggregate_is_delivered_whole_with_its_reason_and_does_not_block_the_shard() {
+    let fx = fixture!(
+        "a_corrupt_kpl_aggregate_is_delivered_whole_with_its_reason_and_does_not_block_the_shard"
+    );
+    let stream = fx.stream("kplbad", 1).await;
+    let spec = fx.table(Table::Leases).await;
+    let table = || LeaseTable::new(fx.stack.ddb.clone(), &spec.name, "kplbad-app");
+    let k = &fx.stack.kinesis;
+    let mut agg = heatsink::kpl::Aggregator::new();
+    for i in 0..3 {
+        assert!(
+            agg.try_add(&format!("u{i}"), None, format!("like {i}").as_bytes())
+                .unwrap()
+        );
+    }
+    let aggregate = agg.finish().expect("three user records");
+    // Flip one bit of the trailing MD5: the magic is intact, the digest no longer matches.
+    let mut corrupt = aggregate.data.to_vec();
+    *corrupt.last_mut().expect("non-empty aggregate") ^= 0x01;
+    k.put_record()
+        .stream_name(&stream.name)
+        .partition_key(&aggregate.partition_key)
+        .data(Blob::new(corrupt.clone()))
+        .send()
+        .await
+        .expect("put the corrupt aggregate");
+    let after = k
+        .put_record()
+        .stream_name(&stream.name)
+        .partition_key("k00")
+        .data(Blob::new("after"))
+        .send()
+        .await
+        .expect("put a plain record after it");
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let w = start(
+        KinesisSource::new(k.clone(), &stream.name),
+        table(),
+        SubLog(Arc::clone(&log)),
+        fast_config("w0"),
+    );
+    let lease = eventually(
+        "the record after the corrupt aggregate checkpointed",
+        Duration::from_secs(25),
+        || async {
+            let l = table().scan().await.ok()?.leases.into_iter().next()?;
+            (l.checkpoint.position()?.seq.to_decimal() == after.sequence_number()).then_some(l)
+        },
+    )
+    .await;
+    let stats = w.stats.clone();
+    let _ = w.stop.send(());
+    w.task.await.expect("worker task").expect("worker ran");
+    let seen: Vec<(Option<u64>, String)> = log
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, s, d)| (*s, d.clone()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (
+                None,
+                format!("undecodable:{}", String::from_utf8_lossy(&corrupt))
+            ),
+            (None, "after".to_owned())
+        ],
+        "the corrupt aggregate whole, then the next record: nothing blocked, nothing skipped"
+    );
+    assert_eq!(stats.undecodable_aggregates(), 1, "counted once");
+    assert_eq!(lease.checkpoint.position().unwrap().sub_seq, None);
 }

@@ -126,6 +126,7 @@ mod tests {
                     sub_seq: None,
                     partition_key: format!("k{i}"),
                     data: Bytes::from(vec![0xff, i as u8]),
+                    undecodable: None,
                 })
                 .collect(),
         }

@@ -246,6 +246,7 @@ impl ShardSource for DynamoDbStreamsSource {
                 sub_seq: None,
                 partition_key: keys.to_string(),
                 data: Bytes::from(data.to_string()),
+                undecodable: None,
             });
         }
         Ok(RecordBatch {

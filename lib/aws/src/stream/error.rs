@@ -101,16 +101,6 @@ pub enum StreamError {
         /// The first refusal's code and message.
         first: String,
     },
-    /// A record starts with the KPL magic but does not decode (bad digest or protobuf): it is
-    /// neither delivered as user data nor skipped; its shard waits (the read is retried).
-    #[error("KPL aggregate at sequence number {seq} does not decode: {source}")]
-    Aggregate {
-        /// The record's sequence number.
-        seq: String,
-        /// What is wrong with it.
-        #[source]
-        source: heatsink_core::kpl::KplError,
-    },
     /// The source cannot do what was asked (AT_TIMESTAMP on DynamoDB Streams).
     #[error("{source_kind} does not support {what}")]
     Unsupported {

@@ -166,17 +166,27 @@ impl ShardSource for KinesisSource {
                     sub_seq: None,
                     partition_key,
                     data,
+                    undecodable: None,
                 });
                 continue;
             }
             // A KPL aggregate: one record per user record, each at (seq, sub-sequence), so a
             // checkpoint inside it resumes at the next user record. Payloads are not copied.
-            let subs = kpl::deaggregate_ref(&data, &partition_key).map_err(|source| {
-                StreamError::Aggregate {
-                    seq: seq.to_decimal().to_owned(),
-                    source,
+            let subs = match kpl::deaggregate_ref(&data, &partition_key) {
+                Ok(subs) => subs,
+                Err(source) => {
+                    // Corrupt bytes stay corrupt: deliver the record whole with the reason (the
+                    // KCL's rule for a digest mismatch) rather than block or skip the shard.
+                    records.push(StreamRecord {
+                        seq,
+                        sub_seq: None,
+                        partition_key,
+                        data,
+                        undecodable: Some(source),
+                    });
+                    continue;
                 }
-            })?;
+            };
             records.reserve(subs.len());
             for sub in subs {
                 records.push(StreamRecord {
@@ -184,6 +194,7 @@ impl ShardSource for KinesisSource {
                     sub_seq: Some(sub.sub_sequence),
                     partition_key: sub.partition_key.to_owned(),
                     data: data.slice_ref(sub.data),
+                    undecodable: None,
                 });
             }
         }

@@ -39,6 +39,15 @@ pub struct StreamRecord {
     pub partition_key: String,
     /// Kinesis data blob; for DynamoDB Streams `{"eventName","keys","newImage","oldImage"}` JSON.
     pub data: Bytes,
+    /// Why this record, which starts with the KPL magic, does not decode as an aggregate (bad
+    /// MD5, truncated, malformed); `None` for every record that decoded or was not aggregated.
+    ///
+    /// Such a record is delivered whole, as the KCL does with an aggregate whose digest does not
+    /// match: its bytes cannot become valid by retrying, so waiting on it would block the shard
+    /// forever, and skipping it would checkpoint past a record nobody saw. The processor decides
+    /// (store it, dead-letter it, or refuse the batch); the worker logs and counts it
+    /// ([`super::WorkerStats::undecodable_aggregates`]).
+    pub undecodable: Option<heatsink_core::kpl::KplError>,
 }
 
 impl StreamRecord {
@@ -50,10 +59,11 @@ impl StreamRecord {
         }
     }
 
-    /// `{"shard", "seq", "sub_seq"?, "partition_key", "data", "data_encoding"}`: `data` is the
-    /// blob as text with `"data_encoding": "utf8"` when it is valid UTF-8, else base64 with
-    /// `"data_encoding": "base64"`, so a reader never has to guess; `sub_seq` only for a
-    /// sub-record of an aggregated record.
+    /// `{"shard", "seq", "sub_seq"?, "partition_key", "data", "data_encoding", "undecodable"?}`:
+    /// `data` is the blob as text with `"data_encoding": "utf8"` when it is valid UTF-8, else
+    /// base64 with `"data_encoding": "base64"`, so a reader never has to guess; `sub_seq` only
+    /// for a sub-record of an aggregated record; `undecodable` (the reason) only for a record
+    /// that carries the KPL magic but does not decode, delivered whole.
     pub fn to_json(&self, shard_id: &str) -> serde_json::Value {
         use base64::Engine;
         let (data, encoding) = match std::str::from_utf8(&self.data) {
@@ -70,8 +80,13 @@ impl StreamRecord {
             "data": data,
             "data_encoding": encoding,
         });
-        if let (Some(sub), Some(map)) = (self.sub_seq, out.as_object_mut()) {
-            map.insert("sub_seq".to_owned(), sub.into());
+        if let Some(map) = out.as_object_mut() {
+            if let Some(sub) = self.sub_seq {
+                map.insert("sub_seq".to_owned(), sub.into());
+            }
+            if let Some(e) = &self.undecodable {
+                map.insert("undecodable".to_owned(), e.to_string().into());
+            }
         }
         out
     }
@@ -185,6 +200,7 @@ mod tests {
             sub_seq: None,
             partition_key: "k".into(),
             data: Bytes::from_static(b"hello"),
+            undecodable: None,
         };
         let line = text.to_json("shardId-1");
         assert_eq!(line["data"], "hello");
@@ -201,6 +217,18 @@ mod tests {
         assert_eq!(line["data_encoding"], "base64");
         assert_eq!(line["sub_seq"], 3);
         assert_eq!(binary.position(), Position::sub_record(Seq::from(42), 3));
+        assert!(line.get("undecodable").is_none());
+        let broken = StreamRecord {
+            sub_seq: None,
+            undecodable: Some(heatsink_core::kpl::KplError::Truncated { len: 7, min: 20 }),
+            ..binary
+        };
+        let line = broken.to_json("shardId-1");
+        assert_eq!(
+            line["undecodable"],
+            heatsink_core::kpl::KplError::Truncated { len: 7, min: 20 }.to_string()
+        );
+        assert!(line.get("sub_seq").is_none());
     }
 
     #[test]

@@ -202,6 +202,7 @@ struct StatsInner {
     dead_lettered: AtomicU64,
     checkpoint_writes: AtomicU64,
     trimmed: AtomicU64,
+    undecodable: AtomicU64,
     gone: AtomicU64,
     last_record_ms: AtomicU64,
     free_eligible: AtomicUsize,
@@ -241,6 +242,12 @@ impl WorkerStats {
     /// records are lost), plus lease rows of unfinished shards pruned after retention.
     pub fn trimmed(&self) -> u64 {
         self.0.trimmed.load(Ordering::Relaxed)
+    }
+
+    /// Records that carry the KPL magic but do not decode, delivered whole with the reason in
+    /// [`StreamRecord::undecodable`](super::StreamRecord::undecodable) (the shard is not blocked).
+    pub fn undecodable_aggregates(&self) -> u64 {
+        self.0.undecodable.load(Ordering::Relaxed)
     }
 
     /// Shards that vanished (not found) before their end; their leases were marked DELETED.
@@ -1203,6 +1210,12 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
                         last = Some(StartAt::AfterSeq(r.seq.clone()));
                     }
                     let next = batch.next_iterator.clone();
+                    for r in batch.records.iter().filter(|r| r.undecodable.is_some()) {
+                        self.stats.0.undecodable.fetch_add(1, Ordering::Relaxed);
+                        tracing::error!(shard = %shard, seq = %r.seq.to_decimal(),
+                            error = ?r.undecodable,
+                            "record carries the KPL magic but does not decode: delivered whole");
+                    }
                     self.stats.set_held(&shard, Some(caught_up));
                     let bytes = batch_bytes(&batch);
                     budget.take(bytes);
@@ -1241,12 +1254,7 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
                     return;
                 }
                 Err(e) => {
-                    if matches!(e, StreamError::Aggregate { .. }) {
-                        tracing::error!(shard = %shard, error = %e,
-                            "undecodable KPL aggregate: the shard waits, nothing is skipped");
-                    } else {
-                        tracing::debug!(shard = %shard, error = %e, "GetRecords failed; backing off");
-                    }
+                    tracing::debug!(shard = %shard, error = %e, "GetRecords failed; backing off");
                     if sleep_or_stop(pause, &mut stop).await {
                         return;
                     }
