@@ -589,7 +589,9 @@ async fn puts_beside_refused_fenced_writes(
         .collect();
     let (mut acked, mut older) = (0u64, 0u64);
     let start = std::time::Instant::now();
-    while start.elapsed() < for_how_long {
+    // At least 5 puts however slow the emulator is (a shared lane under load), within a minute.
+    while (start.elapsed() < for_how_long || acked < 5) && start.elapsed() < Duration::from_secs(60)
+    {
         let v = acked + 1;
         ddb.put_item()
             .table_name(table)
@@ -638,7 +640,7 @@ async fn acknowledged_puts_survive_refused_fenced_writes_on_the_same_table() {
     let (acked, older) =
         puts_beside_refused_fenced_writes(&fx.stack.isolated_ddb(), &a, Duration::from_secs(2))
             .await;
-    assert!(acked >= 3, "the puts ran: {acked}");
+    assert!(acked >= 5, "the puts ran: {acked}");
     assert_eq!(
         older, 0,
         "{older} of {acked} acknowledged puts were read back older"
