@@ -28,6 +28,17 @@ pub async fn sdk_config() -> aws_config::SdkConfig {
     aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await
 }
 
+/// [`sdk_config`] for the shard and move commands: one call at a time when the lane is moto,
+/// whose cancelled transactions revert concurrent writes (see `heatsink::http`).
+pub async fn shard_sdk_config() -> aws_config::SdkConfig {
+    let config = sdk_config().await;
+    if heatsink::http::dynamodb_is_moto() {
+        heatsink::http::bounded(&config, 1)
+    } else {
+        config
+    }
+}
+
 /// Parses `250ms`, `30s`, `2m` or a bare number of seconds.
 pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
     let text = text.trim();

@@ -13,7 +13,7 @@ use heatsink::shard::mover::{Budget, MoveSpec, Mover};
 use heatsink::shard::{MoveMode, SlotRange};
 
 use super::shard::DirArgs;
-use super::{CmdResult, parse_duration, sdk_config};
+use super::{CmdResult, parse_duration, shard_sdk_config};
 
 /// `heatsink move` subcommands.
 #[derive(Debug, Subcommand)]
@@ -105,7 +105,7 @@ pub struct ListArgs {
 }
 
 async fn clients() -> (aws_sdk_dynamodb::Client, aws_sdk_dynamodbstreams::Client) {
-    let config = sdk_config().await;
+    let config = shard_sdk_config().await;
     (
         aws_sdk_dynamodb::Client::new(&config),
         aws_sdk_dynamodbstreams::Client::new(&config),

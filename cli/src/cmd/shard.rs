@@ -19,7 +19,7 @@ use heatsink::shard::load::{AckLine, LoadSpec, latency_quantile, run_load, verif
 use heatsink::shard::mover::Mover;
 use heatsink::shard::{RetryRule, Router, ShardDirectory, SlotRange, slot_of};
 
-use super::{CmdResult, parse_duration, sdk_config};
+use super::{CmdResult, parse_duration, shard_sdk_config};
 
 /// `heatsink shard` subcommands.
 #[derive(Debug, Subcommand)]
@@ -51,7 +51,7 @@ pub struct DirArgs {
 impl DirArgs {
     /// The directory on the configured endpoint.
     pub async fn open(&self) -> ShardDirectory {
-        let ddb = aws_sdk_dynamodb::Client::new(&sdk_config().await);
+        let ddb = aws_sdk_dynamodb::Client::new(&shard_sdk_config().await);
         ShardDirectory::from_schema(ddb, &Schema::new(&self.prefix))
     }
 }

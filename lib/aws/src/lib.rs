@@ -66,6 +66,7 @@ pub mod control;
 pub mod counter;
 pub mod directory;
 pub mod error;
+pub mod http;
 #[cfg(feature = "insights")]
 #[cfg_attr(docsrs, doc(cfg(feature = "insights")))]
 pub mod insights;

@@ -68,6 +68,17 @@ impl Stack {
         })
     }
 
+    /// A DynamoDB client for tests that mix plain writes with refused transactions on one
+    /// table (live moves): one call at a time on the moto lane, whose cancelled transactions
+    /// revert concurrent writes (see `heatsink::http`); the plain client on every other lane.
+    pub fn isolated_ddb(&self) -> aws_sdk_dynamodb::Client {
+        if self.lane == "moto" {
+            aws_sdk_dynamodb::Client::new(&heatsink::http::bounded(&self.config, 1))
+        } else {
+            self.ddb.clone()
+        }
+    }
+
     /// Whether this lane's CloudWatch speaks the Rust SDK's rpc-v2-cbor protocol (moto does not).
     pub fn cloudwatch_speaks_cbor(&self) -> bool {
         std::env::var("HEATSINK_CLOUDWATCH_CBOR").as_deref() == Ok("1")

@@ -35,14 +35,83 @@ async fn owner_table(fx: &Fixture, logical: &str) -> String {
 }
 
 async fn directory(fx: &Fixture, owner: &str, strict: bool) -> ShardDirectory {
+    directory_on(fx, fx.stack.ddb.clone(), owner, strict).await
+}
+
+async fn directory_on(
+    fx: &Fixture,
+    ddb: aws_sdk_dynamodb::Client,
+    owner: &str,
+    strict: bool,
+) -> ShardDirectory {
     let spec = fx.schema.toolkit().table(Table::Shards);
     fx.track_table(&spec.name);
     schema::ensure_table(&fx.stack.ddb, &spec)
         .await
         .expect("directory table");
-    let dir = ShardDirectory::new(fx.stack.ddb.clone(), spec.name);
+    let dir = ShardDirectory::new(ddb, spec.name);
     dir.init(owner, MAX_AGE, strict).await.expect("init");
     dir
+}
+
+/// One move test's world: source `a` (which owns every slot), target `b`, the directory and a
+/// router, all on one DynamoDB client ([`heatsink_testkit::Stack::isolated_ddb`]: on moto, one
+/// call at a time, because moto's cancelled transactions revert concurrent writes).
+struct Scene {
+    ddb: aws_sdk_dynamodb::Client,
+    streams: aws_sdk_dynamodbstreams::Client,
+    a: String,
+    b: String,
+    dir: ShardDirectory,
+    router: Router,
+}
+
+impl Scene {
+    async fn new(fx: &Fixture, strict: bool) -> Scene {
+        let ddb = fx.stack.isolated_ddb();
+        let a = owner_table(fx, "a").await;
+        let b = owner_table(fx, "b").await;
+        let dir = directory_on(fx, ddb.clone(), &a, strict).await;
+        let router = Router::new(ddb.clone(), dir.clone(), MAX_AGE);
+        Scene {
+            streams: fx.stack.streams.clone(),
+            ddb,
+            a,
+            b,
+            dir,
+            router,
+        }
+    }
+
+    /// A copy move of the whale tenant's slot to `b`.
+    fn spec(&self, strict: bool) -> MoveSpec {
+        MoveSpec {
+            slots: quarter(),
+            to: self.b.clone(),
+            mode: MoveMode::Copy,
+            strict,
+            budget: budget(),
+        }
+    }
+
+    async fn start(&self, strict: bool) -> Mover {
+        Mover::start(
+            self.ddb.clone(),
+            self.streams.clone(),
+            self.dir.clone(),
+            self.spec(strict),
+        )
+        .await
+        .expect("start")
+        .with_progress(Arc::new(|line: &str| eprintln!("{line}")))
+    }
+
+    async fn open(&self, id: &str) -> Mover {
+        Mover::open(self.ddb.clone(), self.streams.clone(), self.dir.clone(), id)
+            .await
+            .expect("open")
+            .with_progress(Arc::new(|line: &str| eprintln!("{line}")))
+    }
 }
 
 fn budget() -> Budget {
@@ -225,33 +294,14 @@ async fn move_bad_requests_get_typed_errors_and_change_nothing() {
 async fn move_killed_at_every_step_boundary_resumes_and_loses_no_write() {
     let fx = fixture!("move_killed_at_every_step_boundary_resumes_and_loses_no_write");
     let _serial = SERIAL.lock().await;
-    let a = owner_table(&fx, "a").await;
-    let b = owner_table(&fx, "b").await;
-    let dir = directory(&fx, &a, false).await;
-    let router = Router::new(fx.stack.ddb.clone(), dir.clone(), MAX_AGE);
-    let load = start_load(router.clone(), "key-", 16, 10.0);
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let (ddb, streams) = (fx.stack.ddb.clone(), fx.stack.streams.clone());
-    let spec = MoveSpec {
-        slots: quarter(),
-        to: b.clone(),
-        mode: MoveMode::Copy,
-        strict: false,
-        budget: budget(),
-    };
-    let id = Mover::start(ddb.clone(), streams.clone(), dir.clone(), spec)
-        .await
-        .expect("start")
-        .record()
-        .id
-        .clone();
+    let s = Scene::new(&fx, false).await;
+    let load = start_load(s.router.clone(), "key-", 16, 10.0);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let id = s.start(false).await.record().id.clone();
     // Each step runs in a fresh mover opened from the persisted record: a kill at every boundary.
     let mut phases = vec![];
     loop {
-        let mut m = Mover::open(ddb.clone(), streams.clone(), dir.clone(), &id)
-            .await
-            .expect("open")
-            .with_progress(Arc::new(|line: &str| eprintln!("{line}")));
+        let mut m = s.open(&id).await;
         if m.record().phase.is_final() {
             break;
         }
@@ -270,13 +320,9 @@ async fn move_killed_at_every_step_boundary_resumes_and_loses_no_write() {
             Phase::Done
         ]
     );
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let (report, acks) = load.finish(&router).await;
-    let rec = Mover::open(ddb, streams, dir.clone(), &id)
-        .await
-        .expect("open")
-        .record()
-        .clone();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (report, acks) = load.finish(&s.router).await;
+    let rec = s.open(&id).await.record().clone();
     assert!(rec.diff.as_ref().is_some_and(|d| d.clean()), "{rec:?}");
     assert!(rec.pause_ms.is_some());
     // Writes to the moved slots were acknowledged by both owners over the run.
@@ -284,20 +330,19 @@ async fn move_killed_at_every_step_boundary_resumes_and_loses_no_write() {
         .iter()
         .filter(|a| quarter().contains(slot_of(&a.key)))
         .collect();
-    assert!(moved_keys.iter().any(|x| x.owner == a && x.epoch == 1));
+    assert!(moved_keys.iter().any(|x| x.owner == s.a && x.epoch == 1));
     assert!(
-        moved_keys.iter().any(|x| x.owner == b && x.epoch == 2),
+        moved_keys.iter().any(|x| x.owner == s.b && x.epoch == 2),
         "{report:?}"
     );
-    let map = dir.load().await.expect("map");
-    assert_eq!(map.entry_of(quarter().first).owner, b);
-    assert_eq!(map.entry_of(quarter().first ^ 1).owner, a);
+    let map = s.dir.load().await.expect("map");
+    assert_eq!(map.entry_of(quarter().first).owner, s.b);
+    assert_eq!(map.entry_of(quarter().first ^ 1).owner, s.a);
     // The source copy was cleaned up: only fence items of the slots remain there.
-    let left = fx
-        .stack
+    let left = s
         .ddb
         .scan()
-        .table_name(&a)
+        .table_name(&s.a)
         .send()
         .await
         .expect("scan")
@@ -313,35 +358,20 @@ async fn move_killed_at_every_step_boundary_resumes_and_loses_no_write() {
 async fn move_abort_before_the_flip_and_rollback_after_it_lose_no_write() {
     let fx = fixture!("move_abort_before_the_flip_and_rollback_after_it_lose_no_write");
     let _serial = SERIAL.lock().await;
-    let a = owner_table(&fx, "a").await;
-    let b = owner_table(&fx, "b").await;
-    let dir = directory(&fx, &a, false).await;
-    let router = Router::new(fx.stack.ddb.clone(), dir.clone(), MAX_AGE);
-    let load = start_load(router.clone(), "key-", 16, 10.0);
-    let (ddb, streams) = (fx.stack.ddb.clone(), fx.stack.streams.clone());
-    let spec = MoveSpec {
-        slots: quarter(),
-        to: b.clone(),
-        mode: MoveMode::Copy,
-        strict: false,
-        budget: budget(),
-    };
+    let s = Scene::new(&fx, false).await;
+    let load = start_load(s.router.clone(), "key-", 16, 10.0);
     // Abort after the fence (the last phase before the flip).
-    let mut m = Mover::start(ddb.clone(), streams.clone(), dir.clone(), spec.clone())
-        .await
-        .expect("start");
+    let mut m = s.start(false).await;
     while m.record().phase != Phase::Fenced {
         m.step().await.expect("step");
     }
     m.abort().await.expect("abort");
     let err = m.rollback().await.expect_err("ended");
     assert!(err.to_string().contains("already ended"), "{err}");
-    let map = dir.load().await.expect("map");
-    assert_eq!(map.entry_of(quarter().first).owner, a);
+    let map = s.dir.load().await.expect("map");
+    assert_eq!(map.entry_of(quarter().first).owner, s.a);
     // Roll back after the flip.
-    let mut m = Mover::start(ddb.clone(), streams.clone(), dir.clone(), spec)
-        .await
-        .expect("start again");
+    let mut m = s.start(false).await;
     while m.record().phase != Phase::Flipped {
         m.step().await.expect("step");
     }
@@ -351,18 +381,35 @@ async fn move_abort_before_the_flip_and_rollback_after_it_lose_no_write() {
             .contains(&format!("heatsink move rollback {}", m.record().id)),
         "{err}"
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A write the new owner acknowledges before the rollback must come back with the slot.
+    let key = (0..)
+        .map(|i| format!("{{t0}}after-flip-{i}"))
+        .find(|k| quarter().contains(slot_of(k)))
+        .expect("a key");
+    let ack = s
+        .router
+        .put_versioned(&key, 1, HashMap::new())
+        .await
+        .expect("write after the flip");
+    assert_eq!(ack.owner, s.b);
     m.rollback().await.expect("rollback");
-    let map = dir.load().await.expect("map");
+    let map = s.dir.load().await.expect("map");
     assert_eq!(
         (
             map.entry_of(quarter().first).owner.as_str(),
             map.entry_of(quarter().first).epoch
         ),
-        (a.as_str(), 3)
+        (s.a.as_str(), 3)
+    );
+    s.router.invalidate().await; // reads follow the map too: a cached one is up to MAX_AGE old
+    let (owner, item) = s.router.get_key(&key).await.expect("read back");
+    assert_eq!(owner, s.a);
+    assert!(
+        item.is_some(),
+        "the write the target took came back with the rollback"
     );
     tokio::time::sleep(Duration::from_millis(300)).await;
-    load.finish(&router).await;
+    load.finish(&s.router).await;
 }
 
 #[tokio::test]
@@ -371,37 +418,23 @@ async fn a_stale_router_with_a_long_max_age_is_bounced_by_the_fence_in_a_strict_
         "a_stale_router_with_a_long_max_age_is_bounced_by_the_fence_in_a_strict_directory"
     );
     let _serial = SERIAL.lock().await;
-    let a = owner_table(&fx, "a").await;
-    let b = owner_table(&fx, "b").await;
-    let dir = directory(&fx, &a, true).await;
-    let router = Router::new(fx.stack.ddb.clone(), dir.clone(), MAX_AGE);
+    let s = Scene::new(&fx, true).await;
     // A router that never reloads on its own: an hour of max-age.
     let stale = Router::with(
-        fx.stack.ddb.clone(),
-        dir.clone(),
+        s.ddb.clone(),
+        s.dir.clone(),
         Duration::from_secs(3_600),
         false,
         RetryRule::default(),
     );
     stale.map().await.expect("stale map loaded before the move");
     let stale_load = start_load(stale.clone(), "stale-", 8, 5.0);
-    let load = start_load(router.clone(), "key-", 16, 10.0);
-    let (ddb, streams) = (fx.stack.ddb.clone(), fx.stack.streams.clone());
-    let spec = MoveSpec {
-        slots: quarter(),
-        to: b.clone(),
-        mode: MoveMode::Copy,
-        strict: true,
-        budget: budget(),
-    };
-    let mut m = Mover::start(ddb, streams, dir.clone(), spec)
-        .await
-        .expect("start")
-        .with_progress(Arc::new(|line: &str| eprintln!("{line}")));
+    let load = start_load(s.router.clone(), "key-", 16, 10.0);
+    let mut m = s.start(true).await;
     m.run().await.expect("move");
     tokio::time::sleep(Duration::from_millis(300)).await;
     let (stale_report, _) = stale_load.finish(&stale).await;
-    load.finish(&router).await;
+    load.finish(&s.router).await;
     assert!(
         stale_report.moved > 0,
         "the stale router was bounced: {stale_report:?}"
@@ -414,7 +447,7 @@ async fn a_stale_router_with_a_long_max_age_is_bounced_by_the_fence_in_a_strict_
         .put_versioned(&key, 1, HashMap::new())
         .await
         .expect("write");
-    assert_eq!((ack.owner.as_str(), ack.epoch), (b.as_str(), 2));
+    assert_eq!((ack.owner.as_str(), ack.epoch), (s.b.as_str(), 2));
 }
 
 /// Every second batch delivered twice, every third reply lost.
@@ -436,11 +469,8 @@ impl TailFaults for Flaky {
 async fn duplicate_and_lost_stream_batches_and_deletes_during_the_copy_converge() {
     let fx = fixture!("duplicate_and_lost_stream_batches_and_deletes_during_the_copy_converge");
     let _serial = SERIAL.lock().await;
-    let a = owner_table(&fx, "a").await;
-    let b = owner_table(&fx, "b").await;
-    let dir = directory(&fx, &a, false).await;
-    let router = Router::new(fx.stack.ddb.clone(), dir.clone(), MAX_AGE);
-    let load = start_load(router.clone(), "key-", 16, 10.0);
+    let s = Scene::new(&fx, false).await;
+    let load = start_load(s.router.clone(), "key-", 16, 10.0);
     // Items deleted after the positions are recorded: their tombstones must win over the
     // snapshot rows the copy reads (a delete racing the scan cannot be resurrected).
     let doomed: Vec<String> = (0..)
@@ -449,28 +479,20 @@ async fn duplicate_and_lost_stream_batches_and_deletes_during_the_copy_converge(
         .take(5)
         .collect();
     for k in &doomed {
-        router
+        s.router
             .put_versioned(k, 1, HashMap::new())
             .await
             .expect("put");
     }
-    let (ddb, streams) = (fx.stack.ddb.clone(), fx.stack.streams.clone());
-    let spec = MoveSpec {
-        slots: quarter(),
-        to: b.clone(),
-        mode: MoveMode::Copy,
-        strict: false,
-        budget: budget(),
-    };
-    let mut m = Mover::start(ddb.clone(), streams, dir.clone(), spec)
+    let mut m = s
+        .start(false)
         .await
-        .expect("start")
-        .with_faults(Arc::new(Flaky(AtomicU64::new(0))))
-        .with_progress(Arc::new(|line: &str| eprintln!("{line}")));
+        .with_faults(Arc::new(Flaky(AtomicU64::new(0))));
     m.step().await.expect("record");
     for k in &doomed {
-        ddb.delete_item()
-            .table_name(&a)
+        s.ddb
+            .delete_item()
+            .table_name(&s.a)
             .key("pk", AttributeValue::S(k.clone()))
             .send()
             .await
@@ -478,13 +500,168 @@ async fn duplicate_and_lost_stream_batches_and_deletes_during_the_copy_converge(
     }
     m.run().await.expect("move");
     tokio::time::sleep(Duration::from_millis(300)).await;
-    load.finish(&router).await;
+    load.finish(&s.router).await;
     for k in &doomed {
-        let (_, item) = router.get_key(k).await.expect("get");
+        let (_, item) = s.router.get_key(k).await.expect("get");
         assert_eq!(item, None, "{k} was deleted before the flip");
     }
     assert!(
         m.record().skipped > 0,
         "redeliveries were skipped by the apply rule"
+    );
+}
+
+/// Versioned plain puts of one key of slot `{t1}` while fenced writes of slot `{t0}` are
+/// refused (their transactions cancelled) on the same table, for `for_how_long`; every
+/// acknowledged version is read back at once. Returns (acknowledged, read back older).
+async fn puts_beside_refused_fenced_writes(
+    ddb: &aws_sdk_dynamodb::Client,
+    table: &str,
+    for_how_long: Duration,
+) -> (u64, u64) {
+    use aws_sdk_dynamodb::types::{
+        ConditionCheck, Put, PutRequest, TransactWriteItem, WriteRequest,
+    };
+    use heatsink::shard::fence::{Fence, KeySchema, write_fences};
+    let keys = KeySchema { sort_key: None };
+    // A table of some size (moto copies all of it when a transaction begins).
+    for chunk in 0..8 {
+        let batch: Vec<WriteRequest> = (0..25)
+            .map(|i| {
+                let put = PutRequest::builder()
+                    .item("pk", AttributeValue::S(format!("bulk-{chunk}-{i}")))
+                    .item("v", AttributeValue::N("1".into()))
+                    .build()
+                    .expect("put request");
+                WriteRequest::builder().put_request(put).build()
+            })
+            .collect();
+        ddb.batch_write_item()
+            .request_items(table, batch)
+            .send()
+            .await
+            .expect("bulk");
+    }
+    let moved = SlotRange::single(slot_of("t0")).expect("range");
+    let fence = Fence {
+        to: "elsewhere".into(),
+        epoch: 2,
+    };
+    write_fences(ddb, table, &keys, moved, &fence)
+        .await
+        .expect("fence");
+    let stop = Arc::new(AtomicBool::new(false));
+    let refusers: Vec<_> = (0..2)
+        .map(|_| {
+            let (ddb, table, keys, stop) =
+                (ddb.clone(), table.to_owned(), keys.clone(), stop.clone());
+            tokio::spawn(async move {
+                let mut refused = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let check = ConditionCheck::builder()
+                        .table_name(&table)
+                        .set_key(Some(keys.fence_key(slot_of("t0"))))
+                        .condition_expression(
+                            "attribute_not_exists(pk) OR (st = :owned AND ep <= :e)",
+                        )
+                        .expression_attribute_values(":owned", AttributeValue::S("owned".into()))
+                        .expression_attribute_values(":e", AttributeValue::N("1".into()))
+                        .build()
+                        .expect("check");
+                    let put = Put::builder()
+                        .table_name(&table)
+                        .item("pk", AttributeValue::S("{t0}stale".into()))
+                        .item("v", AttributeValue::N("1".into()))
+                        .build()
+                        .expect("put");
+                    let res = ddb
+                        .transact_write_items()
+                        .transact_items(TransactWriteItem::builder().condition_check(check).build())
+                        .transact_items(TransactWriteItem::builder().put(put).build())
+                        .send()
+                        .await;
+                    assert!(res.is_err(), "the fence refuses every write of {{t0}}");
+                    refused += 1;
+                }
+                refused
+            })
+        })
+        .collect();
+    let (mut acked, mut older) = (0u64, 0u64);
+    let start = std::time::Instant::now();
+    // At least 5 puts however slow the emulator is (a shared lane under load), within a minute.
+    while (start.elapsed() < for_how_long || acked < 5) && start.elapsed() < Duration::from_secs(60)
+    {
+        let v = acked + 1;
+        ddb.put_item()
+            .table_name(table)
+            .item("pk", AttributeValue::S("{t1}key".into()))
+            .item("v", AttributeValue::N(v.to_string()))
+            .condition_expression("attribute_not_exists(v) OR v < :v")
+            .expression_attribute_values(":v", AttributeValue::N(v.to_string()))
+            .send()
+            .await
+            .expect("put");
+        acked = v;
+        let read = ddb
+            .get_item()
+            .table_name(table)
+            .key("pk", AttributeValue::S("{t1}key".into()))
+            .consistent_read(true)
+            .send()
+            .await
+            .expect("get");
+        let found: Option<u64> = read
+            .item()
+            .and_then(|i| i.get("v"))
+            .and_then(|v| v.as_n().ok())
+            .and_then(|v| v.parse().ok());
+        if found.is_none_or(|f| f < v) {
+            older += 1;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut refused = 0;
+    for r in refusers {
+        refused += r.await.expect("refuser");
+    }
+    assert!(refused > 0, "fenced writes were refused alongside the puts");
+    (acked, older)
+}
+
+/// The cause of the one lost write seen in a parallel moto run (`{t1}key-1 acked=2
+/// found=Some(1)` on a slot that never moved): moto's cancelled transactions put back a copy
+/// of the table (see `heatsink::http`). With the client the move tests use, an acknowledged
+/// put beside refused fenced writes is never read back older, on any lane.
+#[tokio::test]
+async fn acknowledged_puts_survive_refused_fenced_writes_on_the_same_table() {
+    let fx = fixture!("acknowledged_puts_survive_refused_fenced_writes_on_the_same_table");
+    let a = owner_table(&fx, "a").await;
+    let (acked, older) =
+        puts_beside_refused_fenced_writes(&fx.stack.isolated_ddb(), &a, Duration::from_secs(2))
+            .await;
+    assert!(acked >= 5, "the puts ran: {acked}");
+    assert_eq!(
+        older, 0,
+        "{older} of {acked} acknowledged puts were read back older"
+    );
+}
+
+/// The emulator fault itself, for the record: on moto with unbounded concurrency some
+/// acknowledged puts are reverted (about 3% in a 2 s run on this machine). Not part of the
+/// suite; run `cargo test -p heatsink-integration --test it shard::moto_ -- --ignored` on the
+/// moto lane.
+#[tokio::test]
+#[ignore = "reproduces a moto fault; run on the moto lane with --ignored"]
+async fn moto_reverts_acknowledged_puts_beside_a_cancelled_transaction() {
+    let fx = fixture!("moto_reverts_acknowledged_puts_beside_a_cancelled_transaction");
+    assert_eq!(fx.stack.lane, "moto", "a moto-lane probe");
+    let a = owner_table(&fx, "a").await;
+    let (acked, older) =
+        puts_beside_refused_fenced_writes(&fx.stack.ddb, &a, Duration::from_secs(4)).await;
+    eprintln!("moto reverted {older} of {acked} acknowledged puts");
+    assert!(
+        older > 0,
+        "moto isolated its transactions this time ({acked} puts)"
     );
 }

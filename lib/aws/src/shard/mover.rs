@@ -122,8 +122,11 @@ pub struct Tail {
     pub stream_arn: String,
     /// Shard id → position. A shard not listed is read from its trim horizon.
     pub shards: BTreeMap<String, ShardPos>,
-    /// The fence records of this tail's drain were seen.
+    /// The fence records of this tail's drain were seen: one for every slot of the range.
     pub fence_seen: bool,
+    /// The slots whose fence records this tail has seen so far.
+    #[serde(default)]
+    pub fence_slots: std::collections::BTreeSet<u16>,
 }
 
 /// What the diff found.
@@ -203,6 +206,11 @@ pub struct MoveRecord {
     pub fenced_ms: Option<u64>,
     /// Fence → flip committed, ms: the window in which the slots take no writes.
     pub pause_ms: Option<u64>,
+    /// Where the pause went, ms: `fence` (writing the fence items), `save` (persisting the
+    /// fenced phase), `drain` (the stream through the fence records), `flip` (the directory
+    /// transaction).
+    #[serde(default)]
+    pub pause_parts_ms: BTreeMap<String, u64>,
     /// Items deleted by cleanup, abort or rollback.
     pub cleaned: u64,
     /// The catch-up lag when the tail stopped (ms behind the newest record).
@@ -220,7 +228,8 @@ impl MoveRecord {
             "id": self.id, "slots": self.slots.to_string(), "from": self.from, "to": self.to,
             "mode": self.mode, "phase": self.phase.name(), "phase_ms": self.phase_ms,
             "copied": self.copied, "applied": self.applied, "skipped": self.skipped,
-            "diff": self.diff, "pause_ms": self.pause_ms, "lag_ms": self.lag_ms,
+            "diff": self.diff, "pause_ms": self.pause_ms, "pause_parts_ms": self.pause_parts_ms,
+            "lag_ms": self.lag_ms,
             "rcu": self.rcu, "wcu": self.wcu, "cleaned": self.cleaned,
         })
     }
@@ -259,6 +268,9 @@ pub struct Mover {
     faults: Option<Arc<dyn TailFaults>>,
     progress: Option<Progress>,
     batches: u64,
+    /// The map read just before the fence, so the flip does not read it inside the pause (a
+    /// change since then makes the flip's transaction fail, and the flip reads it again).
+    map_at_fence: Option<heatsink_core::shard::ShardMap>,
 }
 
 impl std::fmt::Debug for Mover {
@@ -562,6 +574,7 @@ impl Mover {
             phase_ms: BTreeMap::new(),
             fenced_ms: None,
             pause_ms: None,
+            pause_parts_ms: BTreeMap::new(),
             cleaned: 0,
             lag_ms: None,
             rev: 0,
@@ -598,6 +611,7 @@ impl Mover {
             faults: None,
             progress: None,
             batches: 0,
+            map_at_fence: None,
         }
     }
 
@@ -752,7 +766,11 @@ impl Mover {
             Phase::Done => self.finish().await?,
             _ => {}
         }
+        let t = Instant::now();
         self.enter(next, started).await?;
+        if next == Phase::Fenced {
+            self.pause_part("save", t);
+        }
         Ok(next)
     }
 
@@ -910,6 +928,17 @@ impl Mover {
     /// One poll of every shard of a tail; applies what it reads; returns records seen and
     /// whether the fence records (if `fence_to` is given) were among them.
     async fn poll(&mut self, way: Way) -> Result<(u64, Option<u64>, bool), ReshardError> {
+        self.poll_with(way, true).await
+    }
+
+    /// [`Self::poll`]; with `discover = false` it reads the shards the tail already knows
+    /// without asking DescribeStream for new ones (the drain: one call fewer per round inside
+    /// the pause; shards that appear later are read by the soak's polls).
+    async fn poll_with(
+        &mut self,
+        way: Way,
+        discover: bool,
+    ) -> Result<(u64, Option<u64>, bool), ReshardError> {
         let mut tail = match way {
             Way::Forward => self.record.forward.clone(),
             Way::Reverse => self.record.reverse.clone().unwrap_or_default(),
@@ -927,7 +956,9 @@ impl Mover {
             ),
         };
         // Shards that appeared since the positions were recorded are read from the start.
-        let shard_ids: Vec<String> = {
+        let shard_ids: Vec<String> = if !discover && !tail.shards.is_empty() {
+            tail.shards.keys().cloned().collect()
+        } else {
             let d = self
                 .streams
                 .describe_stream()
@@ -1051,8 +1082,16 @@ impl Mover {
                     if is_internal(&pk) {
                         let new = change.new_image().map(conv_map).unwrap_or_default();
                         let to = new.get("to").and_then(|v| v.as_s().ok());
-                        if to == Some(&fence_to) {
-                            tail.fence_seen = true;
+                        let fenced = pk
+                            .strip_prefix(super::fence::INTERNAL_PREFIX)
+                            .and_then(|p| p.strip_prefix("slot/"))
+                            .and_then(|n| n.parse::<u16>().ok())
+                            .filter(|n| self.record.slots.contains(*n));
+                        if let (Some(n), true) = (fenced, to == Some(&fence_to)) {
+                            tail.fence_slots.insert(n);
+                            tail.fence_seen = u32::try_from(tail.fence_slots.len())
+                                .unwrap_or(u32::MAX)
+                                >= self.record.slots.len();
                         }
                         continue;
                     }
@@ -1310,12 +1349,19 @@ impl Mover {
             // Catch up once more so the pause drains only the last few records.
             self.poll(Way::Forward).await?;
         }
-        self.record.fenced_ms = Some(now_ms());
+        // Everything the flip needs that does not depend on the fence is read before it, out
+        // of the pause: the target's stream position for reverse replication (nobody routes
+        // the slots to the target before the flip, so an earlier position only replays the
+        // mover's own applies, which the apply rule skips) and the map the flip is decided from.
+        self.record_reverse().await?;
+        self.map_at_fence = Some(self.dir.load().await?);
         let epoch = self
             .record
             .epoch
             .checked_add(1)
             .ok_or(heatsink_core::shard::ShardError::EpochOverflow)?;
+        self.record.fenced_ms = Some(now_ms());
+        let t = Instant::now();
         write_fences(
             &self.ddb,
             &self.src.table,
@@ -1326,46 +1372,90 @@ impl Mover {
                 epoch,
             },
         )
-        .await
+        .await?;
+        self.pause_part("fence", t);
+        Ok(())
     }
 
-    /// Drains the source stream through the fence records, records the target's stream for
-    /// reverse replication, and flips the directory in one transaction with the record.
-    async fn flip(&mut self) -> Result<(), ReshardError> {
-        if self.record.mode == MoveMode::Copy {
-            let mut rounds = 0;
-            while !self.record.forward.fence_seen && rounds < 2_000 {
-                self.poll(Way::Forward).await?;
-                rounds += 1;
-                if !self.record.forward.fence_seen {
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
-            }
-            // One more round: whatever the shard held before the fence is applied.
-            self.poll(Way::Forward).await?;
-        }
+    fn pause_part(&mut self, part: &str, since: Instant) {
+        self.record.pause_parts_ms.insert(
+            part.to_owned(),
+            u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX),
+        );
+    }
+
+    /// Records the target's stream position for reverse replication, once.
+    async fn record_reverse(&mut self) -> Result<(), ReshardError> {
         if self.record.reverse.is_none() {
             let arn = self.dst.require_stream()?.to_owned();
             let shards = self.latest_positions(&arn).await?;
             self.record.reverse = Some(Tail {
                 stream_arn: arn,
                 shards,
-                fence_seen: false,
+                ..Tail::default()
             });
+        }
+        Ok(())
+    }
+
+    /// Drains the source stream through the fence records, records the target's stream for
+    /// reverse replication, and flips the directory in one transaction with the record.
+    async fn flip(&mut self) -> Result<(), ReshardError> {
+        let t = Instant::now();
+        if self.record.mode == MoveMode::Copy {
+            // Poll tightly (the stream shards are known: no DescribeStream in the pause) until
+            // the fence record of every slot of the range has been read: on a shard, every
+            // write the source acknowledged for a slot precedes that slot's fence record.
+            let mut rounds = 0;
+            while !self.record.forward.fence_seen && rounds < 5_000 {
+                self.poll_with(Way::Forward, false).await?;
+                rounds += 1;
+                if !self.record.forward.fence_seen {
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+            }
+            // With several shards, one more round over all of them (records of the slots on
+            // a shard without fence records); the soak's forward tail covers the rest.
+            if self.record.forward.shards.len() > 1 {
+                self.poll_with(Way::Forward, false).await?;
+            }
+        }
+        self.pause_part("drain", t);
+        if self.record.reverse.is_none() {
+            // A record fenced by an older mover: record it now, inside the pause.
+            self.record_reverse().await?;
             self.save().await?;
         }
-        let map = self.dir.load().await?;
-        let entry = map.entry_of(self.record.slots.first);
-        if entry.owner == self.dst.table && entry.epoch == self.record.epoch + 1 {
-            return Ok(()); // flipped before a crash; the record catches up below
+        let t = Instant::now();
+        let mut cached = self.map_at_fence.take();
+        let mut fresh = cached.is_none();
+        loop {
+            let map = match cached.take() {
+                Some(m) => m,
+                None => self.dir.load().await?,
+            };
+            let entry = map.entry_of(self.record.slots.first);
+            if entry.owner == self.dst.table && entry.epoch == self.record.epoch + 1 {
+                return Ok(()); // flipped before a crash; the record catches up below
+            }
+            let change = map.flip(self.record.slots, &self.record.id, &self.dst.table)?;
+            let prev = self.record.rev;
+            self.record.rev += 1;
+            self.record.phase = Phase::Flipped;
+            self.record.pause_ms = self.record.fenced_ms.map(|f| now_ms().saturating_sub(f));
+            let put = self.record_put(prev)?;
+            match self.dir.commit_with(&change, vec![put]).await {
+                Ok(()) => break,
+                // The map read before the fence went stale: decide again from a fresh read.
+                Err(ReshardError::Conflict { .. }) if !fresh => {
+                    self.record.rev = prev;
+                    self.record.phase = Phase::Fenced;
+                    fresh = true;
+                }
+                Err(e) => return Err(e),
+            }
         }
-        let change = map.flip(self.record.slots, &self.record.id, &self.dst.table)?;
-        let prev = self.record.rev;
-        self.record.rev += 1;
-        self.record.phase = Phase::Flipped;
-        self.record.pause_ms = self.record.fenced_ms.map(|f| now_ms().saturating_sub(f));
-        let put = self.record_put(prev)?;
-        self.dir.commit_with(&change, vec![put]).await?;
+        self.pause_part("flip", t);
         self.say(&format!(
             "{}: flipped to {} at epoch {} (writes paused {} ms)",
             self.record.id,

@@ -135,6 +135,22 @@ impl Router {
         Ok(map)
     }
 
+    /// The map after a MOVED answer to a write routed with version `seen`: the cached one if
+    /// it is newer or was read in the last 2 ms (another write of this router just reloaded:
+    /// concurrent writes bounced by one fence share one directory read), else a fresh read.
+    async fn refresh(&self, seen: u64) -> Result<Arc<ShardMap>, ReshardError> {
+        let mut cache = self.inner.cache.lock().await;
+        if let Some((map, at)) = cache.as_ref()
+            && (map.version > seen || at.elapsed() < Duration::from_millis(2))
+        {
+            return Ok(map.clone());
+        }
+        let map = Arc::new(self.inner.dir.load().await?);
+        self.inner.stats.reloads.fetch_add(1, Ordering::Relaxed);
+        *cache = Some((map.clone(), Instant::now()));
+        Ok(map)
+    }
+
     /// Drops the cached map; the next call reads the directory.
     pub async fn invalidate(&self) {
         *self.inner.cache.lock().await = None;
@@ -184,8 +200,12 @@ impl Router {
         }
         let slot = slot_of(&key);
         let mut moved = 0u32;
+        let mut bounced: Option<u64> = None;
         for attempt in 1.. {
-            let map = self.map().await?;
+            let map = match bounced.take() {
+                Some(seen) => self.refresh(seen).await?,
+                None => self.map().await?,
+            };
             let entry = map.entry_of(slot);
             let fenced =
                 self.inner.strict || map.strict || matches!(entry.state, RangeState::Moving { .. });
@@ -213,7 +233,7 @@ impl Router {
                     moved += 1;
                     self.inner.stats.moved.fetch_add(1, Ordering::Relaxed);
                     tokio::time::sleep(after).await;
-                    self.invalidate().await;
+                    bounced = Some(map.version);
                 }
                 Next::Retry { after } => {
                     self.inner.stats.retries.fetch_add(1, Ordering::Relaxed);
@@ -221,7 +241,7 @@ impl Router {
                 }
             }
         }
-        unreachable!("the retry rule gives up after max_attempts")
+        unreachable!("the retry rule gives up after max_attempts or max_moved")
     }
 
     fn settled(stored: Option<&HashMap<String, AttributeValue>>, version: u64) -> Answer {

@@ -53,21 +53,31 @@ pub enum Next {
 /// [`Answer::AlreadyApplied`] and is never stored twice: retries are safe to repeat.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetryRule {
-    /// Attempts in all, the first included.
+    /// Attempts that did not answer MOVED (throttled, timed out), the first included.
     pub max_attempts: u32,
     /// The first backoff.
     pub base: Duration,
-    /// The longest single backoff.
+    /// The longest single backoff after a transient failure.
     pub cap: Duration,
+    /// The longest single backoff between MOVED answers: while the slot is fenced the router
+    /// polls the directory this often, so it writes to the new owner at most this long after
+    /// the flip (the end of the pause).
+    pub moved_cap: Duration,
+    /// MOVED answers a write may get before it gives up (a fence that outlasts
+    /// `max_moved × moved_cap` is a stuck move, not a pause).
+    pub max_moved: u32,
 }
 
 impl Default for RetryRule {
-    /// 40 attempts, 5 ms doubling to 100 ms: rides out a fence of about 3 s.
+    /// 40 transient attempts, 5 ms doubling to 100 ms (about 3 s of throttling); between MOVED
+    /// answers 5 then 10 ms, up to 500 of them (rides out a fence of about 5 s).
     fn default() -> Self {
         Self {
             max_attempts: 40,
             base: Duration::from_millis(5),
             cap: Duration::from_millis(100),
+            moved_cap: Duration::from_millis(10),
+            max_moved: 500,
         }
     }
 }
@@ -83,19 +93,24 @@ impl RetryRule {
 
     /// The decision after attempt number `attempt` (1-based) got `answer`. `moved_before`
     /// counts the MOVED answers this write already had: the first reloads at once (the map
-    /// was old), later ones back off (the slot is fenced and the flip has not committed yet).
+    /// was old), later ones back off up to `moved_cap` (the slot is fenced and the flip has
+    /// not committed yet).
     pub fn next(&self, attempt: u32, moved_before: u32, answer: &Answer) -> Next {
+        let transient = attempt.saturating_sub(moved_before);
         match answer {
             Answer::Accepted | Answer::AlreadyApplied | Answer::Superseded { .. } => Next::Done,
-            _ if attempt >= self.max_attempts => Next::GiveUp,
+            Answer::Moved { .. } if moved_before.saturating_add(1) >= self.max_moved => {
+                Next::GiveUp
+            }
+            Answer::Transient if transient >= self.max_attempts => Next::GiveUp,
             Answer::Moved { .. } if moved_before == 0 => Next::Reload {
                 after: Duration::ZERO,
             },
             Answer::Moved { .. } => Next::Reload {
-                after: self.backoff(moved_before),
+                after: self.backoff(moved_before).min(self.moved_cap),
             },
             Answer::Transient => Next::Retry {
-                after: self.backoff(attempt),
+                after: self.backoff(transient),
             },
         }
     }
@@ -158,7 +173,8 @@ mod tests {
     fn run(rule: &RetryRule, world: &mut World, version: u64) -> (Next, usize) {
         let mut owner = 0; // the router's map is the old one
         let mut moved = 0;
-        for attempt in 1.. {
+        // Bounded, so a rule that never gives up fails the property instead of hanging it.
+        for attempt in 1..=2_000 {
             let answer = world.send(owner, version);
             match rule.next(attempt, moved, &answer) {
                 Next::Done => return (Next::Done, owner),
@@ -170,14 +186,14 @@ mod tests {
                 Next::Retry { .. } => {}
             }
         }
-        unreachable!()
+        (Next::GiveUp, owner)
     }
 
     proptest! {
         #[test]
         fn a_routed_write_lands_once_on_the_owner_that_holds_the_slot(
             fence_at in 1u32..20,
-            gap in 0u32..10,
+            gap in 0u32..300,
             lost in prop::collection::vec(any::<bool>(), 0..30),
         ) {
             let rule = RetryRule::default();
@@ -202,6 +218,24 @@ mod tests {
         assert_eq!(rule.backoff(3), Duration::from_millis(20));
         assert_eq!(rule.backoff(30), Duration::from_millis(100));
         assert_eq!(rule.next(40, 0, &Answer::Transient), Next::GiveUp);
+        // MOVED answers do not use up the transient attempts, and back off at most 10 ms.
+        assert_eq!(
+            rule.next(45, 10, &Answer::Transient),
+            Next::Retry {
+                after: Duration::from_millis(100)
+            }
+        );
+        let moved = Answer::Moved {
+            to: "t".into(),
+            epoch: 2,
+        };
+        assert_eq!(
+            rule.next(30, 29, &moved),
+            Next::Reload {
+                after: Duration::from_millis(10)
+            }
+        );
+        assert_eq!(rule.next(500, 499, &moved), Next::GiveUp);
         assert_eq!(
             rule.next(
                 1,
