@@ -173,7 +173,7 @@ async fn sim_a_hot_post_liked_without_pause_is_repaired_while_the_load_continues
             let mut truth = BTreeMap::<String, i64>::new();
             let mut u = 0u32;
             while started.elapsed() < load {
-                let post = if u % 4 == 0 { "p1" } else { "p9" };
+                let post = if u.is_multiple_of(4) { "p1" } else { "p9" };
                 api.like(&format!("u{u}"), post).await.expect("like");
                 *truth.entry(post.to_owned()).or_default() += 1;
                 u += 1;
@@ -467,7 +467,7 @@ async fn repair_requests(fx: &Fixture, old: u32) -> (u64, u64) {
     // Their counters as the aggregator leaves them, the fresh posts each one like short.
     let mut deltas = Deltas::new();
     for (i, (_, p, at)) in all.iter().enumerate() {
-        if p == "hot0" && at % 100 == 0 {
+        if p == "hot0" && at.is_multiple_of(100) {
             continue;
         }
         let key = CounterKey::new("likes", p.clone()).expect("key");

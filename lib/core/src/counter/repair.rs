@@ -171,7 +171,10 @@ mod tests {
         let marks = [mark("a", 50, false)];
         let b = WriterId::new("b").unwrap();
         assert_eq!(proven_through_expected(&marks, &[]), Some(50));
-        assert_eq!(proven_through_expected(&marks, &[b.clone()]), None);
+        assert_eq!(
+            proven_through_expected(&marks, std::slice::from_ref(&b)),
+            None
+        );
         assert_eq!(
             proven_through_expected(&[mark("a", 50, false), mark("b", 9, true)], &[b]),
             Some(50)
