@@ -83,6 +83,10 @@ fn logical(fx: &Fixture, call: &Call) -> String {
     let r = &call.resource;
     let resource = if let Some(t) = name_of(r) {
         format!("table/{t}")
+    } else if let Some((table, index)) = r.split_once("/index/")
+        && let Some(t) = name_of(table)
+    {
+        format!("table/{t}/index/{index}")
     } else if let Some((_, rest)) = r.split_once(":table/")
         && let Some((table, _)) = rest.split_once("/stream/")
         && let Some(t) = name_of(table)
