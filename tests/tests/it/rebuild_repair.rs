@@ -441,14 +441,6 @@ async fn repair_requests(fx: &Fixture, old: u32) -> (u64, u64) {
             )
         })
         .collect();
-    let fresh_start = spec().start_of(now) - 3_000;
-    for i in 0..30u64 {
-        all.push((
-            format!("n{i}"),
-            format!("hot{}", i % 3),
-            fresh_start + i * 10,
-        ));
-    }
     for chunk in all.chunks(25) {
         let req = chunk
             .iter()
@@ -464,6 +456,34 @@ async fn repair_requests(fx: &Fixture, old: u32) -> (u64, u64) {
             .expect("batch write");
         assert!(out.unprocessed_items.is_none_or(|u| u.is_empty()));
     }
+    // The fresh likes after the old ones are stored (a slow emulator takes a while): their
+    // bucket must be recent when the repair runs.
+    let now = heatsink::clock::now_ms();
+    let mut fresh = vec![];
+    let fresh_start = spec().start_of(now) - 3_000;
+    for i in 0..30u64 {
+        fresh.push((
+            format!("n{i}"),
+            format!("hot{}", i % 3),
+            fresh_start + i * 10,
+        ));
+    }
+    for chunk in fresh.chunks(25) {
+        let req = chunk
+            .iter()
+            .map(|(u, p, at)| like(u.clone(), p.clone(), *at))
+            .collect();
+        let out = fx
+            .stack
+            .ddb
+            .batch_write_item()
+            .request_items(&liked, req)
+            .send()
+            .await
+            .expect("batch write");
+        assert!(out.unprocessed_items.is_none_or(|u| u.is_empty()));
+    }
+    all.extend(fresh);
     // Their counters as the aggregator leaves them, the fresh posts each one like short.
     let mut deltas = Deltas::new();
     for (i, (_, p, at)) in all.iter().enumerate() {
@@ -491,6 +511,7 @@ async fn repair_requests(fx: &Fixture, old: u32) -> (u64, u64) {
     let recount = liked_bucket_recount(&ddb, &fx.schema);
     let mut opts = options(vec![writer]);
     opts.settle = Duration::ZERO;
+    opts.start_at = Some(fresh_start.saturating_sub(1_000));
     let report = Repair::new(&counted, "likes", &recount, opts)
         .run()
         .await
