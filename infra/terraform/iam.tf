@@ -40,14 +40,16 @@ locals {
       { Effect = "Allow", Action = ["dynamodb:Scan"], Resource = aws_dynamodb_table.hotkeys.arn },
     ]
     "likes-aggregator" = [
-      { Effect = "Allow", Action = ["dynamodb:BatchGetItem", "dynamodb:PutItem"], Resource = aws_dynamodb_table.counters.arn },
+      { Effect = "Allow", Action = ["dynamodb:BatchGetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"], Resource = aws_dynamodb_table.counters.arn },
       local.aggregator_source_statement[var.like_events_source],
       { Effect = "Allow", Action = ["sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"], Resource = aws_sqs_queue.stream_failures.arn },
     ]
     "count-rebuilder" = [
-      # exactly what heatsink::counter::rebuild calls: Scan liked; Scan counter keys, Query each counter, Put its fix
-      { Effect = "Allow", Action = ["dynamodb:Scan"], Resource = aws_dynamodb_table.liked.arn },
-      { Effect = "Allow", Action = ["dynamodb:Scan", "dynamodb:Query", "dynamodb:PutItem"], Resource = aws_dynamodb_table.counters.arn },
+      # exactly what heatsink::counter::rebuild::Repair calls: Query the touched index, each counter and the
+      # watermarks; its lease and cursor (PutItem, GetItem, DeleteItem); bucket fixes; COUNT Queries of liked's by-post
+      { Effect = "Allow", Action = ["dynamodb:Query"], Resource = "${aws_dynamodb_table.liked.arn}/index/by-post" },
+      { Effect = "Allow", Action = ["dynamodb:Query"], Resource = "${aws_dynamodb_table.counters.arn}/index/touched" },
+      { Effect = "Allow", Action = ["dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem", "dynamodb:DeleteItem"], Resource = aws_dynamodb_table.counters.arn },
       local.async_destination_statement,
     ]
     "hotkey-controller" = [

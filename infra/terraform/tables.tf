@@ -33,6 +33,24 @@ resource "aws_dynamodb_table" "liked" {
     type = "S"
   }
 
+  attribute {
+    name = "post_shard"
+    type = "S"
+  }
+
+  attribute {
+    name = "liked_at"
+    type = "N"
+  }
+
+  # The rebuilder recounts one post's minute through it; write-sharded `<post>#<n>`.
+  global_secondary_index {
+    name            = "by-post"
+    hash_key        = "post_shard"
+    range_key       = "liked_at"
+    projection_type = "ALL"
+  }
+
   point_in_time_recovery {
     enabled = true
   }
@@ -64,6 +82,19 @@ resource "aws_dynamodb_table" "counters" {
   attribute {
     name = "sk"
     type = "S"
+  }
+
+  attribute {
+    name = "touched"
+    type = "S"
+  }
+
+  # Writer sub-keys by their newest time bucket, write-sharded: what changed since a rebuild.
+  global_secondary_index {
+    name            = "touched"
+    hash_key        = "touched"
+    range_key       = "pk"
+    projection_type = "ALL"
   }
 
   point_in_time_recovery {
@@ -176,5 +207,7 @@ locals {
   table_targets = merge(
     { for k, t in local.tables : k => { table = t.name, index = null } },
     { "posts-by-creator" = { table = aws_dynamodb_table.posts.name, index = "by-creator" } },
+    { "liked-by-post" = { table = aws_dynamodb_table.liked.name, index = "by-post" } },
+    { "counters-touched" = { table = aws_dynamodb_table.counters.name, index = "touched" } },
   )
 }

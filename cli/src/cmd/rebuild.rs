@@ -1,6 +1,7 @@
-//! `heatsink rebuild`: run the count-rebuilder's recount by hand, e.g. after an incident.
+//! `heatsink rebuild`: a whole-table recount by hand, e.g. after an incident.
 //!
-//! The same `heatsink_photo_app::rebuild::rebuild` the scheduled function runs: every post's durable likes are
+//! `heatsink_photo_app::rebuild::rebuild` (the scheduled function runs the incremental,
+//! watermark-gated `repair` instead; this one scans): every post's durable likes are
 //! counted from `liked` and each settled counter's `fix` is set so the count equals them. Posts
 //! liked within `--quiet` or whose counter moved while counting are listed as unsettled and left
 //! alone; run it again once they are quiet (or with `--quiet 0s` when the aggregator is known to

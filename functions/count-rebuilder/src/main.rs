@@ -1,56 +1,81 @@
-//! count-rebuilder: on a schedule, recounts every counter from the durable events and writes
-//! the difference into each counter's `fix` sub-key (the toolkit's
-//! `heatsink::counter::rebuild`, over the recount `heatsink_photo_app::counting` configures:
-//! the photo app's likes by default, any table's items per attribute with `HEATSINK_COUNTER`,
-//! `HEATSINK_COUNT_BY`, `HEATSINK_EVENTS_TABLE`, `HEATSINK_EVENT_TIME_ATTRIBUTE`).
+//! count-rebuilder: on a schedule (every 5 minutes), repairs the counters touched since its last
+//! run, one time bucket at a time (the toolkit's `heatsink::counter::rebuild::Repair`, over the
+//! per-bucket recount `heatsink_photo_app::counting` configures: the photo app's likes through
+//! `liked`'s `by-post` index by default, any table's items per attribute with
+//! `HEATSINK_COUNTER`, `HEATSINK_COUNT_BY`, `HEATSINK_EVENTS_TABLE`,
+//! `HEATSINK_EVENT_TIME_ATTRIBUTE`). A bucket is corrected only once the aggregator's flushed
+//! watermarks prove it processed every change the recount saw, so a hot post is repaired while
+//! it is still being liked and a lagging aggregator's likes are never made up twice.
+//!
+//! One run at a time: reserved concurrency 1, no asynchronous retries, and a lease item in the
+//! counters table. A run stops starting new posts after `HEATSINK_REBUILD_BUDGET_SECONDS`
+//! (default 240, below the 300 s timeout) and persists its cursor; the next run resumes.
 //!
 //! After each run it prints the run's EMF metrics (dimension `Function=count-rebuilder`):
-//! `CounterCorrectionLikes` (units the counters were off by), `CountersCorrected` and
-//! `CountersUnsettled`, 0s included. The `counter-corrections` alarm fires on any correction.
+//! `CounterRebuildCompleted` (1 when the pass finished), `CounterCorrectionLikes`,
+//! `CountersCorrected`, `CountersUnsettled` (bucket checks that moved) and
+//! `CounterRebuildLagging`, 0s included. A run that times out emits nothing: the heartbeat
+//! alarm treats missing data as breaching.
 //!
-//! Environment: `HEATSINK_PREFIX` (default `heatsink-`); `HEATSINK_REBUILD_QUIET_SECONDS`, how
-//! long a counter must have had no new event before it is corrected (default 60).
+//! Environment: `HEATSINK_PREFIX` (default `heatsink-`); `HEATSINK_REBUILD_SETTLE_SECONDS`
+//! (default 60): how far the aggregator's proven progress must be past a bucket's end before
+//! it is judged.
 
 use std::time::Duration;
 
-use heatsink::counter::rebuild::{RebuildOptions, rebuild};
+use heatsink::counter::CounterStore;
+use heatsink::counter::rebuild::{Repair, RepairOptions};
 use heatsink::metrics::Emf;
 use heatsink_photo_app::counting::Counting;
 use heatsink_photo_app::lambda::{LambdaStart, start_lambda};
-use heatsink_photo_app::metrics::{AppEmf, Function};
+use heatsink_photo_app::metrics::Function;
 use lambda_runtime::{Error, LambdaEvent, run, service_fn};
 use serde_json::Value;
+
+fn seconds(var: &str) -> Result<Option<Duration>, Error> {
+    match std::env::var(var) {
+        Ok(v) => Ok(Some(Duration::from_secs(v.parse().map_err(|e| {
+            format!("{var}={v:?} is not a whole number of seconds: {e}")
+        })?))),
+        Err(_) => Ok(None),
+    }
+}
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     let LambdaStart { schema, ddb, .. } = start_lambda().await;
-    let mut options = RebuildOptions::default();
-    if let Ok(secs) = std::env::var("HEATSINK_REBUILD_QUIET_SECONDS") {
-        options.quiet = Duration::from_secs(secs.parse()?);
+    let mut options = RepairOptions::default();
+    let counting_likes = Counting::from_env(&schema).is_likes();
+    // `liked` is written only by conditional inserts (likes-api): the insert-only rule.
+    options.insert_only = counting_likes;
+    if let Some(settle) = seconds("HEATSINK_REBUILD_SETTLE_SECONDS")? {
+        options.settle = settle;
+    }
+    if let Some(budget) = seconds("HEATSINK_REBUILD_BUDGET_SECONDS")? {
+        options.budget = budget;
     }
     let counting = Counting::from_env(&schema);
-    let recount = counting.recount(&ddb);
-    let (ddb, counting, recount, options) = (&ddb, &counting, &recount, &options);
-    run(service_fn(move |_event: LambdaEvent<Value>| async move {
-        let report = rebuild(
-            ddb,
-            &counting.counters_table,
-            &counting.counter,
-            recount,
-            options.clone(),
-        )
-        .await?;
+    let recount = counting.bucket_recount(&ddb);
+    let counters = CounterStore::new(ddb.clone(), counting.counters_table.clone());
+    let (counters, counting, recount, options) = (&counters, &counting, &recount, &options);
+    run(service_fn(move |event: LambdaEvent<Value>| async move {
+        let mut options = options.clone();
+        options.holder = event.context.request_id.clone();
+        let report = Repair::new(counters, &counting.counter, recount, options)
+            .run()
+            .await?;
         tracing::info!(
+            completed = report.completed,
+            busy = report.busy,
+            posts = report.posts_checked,
+            buckets = report.buckets_checked,
             corrected = report.corrected.len(),
-            unsettled = report.unsettled.len(),
-            "rebuild done"
+            lagging = report.lagging,
+            "repair done"
         );
-        // Corrections are rare and each one is an incident (the counter-corrections alarm): name
-        // the counters so the runbook can start from them.
-        for (id, change) in &report.corrected {
-            tracing::warn!(id = %id, change, "counter corrected");
-        }
-        Emf::new(Function::CountRebuilder).rebuild(&report).flush();
+        let mut emf = Emf::new(Function::CountRebuilder);
+        report.metrics(&mut emf);
+        emf.flush();
         Ok::<_, Error>(serde_json::to_value(report)?)
     }))
     .await

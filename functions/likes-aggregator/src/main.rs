@@ -55,7 +55,9 @@ async fn main() -> Result<(), Error> {
         Some(aws_sdk_dynamodbstreams::Client::new(&config)),
     )
     // Kinesis records of another table (a shared stream) are skipped, never counted.
-    .with_table(counting.events_table.clone());
+    .with_table(counting.events_table.clone())
+    // Flushed watermarks: what the rebuilder's repairs are gated on.
+    .with_progress(counting.counter.clone());
     let agg = &agg;
     run(service_fn(move |event: LambdaEvent<Value>| async move {
         handle(agg, event.payload).await

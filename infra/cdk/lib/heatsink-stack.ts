@@ -360,12 +360,14 @@ export class HeatsinkStack extends Stack {
     grant(f['likes-api'], t.counters, ['dynamodb:Query']);
     grant(f['likes-api'], t.hotkeys, ['dynamodb:Scan']);
     // likes-aggregator: reads the counters it flushes (BatchGetItem), conditional absolute flushes (PutItem).
-    grant(f['likes-aggregator'], t.counters, ['dynamodb:BatchGetItem', 'dynamodb:PutItem']);
-    // count-rebuilder: exactly what `heatsink::counter::rebuild` calls: Scan `liked`; Scan
-    // counter keys, Query each counter, Put its `fix`. It holds no lease: nothing in a function
-    // reads or writes `leases` (stream consumers outside the stack do).
-    grant(f['count-rebuilder'], t.liked, ['dynamodb:Scan']);
-    grant(f['count-rebuilder'], t.counters, ['dynamodb:Scan', 'dynamodb:Query', 'dynamodb:PutItem']);
+    // ... and records each writer's flushed watermark (UpdateItem), what the repair is gated on.
+    grant(f['likes-aggregator'], t.counters, ['dynamodb:BatchGetItem', 'dynamodb:PutItem', 'dynamodb:UpdateItem']);
+    // count-rebuilder: exactly what `heatsink::counter::rebuild::Repair` calls: Query the
+    // `touched` index and each counter and the watermarks, its lease and cursor (PutItem,
+    // GetItem, DeleteItem), the bucket fixes (PutItem); COUNT Queries of `liked`'s `by-post`.
+    fnIndex(f['count-rebuilder'], t.liked, 'by-post', ['dynamodb:Query']);
+    fnIndex(f['count-rebuilder'], t.counters, 'touched', ['dynamodb:Query']);
+    grant(f['count-rebuilder'], t.counters, ['dynamodb:GetItem', 'dynamodb:Query', 'dynamodb:PutItem', 'dynamodb:DeleteItem']);
     // hotkey-controller: read the directory, write epoch-conditional changes.
     grant(f['hotkey-controller'], t.hotkeys, ['dynamodb:Scan', 'dynamodb:PutItem', 'dynamodb:DeleteItem']);
     // ... and the managed Contributor Insights rules of the tables it watches (no others).
@@ -1006,4 +1008,9 @@ function attribute(a: { name: string; type: 'S' | 'N' | 'B' }): dynamodb.Attribu
 /** Explicit data-plane actions on one table (never its indexes unless a call names one), never `dynamodb:*`. */
 function grant(fn: lambda.Function, table: dynamodb.TableV2, actions: string[]): void {
   fn.addToRolePolicy(new iam.PolicyStatement({ actions, resources: [table.tableArn] }));
+}
+
+/** `actions` on one index of `table` only. */
+function fnIndex(fn: lambda.Function, table: dynamodb.TableV2, index: string, actions: string[]): void {
+  fn.addToRolePolicy(new iam.PolicyStatement({ actions, resources: [`${table.tableArn}/index/${index}`] }));
 }

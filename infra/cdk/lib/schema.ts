@@ -44,7 +44,14 @@ export const TABLES: readonly TableSpec[] = [
     logical: 'liked',
     partitionKey: { name: 'user', type: 'S' },
     sortKey: { name: 'post', type: 'S' },
-    gsis: [],
+    // The rebuilder recounts one post's minute through it; write-sharded `<post>#<n>`.
+    gsis: [
+      {
+        name: 'by-post',
+        partitionKey: { name: 'post_shard', type: 'S' },
+        sortKey: { name: 'liked_at', type: 'N' },
+      },
+    ],
     stream: 'NEW_AND_OLD_IMAGES',
     kinesisDestination: 'like-events',
   },
@@ -52,7 +59,14 @@ export const TABLES: readonly TableSpec[] = [
     logical: 'counters',
     partitionKey: { name: 'pk', type: 'S' },
     sortKey: { name: 'sk', type: 'S' },
-    gsis: [],
+    // Writer sub-keys by their newest time bucket, write-sharded: what changed since a rebuild.
+    gsis: [
+      {
+        name: 'touched',
+        partitionKey: { name: 'touched', type: 'S' },
+        sortKey: { name: 'pk', type: 'S' },
+      },
+    ],
   },
   {
     logical: 'hotkeys',

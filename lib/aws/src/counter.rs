@@ -122,6 +122,67 @@ pub struct FlushReport {
 pub struct CounterStore {
     ddb: aws_sdk_dynamodb::Client,
     table: String,
+    buckets: BucketSpec,
+    touch_shards: u32,
+}
+
+/// Partitions of the `touched` index a bucket's writer sub-keys spread over (the index key is
+/// `<name>#<bucket start>#<n>`, n = MD5(pk) mod this): every flush of a bucket writes the same
+/// index key otherwise, and an index partition takes 1,000 writes/s like a table's.
+pub const TOUCH_SHARDS: u32 = 16;
+
+/// The `touched` index of the counters table: writer sub-keys by their newest time bucket.
+pub const TOUCHED_INDEX: &str = "touched";
+
+/// The partition key of counter `name`'s writer watermarks (`#` first, so it is never a counter).
+pub fn progress_pk(name: &str) -> String {
+    format!("#flushed#{name}")
+}
+
+/// The `touched` index key of a writer sub-key of `pk` whose newest bucket starts at `start`,
+/// spread over `shards` index partitions.
+pub fn touched_key(name: &str, start: u64, pk: &str, shards: u32) -> String {
+    use md5::Digest;
+    let digest = md5::Md5::digest(pk.as_bytes());
+    let n = u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]) % shards.max(1);
+    format!("{name}#{start}#{n}")
+}
+
+/// The `fix` item with its per-bucket corrections.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FixItem {
+    /// The whole correction (what a read adds).
+    pub total: i64,
+    /// Per-bucket absolute corrections; their sum is part of `total`.
+    pub buckets: Buckets,
+    /// Version for conditional writes (`None`: no item, or one written before versions).
+    pub version: Option<u64>,
+}
+
+/// One counter partition read whole: every writer sub-key's buckets, and the fix.
+#[derive(Debug, Clone, Default)]
+pub struct Partition {
+    /// Writer sub-keys: sort key, total, buckets and their width (`bw`; `None` when absent).
+    pub writers: Vec<(String, i64, Buckets, Option<u64>)>,
+    /// The `fix` item.
+    pub fix: FixItem,
+    /// The whole sum.
+    pub sum: CounterSum,
+}
+
+impl Partition {
+    /// `(net, events)` of bucket `start` summed over the writer sub-keys.
+    pub fn bucket(&self, start: u64) -> (i64, u64) {
+        self.writers.iter().fold((0, 0), |(n, k), (_, _, b, _)| {
+            let (bn, bk) = b.get(start);
+            (n.saturating_add(bn), k.saturating_add(bk))
+        })
+    }
+
+    /// True when every writer sub-key and the fix still know bucket `start` completely.
+    pub fn knows(&self, start: u64) -> bool {
+        self.fix.buckets.knows(start) && self.writers.iter().all(|(_, _, b, _)| b.knows(start))
+    }
 }
 
 fn s(v: impl Into<String>) -> AttributeValue {
@@ -146,7 +207,37 @@ impl CounterStore {
         Self {
             ddb,
             table: table.into(),
+            buckets: BucketSpec::default(),
+            touch_shards: TOUCH_SHARDS,
         }
+    }
+
+    /// Spreads the `touched` index over `shards` partitions instead of [`TOUCH_SHARDS`] (the
+    /// rebuilder reads the same store's setting; a small table or a test needs fewer).
+    pub fn with_touch_shards(mut self, shards: u32) -> Self {
+        self.touch_shards = shards.max(1);
+        self
+    }
+
+    /// Partitions of the `touched` index.
+    pub fn touch_shards(&self) -> u32 {
+        self.touch_shards
+    }
+
+    /// Buckets writer sub-keys by `spec` (the rebuilder must use the same width).
+    pub fn with_buckets(mut self, spec: BucketSpec) -> Self {
+        self.buckets = spec;
+        self
+    }
+
+    /// The bucket spec flushes use.
+    pub fn buckets(&self) -> BucketSpec {
+        self.buckets
+    }
+
+    /// The DynamoDB client.
+    pub fn client(&self) -> &aws_sdk_dynamodb::Client {
+        &self.ddb
     }
 
     /// The table name.
@@ -160,6 +251,20 @@ impl CounterStore {
         writer: &WriterId,
         keys: &[CounterKey],
     ) -> Result<BTreeMap<CounterKey, Stored>, CounterStoreError> {
+        Ok(self
+            .stored_buckets(writer, keys)
+            .await?
+            .into_iter()
+            .map(|(k, (s, _))| (k, s))
+            .collect())
+    }
+
+    /// [`CounterStore::stored`] with each sub-key's time buckets.
+    async fn stored_buckets(
+        &self,
+        writer: &WriterId,
+        keys: &[CounterKey],
+    ) -> Result<BTreeMap<CounterKey, (Stored, Buckets)>, CounterStoreError> {
         let sk = SubKey::Writer(writer.clone()).sort_key();
         let by_pk: HashMap<String, CounterKey> = keys.iter().map(|k| (k.pk(), k.clone())).collect();
         let requests: Vec<Item> = keys
@@ -172,7 +277,9 @@ impl CounterStore {
         for item in items {
             let pk = get_s(&item, "pk").unwrap_or_default().to_owned();
             let Some(key) = by_pk.get(&pk) else { continue };
-            out.insert(key.clone(), Self::parse_stored(&item, &pk, &sk)?);
+            let stored = Self::parse_stored(&item, &pk, &sk)?;
+            let buckets = parse_buckets(&item, &pk, &sk)?;
+            out.insert(key.clone(), (stored, buckets));
         }
         Ok(out)
     }
@@ -201,7 +308,11 @@ impl CounterStore {
             if remaining.is_empty() {
                 return Ok(report);
             }
-            let stored = self.stored(writer, &remaining).await?;
+            let full = self.stored_buckets(writer, &remaining).await?;
+            let stored: BTreeMap<CounterKey, Stored> = full
+                .iter()
+                .map(|(k, (s, _))| (k.clone(), s.clone()))
+                .collect();
             let mut batch = Deltas::new();
             for key in &remaining {
                 if let Some(d) = deltas.get(key) {
@@ -212,7 +323,23 @@ impl CounterStore {
             }
             let plan = FlushPlan::new(writer, &batch, &stored)?;
             report.already_applied += plan.already_applied.len() as u64;
-            let results = futures::future::join_all(plan.writes.iter().map(|w| self.put(w))).await;
+            let mut bucketed = Vec::with_capacity(plan.writes.len());
+            for w in &plan.writes {
+                let timed = deltas.get(&w.key).map(KeyDeltas::timed).unwrap_or(&[]);
+                let first = timed.iter().filter_map(|(_, at, _)| *at).min();
+                let before = full
+                    .get(&w.key)
+                    .map(|(_, b)| upgraded(b.clone(), self.buckets, first))
+                    .unwrap_or_default();
+                bucketed.push(before.advance(w.expected.as_ref(), timed, self.buckets)?);
+            }
+            let results = futures::future::join_all(
+                plan.writes
+                    .iter()
+                    .zip(&bucketed)
+                    .map(|(w, b)| self.put(w, b)),
+            )
+            .await;
             let mut lost = vec![];
             for (w, r) in plan.writes.iter().zip(results) {
                 match r {
@@ -262,9 +389,20 @@ impl CounterStore {
                 let Some(batch) = changes.get(key) else {
                     continue;
                 };
-                let current = stored.get(key).map(|(s, w)| (s, w));
+                let current = stored.get(key).map(|(s, w, _)| (s, w));
                 match decide_deduped(current, batch, span_ms)? {
-                    Some(d) => decisions.push((key.clone(), d)),
+                    Some(d) => {
+                        let first = d.counted_events.iter().map(|(at, _)| *at).min();
+                        let mut buckets = stored
+                            .get(key)
+                            .map(|(_, _, b)| upgraded(b.clone(), self.buckets, first))
+                            .unwrap_or_default();
+                        for (at, delta) in &d.counted_events {
+                            buckets.add(self.buckets, *at, *delta)?;
+                        }
+                        buckets.trim(self.buckets);
+                        decisions.push((key.clone(), (d, buckets)));
+                    }
                     None => {
                         report.already_applied += 1;
                         report.skipped += batch.len() as u64;
@@ -276,11 +414,11 @@ impl CounterStore {
                 decisions
                     .iter()
                     .zip(&pks)
-                    .map(|((_, d), pk)| self.put_windowed(pk, &sk, d)),
+                    .map(|((_, (d, b)), pk)| self.put_windowed(pk, &sk, d, b)),
             )
             .await;
             let mut lost = vec![];
-            for ((key, d), r) in decisions.iter().zip(results) {
+            for ((key, (d, _)), r) in decisions.iter().zip(results) {
                 match r {
                     Ok(true) => {
                         report.writes += 1;
@@ -313,7 +451,7 @@ impl CounterStore {
         sk: &str,
         keys: &[CounterKey],
         span_ms: u64,
-    ) -> Result<BTreeMap<CounterKey, (Stored, DedupeWindow)>, CounterStoreError> {
+    ) -> Result<BTreeMap<CounterKey, (Stored, DedupeWindow, Buckets)>, CounterStoreError> {
         let by_pk: HashMap<String, CounterKey> = keys.iter().map(|k| (k.pk(), k.clone())).collect();
         let requests: Vec<Item> = keys
             .iter()
@@ -343,7 +481,8 @@ impl CounterStore {
                     })?
                 }
             };
-            out.insert(key.clone(), (stored, window));
+            let buckets = parse_buckets(&item, &pk, sk)?;
+            out.insert(key.clone(), (stored, window, buckets));
         }
         Ok(out)
     }
@@ -353,33 +492,61 @@ impl CounterStore {
         pk: &str,
         sk: &str,
         d: &DedupeDecision,
+        buckets: &Buckets,
     ) -> Result<bool, CounterStoreError> {
-        let req = self
-            .ddb
-            .put_item()
-            .table_name(&self.table)
-            .item("pk", s(pk))
-            .item("sk", s(sk))
-            .item("total", AttributeValue::N(d.total.to_string()))
-            .item("seq", s(d.seq.as_padded()))
-            .item(
-                "recent",
-                AttributeValue::B(aws_sdk_dynamodb::primitives::Blob::new(d.window.encode())),
-            );
+        let req = self.with_buckets_attrs(
+            pk,
+            buckets,
+            self.ddb
+                .put_item()
+                .table_name(&self.table)
+                .item("pk", s(pk))
+                .item("sk", s(sk))
+                .item("total", AttributeValue::N(d.total.to_string()))
+                .item("seq", s(d.seq.as_padded()))
+                .item(
+                    "recent",
+                    AttributeValue::B(aws_sdk_dynamodb::primitives::Blob::new(d.window.encode())),
+                ),
+        );
         self.put_expecting(req, d.expected.as_ref()).await
     }
 
     /// One conditional put; `Ok(false)` when the condition failed (someone flushed in between).
-    async fn put(&self, w: &FlushWrite) -> Result<bool, CounterStoreError> {
-        let req = self
-            .ddb
-            .put_item()
-            .table_name(&self.table)
-            .item("pk", s(w.pk.clone()))
-            .item("sk", s(w.sk.clone()))
-            .item("total", AttributeValue::N(w.total.to_string()))
-            .item("seq", s(w.seq.as_padded()));
+    async fn put(&self, w: &FlushWrite, buckets: &Buckets) -> Result<bool, CounterStoreError> {
+        let req = self.with_buckets_attrs(
+            &w.pk,
+            buckets,
+            self.ddb
+                .put_item()
+                .table_name(&self.table)
+                .item("pk", s(w.pk.clone()))
+                .item("sk", s(w.sk.clone()))
+                .item("total", AttributeValue::N(w.total.to_string()))
+                .item("seq", s(w.seq.as_padded())),
+        );
         self.put_expecting(req, w.expected.as_ref()).await
+    }
+
+    /// Adds a writer sub-key's time buckets to its put: `bk` (start → [net, events]), `bl`
+    /// (lowest complete bucket), `bw` (width) and the `touched` index key of its newest bucket.
+    fn with_buckets_attrs(
+        &self,
+        pk: &str,
+        buckets: &Buckets,
+        req: aws_sdk_dynamodb::operation::put_item::builders::PutItemFluentBuilder,
+    ) -> aws_sdk_dynamodb::operation::put_item::builders::PutItemFluentBuilder {
+        let req = req
+            .item("bk", buckets_attr(buckets))
+            .item("bl", AttributeValue::N(buckets.low().to_string()))
+            .item("bw", AttributeValue::N(self.buckets.width_ms().to_string()));
+        match (buckets.newest(), CounterKey::parse_pk(pk)) {
+            (Some(newest), Ok(key)) => req.item(
+                TOUCHED_INDEX,
+                s(touched_key(key.name(), newest, pk, self.touch_shards)),
+            ),
+            _ => req,
+        }
     }
 
     /// Sends `req` on the condition that the item's `seq` is still `expected` (or that the item
@@ -449,6 +616,191 @@ impl CounterStore {
         }
     }
 
+    /// Records that `writer` processed every change it carries created at or before
+    /// `flushed_ms` (its flushed watermark for counter `name`); never moves it back.
+    pub async fn record_progress(
+        &self,
+        name: &str,
+        writer: &WriterId,
+        flushed_ms: u64,
+    ) -> Result<(), CounterStoreError> {
+        let out = self
+            .ddb
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", s(progress_pk(name)))
+            .key("sk", s(SubKey::Writer(writer.clone()).sort_key()))
+            .update_expression("SET #at = :at")
+            .condition_expression("attribute_not_exists(#at) OR #at < :at")
+            .expression_attribute_names("#at", "at")
+            .expression_attribute_values(":at", AttributeValue::N(flushed_ms.to_string()))
+            .send()
+            .await;
+        match out {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                let e = AwsError::dynamodb("UpdateItem", &self.table, e);
+                if e.is_conditional_check_failed() {
+                    Ok(())
+                } else {
+                    Err(e.into())
+                }
+            }
+        }
+    }
+
+    /// Marks `writer` retired for counter `name`: its shard is closed and read to its end (its
+    /// child shard has delivered), so it holds back no change.
+    pub async fn retire(&self, name: &str, writer: &WriterId) -> Result<(), CounterStoreError> {
+        self.ddb
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", s(progress_pk(name)))
+            .key("sk", s(SubKey::Writer(writer.clone()).sort_key()))
+            .update_expression("SET #r = :t")
+            .expression_attribute_names("#r", "retired")
+            .expression_attribute_values(":t", AttributeValue::Bool(true))
+            .send()
+            .await
+            .map_err(|e| AwsError::dynamodb("UpdateItem", &self.table, e))?;
+        Ok(())
+    }
+
+    /// Every writer watermark of counter `name` (one strongly consistent Query).
+    pub async fn progress(&self, name: &str) -> Result<Vec<Watermark>, CounterStoreError> {
+        let pk = progress_pk(name);
+        let mut out = vec![];
+        for item in self.query_partition(&pk).await? {
+            let sk = get_s(&item, "sk").unwrap_or_default().to_owned();
+            let malformed = |reason: &str| CounterStoreError::Malformed {
+                pk: pk.clone(),
+                sk: sk.clone(),
+                reason: reason.to_owned(),
+            };
+            let writer = match SubKey::parse(&sk) {
+                Ok(SubKey::Writer(w)) => w,
+                _ => return Err(malformed("not a writer sort key")),
+            };
+            let retired = item.get("retired").and_then(|v| v.as_bool().ok()).copied() == Some(true);
+            let flushed_ms = match item.get("at") {
+                None if retired => 0,
+                None => return Err(malformed("no `at`")),
+                Some(v) => v
+                    .as_n()
+                    .ok()
+                    .and_then(|n| n.parse::<u64>().ok())
+                    .ok_or_else(|| malformed("`at` is not a whole number"))?,
+            };
+            out.push(Watermark {
+                writer,
+                flushed_ms,
+                retired,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Reads one counter partition whole (one strongly consistent Query): the writer
+    /// sub-keys with their time buckets, the `fix` with its per-bucket corrections, the sum.
+    pub async fn read_partition(&self, key: &CounterKey) -> Result<Partition, CounterStoreError> {
+        let pk = key.pk();
+        let items = self.query_partition(&pk).await?;
+        let mut part = Partition {
+            fix: FixItem {
+                buckets: Buckets::from_parts(0, BTreeMap::new()),
+                ..FixItem::default()
+            },
+            ..Partition::default()
+        };
+        let mut pairs = Vec::with_capacity(items.len());
+        for i in &items {
+            let Some(sk) = get_s(i, "sk") else { continue };
+            let total = get_n(i, "total").ok_or_else(|| CounterStoreError::Malformed {
+                pk: pk.clone(),
+                sk: sk.to_owned(),
+                reason: "no numeric `total`".into(),
+            })?;
+            pairs.push((sk.to_owned(), total));
+            match SubKey::parse(sk)? {
+                SubKey::Writer(_) => {
+                    let width = i
+                        .get("bw")
+                        .and_then(|v| v.as_n().ok())
+                        .and_then(|n| n.parse().ok());
+                    part.writers
+                        .push((sk.to_owned(), total, parse_buckets(i, &pk, sk)?, width));
+                }
+                SubKey::Fix => {
+                    let buckets = match i.get("bk") {
+                        // A fix without buckets (an old whole-counter fix): it may already cover
+                        // any bucket's drift, so none below its `bl` may be judged again.
+                        None => Buckets::from_parts(
+                            get_n(i, "bl").map_or(u64::MAX, |n| n.max(0).unsigned_abs()),
+                            BTreeMap::new(),
+                        ),
+                        Some(_) => parse_buckets(i, &pk, sk)?,
+                    };
+                    part.fix = FixItem {
+                        total,
+                        buckets,
+                        version: get_n(i, "ver").map(i64::unsigned_abs),
+                    };
+                }
+                SubKey::Salt(_) => {}
+            }
+        }
+        part.sum = sum_counter(pairs)?;
+        Ok(part)
+    }
+
+    /// Sets bucket `start`'s correction in the `fix` item to `fix_b` (absolute), adjusting the
+    /// fix total by the difference, on condition that the fix item is still `current` (its
+    /// version). `Ok(false)`: another rebuild changed it in between (re-read and judge again).
+    pub async fn set_bucket_fix(
+        &self,
+        key: &CounterKey,
+        current: &FixItem,
+        start: u64,
+        fix_b: i64,
+    ) -> Result<bool, CounterStoreError> {
+        let mut buckets = current.buckets.clone();
+        let old = buckets.set(start, fix_b).ok_or(CounterError::Overflow)?;
+        buckets.trim(self.buckets);
+        let total = current
+            .total
+            .checked_sub(old)
+            .and_then(|t| t.checked_add(fix_b))
+            .ok_or(CounterError::Overflow)?;
+        let version = current.version.unwrap_or(0).saturating_add(1);
+        let req = self
+            .ddb
+            .put_item()
+            .table_name(&self.table)
+            .item("pk", s(key.pk()))
+            .item("sk", s(SubKey::Fix.sort_key()))
+            .item("total", AttributeValue::N(total.to_string()))
+            .item("bk", buckets_attr(&buckets))
+            .item("bl", AttributeValue::N(buckets.low().to_string()))
+            .item("ver", AttributeValue::N(version.to_string()));
+        let req = match current.version {
+            None => req.condition_expression("attribute_not_exists(ver)"),
+            Some(v) => req
+                .condition_expression("ver = :v")
+                .expression_attribute_values(":v", AttributeValue::N(v.to_string())),
+        };
+        match req.send().await {
+            Ok(_) => Ok(true),
+            Err(e) => {
+                let e = AwsError::dynamodb("PutItem", &self.table, e);
+                if e.is_conditional_check_failed() {
+                    Ok(false)
+                } else {
+                    Err(e.into())
+                }
+            }
+        }
+    }
+
     /// Adds `delta` to a salted sub-key with `ADD` (the salted strategy; at-least-once).
     pub async fn add_salted(
         &self,
@@ -510,12 +862,93 @@ impl CounterStore {
                 .item("pk", s(key.pk()))
                 .item("sk", s(SubKey::Fix.sort_key()))
                 .item("total", AttributeValue::N(fix.fix.to_string()))
+                // A whole-counter fix covers every bucket up to now: bucket repair may judge
+                // only buckets that start after it (see `read_partition`).
+                .item(
+                    "bl",
+                    AttributeValue::N(
+                        self.buckets
+                            .end_of(self.buckets.start_of(crate::clock::now_ms()))
+                            .to_string(),
+                    ),
+                )
                 .send()
                 .await
                 .map_err(|e| AwsError::dynamodb("PutItem", &self.table, e))?;
         }
         Ok(fix)
     }
+}
+
+/// A writer sub-key written before time buckets existed (low `u64::MAX`) starts its buckets
+/// after the bucket of the first event this flush counts: that bucket's earlier events are in
+/// `total` only, so it is never claimed complete.
+fn upgraded(buckets: Buckets, spec: BucketSpec, first_event: Option<u64>) -> Buckets {
+    if buckets.low() != u64::MAX {
+        return buckets;
+    }
+    let low = first_event.map_or(u64::MAX, |at| spec.end_of(spec.start_of(at)));
+    Buckets::from_parts(low, BTreeMap::new())
+}
+
+/// A time-bucket map as stored: `start → [net, events]`.
+fn buckets_attr(buckets: &Buckets) -> AttributeValue {
+    AttributeValue::M(
+        buckets
+            .iter()
+            .map(|(start, (net, events))| {
+                (
+                    start.to_string(),
+                    AttributeValue::L(vec![
+                        AttributeValue::N(net.to_string()),
+                        AttributeValue::N(events.to_string()),
+                    ]),
+                )
+            })
+            .collect(),
+    )
+}
+
+/// The time buckets of an item (`bk`, `bl`); an item written before buckets existed has none
+/// (low 0, empty: it claims nothing it does not hold, see [`Partition::knows`]). A malformed
+/// bucket is reported, never read as 0.
+fn parse_buckets(item: &Item, pk: &str, sk: &str) -> Result<Buckets, CounterStoreError> {
+    let malformed = |reason: &str| CounterStoreError::Malformed {
+        pk: pk.to_owned(),
+        sk: sk.to_owned(),
+        reason: reason.to_owned(),
+    };
+    let Some(bk) = item.get("bk") else {
+        // No buckets yet: nothing of any bucket is known to be here, so nothing may be judged.
+        return Ok(Buckets::from_parts(u64::MAX, BTreeMap::new()));
+    };
+    let bk = bk.as_m().map_err(|_| malformed("`bk` is not a map"))?;
+    let low = match item.get("bl") {
+        None => return Err(malformed("`bk` without `bl`")),
+        Some(v) => v
+            .as_n()
+            .ok()
+            .and_then(|n| n.parse::<u64>().ok())
+            .ok_or_else(|| malformed("`bl` is not a whole number"))?,
+    };
+    let mut map = BTreeMap::new();
+    for (start, v) in bk {
+        let start: u64 = start
+            .parse()
+            .map_err(|_| malformed("a `bk` key is not a bucket start"))?;
+        let pair = v
+            .as_l()
+            .map_err(|_| malformed("a `bk` value is not a list"))?;
+        let num = |i: usize| pair.get(i).and_then(|v| v.as_n().ok());
+        let net = num(0)
+            .and_then(|n| n.parse::<i64>().ok())
+            .ok_or_else(|| malformed("a bucket's net is not a number"))?;
+        let events = num(1)
+            .and_then(|n| n.parse::<u64>().ok())
+            .ok_or_else(|| malformed("a bucket's events is not a number"))?;
+        map.insert(start, (net, events));
+    }
+    Ok(Buckets::from_parts(low, map))
 }
 
 /// Records of `entries` a landed write counted and skipped (those above its expected seq).

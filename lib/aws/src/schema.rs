@@ -301,7 +301,12 @@ impl Schema {
         let spec =
             |pk: &str| TableSpec::prefixed(&self.prefix, table.logical_name(), KeyAttr::s(pk));
         match table {
-            Table::Counters => spec("pk").sort_key(KeyAttr::s("sk")),
+            // `touched`: writer sub-keys by their newest time bucket, write-sharded
+            // (`<name>#<bucket start>#<n>`), so the rebuilder finds what changed since its last
+            // run without scanning (heatsink::counter::rebuild).
+            Table::Counters => spec("pk")
+                .sort_key(KeyAttr::s("sk"))
+                .gsi(GsiSpec::new("touched", KeyAttr::s("touched")).sort_key(KeyAttr::s("pk"))),
             Table::Hotkeys => spec("key").ttl("expires_at"),
             Table::Leases => spec("app").sort_key(KeyAttr::s("shard_id")),
             Table::Shards => spec("pk").sort_key(KeyAttr::s("sk")),

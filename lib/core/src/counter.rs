@@ -77,15 +77,18 @@
 //!   [`Deltas`] until their write succeeds or is found already applied.
 //! - for salted sub-keys, `ADD` to `s#<n>`; for `fix`, put the absolute [`Correction::fix`].
 
+mod bucket;
 mod dedupe;
 mod esm;
 mod flush;
 mod layout;
 mod read;
+mod repair;
 mod seq;
 #[cfg(test)]
 mod tests;
 
+pub use bucket::{BucketSpec, Buckets};
 pub use dedupe::{Admit, Change, ChangeId, DedupeDecision, DedupeWindow, decide_deduped};
 pub use esm::{
     EsmPlan, EsmPlanRequest, SHARD_BYTES_PER_SECOND, SHARD_RECORDS_PER_SECOND, SHARD_TARGET,
@@ -94,6 +97,10 @@ pub use esm::{
 pub use flush::{Deltas, FlushDecision, FlushPlan, FlushWrite, KeyDeltas, Stored, decide};
 pub use layout::{CounterKey, SubKey, WriterId};
 pub use read::{Correction, CounterSum, correction, sum_counter};
+pub use repair::{
+    Verdict, Watermark, judge, needed_general, needed_insert_only, proven_through,
+    proven_through_expected,
+};
 pub use seq::{FlushCounter, Seq};
 
 /// Everything that can go wrong building, flushing or reading a counter.
@@ -136,6 +143,9 @@ pub enum CounterError {
     /// A stored dedupe window is not in the form [`DedupeWindow::encode`] writes.
     #[error("stored dedupe window is malformed: {0}")]
     BadDedupeWindow(&'static str),
+    /// A bucket width of 0, or more than 1,000 buckets kept ([`BucketSpec::new`]).
+    #[error("bucket width must be at least 1 ms and at most 1,000 buckets kept")]
+    BadBucketSpec,
     /// A total, sum or flush number would leave its integer range.
     #[error("counter arithmetic overflowed")]
     Overflow,

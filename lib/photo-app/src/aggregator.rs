@@ -19,5 +19,5 @@ pub fn aggregator(
     counters: CounterStore,
     streams: Option<aws_sdk_dynamodbstreams::Client>,
 ) -> Aggregator {
-    StreamAggregator::new(counters, LikeMapper, streams)
+    StreamAggregator::new(counters, LikeMapper, streams).with_progress(crate::mapper::COUNTER)
 }

@@ -215,6 +215,15 @@ impl LikesApi {
             // When the like became durable: the rebuilder leaves a post alone until its newest
             // like is old enough that the aggregator has flushed it (see `RebuildOptions`).
             .item(LIKED_AT, AttributeValue::N(now_ms().to_string()))
+            // The rebuilder recounts one post's minute through the write-sharded by-post index.
+            .item(
+                crate::schema::POST_SHARD,
+                AttributeValue::S(heatsink::counter::rebuild::sharded_key(
+                    post,
+                    user,
+                    crate::schema::POST_SHARDS,
+                )),
+            )
             .condition_expression("attribute_not_exists(#u)")
             .expression_attribute_names("#u", "user")
             .send()

@@ -14,10 +14,10 @@
 //! `HEATSINK_COUNT_BY` set they count any table with the toolkit's [`CountBy`].
 
 use heatsink::counter::aggregate::{ChangeMapper, CountBy};
-use heatsink::counter::rebuild::ScanRecount;
+use heatsink::counter::rebuild::{GsiRecount, ScanRecount};
 
 use crate::mapper::{COUNTER, LIKED_AT, LikeMapper};
-use crate::schema::{Schema, Table};
+use crate::schema::{POST_SHARDS, Schema, Table};
 
 /// What to count and where, for the aggregator and rebuilder functions.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,11 +73,31 @@ impl Counting {
         if self.is_likes() {
             Box::new(LikeMapper)
         } else {
-            Box::new(CountBy::new(&self.counter, &self.count_by))
+            Box::new(CountBy::new(&self.counter, &self.count_by).with_time(&self.time_attribute))
         }
     }
 
-    /// The rebuilder's recount of the events table.
+    /// The rebuilder's per-bucket recount: the events table's write-sharded index
+    /// `by-<count_by>` on `<count_by>_shard` / the time attribute (for likes: `by-post` on
+    /// `post_shard` / `liked_at`), [`POST_SHARDS`] shards; ids the likes mapper rejects are
+    /// never corrected.
+    pub fn bucket_recount(&self, ddb: &aws_sdk_dynamodb::Client) -> GsiRecount {
+        let recount = GsiRecount::new(
+            ddb,
+            &self.events_table,
+            format!("by-{}", self.count_by),
+            format!("{}_shard", self.count_by),
+            &self.time_attribute,
+            POST_SHARDS,
+        );
+        if self.is_likes() {
+            recount.accepting(|id| crate::id::check("post", id).is_ok())
+        } else {
+            recount
+        }
+    }
+
+    /// The rebuilder's whole-table recount of the events table (`heatsink rebuild`).
     pub fn recount(&self, ddb: &aws_sdk_dynamodb::Client) -> ScanRecount {
         ScanRecount::new(
             ddb,

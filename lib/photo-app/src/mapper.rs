@@ -5,7 +5,7 @@
 //! like, or with an id the API would refuse, are unusable: the batch fails from them.
 
 use heatsink::counter::CounterKey;
-use heatsink::counter::aggregate::{ChangeMapper, Unusable, image_and_delta};
+use heatsink::counter::aggregate::{ChangeMapper, Unusable, image_and_delta, image_time_ms};
 use serde_json::Value;
 
 use crate::id;
@@ -47,6 +47,11 @@ impl ChangeMapper for LikeMapper {
         let ev = like_event(change)?;
         let key = CounterKey::new(COUNTER, &ev.post).map_err(|e| Unusable::new(e.to_string()))?;
         Ok(Some((key, ev.delta)))
+    }
+
+    /// `liked_at`: the time bucket a like is counted in and recounted from.
+    fn event_ms(&self, change: &Value) -> Option<u64> {
+        image_time_ms(change, LIKED_AT)
     }
 }
 

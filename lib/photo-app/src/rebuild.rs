@@ -1,4 +1,11 @@
-//! The likes rebuilder: the toolkit's rebuild rule over a recount of the `liked` table.
+//! The likes rebuilder: the toolkit's rebuild rules over recounts of the `liked` table.
+//!
+//! - [`repair`] (the scheduled `count-rebuilder`): per-minute buckets of the posts liked since
+//!   the last run, recounted through `liked`'s write-sharded `by-post` index and corrected only
+//!   once the aggregator's flushed watermarks prove it processed every like the recount saw
+//!   ([`heatsink::counter::rebuild::Repair`]). A post liked without pause is repaired too.
+//! - [`rebuild`] (`heatsink rebuild`, the demo): a whole-table recount for when the aggregator
+//!   is known to be drained (writes stopped).
 //!
 //! [`LikedRecount`] is the toolkit's [`ScanRecount`] of `liked` by `post`, dated by
 //! `liked_at` (a like stored before `liked_at` existed counts as old). [`rebuild`] corrects
@@ -9,7 +16,25 @@ use heatsink::counter::rebuild::{self as rule, ScanRecount};
 use crate::mapper::{COUNTER, LIKED_AT};
 use crate::schema::{Schema, Table};
 
-pub use heatsink::counter::rebuild::{RebuildError, RebuildOptions, RebuildReport};
+pub use heatsink::counter::rebuild::{
+    GsiRecount, RebuildError, RebuildOptions, RebuildReport, RepairOptions, RepairReport,
+};
+
+/// The per-bucket recount of `schema`'s `liked` table through its `by-post` index.
+pub fn liked_bucket_recount(ddb: &aws_sdk_dynamodb::Client, schema: &Schema) -> GsiRecount {
+    crate::counting::Counting::likes(schema).bucket_recount(ddb)
+}
+
+/// One incremental repair run of the likes counters (see the module docs).
+pub async fn repair(
+    counters: &heatsink::counter::CounterStore,
+    recount: &GsiRecount,
+    options: RepairOptions,
+) -> Result<RepairReport, RebuildError> {
+    rule::Repair::new(counters, COUNTER, recount, options)
+        .run()
+        .await
+}
 
 /// Every post's durable likes, counted from the `liked` table.
 pub type LikedRecount = ScanRecount;

@@ -30,7 +30,6 @@ use heatsink::hot::ControlConfig;
 use heatsink::insights::Insights;
 use heatsink::lambda::dynamodb_event;
 use heatsink::publish::{SAMPLER_DETAIL_TYPE, SAMPLER_SOURCE};
-use heatsink_photo_app::rebuild::{RebuildOptions, rebuild};
 use heatsink_photo_app::schema::Table;
 use heatsink_photo_app::{LikesApi, aggregator};
 use heatsink_testkit::calls::{Call, CallLog};
@@ -84,6 +83,10 @@ fn logical(fx: &Fixture, call: &Call) -> String {
     let r = &call.resource;
     let resource = if let Some(t) = name_of(r) {
         format!("table/{t}")
+    } else if let Some((table, index)) = r.split_once("/index/")
+        && let Some(t) = name_of(table)
+    {
+        format!("table/{t}/index/{index}")
     } else if let Some((_, rest)) = r.split_once(":table/")
         && let Some((table, _)) = rest.split_once("/stream/")
         && let Some(t) = name_of(table)
@@ -225,32 +228,63 @@ async fn likes_aggregator(fx: &Fixture) {
     }
 }
 
-/// count-rebuilder over a like the aggregator never saw, so the run corrects (and writes) a counter.
+/// count-rebuilder (the incremental repair, as the function runs it) over a post whose
+/// counter is one like short, so the run corrects (and writes) its bucket's fix.
 async fn count_rebuilder(fx: &Fixture) {
-    fx.stack
-        .ddb
-        .put_item()
-        .table_name(fx.schema.table_name(Table::Liked))
-        .item("user", AttributeValue::S("u2".into()))
-        .item("post", AttributeValue::S("p10".into()))
-        .item("liked_at", AttributeValue::N("1".into()))
-        .send()
+    let now = heatsink::clock::now_ms();
+    let spec = heatsink::counter::BucketSpec::default();
+    // Two minutes back: closed whatever the watermarks the aggregator test left say.
+    let at = spec.start_of(now).saturating_sub(2 * spec.width_ms());
+    for user in ["u2", "u3"] {
+        fx.stack
+            .ddb
+            .put_item()
+            .table_name(fx.schema.table_name(Table::Liked))
+            .item("user", AttributeValue::S(user.into()))
+            .item("post", AttributeValue::S("p10".into()))
+            .item("liked_at", AttributeValue::N(at.to_string()))
+            .item(
+                heatsink_photo_app::schema::POST_SHARD,
+                AttributeValue::S(heatsink::counter::rebuild::sharded_key(
+                    "p10",
+                    user,
+                    heatsink_photo_app::schema::POST_SHARDS,
+                )),
+            )
+            .send()
+            .await
+            .expect("a like");
+    }
+    // The aggregator counted one of the two likes and is past them.
+    let setup = CounterStore::new(fx.stack.ddb.clone(), fx.schema.table_name(Table::Counters));
+    let writer = heatsink::counter::WriterId::new("shardId-000000000000").expect("writer");
+    let mut deltas = heatsink::counter::Deltas::new();
+    deltas
+        .add_record_at(
+            heatsink::counter::CounterKey::new("likes", "p10").expect("key"),
+            heatsink::counter::Seq::from(1),
+            1,
+            Some(at),
+        )
+        .expect("delta");
+    setup.flush(&writer, &deltas).await.expect("flush");
+    setup
+        .record_progress("likes", &writer, now + 3_600_000)
         .await
-        .expect("a like the aggregator never saw");
+        .expect("progress");
     let log = CallLog::new();
-    let report = rebuild(
-        &ddb(fx, &log),
-        &fx.schema,
-        RebuildOptions {
-            quiet: Duration::ZERO,
-        },
-    )
-    .await
-    .expect("rebuild");
-    assert!(
-        report.corrected.keys().any(|id| id.contains("p10")),
-        "{report:?}"
-    );
+    let client = ddb(fx, &log);
+    let counters = CounterStore::new(client.clone(), fx.schema.table_name(Table::Counters));
+    let recount = heatsink_photo_app::rebuild::liked_bucket_recount(&client, &fx.schema);
+    let options = heatsink::counter::rebuild::RepairOptions {
+        insert_only: true,
+        settle: Duration::ZERO,
+        ..heatsink::counter::rebuild::RepairOptions::default()
+    };
+    let report = heatsink_photo_app::rebuild::repair(&counters, &recount, options)
+        .await
+        .expect("repair");
+    assert_eq!(report.corrected.get("p10"), Some(&1), "{report:?}");
     assert_calls(fx, &log, "count-rebuilder", "kinesis");
 }
 

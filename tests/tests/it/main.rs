@@ -12,6 +12,7 @@ mod kinesis_reshard;
 mod likes;
 mod placement;
 mod publish;
+mod rebuild_repair;
 mod scatter;
 mod shard;
 mod sim;

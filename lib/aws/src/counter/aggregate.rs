@@ -86,12 +86,33 @@ impl Unusable {
 pub trait ChangeMapper: Send + Sync {
     /// The counter key and delta of one change record.
     fn map(&self, change: &Value) -> Result<Option<(CounterKey, i64)>, Unusable>;
+
+    /// The event's own time (Unix ms), stamped on the item before it became durable (the
+    /// photo app's `liked_at`): the time bucket the writer sub-key counts the change in, and
+    /// the one the rebuilder recounts it from. `None` (the default): counted in `total` only,
+    /// invisible to bucket repair.
+    fn event_ms(&self, change: &Value) -> Option<u64> {
+        let _ = change;
+        None
+    }
 }
 
 impl<T: ChangeMapper + ?Sized> ChangeMapper for Box<T> {
     fn map(&self, change: &Value) -> Result<Option<(CounterKey, i64)>, Unusable> {
         (**self).map(change)
     }
+
+    fn event_ms(&self, change: &Value) -> Option<u64> {
+        (**self).event_ms(change)
+    }
+}
+
+/// A number attribute `attr` of the change's image (`NewImage`, else `OldImage`) as Unix ms:
+/// the building block of [`ChangeMapper::event_ms`].
+pub fn image_time_ms(change: &Value, attr: &str) -> Option<u64> {
+    let record = change.get("dynamodb")?;
+    let image = record.get("NewImage").or_else(|| record.get("OldImage"))?;
+    image.get(attr)?.get("N")?.as_str()?.parse().ok()
 }
 
 /// A ready-made [`ChangeMapper`] for the common case: one counter per value of a string
@@ -111,6 +132,7 @@ impl<T: ChangeMapper + ?Sized> ChangeMapper for Box<T> {
 pub struct CountBy {
     counter: String,
     attribute: String,
+    time: Option<String>,
 }
 
 impl CountBy {
@@ -119,7 +141,15 @@ impl CountBy {
         Self {
             counter: counter.into(),
             attribute: attribute.into(),
+            time: None,
         }
+    }
+
+    /// Buckets each change by the number attribute `attr` of its image (Unix ms), so the
+    /// rebuilder can repair a counter that never goes quiet.
+    pub fn with_time(mut self, attr: impl Into<String>) -> Self {
+        self.time = Some(attr.into());
+        self
     }
 }
 
@@ -136,6 +166,10 @@ impl ChangeMapper for CountBy {
         let key =
             CounterKey::new(&self.counter, value).map_err(|e| Unusable::new(e.to_string()))?;
         Ok(Some((key, delta)))
+    }
+
+    fn event_ms(&self, change: &Value) -> Option<u64> {
+        image_time_ms(change, self.time.as_deref()?)
     }
 }
 
@@ -200,6 +234,8 @@ pub struct AggregateReport {
     /// Kinesis records skipped because they are not a change of this aggregator's table
     /// (`eventSource` not `aws:dynamodb`, or another `tableName`).
     pub foreign: u64,
+    /// The flushed watermark this batch recorded (Unix ms of change creation), if any.
+    pub watermark_ms: Option<u64>,
 }
 
 /// A change record's `dynamodb.ApproximateCreationDateTime` in ms since the epoch. DynamoDB
@@ -254,8 +290,8 @@ pub fn change_id(change: &Value) -> Result<(ChangeId, u64), Unusable> {
     Ok((id, at))
 }
 
-/// A stream shard and the sequence numbers it holds (`None` end: still open).
-type ShardSpan = (String, Seq, Option<Seq>);
+/// A stream shard, the sequence numbers it holds (`None` end: still open) and its parent.
+type ShardSpan = (String, Seq, Option<Seq>, Option<String>);
 
 /// A stream-batch aggregator: change records → per-key deltas (by the user's [`ChangeMapper`])
 /// → one conditional absolute flush per counter key and writer.
@@ -267,6 +303,8 @@ pub struct StreamAggregator<M> {
     shard_cache: Mutex<HashMap<String, Vec<ShardSpan>>>,
     table: Option<String>,
     dedupe_window: Duration,
+    progress: Option<String>,
+    retired: Mutex<HashSet<String>>,
 }
 
 /// How long a Kinesis writer sub-key remembers the changes it counted
@@ -288,7 +326,18 @@ impl<M: ChangeMapper> StreamAggregator<M> {
             shard_cache: Mutex::new(HashMap::new()),
             table: None,
             dedupe_window: DEDUPE_WINDOW,
+            progress: None,
+            retired: Mutex::new(HashSet::new()),
         }
+    }
+
+    /// Records each writer's flushed watermark for counter `name` after every batch it flushed
+    /// completely (and retires a DynamoDB Streams shard once its child delivers): the progress
+    /// the rebuilder's repair is gated on ([`heatsink_core::counter::proven_through`]). Without
+    /// it, the names of the batch's counted keys are used.
+    pub fn with_progress(mut self, name: impl Into<String>) -> Self {
+        self.progress = Some(name.into());
+        self
     }
 
     /// Counts only changes of `table`: a Kinesis record whose `tableName` differs (another
@@ -329,12 +378,15 @@ impl<M: ChangeMapper> StreamAggregator<M> {
         writer: &WriterId,
         records: Vec<(String, String, Result<Value, String>)>,
         dedupe: bool,
+        parent: Option<&str>,
     ) -> AggregateReport {
         let mut report = AggregateReport::default();
         let mut deltas = Deltas::new();
         let mut changes: BTreeMap<CounterKey, Vec<Change>> = BTreeMap::new();
         let mut keys = BTreeSet::new();
         let mut oldest_ms: Option<u64> = None;
+        // Newest creation time read, over every record (foreign and uncounted ones included).
+        let mut newest_ms: Option<u64> = None;
         for (id, seq, change) in records {
             let bad = |reason: String| AggregateError::BadRecord {
                 id: id.clone(),
@@ -352,34 +404,44 @@ impl<M: ChangeMapper> StreamAggregator<M> {
                     } else {
                         None
                     };
-                    Ok((mapped, approximate_creation_ms(&c), id, false))
+                    let event = self.mapper.event_ms(&c);
+                    Ok((
+                        mapped.map(|(k, d)| (k, d, event)),
+                        approximate_creation_ms(&c),
+                        id,
+                        false,
+                    ))
                 })
                 .and_then(|(mapped, created, id, foreign)| {
                     let seq = Seq::parse(&seq).map_err(|e| bad(e.to_string()))?;
                     Ok((mapped, seq, created, id, foreign))
                 });
+            if let Ok((_, _, Some(t), _, _)) = &parsed {
+                newest_ms = Some(newest_ms.map_or(*t, |n| n.max(*t)));
+            }
             match parsed {
                 // The record moves no counter: read, nothing to add.
                 Ok((None, _, _, _, foreign)) => {
                     report.records += 1;
                     report.foreign += u64::from(foreign);
                 }
-                Ok((Some((key, delta)), seq, created, Some((id, at_ms)), _)) => {
+                Ok((Some((key, delta, event_ms)), seq, created, Some((id, at_ms)), _)) => {
                     keys.insert(key.clone());
                     changes.entry(key).or_default().push(Change {
                         seq,
                         delta,
                         id,
                         at_ms,
+                        event_ms,
                     });
                     report.records += 1;
                     if let Some(t) = created {
                         oldest_ms = Some(oldest_ms.map_or(t, |o| o.min(t)));
                     }
                 }
-                Ok((Some((key, delta)), seq, created, None, _)) => {
+                Ok((Some((key, delta, event_ms)), seq, created, None, _)) => {
                     keys.insert(key.clone());
-                    if let Err(e) = deltas.add_record(key, seq, delta) {
+                    if let Err(e) = deltas.add_record_at(key, seq, delta, event_ms) {
                         tracing::error!(record = %id, error = %e, "unusable record");
                         report.failed_at = Some(id);
                         break;
@@ -399,6 +461,10 @@ impl<M: ChangeMapper> StreamAggregator<M> {
         }
         report.keys = keys.len() as u64;
         if deltas.is_empty() && changes.is_empty() {
+            if report.failed_at.is_none() {
+                self.progress_done(writer, &keys, newest_ms, dedupe, parent, &mut report)
+                    .await;
+            }
             return report;
         }
         let span_ms = u64::try_from(self.dedupe_window.as_millis()).unwrap_or(u64::MAX);
@@ -414,6 +480,10 @@ impl<M: ChangeMapper> StreamAggregator<M> {
                         oldest_ms.map(|t| crate::clock::now_ms().saturating_sub(t));
                 }
                 report.flush = flush;
+                if report.failed_at.is_none() {
+                    self.progress_done(writer, &keys, newest_ms, dedupe, parent, &mut report)
+                        .await;
+                }
             }
             Err(e) => {
                 tracing::error!(error = %e, "flush failed; the whole batch will be retried");
@@ -425,6 +495,58 @@ impl<M: ChangeMapper> StreamAggregator<M> {
             }
         }
         report
+    }
+
+    /// After a batch was processed completely: records the writer's flushed watermark and
+    /// retires its parent shard. The watermark is the newest creation time read minus what
+    /// the source may still deliver older: the dedupe window for Kinesis (its documented
+    /// reordering; the same assumption as the dedupe), 1 ms below the second for DynamoDB
+    /// Streams (in order per shard; creation times in whole seconds). A failure here is
+    /// reported and the batch still succeeds: progress only gates repairs, it counts nothing.
+    async fn progress_done(
+        &self,
+        writer: &WriterId,
+        keys: &BTreeSet<CounterKey>,
+        newest_ms: Option<u64>,
+        dedupe: bool,
+        parent: Option<&str>,
+        report: &mut AggregateReport,
+    ) {
+        let names: BTreeSet<String> = match &self.progress {
+            Some(name) => BTreeSet::from([name.clone()]),
+            None => keys.iter().map(|k| k.name().to_owned()).collect(),
+        };
+        let Some(newest) = newest_ms else { return };
+        let behind = if dedupe {
+            u64::try_from(self.dedupe_window.as_millis()).unwrap_or(u64::MAX)
+        } else {
+            1
+        };
+        let flushed = newest.saturating_sub(behind);
+        for name in &names {
+            if let Err(e) = self.counters.record_progress(name, writer, flushed).await {
+                tracing::warn!(error = %e, "flushed watermark not recorded; repairs wait for the next batch");
+                report.error.get_or_insert_with(|| e.to_string());
+                return;
+            }
+            report.watermark_ms = Some(flushed);
+        }
+        let Some(parent) = parent else { return };
+        if self.retired.lock().is_ok_and(|r| r.contains(parent)) {
+            return;
+        }
+        let Ok(parent_id) = WriterId::new(parent) else {
+            return;
+        };
+        for name in &names {
+            if let Err(e) = self.counters.retire(name, &parent_id).await {
+                tracing::warn!(error = %e, "parent shard not retired; retried with the next batch");
+                return;
+            }
+        }
+        if let Ok(mut r) = self.retired.lock() {
+            r.insert(parent.to_owned());
+        }
     }
 
     /// Handles a Kinesis event carrying DynamoDB change records (Kinesis Data Streams for DynamoDB).
@@ -461,7 +583,7 @@ impl<M: ChangeMapper> StreamAggregator<M> {
                 (seq.clone(), seq, change)
             })
             .collect();
-        let report = self.aggregate(&writer, records, true).await;
+        let report = self.aggregate(&writer, records, true, None).await;
         if let Some(at) = &report.failed_at {
             resp.batch_item_failures
                 .push(kinesis_failure(if at.is_empty() {
@@ -484,7 +606,7 @@ impl<M: ChangeMapper> StreamAggregator<M> {
         };
         let first_seq = first.change.sequence_number.clone().unwrap_or_default();
         let arn = first.event_source_arn.clone().unwrap_or_default();
-        let writer = match self
+        let (writer, parent) = match self
             .resolve_shard(
                 &arn,
                 &first_seq,
@@ -523,7 +645,9 @@ impl<M: ChangeMapper> StreamAggregator<M> {
                 (seq.clone(), seq, change)
             })
             .collect();
-        let report = self.aggregate(&writer, records, false).await;
+        let report = self
+            .aggregate(&writer, records, false, parent.as_deref())
+            .await;
         if let Some(at) = &report.failed_at {
             resp.batch_item_failures
                 .push(dynamodb_failure(if at.is_empty() {
@@ -549,7 +673,7 @@ impl<M: ChangeMapper> StreamAggregator<M> {
         arn: &str,
         seq: &str,
         event_id: Option<&str>,
-    ) -> Result<WriterId, AggregateError> {
+    ) -> Result<(WriterId, Option<String>), AggregateError> {
         let bad = |reason: String| AggregateError::BadRecord {
             id: seq.to_owned(),
             reason,
@@ -562,22 +686,30 @@ impl<M: ChangeMapper> StreamAggregator<M> {
                     c.insert(arn.to_owned(), shards);
                 }
             }
-            let hits: Vec<String> = self
+            let spans: Vec<(String, Option<String>)> = self
                 .shard_cache
                 .lock()
                 .map(|c| {
                     c.get(arn)
                         .into_iter()
                         .flatten()
-                        .filter(|(_, start, end)| {
+                        .filter(|(_, start, end, _)| {
                             *start <= wanted && end.as_ref().is_none_or(|e| wanted <= *e)
                         })
-                        .map(|(id, _, _)| id.clone())
+                        .map(|(id, _, _, parent)| (id.clone(), parent.clone()))
                         .collect()
                 })
                 .unwrap_or_default();
+            let parent_of = |id: &str| {
+                spans
+                    .iter()
+                    .find(|(s, _)| s == id)
+                    .and_then(|(_, p)| p.clone())
+            };
+            let hits: Vec<String> = spans.iter().map(|(id, _)| id.clone()).collect();
             if hits.len() == 1 {
-                return WriterId::new(&hits[0]).map_err(|e| bad(e.to_string()));
+                let w = WriterId::new(&hits[0]).map_err(|e| bad(e.to_string()))?;
+                return Ok((w, parent_of(&hits[0])));
             }
             if hits.len() > 1 {
                 let mut found = vec![];
@@ -587,7 +719,8 @@ impl<M: ChangeMapper> StreamAggregator<M> {
                     }
                 }
                 if found.len() == 1 {
-                    return WriterId::new(&found[0]).map_err(|e| bad(e.to_string()));
+                    let w = WriterId::new(&found[0]).map_err(|e| bad(e.to_string()))?;
+                    return Ok((w, parent_of(&found[0])));
                 }
                 if refresh || found.len() > 1 {
                     return Err(bad(format!(
@@ -659,10 +792,7 @@ impl<M: ChangeMapper> StreamAggregator<M> {
         }))
     }
 
-    async fn describe_shards(
-        &self,
-        arn: &str,
-    ) -> Result<Vec<(String, Seq, Option<Seq>)>, AggregateError> {
+    async fn describe_shards(&self, arn: &str) -> Result<Vec<ShardSpan>, AggregateError> {
         let Some(streams) = &self.streams else {
             return Err(AggregateError::BadRecord {
                 id: arn.to_owned(),
@@ -699,7 +829,12 @@ impl<M: ChangeMapper> StreamAggregator<M> {
                 if let Some(p) = sh.parent_shard_id() {
                     parents.insert(p.to_owned());
                 }
-                out.push((id.to_owned(), first, last));
+                out.push((
+                    id.to_owned(),
+                    first,
+                    last,
+                    sh.parent_shard_id().map(str::to_owned),
+                ));
             }
             start = d.last_evaluated_shard_id;
             if start.is_none() {
@@ -709,7 +844,7 @@ impl<M: ChangeMapper> StreamAggregator<M> {
         // The newest shard of each lineage (no child yet) is still open and takes new records,
         // whatever ending number an emulator reports for it (dynoxide reports the string-largest
         // seq it holds, e.g. "9" after "30").
-        for (id, _, end) in &mut out {
+        for (id, _, end, _) in &mut out {
             if !parents.contains(id.as_str()) {
                 *end = None;
             }

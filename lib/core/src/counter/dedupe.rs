@@ -163,6 +163,8 @@ pub struct Change {
     pub id: ChangeId,
     /// Its creation time (Unix ms).
     pub at_ms: u64,
+    /// The event's own time (`liked_at`, Unix ms) for the writer sub-key's time buckets.
+    pub event_ms: Option<u64>,
 }
 
 /// A deduplicated flush of one writer sub-key: write `total`, `seq` and `window` if the stored
@@ -185,6 +187,9 @@ pub struct DedupeDecision {
     pub skipped: u64,
     /// Changes older than the window, counted anyway.
     pub late: u64,
+    /// `(event ms, delta)` of every counted change with an event time: what the writer
+    /// sub-key's time buckets add.
+    pub counted_events: Vec<(u64, i64)>,
 }
 
 /// Decides a deduplicated flush: records at or below the stored seq are redeliveries (skipped),
@@ -201,6 +206,7 @@ pub fn decide_deduped(
     let mut total = stored.map_or(0, |(s, _)| s.total);
     let mut newest: Option<&Seq> = None;
     let (mut counted, mut duplicates, mut skipped, mut late) = (0, 0, 0, 0);
+    let mut counted_events = vec![];
     for c in changes {
         if floor.is_some_and(|f| c.seq <= *f) {
             skipped += 1;
@@ -219,6 +225,9 @@ pub fn decide_deduped(
         }
         total = total.checked_add(c.delta).ok_or(CounterError::Overflow)?;
         counted += 1;
+        if let Some(at) = c.event_ms {
+            counted_events.push((at, c.delta));
+        }
     }
     Ok(match newest {
         Some(seq) if counted > 0 => Some(DedupeDecision {
@@ -230,6 +239,7 @@ pub fn decide_deduped(
             duplicates,
             skipped,
             late,
+            counted_events,
         }),
         _ => None,
     })
@@ -311,7 +321,7 @@ mod tests {
             }
             for (_, j) in pending { let c = stream.iter().find(|c| c.0 == j).copied().expect("o"); stream.push(c); }
             let changes: Vec<Change> = stream.iter().enumerate().map(|(n, (_, id, at, d))| Change {
-                seq: Seq::from_u64(100 + n as u64), delta: *d, id: *id, at_ms: *at,
+                seq: Seq::from_u64(100 + n as u64), delta: *d, id: *id, at_ms: *at, event_ms: None,
             }).collect();
             let mut store: Store = None;
             let (mut at, mut k) = (0usize, 0usize);

@@ -20,6 +20,7 @@ pub struct Stored {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct KeyDeltas {
     entries: Vec<(Seq, i64)>,
+    timed: Vec<(Seq, Option<u64>, i64)>,
     pending: Option<i64>,
     events: u64,
 }
@@ -29,6 +30,12 @@ impl KeyDeltas {
     /// consecutive entries with the same seq are merged.
     pub fn entries(&self) -> &[(Seq, i64)] {
         &self.entries
+    }
+
+    /// Records added with an event time ([`Deltas::add_record_at`]): `(seq, event ms, delta)`,
+    /// one per record, what [`Buckets::advance`](super::Buckets::advance) counts per bucket.
+    pub fn timed(&self) -> &[(Seq, Option<u64>, i64)] {
+        &self.timed
     }
 
     /// The delta added with [`Deltas::add`] since the last [`Deltas::seal`], if any.
@@ -97,6 +104,25 @@ impl Deltas {
         entry.events += 1;
         self.events += 1;
         Ok(())
+    }
+
+    /// [`Deltas::add_record`], with the event's own time (`liked_at`: Unix ms), so the writer
+    /// sub-key's time buckets count it too (see [`Buckets`](super::Buckets)).
+    pub fn add_record_at(
+        &mut self,
+        key: CounterKey,
+        seq: Seq,
+        delta: i64,
+        event_ms: Option<u64>,
+    ) -> Result<(), CounterError> {
+        if event_ms.is_some() {
+            self.keys
+                .entry(key.clone())
+                .or_default()
+                .timed
+                .push((seq.clone(), event_ms, delta));
+        }
+        self.add_record(key, seq, delta)
     }
 
     /// Stamps every pending delta with a flush number, making it an entry a flush can count.

@@ -1,0 +1,544 @@
+//! The incremental repair (`heatsink::counter::rebuild::Repair`) on the local stack: a hot post
+//! liked without pause is repaired while the likes keep coming (through the stream-shape
+//! simulator's Kinesis shape, `sim_`), a lagging aggregator is never made up for twice, and a
+//! run's requests do not grow with the table.
+//!
+//! Time is scaled down: buckets of 1 s instead of 60 s, a settle of 0.5 s instead of 60 s, a
+//! dedupe window (the Kinesis watermark's reorder allowance) of 0.3 s instead of 10 s, a run
+//! every 0.3 s instead of every 5 minutes (the hot-post test: 2 s buckets). The repair bound is the sum of those plus the
+//! aggregator's lag, so it scales with them (docs/counters.md: 4.2 minutes deployed).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
+use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
+use aws_sdk_dynamodb::error::BoxError;
+use aws_sdk_dynamodb::types::AttributeValue;
+use base64::Engine;
+use heatsink::counter::rebuild::{Repair, RepairOptions, sharded_key};
+use heatsink::counter::{BucketSpec, CounterKey, CounterStore, Deltas, Seq, WriterId};
+use heatsink_photo_app::rebuild::liked_bucket_recount;
+use heatsink_photo_app::schema::{POST_SHARD, POST_SHARDS, Table};
+use heatsink_photo_app::{LikesApi, aggregator};
+use heatsink_sim::esm::{self, Batch, EsmSettings};
+use heatsink_sim::front::StreamShaper;
+use heatsink_sim::shape::{ShapeConfig, SourceKind};
+use heatsink_testkit::{Fixture, fixture};
+
+fn spec() -> BucketSpec {
+    BucketSpec::new(1_000, 30).expect("spec")
+}
+
+/// The hot-post test's buckets: 2 s, so the rebuilder's last two index reads (32 Queries on a
+/// loaded emulator) take less than a bucket.
+fn hot_spec() -> BucketSpec {
+    BucketSpec::new(2_000, 30).expect("spec")
+}
+
+fn options(expected: Vec<WriterId>) -> RepairOptions {
+    options_with(spec(), expected, 15)
+}
+
+/// A fresh cursor starts `back` buckets back, not 30 (the first run's index reads).
+fn options_with(buckets: BucketSpec, expected: Vec<WriterId>, back: u64) -> RepairOptions {
+    RepairOptions {
+        buckets,
+        start_at: Some(heatsink::clock::now_ms().saturating_sub(back * buckets.width_ms())),
+        settle: Duration::from_millis(500),
+        skew: Duration::from_millis(50),
+        lease: Duration::from_secs(30),
+        budget: Duration::from_secs(60),
+        holder: "test".into(),
+        expected,
+        insert_only: true,
+        max_wait: Duration::from_secs(3),
+        poll: Duration::from_millis(100),
+        ..RepairOptions::default()
+    }
+}
+
+async fn tables(fx: &Fixture, posts: &[&str]) -> String {
+    for t in [Table::Liked, Table::Counters, Table::Posts] {
+        fx.table(t).await;
+    }
+    for p in posts {
+        fx.stack
+            .ddb
+            .put_item()
+            .table_name(fx.schema.table_name(Table::Posts))
+            .item("post", AttributeValue::S((*p).into()))
+            .send()
+            .await
+            .expect("post");
+    }
+    fx.stack
+        .ddb
+        .describe_table()
+        .table_name(fx.schema.table_name(Table::Liked))
+        .send()
+        .await
+        .expect("describe")
+        .table
+        .and_then(|t| t.latest_stream_arn)
+        .expect("liked has a stream")
+}
+
+async fn shaper(fx: &Fixture, shape: ShapeConfig) -> StreamShaper {
+    let upstream = std::env::var("AWS_ENDPOINT_URL_DYNAMODB_STREAMS")
+        .or_else(|_| std::env::var("AWS_ENDPOINT_URL_DYNAMODB"))
+        .expect("the stack's endpoint");
+    let _ = fx;
+    StreamShaper::start(&upstream, shape).await.expect("shaper")
+}
+
+fn store(fx: &Fixture) -> CounterStore {
+    CounterStore::new(fx.stack.ddb.clone(), fx.schema.table_name(Table::Counters))
+        .with_buckets(spec())
+}
+
+/// The posts of a Kinesis-shape batch's likes.
+fn posts_of(batch: &Batch) -> Vec<String> {
+    batch.event["Records"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| {
+            let data = r.pointer("/kinesis/data")?.as_str()?;
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(data)
+                .ok()?;
+            let change: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+            change
+                .pointer("/dynamodb/NewImage/post/S")?
+                .as_str()
+                .map(str::to_owned)
+        })
+        .collect()
+}
+
+async fn invoke(agg: &heatsink_photo_app::Aggregator, event: &serde_json::Value) -> Option<String> {
+    let (resp, _) = agg
+        .handle_kinesis(serde_json::from_value(event.clone()).expect("kinesis event"))
+        .await;
+    resp.batch_item_failures
+        .first()
+        .and_then(|f| f.item_identifier.clone())
+}
+
+async fn fix_total(store: &CounterStore, post: &str) -> i64 {
+    let key = CounterKey::new("likes", post).expect("key");
+    store
+        .read_partition(&key)
+        .await
+        .expect("partition")
+        .fix
+        .total
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sim_a_hot_post_liked_without_pause_is_repaired_while_the_load_continues() {
+    let fx = fixture!("sim_a_hot_post_liked_without_pause_is_repaired_while_the_load_continues");
+    let arn = tables(&fx, &["p9", "p1"]).await;
+    let mut shape = ShapeConfig::new(SourceKind::Kinesis, 4);
+    shape.reorder = 4;
+    shape.seed = 13;
+    let shaper = shaper(&fx, shape).await;
+    shaper.watch(&arn).await.expect("watch");
+    let shard_ids: Vec<String> = shaper
+        .with_stream(&arn, |s| s.describe())
+        .expect("watched")
+        .into_iter()
+        .map(|v| v.shard_id)
+        .collect();
+    assert_eq!(shard_ids.len(), 4);
+    let streams = aws_sdk_dynamodbstreams::Client::from_conf(
+        aws_sdk_dynamodbstreams::config::Builder::from(&fx.stack.config)
+            .endpoint_url(shaper.endpoint())
+            .build(),
+    );
+    let counters = store(&fx).with_buckets(hot_spec());
+    let agg = aggregator(counters.clone(), Some(streams))
+        .with_table(fx.schema.table_name(Table::Liked))
+        .with_dedupe_window(Duration::from_millis(300));
+    let api = Arc::new(LikesApi::new(fx.stack.ddb.clone(), &fx.schema));
+    let done = Arc::new(AtomicBool::new(false));
+    let load = Duration::from_secs(16);
+    let started = std::time::Instant::now();
+    let liking = {
+        let (api, done) = (api.clone(), done.clone());
+        tokio::spawn(async move {
+            let mut truth = BTreeMap::<String, i64>::new();
+            let mut u = 0u32;
+            while started.elapsed() < load {
+                let post = if u.is_multiple_of(4) { "p1" } else { "p9" };
+                api.like(&format!("u{u}"), post).await.expect("like");
+                *truth.entry(post.to_owned()).or_default() += 1;
+                u += 1;
+                tokio::time::sleep(Duration::from_millis(15)).await;
+            }
+            done.store(true, Ordering::Relaxed);
+            truth
+        })
+    };
+    // Corruption: batches delivered between 0.2 s and 1 s into the load are acknowledged
+    // without being counted (a parked batch), so p9's count is short by their likes.
+    let dropped_p9 = Arc::new(AtomicU64::new(0));
+    let settings = EsmSettings {
+        source: SourceKind::Kinesis,
+        batch_size: 50,
+        window: Duration::from_millis(200),
+        shards: 4,
+    };
+    let agg = &agg;
+    let dropped_in = dropped_p9.clone();
+    let delivering = esm::run(
+        &shaper,
+        &arn,
+        settings,
+        |batch: Batch| {
+            let t = started.elapsed();
+            let drop = t > Duration::from_millis(200) && t < Duration::from_millis(1_000);
+            let dropped = dropped_in.clone();
+            async move {
+                if drop {
+                    let n = posts_of(&batch).iter().filter(|p| *p == "p9").count();
+                    dropped.fetch_add(n as u64, Ordering::Relaxed);
+                    return None;
+                }
+                invoke(agg, &batch.event).await
+            }
+        },
+        || done.load(Ordering::Relaxed),
+    );
+    // The rebuilder, every 0.3 s while the likes come.
+    let recount = liked_bucket_recount(&fx.stack.ddb, &fx.schema);
+    let expected: Vec<WriterId> = shard_ids
+        .iter()
+        .map(|s| WriterId::new(s.clone()).expect("writer"))
+        .collect();
+    let rebuilding = async {
+        let mut fixed_while_liked = 0;
+        let mut runs = 0;
+        while !done.load(Ordering::Relaxed) {
+            let report = Repair::new(
+                &counters,
+                "likes",
+                &recount,
+                options_with(hot_spec(), expected.clone(), 1),
+            )
+            .run()
+            .await
+            .expect("repair");
+            assert!(report.skipped.is_empty(), "{:?}", report.skipped);
+            runs += u64::from(report.completed);
+            if !done.load(Ordering::Relaxed) {
+                fixed_while_liked = fix_total(&counters, "p9").await;
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        (fixed_while_liked, runs)
+    };
+    let (delivered, (fixed_while_liked, runs)) = tokio::join!(delivering, rebuilding);
+    let truth = liking.await.expect("load");
+    let dropped = dropped_p9.load(Ordering::Relaxed) as i64;
+    assert!(dropped > 0, "some p9 likes were lost: {delivered:?}");
+    assert!(
+        runs >= 5,
+        "the rebuilder ran while the likes came ({runs} runs)"
+    );
+    assert_eq!(
+        fixed_while_liked, dropped,
+        "p9's lost likes were made up while p9 was still being liked"
+    );
+    // The load has stopped and the stream is drained: a last run changes nothing, and p9 and p1
+    // are exact (a correction was never counted again by the aggregator).
+    Repair::new(
+        &counters,
+        "likes",
+        &recount,
+        options_with(hot_spec(), expected, 4),
+    )
+    .run()
+    .await
+    .expect("repair");
+    for post in ["p9", "p1"] {
+        assert_eq!(
+            api.count(post).await.expect("count"),
+            truth[post],
+            "{post} is exact"
+        );
+    }
+    shaper.stop();
+}
+
+/// Delivers `shard`'s records from `from` (at most `limit`) to `agg` as Kinesis batches of up
+/// to 4 records; `drop_first` batches are acknowledged without being counted. Returns
+/// the new position and the records dropped.
+async fn deliver(
+    shaper: &StreamShaper,
+    arn: &str,
+    agg: &heatsink_photo_app::Aggregator,
+    shard: &str,
+    from: usize,
+    limit: usize,
+    drop_first: usize,
+) -> (usize, u64) {
+    let (mut at, mut dropped, mut batches) = (from, 0, 0);
+    while at < from + limit {
+        let n = (from + limit - at).min(4);
+        let Some(Ok((records, _))) = shaper.with_stream(arn, |s| s.read(shard, at, n)) else {
+            break;
+        };
+        if records.is_empty() {
+            break;
+        }
+        let event = esm::event(SourceKind::Kinesis, arn, shard, &records);
+        if batches < drop_first {
+            dropped += records.len() as u64;
+        } else {
+            assert_eq!(invoke(agg, &event).await, None, "batch counted");
+        }
+        batches += 1;
+        at += records.len();
+    }
+    (at, dropped)
+}
+
+#[tokio::test]
+async fn sim_a_lagging_aggregator_is_never_made_up_for_twice() {
+    let fx = fixture!("sim_a_lagging_aggregator_is_never_made_up_for_twice");
+    let arn = tables(&fx, &["p9"]).await;
+    let shaper = shaper(&fx, ShapeConfig::new(SourceKind::Kinesis, 2)).await;
+    shaper.watch(&arn).await.expect("watch");
+    let counters = store(&fx);
+    let agg = aggregator(counters.clone(), None)
+        .with_table(fx.schema.table_name(Table::Liked))
+        .with_dedupe_window(Duration::from_millis(300));
+    let api = LikesApi::new(fx.stack.ddb.clone(), &fx.schema);
+    // 24 likes, then (once their buckets are over) 8 more, so every shard's watermark can pass
+    // the first likes' buckets.
+    for u in 0..24 {
+        api.like(&format!("u{u}"), "p9").await.expect("like");
+    }
+    tokio::time::sleep(Duration::from_millis(3_500)).await;
+    for u in 24..36 {
+        api.like(&format!("u{u}"), "p9").await.expect("like");
+    }
+    // The emulator's stream may show the last writes a moment later: read until all 36 are in.
+    for _ in 0..50 {
+        shaper.sync().await;
+        let seen = shaper
+            .with_stream(&arn, |s| s.stats().delivered)
+            .unwrap_or(0);
+        if seen >= 36 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let shards: Vec<String> = shaper
+        .with_stream(&arn, |s| s.describe())
+        .expect("watched")
+        .into_iter()
+        .map(|v| v.shard_id)
+        .collect();
+    assert_eq!(shards.len(), 2);
+    let expected: Vec<WriterId> = shards
+        .iter()
+        .map(|s| WriterId::new(s.clone()).expect("writer"))
+        .collect();
+    // Shard 0 is read to its end, its first batch lost; shard 1 lags: 2 records read.
+    let (_, lost) = deliver(&shaper, &arn, &agg, &shards[0], 0, usize::MAX / 2, 1).await;
+    let (at1, _) = deliver(&shaper, &arn, &agg, &shards[1], 0, 2, 0).await;
+    assert!(lost > 0);
+    let recount = liked_bucket_recount(&fx.stack.ddb, &fx.schema);
+    let run = || async {
+        Repair::new(&counters, "likes", &recount, options(expected.clone()))
+            .run()
+            .await
+            .expect("repair")
+    };
+    let lagging = run().await;
+    assert!(lagging.corrected.is_empty(), "{lagging:?}");
+    assert_eq!(
+        fix_total(&counters, "p9").await,
+        0,
+        "nothing made up while lagging"
+    );
+    assert!(
+        api.count("p9").await.expect("count") < 36,
+        "the lag is real"
+    );
+    // Shard 1 catches up: the only correction is the lost batch, and the count is exact.
+    deliver(&shaper, &arn, &agg, &shards[1], at1, usize::MAX / 2, 0).await;
+    let caught_up = run().await;
+    assert!(caught_up.completed, "{caught_up:?}");
+    assert_eq!(
+        fix_total(&counters, "p9").await,
+        lost as i64,
+        "{caught_up:?}"
+    );
+    assert_eq!(api.count("p9").await.expect("count"), 36);
+    // And a run after that changes nothing.
+    let again = run().await;
+    assert!(again.corrected.is_empty(), "{again:?}");
+    shaper.stop();
+}
+
+/// Counts every request a client sends.
+#[derive(Debug, Clone, Default)]
+struct Requests(Arc<AtomicU64>);
+
+impl Intercept for Requests {
+    fn name(&self) -> &'static str {
+        "Requests"
+    }
+
+    fn read_before_transmit(
+        &self,
+        _: &BeforeTransmitInterceptorContextRef<'_>,
+        _: &RuntimeComponents,
+        _: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        self.0.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// A table of `old` likes (an hour old, over 100 posts, their counters flushed) plus 3 posts
+/// liked just now; returns the requests one repair run costs.
+async fn repair_requests(fx: &Fixture, old: u32) -> (u64, u64) {
+    tables(fx, &[]).await;
+    let liked = fx.schema.table_name(Table::Liked);
+    let counters = store(fx);
+    let now = heatsink::clock::now_ms();
+    let hour_ago = now - 3_600_000;
+    let like = |user: String, post: String, at: u64| {
+        aws_sdk_dynamodb::types::WriteRequest::builder()
+            .put_request(
+                aws_sdk_dynamodb::types::PutRequest::builder()
+                    .item("user", AttributeValue::S(user.clone()))
+                    .item("post", AttributeValue::S(post.clone()))
+                    .item("liked_at", AttributeValue::N(at.to_string()))
+                    .item(
+                        POST_SHARD,
+                        AttributeValue::S(sharded_key(&post, &user, POST_SHARDS)),
+                    )
+                    .build()
+                    .expect("put"),
+            )
+            .build()
+    };
+    let writer = WriterId::new("shardId-000000000000").expect("writer");
+    let mut all: Vec<(String, String, u64)> = (0..old)
+        .map(|i| {
+            (
+                format!("o{i}"),
+                format!("old{}", i % 100),
+                hour_ago + u64::from(i),
+            )
+        })
+        .collect();
+    for chunk in all.chunks(25) {
+        let req = chunk
+            .iter()
+            .map(|(u, p, at)| like(u.clone(), p.clone(), *at))
+            .collect();
+        let out = fx
+            .stack
+            .ddb
+            .batch_write_item()
+            .request_items(&liked, req)
+            .send()
+            .await
+            .expect("batch write");
+        assert!(out.unprocessed_items.is_none_or(|u| u.is_empty()));
+    }
+    // The fresh likes after the old ones are stored (a slow emulator takes a while): their
+    // bucket must be recent when the repair runs.
+    let now = heatsink::clock::now_ms();
+    let mut fresh = vec![];
+    let fresh_start = spec().start_of(now) - 3_000;
+    for i in 0..30u64 {
+        fresh.push((
+            format!("n{i}"),
+            format!("hot{}", i % 3),
+            fresh_start + i * 10,
+        ));
+    }
+    for chunk in fresh.chunks(25) {
+        let req = chunk
+            .iter()
+            .map(|(u, p, at)| like(u.clone(), p.clone(), *at))
+            .collect();
+        let out = fx
+            .stack
+            .ddb
+            .batch_write_item()
+            .request_items(&liked, req)
+            .send()
+            .await
+            .expect("batch write");
+        assert!(out.unprocessed_items.is_none_or(|u| u.is_empty()));
+    }
+    all.extend(fresh);
+    // Their counters as the aggregator leaves them, the fresh posts each one like short.
+    let mut deltas = Deltas::new();
+    for (i, (_, p, at)) in all.iter().enumerate() {
+        if p == "hot0" && at.is_multiple_of(100) {
+            continue;
+        }
+        let key = CounterKey::new("likes", p.clone()).expect("key");
+        deltas
+            .add_record_at(key, Seq::from(i as u64 + 1), 1, Some(*at))
+            .expect("delta");
+    }
+    counters.flush(&writer, &deltas).await.expect("flush");
+    counters
+        .record_progress("likes", &writer, now + 60_000)
+        .await
+        .expect("progress");
+    let requests = Requests::default();
+    let ddb = aws_sdk_dynamodb::Client::from_conf(
+        aws_sdk_dynamodb::config::Builder::from(&fx.stack.config)
+            .interceptor(requests.clone())
+            .build(),
+    );
+    let counted =
+        CounterStore::new(ddb.clone(), fx.schema.table_name(Table::Counters)).with_buckets(spec());
+    let recount = liked_bucket_recount(&ddb, &fx.schema);
+    let mut opts = options(vec![writer]);
+    opts.settle = Duration::ZERO;
+    opts.start_at = Some(fresh_start.saturating_sub(1_000));
+    let report = Repair::new(&counted, "likes", &recount, opts)
+        .run()
+        .await
+        .expect("repair");
+    assert!(report.completed, "{report:?}");
+    assert_eq!(
+        report.posts_checked, 3,
+        "only the posts touched lately: {report:?}"
+    );
+    let corrected: i64 = report.corrected.values().sum();
+    (requests.0.load(Ordering::Relaxed), corrected.unsigned_abs())
+}
+
+#[tokio::test]
+async fn a_repair_at_ten_times_the_data_costs_the_same_requests() {
+    let small = fixture!("a_repair_at_ten_times_the_data_costs_the_same_requests_small");
+    let large = fixture!("a_repair_at_ten_times_the_data_costs_the_same_requests_large");
+    let (at_1k, fixed_1k) = repair_requests(&small, 200).await;
+    let (at_10k, fixed_10k) = repair_requests(&large, 2_000).await;
+    assert!(
+        fixed_1k > 0 && fixed_1k == fixed_10k,
+        "{fixed_1k} {fixed_10k}"
+    );
+    // Same touched posts, same buckets: the same requests, whatever the table holds.
+    let ratio = at_10k as f64 / at_1k as f64;
+    assert!(
+        ratio <= 1.05,
+        "10x the likes cost {at_10k} requests against {at_1k} ({ratio:.2}x)"
+    );
+}
