@@ -272,7 +272,7 @@ fn steady(trace: &[Sample], window: Duration, load_seconds: f64) -> Option<Stead
     let w = window.as_secs_f64().max(1e-3);
     let from = 1.5 * w;
     let windows = ((load_seconds - from) / w).floor();
-    if !(windows >= 1.0) {
+    if !windows.is_finite() || windows < 1.0 {
         return None;
     }
     let to = from + windows * w;
