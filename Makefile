@@ -4,10 +4,11 @@ STACK := localstack/stack
 STACK_TEST := localstack/test-stack
 CARGO ?= cargo
 # Demo arguments. The default runs the celebrity post (docs/hot-keys.md) at 1/10 scale (p9 at
-# 240 likes/s against 100 WCU/s partitions: the same ratios at a speed a local emulator sustains
-# in a debug build);
-# e.g. `make demo DEMO_ARGS="--scale 1 --rate 10000"` for full scale.
-DEMO_ARGS ?= --scale 0.1 --duration 5 --chaos lost-ack=0.05,dup-batch=0.05,crash=0.05,seed=1
+# 240 likes/s against 100 WCU/s partitions, the deployed 3 s batching window as 30 s: the same
+# ratios at a speed a local emulator sustains in a debug build) for 80 s per strategy, long enough
+# for one steady-state window after the first 1.5 (`steady per 1k`); BENCHMARKS.md has longer runs.
+# e.g. `make demo DEMO_ARGS="--scale 1 --rate 10000 --duration 40"` for full scale.
+DEMO_ARGS ?= --scale 0.1 --duration 80 --chaos lost-ack=0.05,dup-batch=0.05,crash=0.05,seed=1
 
 .PHONY: demo test lint lambdas stack-up stack-down stack-test
 

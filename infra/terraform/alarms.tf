@@ -341,6 +341,15 @@ resource "aws_cloudwatch_metric_alarm" "api_p99_latency" {
 }
 
 # The Kinesis streaming destination (kinesis source only): lag, failures, and readers' iterator age.
+# DynamoDB publishes the destination's replication metrics in AWS/DynamoDB (Amazon DynamoDB
+# Developer Guide, "Configuring shards and monitoring change data capture with Kinesis Data Streams
+# in DynamoDB", and the CloudWatch User Guide's recommended DynamoDB alarms):
+# AgeOfOldestUnreplicatedRecord (ms since the oldest change not yet copied first appeared in the
+# table: the replication lag), FailedToReplicateRecordCount and ThrottledPutRecordCount. The
+# recommended-alarms page lists their dimensions as TableName and DelegatedOperation; these alarms
+# name TableName only (open: check in a deployed account with
+# `aws cloudwatch list-metrics --namespace AWS/DynamoDB --metric-name AgeOfOldestUnreplicatedRecord`
+# whether the TableName-only series exists, else add DelegatedOperation's value).
 locals {
   kinesis_alarms = var.like_events_source != "kinesis" ? {} : {
     "liked-kinesis-replication-lag"    = { namespace = "AWS/DynamoDB", metric = "AgeOfOldestUnreplicatedRecord", stat = "Maximum", threshold = 60000, dims = { TableName = aws_dynamodb_table.liked.name }, what = "liked changes are more than 60 s old before reaching like-events" }

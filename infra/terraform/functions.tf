@@ -108,8 +108,8 @@ resource "aws_lambda_event_source_mapping" "liked_stream" {
   function_name                      = aws_lambda_function.function["likes-aggregator"].arn
   event_source_arn                   = aws_dynamodb_table.liked.stream_arn
   starting_position                  = "TRIM_HORIZON"
-  batch_size                         = 500
-  maximum_batching_window_in_seconds = 1
+  batch_size                         = local.esm.batch_size
+  maximum_batching_window_in_seconds = local.esm.window_seconds
   bisect_batch_on_function_error     = true
   function_response_types            = ["ReportBatchItemFailures"]
   parallelization_factor             = 1
@@ -128,8 +128,8 @@ resource "aws_lambda_event_source_mapping" "like_events" {
   function_name                      = aws_lambda_function.function["likes-aggregator"].arn
   event_source_arn                   = aws_kinesis_stream.like_events.arn
   starting_position                  = "TRIM_HORIZON"
-  batch_size                         = 500
-  maximum_batching_window_in_seconds = 1
+  batch_size                         = local.esm.batch_size
+  maximum_batching_window_in_seconds = local.esm.window_seconds
   bisect_batch_on_function_error     = true
   function_response_types            = ["ReportBatchItemFailures"]
   parallelization_factor             = 1

@@ -16,6 +16,8 @@ variable "architecture" {
 }
 
 variable "like_events_source" {
+  # Must equal infra/esm.json's `source` (a variable's default cannot read a file; the contract
+  # tests compare them).
   description = "likes-aggregator's one event source for the liked table's changes: kinesis (Kinesis Data Streams for DynamoDB: like-events, fed by the table's Kinesis streaming destination) or dynamodb-streams (the table's own stream). Never both: each carries every change, so both would count every like twice."
   type        = string
   default     = "kinesis"
@@ -71,7 +73,7 @@ variable "concurrency" {
   type        = map(number)
   default = {
     "likes-api"         = 50
-    "likes-aggregator"  = 10
+    "likes-aggregator"  = 20
     "count-rebuilder"   = 1
     "hotkey-controller" = 1
   }

@@ -63,14 +63,15 @@ pub struct DemoArgs {
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=65_536))]
     max_in_flight: usize,
     /// Scale rates and partition ceilings by s and the batching window by 1/s (0.1 = p9 at
-    /// 240/s against 100 WCU/s partitions, a 10 s window): each batch then holds as many likes
-    /// as at full scale, so the per-1,000 figures equal full scale's, at a speed a local
-    /// emulator sustains (0.01–1).
+    /// 240/s against 100 WCU/s partitions, the deployed 3 s window as 30 s): each batch then
+    /// holds as many likes as at full scale, so the per-1,000 figures equal full scale's, at a
+    /// speed a local emulator sustains (0.01–1). The steady-state figure needs a --duration of
+    /// at least 2.5 scaled windows; 11.5 give it 10 windows, where one window's jitter is 10 %.
     #[arg(long, default_value_t = 1.0, value_parser = super::scale)]
     scale: f64,
     /// The pre-aggregated strategy's stream shape: `kinesis` (Kinesis Data Streams for
     /// DynamoDB, the deployed default) or `dynamodb-streams`.
-    #[arg(long, default_value = "kinesis")]
+    #[arg(long, default_value = heatsink_photo_app::esm::SOURCE)]
     source: SourceKind,
     /// Stream shards the simulator presents (default: the deployed like-events shard count; 1–64).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=64))]
@@ -153,8 +154,14 @@ struct Outcome {
     /// Write requests on the counters table whose partition key is the hot counter's (salted:
     /// any of its sub-keys), counted per key by the partition simulator.
     hot_key_writes: u64,
-    /// `hot_key_writes` per 1,000 acknowledged p9 likes: the headline figure.
+    /// `hot_key_writes` per 1,000 acknowledged p9 likes, over the whole run (the final flush
+    /// after the load stops included).
     hot_writes_per_1000: f64,
+    /// The steady-state figure: hot-key writes per 1,000 p9 likes acknowledged over whole
+    /// batching windows after the first one and a half (see [`steady`]); `None` when the load
+    /// ran shorter than 2.5 windows.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    steady: Option<Steady>,
     /// p9 likes acknowledged.
     hot_likes_acked: u64,
     /// p9 likes the schedule offered (`--rate` x `--duration`).
@@ -185,6 +192,10 @@ struct Outcome {
     /// carry the run's tag, so placement, and with it the busiest partition, changes per run).
     #[serde(skip_serializing_if = "Option::is_none")]
     salt_placement: Option<Vec<u32>>,
+    /// Pre-aggregated, Kinesis shape only: the dedupe window stored with each of the hot
+    /// counter's writer sub-keys when the run ended, read back from the counters table.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dedupe: Option<DedupeMemory>,
     /// Pre-aggregated only: the durable like writes on `liked` (spread by user).
     #[serde(skip_serializing_if = "Option::is_none")]
     liked: Option<TableLoad>,
@@ -192,6 +203,120 @@ struct Outcome {
     faults: Option<BTreeMap<&'static str, u64>>,
     #[serde(skip)]
     stats: Option<Stats>,
+    /// Hot-key writes over time (the plot's first series).
+    #[serde(skip)]
+    trace: Vec<Sample>,
+}
+
+/// The dedupe memory the aggregator keeps per shard, measured on the stored items.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+struct DedupeMemory {
+    /// Bytes of the `recent` attribute per writer sub-key (one per stream shard), largest first.
+    bytes_per_shard: Vec<usize>,
+    /// Bytes of the largest writer item (all attributes' names and values).
+    max_item_bytes: usize,
+    /// The dedupe window the aggregator keeps, seconds of `ApproximateCreationDateTime`.
+    window_s: f64,
+    /// Acknowledged hot likes per second per shard in this run (the window holds about this x
+    /// `window_s` changes).
+    hot_per_shard_per_s: f64,
+}
+
+/// Bytes DynamoDB counts for an attribute value (strings and binaries by length, numbers by
+/// digits, nested values summed): enough for a size estimate, not a billing figure.
+fn value_bytes(v: &AttributeValue) -> usize {
+    match v {
+        AttributeValue::S(s) | AttributeValue::N(s) => s.len(),
+        AttributeValue::B(b) => b.as_ref().len(),
+        AttributeValue::Ss(l) | AttributeValue::Ns(l) => l.iter().map(String::len).sum(),
+        AttributeValue::L(l) => l.iter().map(value_bytes).sum(),
+        AttributeValue::M(m) => m.iter().map(|(k, v)| k.len() + value_bytes(v)).sum(),
+        _ => 1,
+    }
+}
+
+/// The hot key's writes and the acknowledged p9 likes at one moment of a strategy's load.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Sample {
+    /// Seconds since the load started.
+    at: f64,
+    /// Write requests on the hot key so far.
+    writes: u64,
+    /// p9 likes acknowledged so far.
+    acked: u64,
+}
+
+/// Hot-key writes per 1,000 hot likes in the steady state.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+struct Steady {
+    /// `writes` per 1,000 of `acked`.
+    hot_writes_per_1000: f64,
+    /// Hot-key writes in the interval.
+    writes: u64,
+    /// p9 likes acknowledged in the interval.
+    acked: u64,
+    /// Whole batching windows the interval spans.
+    windows: u64,
+    /// Its length, seconds.
+    seconds: f64,
+}
+
+/// The steady-state figure of a trace: from 1.5 windows after the load started (the first
+/// batches have closed; half a window away from their flushes) over as many whole windows as
+/// fit before the load stopped, so the first and the final flushes (after the load, when the
+/// mapping drains the stream) are outside it. Each shard flushes a hot counter once per window
+/// while its batches close on the window, so the interval holds the same number of flushes per
+/// shard as windows, and dividing by the hot likes acknowledged in it gives the per-1,000 figure
+/// the deployed stack sustains. `None` when fewer than 2.5 windows of load ran.
+fn steady(trace: &[Sample], window: Duration, load_seconds: f64) -> Option<Steady> {
+    let w = window.as_secs_f64().max(1e-3);
+    let from = 1.5 * w;
+    let windows = ((load_seconds - from) / w).floor();
+    if !windows.is_finite() || windows < 1.0 {
+        return None;
+    }
+    let to = from + windows * w;
+    let at = |t: f64| trace.iter().rev().find(|s| s.at <= t).copied();
+    let (a, b) = (at(from)?, at(to)?);
+    let writes = b.writes.saturating_sub(a.writes);
+    let acked = b.acked.saturating_sub(a.acked);
+    Some(Steady {
+        hot_writes_per_1000: if acked == 0 {
+            0.0
+        } else {
+            writes as f64 * 1000.0 / acked as f64
+        },
+        writes,
+        acked,
+        windows: windows as u64,
+        seconds: b.at - a.at,
+    })
+}
+
+/// Samples the hot key's writes (`keys` on `table`, as the simulator counts them) and the
+/// acknowledged p9 likes every 250 ms until `stop`, then once more.
+async fn trace(
+    sim: &Simulator,
+    table: &str,
+    keys: &[String],
+    acked: &AtomicU64,
+    stop: &AtomicBool,
+    start: std::time::Instant,
+) -> Vec<Sample> {
+    let mut out = Vec::new();
+    loop {
+        let finished = stop.load(Ordering::Relaxed);
+        let stats = sim.stats();
+        out.push(Sample {
+            at: start.elapsed().as_secs_f64(),
+            writes: keys.iter().map(|k| stats.key_writes(table, k)).sum(),
+            acked: acked.load(Ordering::Relaxed),
+        });
+        if finished {
+            return out;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }
 
 struct Run<'a> {
@@ -276,6 +401,7 @@ impl Run<'_> {
                 hot_key_writes as f64 * 1000.0 / acked as f64
             },
             hot_likes_acked: acked,
+            steady: None,
             hot_likes_offered: u64::from(self.args.rate) * self.args.duration,
             hot_likes_sent: sent,
             likes_sent: load.sent,
@@ -295,9 +421,11 @@ impl Run<'_> {
             counter_throttled: stats.table_throttled(&table),
             max_partition_utilisation: stats.max_utilisation(&table),
             salt_placement: None,
+            dedupe: None,
             liked: None,
             faults: None,
             stats: Some(stats),
+            trace: Vec::new(),
         }
     }
 
@@ -312,57 +440,68 @@ impl Run<'_> {
         let phase = super::progress::Phase::start(strategy, self.total(), "likes sent");
         let (p9_sent, p9_acked) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
         let all_acked = Arc::new(AtomicU64::new(0));
-        let report = self
-            .load()
-            .run(
-                |i| {
-                    let post = post_of(tag, strategy, i, args.baseline, args.rate);
-                    let is_p9 = post.ends_with("-p9");
-                    let acked = p9_acked.clone();
-                    let all = all_acked.clone();
-                    if is_p9 {
-                        p9_sent.fetch_add(1, Ordering::Relaxed);
-                    }
-                    // Their own counter names: the rebuilder owns `likes#…` and would "correct" these.
-                    let pk = if post.ends_with("-p9") && salts > 1 {
-                        let salted = SaltedKey::new(format!("{strategy}#{post}"), salts);
-                        salted
-                            .and_then(|s| s.sub_key((i % u64::from(salts)) as u16))
-                            .unwrap_or_default()
-                    } else {
-                        format!("{strategy}#{post}")
-                    };
-                    let update = ddb
-                        .update_item()
-                        .table_name(&table)
-                        .key("pk", AttributeValue::S(pk))
-                        .key("sk", AttributeValue::S("total".into()))
-                        .update_expression("ADD #t :one")
-                        .expression_attribute_names("#t", "total")
-                        .expression_attribute_values(":one", AttributeValue::N("1".into()))
-                        .send();
-                    async move {
-                        let r = update.await;
-                        if r.is_ok() {
-                            all.fetch_add(1, Ordering::Relaxed);
-                            if is_p9 {
-                                acked.fetch_add(1, Ordering::Relaxed);
-                            }
-                        }
-                        r
-                    }
-                },
-                |sent| phase.set(sent),
-            )
-            .await;
-        phase.finish();
-        // The count of p9: its one item, or the sum of its salted sub-keys.
+        // p9's counter: its one item, or its salted sub-keys.
         let p9 = format!("{strategy}#{tag}-{strategy}-p9");
         let keys: Vec<String> = if salts > 1 {
             SaltedKey::new(p9.clone(), salts)?.sub_keys()
         } else {
             vec![p9]
         };
+        let stop = AtomicBool::new(false);
+        let start = std::time::Instant::now();
+        let load = async {
+            let report = self
+                .load()
+                .run(
+                    |i| {
+                        let post = post_of(tag, strategy, i, args.baseline, args.rate);
+                        let is_p9 = post.ends_with("-p9");
+                        let acked = p9_acked.clone();
+                        let all = all_acked.clone();
+                        if is_p9 {
+                            p9_sent.fetch_add(1, Ordering::Relaxed);
+                        }
+                        // Their own counter names: the rebuilder owns `likes#…` and would "correct" these.
+                        let pk = if post.ends_with("-p9") && salts > 1 {
+                            let salted = SaltedKey::new(format!("{strategy}#{post}"), salts);
+                            salted
+                                .and_then(|s| s.sub_key((i % u64::from(salts)) as u16))
+                                .unwrap_or_default()
+                        } else {
+                            format!("{strategy}#{post}")
+                        };
+                        let update = ddb
+                            .update_item()
+                            .table_name(&table)
+                            .key("pk", AttributeValue::S(pk))
+                            .key("sk", AttributeValue::S("total".into()))
+                            .update_expression("ADD #t :one")
+                            .expression_attribute_names("#t", "total")
+                            .expression_attribute_values(":one", AttributeValue::N("1".into()))
+                            .send();
+                        async move {
+                            let r = update.await;
+                            if r.is_ok() {
+                                all.fetch_add(1, Ordering::Relaxed);
+                                if is_p9 {
+                                    acked.fetch_add(1, Ordering::Relaxed);
+                                }
+                            }
+                            r
+                        }
+                    },
+                    |sent| phase.set(sent),
+                )
+                .await;
+            stop.store(true, Ordering::Relaxed);
+            report
+        };
+        let (report, samples) = tokio::join!(
+            load,
+            trace(self.sim, &table, &keys, &p9_acked, &stop, start)
+        );
+        phase.finish();
+        // The count of p9: its one item, or the sum of its salted sub-keys.
         let mut count = 0i64;
         for pk in keys.clone() {
             let item = self
@@ -401,6 +540,8 @@ impl Run<'_> {
             }
             out.salt_placement = Some(placement);
         }
+        out.steady = steady(&samples, self.esm.window, report.elapsed.as_secs_f64());
+        out.trace = samples;
         Ok(out)
     }
 
@@ -460,6 +601,7 @@ impl Run<'_> {
         let p9_sent = Arc::new(AtomicU64::new(0));
         let done = Arc::new(AtomicBool::new(false));
         let phase = super::progress::Phase::start(STRATEGY, self.total(), "likes sent");
+        let start = std::time::Instant::now();
         let (acked, all) = (p9_acked.clone(), all_acked.clone());
         let load = async {
             let report = self
@@ -542,7 +684,14 @@ impl Run<'_> {
             },
             || done.load(Ordering::Relaxed),
         );
-        let (report, delivered) = tokio::join!(load, consume);
+        let hot = format!("likes#{tag}-{STRATEGY}-p9");
+        let hot_keys = [hot.clone()];
+        let counters = self.counters();
+        let (report, delivered, samples) = tokio::join!(
+            load,
+            consume,
+            trace(self.sim, &counters, &hot_keys, &p9_acked, &done, start)
+        );
         phase.finish();
         let mut faults = faults.into_inner().unwrap_or_default();
         faults.insert("parked", delivered.parked);
@@ -563,7 +712,6 @@ impl Run<'_> {
             rebuilt.events_scanned,
             rebuilt.corrected.len()
         );
-        let hot = format!("likes#{tag}-{STRATEGY}-p9");
         let count = api.count(&format!("{tag}-{STRATEGY}-p9")).await?;
         let mut out = self.outcome(
             STRATEGY,
@@ -573,7 +721,7 @@ impl Run<'_> {
             all_acked.load(Ordering::Relaxed),
             count,
             hot.clone(),
-            &[hot],
+            &hot_keys,
         );
         if let Some(stats) = &out.stats {
             out.liked = Some(TableLoad {
@@ -583,7 +731,54 @@ impl Run<'_> {
             });
         }
         out.faults = Some(faults);
+        if self.esm.source == SourceKind::Kinesis {
+            out.dedupe = Some(
+                self.dedupe_memory(&hot, &report, p9_acked.load(Ordering::Relaxed))
+                    .await?,
+            );
+        }
+        out.steady = steady(&samples, self.esm.window, report.elapsed.as_secs_f64());
+        out.trace = samples;
         Ok(out)
+    }
+}
+
+impl Run<'_> {
+    /// Reads back the hot counter's writer sub-keys and measures their stored dedupe windows.
+    async fn dedupe_memory(
+        &self,
+        hot: &str,
+        load: &LoadReport,
+        hot_acked: u64,
+    ) -> Result<DedupeMemory, Box<dyn std::error::Error + Send + Sync>> {
+        let items = self
+            .direct
+            .query()
+            .table_name(self.counters())
+            .key_condition_expression("pk = :pk")
+            .expression_attribute_values(":pk", AttributeValue::S(hot.to_owned()))
+            .consistent_read(true)
+            .send()
+            .await?
+            .items
+            .unwrap_or_default();
+        let mut bytes_per_shard: Vec<usize> = items
+            .iter()
+            .filter_map(|i| i.get("recent").map(value_bytes))
+            .collect();
+        bytes_per_shard.sort_unstable_by(|a, b| b.cmp(a));
+        let max_item_bytes = items
+            .iter()
+            .map(|i| i.iter().map(|(k, v)| k.len() + value_bytes(v)).sum())
+            .max()
+            .unwrap_or(0);
+        let seconds = load.elapsed.as_secs_f64().max(1e-3);
+        Ok(DedupeMemory {
+            bytes_per_shard,
+            max_item_bytes,
+            window_s: heatsink::counter::aggregate::DEDUPE_WINDOW.as_secs_f64(),
+            hot_per_shard_per_s: hot_acked as f64 / seconds / f64::from(self.esm.shards.max(1)),
+        })
     }
 }
 
@@ -687,6 +882,16 @@ pub async fn run(args: DemoArgs) -> CmdResult {
             args.partitions,
             1000.0 * args.scale
         );
+        eprintln!(
+            "pre-aggregated reads the {} shape as the stack deploys it (infra/esm.json): {} shards, batches of up to {} records or {:.1} s",
+            match esm.source {
+                SourceKind::Kinesis => "Kinesis Data Streams for DynamoDB",
+                SourceKind::DynamoDbStreams => "DynamoDB Streams",
+            },
+            esm.shards,
+            esm.batch_size,
+            esm.window.as_secs_f64()
+        );
         if args.scale < 1.0 {
             eprintln!(
                 "(scaled {}: the full-size scenario's {full_rate} likes/s and {full_baseline}/s against 1,000 WCU/s partitions, same ratios)",
@@ -730,7 +935,8 @@ pub async fn run(args: DemoArgs) -> CmdResult {
         println!(
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({
-                "rate": args.rate, "scale": args.scale, "duration_s": args.duration, "partitions": args.partitions,
+                "rate": args.rate, "full_scale_rate": full_rate, "scale": args.scale, "duration_s": args.duration, "partitions": args.partitions,
+                "esm": {"source": esm.source, "batch_size": esm.batch_size, "window_s": esm.window.as_secs_f64(), "shards": esm.shards},
                 "salts": args.salts, "chaos": chaos, "strategies": by_name,
             }))?
         );
@@ -740,6 +946,7 @@ pub async fn run(args: DemoArgs) -> CmdResult {
             ("strategy", Align::Left),
             ("hot-key writes", Align::Right),
             ("per 1k p9 likes", Align::Right),
+            ("steady per 1k", Align::Right),
             ("p9 likes acked", Align::Right),
             ("counter writes", Align::Right),
             ("writes/1k", Align::Right),
@@ -754,6 +961,10 @@ pub async fn run(args: DemoArgs) -> CmdResult {
                 o.strategy.to_owned(),
                 o.hot_key_writes.to_string(),
                 format!("{:.1}", o.hot_writes_per_1000),
+                o.steady.map_or_else(
+                    || "-".to_owned(),
+                    |st| format!("{:.2}", st.hot_writes_per_1000),
+                ),
                 format!("{}/{}", o.hot_likes_acked, o.hot_likes_offered),
                 o.partition_writes.to_string(),
                 format!("{:.1}", o.writes_per_1k_likes),
@@ -766,6 +977,32 @@ pub async fn run(args: DemoArgs) -> CmdResult {
         }
         println!();
         grid.print();
+        if let Some(st) = outcomes.iter().find_map(|o| o.steady) {
+            println!(
+                "steady per 1k: hot-key writes per 1,000 p9 likes over {} whole batching windows ({:.0} s) after the first 1.5",
+                st.windows, st.seconds
+            );
+        } else {
+            println!(
+                "steady per 1k: -, the load ran under 2.5 batching windows ({:.0} s each): raise --duration",
+                esm.window.as_secs_f64()
+            );
+        }
+        let per = |name: &str| {
+            outcomes
+                .iter()
+                .find(|o| o.strategy == name)
+                .and_then(|o| o.steady)
+                .map(|st| st.hot_writes_per_1000)
+        };
+        if let (Some(naive), Some(pre)) = (per("naive"), per("pre-aggregated"))
+            && pre > 0.0
+        {
+            println!(
+                "pre-aggregated: {:.0}x fewer hot-key writes per p9 like than naive (steady state)",
+                naive / pre
+            );
+        }
         if let Some(shed) = outcomes
             .iter()
             .filter(|o| o.shed > 0)
@@ -786,6 +1023,17 @@ pub async fn run(args: DemoArgs) -> CmdResult {
                 l.writes,
                 l.max_partition_utilisation * 100.0,
                 l.throttled
+            );
+        }
+        if let Some(d) = outcomes.last().and_then(|o| o.dedupe.as_ref()) {
+            let max = d.bytes_per_shard.first().copied().unwrap_or(0);
+            println!(
+                "pre-aggregated dedupe memory (stored, per shard): largest {max} bytes over {} shards (~{:.0} bytes per hot like of a {:.0} s window at {:.1} hot likes/s per shard), largest writer item {} bytes",
+                d.bytes_per_shard.len(),
+                max as f64 / (d.hot_per_shard_per_s * d.window_s).max(1e-9),
+                d.window_s,
+                d.hot_per_shard_per_s,
+                d.max_item_bytes
             );
         }
         if let Some(f) = outcomes.last().and_then(|o| o.faults.as_ref()) {
@@ -824,9 +1072,17 @@ fn chart_panels(outcomes: &[Outcome], table: &str, ceiling: f64) -> Vec<super::c
                 .filter_map(|p| p.stats.wcu_per_second.iter().position(|v| *v > 0.0))
                 .min()
                 .unwrap_or(0);
-            let series = parts
-                .iter()
-                .map(|p| {
+            // The hot key's own writes first: what the strategies differ in.
+            let hot = Series {
+                name: "hot key (p9's counter)".to_owned(),
+                points: per_second(&o.trace)
+                    .into_iter()
+                    .map(|(t, w)| (t, w / ceiling.max(f64::MIN_POSITIVE) * 100.0))
+                    .collect(),
+                throttles: Vec::new(),
+            };
+            let series = std::iter::once(hot)
+                .chain(parts.iter().map(|p| {
                     let per_second = p.stats.wcu_per_second.get(first..).unwrap_or_default();
                     let points: Vec<(f64, f64)> = per_second
                         .iter()
@@ -851,7 +1107,7 @@ fn chart_panels(outcomes: &[Outcome], table: &str, ceiling: f64) -> Vec<super::c
                         points,
                         throttles,
                     }
-                })
+                }))
                 .collect();
             Panel {
                 title: format!("{}: {table} partitions", o.strategy),
@@ -861,9 +1117,90 @@ fn chart_panels(outcomes: &[Outcome], table: &str, ceiling: f64) -> Vec<super::c
         .collect()
 }
 
+/// Hot-key writes per second from a trace: `(second, writes in the second before it)` at each
+/// whole second the trace covers.
+fn per_second(trace: &[Sample]) -> Vec<(f64, f64)> {
+    let at = |t: f64| {
+        trace
+            .iter()
+            .rev()
+            .find(|s| s.at <= t)
+            .map_or(0, |s| s.writes)
+    };
+    let end = trace.last().map_or(0.0, |s| s.at).floor() as u64;
+    (1..=end)
+        .map(|t| {
+            let t = t as f64;
+            (t, at(t).saturating_sub(at(t - 1.0)) as f64)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A trace of 13 shards each flushing the hot key once per `w`-second window (just after each
+    /// window closes), p9 likes acknowledged at `rate`/s, the load stopping at `end` and one
+    /// final flush per shard after it.
+    fn windowed_trace(w: f64, rate: f64, end: f64) -> Vec<Sample> {
+        let mut out = Vec::new();
+        let mut t = 0.0;
+        while t <= end + w {
+            let flushes = (t.min(end) / w).floor() as u64 + u64::from(t >= end + 0.5);
+            out.push(Sample {
+                at: t,
+                writes: 13 * flushes,
+                acked: (rate * t.min(end)) as u64,
+            });
+            t += 0.25;
+        }
+        out
+    }
+
+    #[test]
+    fn the_steady_figure_spans_whole_windows_and_leaves_out_the_first_and_final_flushes() {
+        // 3 s windows, 240 p9 likes/s, 36 s of load: 10 whole windows from 4.5 s to 34.5 s.
+        let trace = windowed_trace(3.0, 240.0, 36.0);
+        let st = steady(&trace, Duration::from_secs(3), 36.0).expect("long enough");
+        assert_eq!(st.windows, 10);
+        assert_eq!(st.writes, 130, "13 shards x 10 windows");
+        assert_eq!(st.acked, 7_200, "240/s x 30 s");
+        assert!((st.hot_writes_per_1000 - 130.0 * 1000.0 / 7_200.0).abs() < 1e-9);
+        // The whole-run figure is higher: the final flushes count against no further likes.
+        let last = trace.last().expect("samples");
+        assert!(last.writes as f64 / last.acked as f64 > st.writes as f64 / st.acked as f64);
+        // Under 2.5 windows there is no steady state to report.
+        assert_eq!(steady(&trace, Duration::from_secs(3), 7.4), None);
+        assert!(steady(&trace, Duration::from_secs(3), 7.5).is_some());
+    }
+
+    #[test]
+    fn per_second_differences_the_cumulative_writes() {
+        let trace = [
+            Sample {
+                at: 0.0,
+                writes: 0,
+                acked: 0,
+            },
+            Sample {
+                at: 0.5,
+                writes: 3,
+                acked: 0,
+            },
+            Sample {
+                at: 1.0,
+                writes: 5,
+                acked: 0,
+            },
+            Sample {
+                at: 2.2,
+                writes: 9,
+                acked: 0,
+            },
+        ];
+        assert_eq!(per_second(&trace), vec![(1.0, 5.0), (2.0, 0.0)]);
+    }
 
     #[test]
     fn chaos_flags_parse_and_bad_ones_are_refused() {

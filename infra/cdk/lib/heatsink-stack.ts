@@ -38,6 +38,7 @@ import {
   TABLES,
   TableSpec,
 } from './schema';
+import { ESM } from './esm';
 
 /** `source` and `detail-type` of the sampler-report events routers publish (`heatsink::control::SAMPLER_SOURCE`). */
 export const SAMPLER_SOURCE = 'heatsink.sampler';
@@ -74,8 +75,9 @@ export interface ControllerTable {
 export const DEFAULT_CONCURRENCY: Record<FunctionName, number> = {
   // 50 instances × the per-post limit (2,000/s) is above the stage throttle: the stage binds.
   'likes-api': 50,
-  // 4 shards × parallelization 1, plus room for parent and child shards during a reshard.
-  'likes-aggregator': 10,
+  // like-events' 13 shards (infra/esm.json) × parallelization 1, plus room for parent and child
+  // shards during a reshard.
+  'likes-aggregator': 20,
   // Never concurrent with itself: one recount, one directory writer at a time.
   'count-rebuilder': 1,
   'hotkey-controller': 1,
@@ -92,7 +94,7 @@ export interface HeatsinkStackProps extends StackProps {
   readonly contributorInsightsMode?: ContributorInsightsMode;
   /** Hot-partition alarms fire at this fraction of the per-partition / per-shard ceiling. @default 0.8 */
   readonly hotPartitionFraction?: number;
-  /** The aggregator's single event source (see {@link LikeEventsSource}). @default 'kinesis' */
+  /** The aggregator's single event source (see {@link LikeEventsSource}). @default infra/esm.json's `source` ('kinesis') */
   readonly likeEventsSource?: LikeEventsSource;
   /** @default RETAIN (tables and the stream hold user data) */
   readonly removalPolicy?: RemovalPolicy;
@@ -175,7 +177,7 @@ export class HeatsinkStack extends Stack {
     const fraction = props.hotPartitionFraction ?? 0.8;
     const removalPolicy = props.removalPolicy ?? RemovalPolicy.RETAIN;
     const architecture = props.architecture ?? lambda.Architecture.ARM_64;
-    const likeEventsSource = props.likeEventsSource ?? 'kinesis';
+    const likeEventsSource = props.likeEventsSource ?? ESM.source;
     if (!LIKE_EVENTS_SOURCES.includes(likeEventsSource)) {
       throw new Error(`likeEventsSource must be one of ${LIKE_EVENTS_SOURCES.join(', ')}, not ${likeEventsSource}`);
     }
@@ -184,8 +186,8 @@ export class HeatsinkStack extends Stack {
     for (const spec of STREAMS) {
       this.streams[spec.logical] = new kinesis.Stream(this, `Stream-${spec.logical}`, {
         streamName: `${prefix}${spec.logical}`,
-        shardCount: spec.shards,
-        streamMode: kinesis.StreamMode.PROVISIONED,
+        shardCount: ESM.streamMode === 'PROVISIONED' ? spec.shards : undefined,
+        streamMode: ESM.streamMode === 'PROVISIONED' ? kinesis.StreamMode.PROVISIONED : kinesis.StreamMode.ON_DEMAND,
         encryption: kinesis.StreamEncryption.MANAGED,
         retentionPeriod: Duration.hours(24),
         removalPolicy,
@@ -405,8 +407,8 @@ export class HeatsinkStack extends Stack {
     // ---- Event sources ----------------------------------------------------------------------------
     const streamSource = {
       startingPosition: lambda.StartingPosition.TRIM_HORIZON,
-      batchSize: 500,
-      maxBatchingWindow: Duration.seconds(1),
+      batchSize: ESM.batchSize,
+      maxBatchingWindow: Duration.seconds(ESM.windowSeconds),
       bisectBatchOnError: true,
       reportBatchItemFailures: true,
       parallelizationFactor: 1,
@@ -800,6 +802,12 @@ export class HeatsinkStack extends Stack {
     });
     if (likeEventsSource === 'kinesis') {
       // The Kinesis streaming destination: how far behind the table's changes the copy is.
+      // AgeOfOldestUnreplicatedRecord (AWS/DynamoDB, ms since the oldest change not yet copied to
+      // the stream first appeared in the table) is the replication lag DynamoDB publishes for
+      // Kinesis Data Streams for DynamoDB (DynamoDB Developer Guide, "Configuring shards and
+      // monitoring change data capture with Kinesis Data Streams in DynamoDB"; CloudWatch's
+      // recommended DynamoDB alarms, which list its dimensions as TableName and
+      // DelegatedOperation: see infra/terraform/alarms.tf for the open check).
       alarm('ReplicationLag', {
         alarmName: `${prefix}liked-kinesis-replication-lag`,
         alarmDescription: `${prefix}liked changes are more than 60 s old before reaching ${prefix}like-events. Runbook: README "Alarms".`,

@@ -6,6 +6,8 @@
  * the two disagree. The Terraform module (`infra/terraform/tables.tf`) is checked the same way.
  */
 
+import { ESM } from './esm';
+
 export type AttributeType = 'S' | 'N' | 'B';
 
 export interface KeyAttribute {
@@ -93,7 +95,8 @@ export const TABLES: readonly TableSpec[] = [
   },
 ];
 
-export const STREAMS: readonly StreamSpec[] = [{ logical: 'like-events', shards: 4 }];
+// like-events' shards come from infra/esm.json, the one definition of the aggregator's mapping.
+export const STREAMS: readonly StreamSpec[] = [{ logical: 'like-events', shards: ESM.shards }];
 
 /** The four Lambda functions; `functions/<name>/` holds each one's crate. */
 export const FUNCTION_NAMES = ['likes-api', 'likes-aggregator', 'count-rebuilder', 'hotkey-controller'] as const;

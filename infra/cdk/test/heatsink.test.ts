@@ -157,12 +157,29 @@ test('an unknown event source is refused', () => {
   expect(() => synth({ likeEventsSource: 'both' as LikeEventsSource })).toThrow(/likeEventsSource/);
 });
 
-test('like-events: 4 encrypted shards', () => {
+// infra/esm.json, read here on its own (not through lib/esm.ts) so a stack that stops reading it fails.
+const sharedEsm = JSON.parse(fs.readFileSync(path.join(__dirname, '..', '..', 'esm.json'), 'utf8'));
+
+test('like-events: the shared definition\'s 13 provisioned, encrypted shards (10,000 likes/s at 77 % of 1,000 records/s per shard)', () => {
+  expect(sharedEsm.shards).toBe(13);
   s.template.hasResourceProperties('AWS::Kinesis::Stream', {
     Name: 'heatsink-like-events',
-    ShardCount: 4,
+    ShardCount: sharedEsm.shards,
+    StreamModeDetails: { StreamMode: sharedEsm.stream_mode },
     StreamEncryption: { EncryptionType: 'KMS', KeyId: 'alias/aws/kinesis' },
   });
+});
+
+test('the aggregator\'s mapping takes batch size and window from infra/esm.json, in both source modes', () => {
+  for (const source of ['kinesis', 'dynamodb-streams'] as LikeEventsSource[]) {
+    const t = source === sharedEsm.source ? s.template : synth({ likeEventsSource: source }).template;
+    const mappings = Object.values(resources(t, 'AWS::Lambda::EventSourceMapping'));
+    expect(mappings).toHaveLength(1);
+    expect(mappings[0].Properties).toMatchObject({
+      BatchSize: sharedEsm.batch_size,
+      MaximumBatchingWindowInSeconds: sharedEsm.window_seconds,
+    });
+  }
 });
 
 describe('functions', () => {

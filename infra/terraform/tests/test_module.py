@@ -161,17 +161,41 @@ def test_table_agrees_with_schema(table):
         assert ttl == []
 
 
+# The one definition of the aggregator's mapping and like-events (read by esm.tf, the CDK app and
+# the Rust code); parsed here on its own.
+ESM = json.loads((REPO / "infra" / "esm.json").read_text())
+
+
+def resolve_esm(value):
+    """`${local.esm.x}` and the module's provisioned-or-null shard form, resolved from esm.json."""
+    text = unq(value)
+    provisioned = '${local.esm.stream_mode == "PROVISIONED" ? local.esm.shards : null}'
+    if text == provisioned:
+        return ESM["shards"] if ESM["stream_mode"] == "PROVISIONED" else None
+    m = re.fullmatch(r"\$\{local\.esm\.(\w+)\}", str(text))
+    assert m, f"{text!r} does not read local.esm"
+    return ESM[m.group(1)]
+
+
+def test_esm_local_decodes_the_shared_file():
+    (block,) = [b for b in PARSED["esm.tf"]["locals"] if "esm" in b]
+    assert unq(block["esm"]) == '${jsondecode(file("${path.module}/../esm.json"))}'
+
+
 def test_exactly_the_schema_streams():
     streams = {
-        named(body["name"]): body["shard_count"]
+        named(body["name"]): resolve_esm(body["shard_count"])
         for (rtype, _), body in RESOURCES.items()
         if rtype == "aws_kinesis_stream"
     }
     assert streams == {s["name"]: s["shards"] for s in SCHEMA["streams"]}
+    body = RESOURCES[("aws_kinesis_stream", "like_events")]
+    assert resolve_esm(body["stream_mode_details"][0]["stream_mode"]) == ESM["stream_mode"]
 
 
 def test_like_events_source_variable_defaults_to_kinesis_and_is_validated():
-    assert variable_default("like_events_source") == "kinesis"
+    # A variable's default cannot read a file: it must equal the shared definition's source.
+    assert variable_default("like_events_source") == "kinesis" == ESM["source"]
     validation = variable_body("like_events_source")["validation"][0]
     condition = unq(validation["condition"])
     for source in LIKE_EVENTS_SOURCES:
@@ -331,6 +355,8 @@ def test_aggregator_event_sources(mapping):
     assert [unq(t) for t in esm["function_response_types"]] == ["ReportBatchItemFailures"]
     assert esm["bisect_batch_on_function_error"] is True
     assert esm["parallelization_factor"] == 1
+    assert resolve_esm(esm["batch_size"]) == ESM["batch_size"]
+    assert resolve_esm(esm["maximum_batching_window_in_seconds"]) == ESM["window_seconds"]
     assert esm["destination_config"][0]["on_failure"][0]["destination_arn"]
     source = unq(esm["event_source_arn"])
     assert source == {"liked_stream": "${aws_dynamodb_table.liked.stream_arn}", "like_events": "${aws_kinesis_stream.like_events.arn}"}[mapping]

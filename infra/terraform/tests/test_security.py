@@ -110,12 +110,12 @@ def test_resilience_settings():
     assert unq(fn["reserved_concurrent_executions"]) == "${var.concurrency[each.key]}"
     assert variable_default("concurrency") == {
         "likes-api": 50,
-        "likes-aggregator": 10,
+        "likes-aggregator": 20,
         "count-rebuilder": 1,
         "hotkey-controller": 1,
     } or {unq(k): v for k, v in variable_default("concurrency").items()} == {
         "likes-api": 50,
-        "likes-aggregator": 10,
+        "likes-aggregator": 20,
         "count-rebuilder": 1,
         "hotkey-controller": 1,
     }

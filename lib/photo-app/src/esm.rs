@@ -1,30 +1,35 @@
 //! The likes-aggregator's event source mapping: the settings the stack deploys, defined once.
 //!
-//! The CDK app (`infra/cdk/lib/heatsink-stack.ts`, `streamSource`), the Terraform module
-//! (`infra/terraform/functions.tf`, both `aws_lambda_event_source_mapping`s) and `heatsink demo`
-//! (its local event-source mapping) use these values; a contract test here reads both stacks'
-//! sources and fails when either disagrees. The shard count is the schema's `like-events`
-//! stream ([`Schema::like_events`]), which both stacks already take from `heatsink schema`.
+//! The one definition is `infra/esm.json`. This crate's build script turns it into the
+//! constants below (a malformed or out-of-range file fails the build); the CDK app reads it with
+//! `JSON.parse` (`infra/cdk/lib/esm.ts`: the stream's shards and mode, both event sources'
+//! batch size and window) and the Terraform module with `jsondecode(file(...))`
+//! (`infra/terraform/esm.tf`). `heatsink demo` (its local event-source mapping) and
+//! `heatsink plan --esm` (its defaults) use these constants, and the schema's `like-events`
+//! stream ([`Schema::like_events`]) takes its shard count from [`SHARDS`]. A contract test here
+//! fails when either stack stops reading the file or hard-codes a value again.
 //!
 //! What they mean for the hot key: every batch that holds a like of post p9 costs one write to
-//! p9's counter (its `w#<shard>` sub-key), so p9's partition takes at most
-//! `shards × max(1 / window, shard rate / batch size)` writes/s: 4 shards, a 1 s window and 500
-//! records per batch give 4 writes/s while each shard carries ≤ 500 records/s, i.e. about 1.7
-//! writes per 1,000 likes at 2,400 likes/s.
+//! p9's counter (its writer sub-key), so p9's partition takes at most
+//! `shards × max(1 / window, shard rate / batch size)` writes/s. The deployed 13 shards, a 3 s
+//! window and up to 3,000 records per batch close every batch on the window while a shard
+//! carries under 1,000 records/s (10,000 likes/s over 13 shards is 770/s), so p9 takes
+//! 13 / 3 = 4.3 writes/s: 1.8 per 1,000 likes at 2,400 likes/s, 0.43 at 10,000.
+//!
+//! ```
+//! use heatsink_photo_app::{Schema, esm};
+//! let def = esm::deployed(&Schema::new("heatsink-"));
+//! assert_eq!((def.batch_size, def.window.as_secs(), def.shards), (3_000, 3, 13));
+//! assert_eq!(def.source, "kinesis");
+//! ```
 
 use std::time::Duration;
 
 use crate::schema::Schema;
 
-/// Most records per batch (Lambda `BatchSize`).
-pub const BATCH_SIZE: usize = 500;
-/// Longest wait for a batch to fill (Lambda `MaximumBatchingWindowInSeconds`).
-pub const WINDOW: Duration = Duration::from_secs(1);
-/// The deployed source: Kinesis Data Streams for DynamoDB (`like-events`); see the README's
-/// "Exactly-once counting" for why.
-pub const SOURCE: &str = "kinesis";
+include!(concat!(env!("OUT_DIR"), "/esm_definition.rs"));
 
-/// The deployed mapping under `schema`.
+/// The mapping the stacks deploy (the values of `infra/esm.json`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EsmDefinition {
     /// `kinesis` or `dynamodb-streams`.
@@ -37,7 +42,7 @@ pub struct EsmDefinition {
     pub shards: u32,
 }
 
-/// The mapping the stacks deploy.
+/// The mapping the stacks deploy under `schema` (its `like-events` shard count).
 pub fn deployed(schema: &Schema) -> EsmDefinition {
     EsmDefinition {
         source: SOURCE,
@@ -56,54 +61,121 @@ mod tests {
         std::fs::read_to_string(format!("{root}{path}")).expect("stack source")
     }
 
-    /// The number after `key` and its separator on every line containing `key`.
-    fn numbers_after(text: &str, key: &str) -> Vec<String> {
+    /// The trimmed right-hand sides of `key =` / `key:` on every line of `text` holding `key`.
+    fn values_of(text: &str, key: &str) -> Vec<String> {
         text.lines()
-            .filter_map(|l| l.split_once(key).map(|(_, rest)| rest))
-            .map(|rest| {
-                rest.chars()
-                    .skip_while(|c| !c.is_ascii_digit())
-                    .take_while(char::is_ascii_digit)
-                    .collect()
+            .filter_map(|l| l.trim_start().strip_prefix(key))
+            .filter_map(|rest| {
+                let rest = rest.trim_start();
+                rest.strip_prefix('=')
+                    .or_else(|| rest.strip_prefix(':'))
+                    .map(|v| v.trim().trim_end_matches(',').to_owned())
             })
             .collect()
     }
 
     #[test]
-    fn both_stacks_deploy_the_one_definition() {
+    fn the_constants_are_the_shared_file() {
+        let json: serde_json::Value =
+            serde_json::from_str(&read("infra/esm.json")).expect("infra/esm.json");
+        assert_eq!(json["batch_size"], BATCH_SIZE);
+        assert_eq!(json["window_seconds"], WINDOW.as_secs());
+        assert_eq!(json["shards"], SHARDS);
+        assert_eq!(json["source"], SOURCE);
+        assert_eq!(json["stream_mode"], STREAM_MODE);
         let def = deployed(&Schema::new("heatsink-"));
-        let tf = read("infra/terraform/functions.tf");
-        let batch = numbers_after(&tf, "batch_size ");
-        assert_eq!(batch.len(), 2, "two mappings in Terraform");
-        assert!(
-            batch.iter().all(|b| *b == def.batch_size.to_string()),
-            "{batch:?}"
+        assert_eq!(
+            def,
+            EsmDefinition {
+                source: SOURCE,
+                batch_size: BATCH_SIZE,
+                window: WINDOW,
+                shards: SHARDS,
+            },
+            "the schema's like-events takes its shards from the file"
         );
-        let window = numbers_after(&tf, "maximum_batching_window_in_seconds");
+    }
+
+    #[test]
+    fn both_stacks_read_the_one_definition() {
+        // Terraform: one local decoded from the file; every setting of both mappings and of the
+        // stream refers to it, none is a literal.
+        let esm_tf = read("infra/terraform/esm.tf");
         assert!(
-            window
-                .iter()
-                .all(|w| *w == def.window.as_secs().to_string()),
-            "{window:?}"
+            esm_tf.contains(r#"jsondecode(file("${path.module}/../esm.json"))"#),
+            "{esm_tf}"
+        );
+        let tf = read("infra/terraform/functions.tf");
+        assert_eq!(
+            values_of(&tf, "batch_size"),
+            vec!["local.esm.batch_size"; 2],
+            "both Terraform mappings"
+        );
+        assert_eq!(
+            values_of(&tf, "maximum_batching_window_in_seconds"),
+            vec!["local.esm.window_seconds"; 2]
         );
         let tables = read("infra/terraform/tables.tf");
         assert_eq!(
-            numbers_after(&tables, "shard_count ")[0],
-            def.shards.to_string()
+            values_of(&tables, "shard_count"),
+            vec![r#"local.esm.stream_mode == "PROVISIONED" ? local.esm.shards : null"#]
+        );
+        assert_eq!(
+            values_of(&tables, "stream_mode"),
+            vec!["local.esm.stream_mode"]
+        );
+        // A Terraform variable's default cannot read a file: its default is checked instead.
+        let vars = read("infra/terraform/variables.tf");
+        let source_var = vars
+            .split("variable ")
+            .find(|b| b.starts_with("\"like_events_source\""))
+            .expect("variable like_events_source");
+        assert_eq!(
+            values_of(source_var, "default"),
+            vec![format!("{SOURCE:?}")]
+        );
+        // CDK: esm.ts parses the file; the stack and the schema mirror use only its fields.
+        let esm_ts = read("infra/cdk/lib/esm.ts");
+        assert!(
+            esm_ts.contains("JSON.parse(text)")
+                && esm_ts.contains("fs.readFileSync(ESM_JSON")
+                && esm_ts.contains("'esm.json'"),
+            "{esm_ts}"
         );
         let cdk = read("infra/cdk/lib/heatsink-stack.ts");
+        assert_eq!(values_of(&cdk, "batchSize"), vec!["ESM.batchSize"]);
         assert_eq!(
-            numbers_after(&cdk, "batchSize:"),
-            vec![def.batch_size.to_string()]
-        );
-        assert_eq!(
-            numbers_after(&cdk, "maxBatchingWindow: Duration.seconds("),
-            vec![def.window.as_secs().to_string()]
+            values_of(&cdk, "maxBatchingWindow"),
+            vec!["Duration.seconds(ESM.windowSeconds)"]
         );
         assert!(
-            cdk.contains("'kinesis'") || cdk.contains("\"kinesis\""),
-            "the CDK app knows the kinesis source"
+            cdk.contains("props.likeEventsSource ?? ESM.source"),
+            "the CDK default source is the file's"
         );
-        assert_eq!(def.source, "kinesis");
+        let schema_ts = read("infra/cdk/lib/schema.ts");
+        assert!(
+            schema_ts.contains("shards: ESM.shards"),
+            "the CDK schema mirror's like-events shards"
+        );
+    }
+
+    #[test]
+    fn the_aggregator_may_run_once_per_shard_in_both_stacks() {
+        // One concurrent batch per shard (parallelization factor 1): a reserve below the shard
+        // count would throttle the mapping and let the stream fall behind.
+        let vars = read("infra/terraform/variables.tf");
+        let reserve: Vec<u32> = values_of(&vars, r#""likes-aggregator""#)
+            .iter()
+            .filter_map(|v| v.parse().ok())
+            .collect();
+        assert_eq!(reserve.len(), 1, "{reserve:?}");
+        assert!(reserve[0] >= SHARDS, "Terraform reserve {reserve:?}");
+        let cdk = read("infra/cdk/lib/heatsink-stack.ts");
+        let reserve: Vec<u32> = values_of(&cdk, "'likes-aggregator'")
+            .iter()
+            .filter_map(|v| v.parse().ok())
+            .collect();
+        assert_eq!(reserve.len(), 1, "{reserve:?}");
+        assert!(reserve[0] >= SHARDS, "CDK reserve {reserve:?}");
     }
 }

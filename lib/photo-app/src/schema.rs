@@ -132,7 +132,8 @@ impl Schema {
         StreamSpec {
             logical: "like-events".into(),
             name: format!("{}like-events", self.prefix()),
-            shards: 4,
+            // infra/esm.json, the one definition the stacks and the demo read.
+            shards: i32::try_from(crate::esm::SHARDS).unwrap_or(i32::MAX),
         }
     }
 
@@ -178,7 +179,7 @@ mod tests {
         assert_eq!(tables[0]["stream"], "NEW_AND_OLD_IMAGES");
         assert_eq!(tables[4]["gsis"][0]["name"], "by-creator");
         assert_eq!(tables[2]["ttl_attribute"], "expires_at");
-        assert_eq!(json["streams"][0]["shards"], 4);
+        assert_eq!(json["streams"][0]["shards"], crate::esm::SHARDS);
     }
 
     #[test]

@@ -11,8 +11,8 @@
 //! `dynamodb.ApproximateCreationDateTime` in milliseconds) and whose `eventID` is
 //! `<shardId>:<sequenceNumber>`.
 //!
-//! Limits: shards are served one after another (one batch in flight per shard holds; shards do
-//! not run in parallel); a batch failing [`MAX_ATTEMPTS`] times in a row is parked (skipped and
+//! Every shard's ready batch is handed over at once (one batch in flight per shard, shards in
+//! parallel, as Lambda does). Limits: a batch failing [`MAX_ATTEMPTS`] times in a row is parked (skipped and
 //! reported), without the deployed mapping's bisection.
 
 use std::collections::{BTreeMap, HashSet};
@@ -69,6 +69,12 @@ pub struct EsmReport {
 
 /// Deliveries of one batch before it is parked (the deployed mapping's retry limit).
 pub const MAX_ATTEMPTS: u32 = 10;
+
+/// A batch ready for the handler and its record count.
+struct Ready {
+    batch: Batch,
+    len: usize,
+}
 
 #[derive(Debug, Default)]
 struct Cursor {
@@ -186,7 +192,7 @@ where
             .filter(|(_, c)| c.ended)
             .map(|(id, _)| id.clone())
             .collect();
-        let mut delivered = false;
+        let mut ready: Vec<Ready> = Vec::new();
         for view in &shards {
             // A child is read only after its parent is read to its end (Lambda's lineage order).
             if let Some(p) = &view.parent
@@ -198,6 +204,21 @@ where
             let cursor = cursors.entry(view.shard_id.clone()).or_default();
             if cursor.ended {
                 continue;
+            }
+            // A batch still filling waits without copying its records: this loop polls every
+            // 10 ms, and copying up to `batch_size` records per shard per poll to throw them away
+            // starves the load it is measuring.
+            let available = shaper
+                .with_stream(arn, |s| s.latest(&view.shard_id).ok())
+                .flatten()
+                .unwrap_or(0)
+                .saturating_sub(cursor.position);
+            if available > 0 {
+                let since = *cursor.since.get_or_insert_with(Instant::now);
+                if available < settings.batch_size && !finished && since.elapsed() < settings.window
+                {
+                    continue;
+                }
             }
             let Some(Ok((records, next))) = shaper.with_stream(arn, |s| {
                 s.read(&view.shard_id, cursor.position, settings.batch_size)
@@ -221,17 +242,30 @@ where
                 .filter_map(|r| r.pointer("/dynamodb/SequenceNumber")?.as_str())
                 .map(str::to_owned)
                 .collect();
-            let batch = Batch {
-                shard: view.shard_id.clone(),
-                event: event(settings.source, arn, &view.shard_id, &records),
-                seqs: seqs.clone(),
-            };
             report.batches += 1;
             report.records += records.len() as u64;
-            delivered = true;
-            match handler(batch).await {
+            ready.push(Ready {
+                batch: Batch {
+                    shard: view.shard_id.clone(),
+                    event: event(settings.source, arn, &view.shard_id, &records),
+                    seqs,
+                },
+                len: records.len(),
+            });
+        }
+        // Every shard's ready batch at once, as Lambda runs one invocation per shard in parallel
+        // (one in flight per shard): served one after another, a slow handler would stretch
+        // every shard's batching window by the others' handling time.
+        let delivered = !ready.is_empty();
+        let calls: Vec<Fut> = ready.iter().map(|r| handler(r.batch.clone())).collect();
+        let answers = futures::future::join_all(calls).await;
+        for (r, answer) in ready.into_iter().zip(answers) {
+            let Some(cursor) = cursors.get_mut(&r.batch.shard) else {
+                continue;
+            };
+            match answer {
                 None => {
-                    cursor.position += records.len();
+                    cursor.position += r.len;
                     cursor.since = None;
                     cursor.attempts = 0;
                 }
@@ -239,10 +273,10 @@ where
                     report.retries += 1;
                     cursor.attempts += 1;
                     if cursor.attempts >= MAX_ATTEMPTS {
-                        report.parked += records.len() as u64;
-                        cursor.position += records.len();
+                        report.parked += r.len as u64;
+                        cursor.position += r.len;
                         cursor.attempts = 0;
-                    } else if let Some(at) = seqs.iter().position(|s| *s == failed) {
+                    } else if let Some(at) = r.batch.seqs.iter().position(|s| *s == failed) {
                         cursor.position += at;
                     }
                     // An unknown failure point: the whole batch again.

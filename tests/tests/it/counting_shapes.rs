@@ -123,18 +123,33 @@ async fn run(
     let liking = {
         let (api, done) = (api.clone(), done.clone());
         tokio::spawn(async move {
-            let pause = load / users.max(1);
+            // LIKERS users like at once (each paced over `load`), so the load takes `load`
+            // rather than `users` round trips end to end; the stream still interleaves them.
+            const LIKERS: u32 = 4;
+            let pause = load * LIKERS / users.max(1);
+            let likers = (0..LIKERS).map(|l| {
+                let api = api.clone();
+                async move {
+                    let mut truth = std::collections::BTreeMap::<String, i64>::new();
+                    for u in (l..users).step_by(LIKERS as usize) {
+                        // p9 takes 3 of 5 likes; p1 and p2 one each.
+                        let post = match u % 5 {
+                            0 => "p1",
+                            1 => "p2",
+                            _ => "p9",
+                        };
+                        api.like(&format!("u{u}"), post).await.expect("like");
+                        *truth.entry(post.to_owned()).or_default() += 1;
+                        tokio::time::sleep(pause).await;
+                    }
+                    truth
+                }
+            });
             let mut truth = std::collections::BTreeMap::<String, i64>::new();
-            for u in 0..users {
-                // p9 takes 3 of 5 likes; p1 and p2 one each.
-                let post = match u % 5 {
-                    0 => "p1",
-                    1 => "p2",
-                    _ => "p9",
-                };
-                api.like(&format!("u{u}"), post).await.expect("like");
-                *truth.entry(post.to_owned()).or_default() += 1;
-                tokio::time::sleep(pause).await;
+            for part in futures::future::join_all(likers).await {
+                for (post, n) in part {
+                    *truth.entry(post).or_default() += n;
+                }
             }
             done.store(true, Ordering::Relaxed);
             truth
@@ -223,10 +238,10 @@ async fn sim_four_stream_shards_rolling_over_with_chaos_count_every_durable_like
     let fx =
         fixture!("sim_four_stream_shards_rolling_over_with_chaos_count_every_durable_like_once");
     let mut shape = ShapeConfig::new(SourceKind::DynamoDbStreams, 4);
-    // 20 s in production-like runs; 2 s keeps the semantics (every slot rolls during the load)
-    // at a tenth of the CI time.
-    shape.rollover = Some(Duration::from_secs(2));
-    let out = run(&fx, shape, 25, 240, Duration::from_secs(5), STORMY).await;
+    // 20 s in production-like runs; 1 s keeps the semantics (every slot rolls at least twice
+    // during the 3 s load) at a twentieth of the CI time.
+    shape.rollover = Some(Duration::from_secs(1));
+    let out = run(&fx, shape, 25, 240, Duration::from_secs(3), STORMY).await;
     assert!(
         out.shape.rollovers >= 8,
         "every shard rolled at least twice: {:?}",
@@ -245,7 +260,7 @@ async fn sim_kinesis_shape_with_duplicates_reordering_and_chaos_counts_every_cha
     shape.duplicates = 0.05;
     shape.reorder = 8;
     shape.seed = 7;
-    let out = run(&fx, shape, 50, 240, Duration::from_secs(3), STORMY).await;
+    let out = run(&fx, shape, 50, 240, Duration::from_secs(2), STORMY).await;
     assert!(
         out.shape.duplicates >= 4,
         "duplicates were delivered: {:?}",
