@@ -564,7 +564,7 @@ mod tests {
     use aws_sdk_kinesis::operation::describe_stream_summary::DescribeStreamSummaryOutput;
     use aws_sdk_kinesis::operation::list_shards::ListShardsOutput;
     use aws_sdk_kinesis::operation::split_shard::{SplitShardError, SplitShardOutput};
-    use aws_sdk_kinesis::types::error::LimitExceededException;
+    use aws_sdk_kinesis::types::error::{LimitExceededException, ResourceInUseException};
     use aws_sdk_kinesis::types::{
         HashKeyRange, SequenceNumberRange, Shard, StreamDescriptionSummary,
     };
@@ -626,6 +626,23 @@ mod tests {
                     ErrorMetadata::builder()
                         .code("LimitExceededException")
                         .message("Rate exceeded for stream s")
+                        .build(),
+                )
+                .build(),
+        )
+    }
+
+    /// What SplitShard answers while another operation (a split, a merge, an UpdateShardCount
+    /// from another tool) still has the stream UPDATING.
+    fn resource_in_use() -> SplitShardError {
+        let msg = "Stream s under account 123456789012 not ACTIVE, instead in state UPDATING";
+        SplitShardError::ResourceInUseException(
+            ResourceInUseException::builder()
+                .message(msg)
+                .meta(
+                    ErrorMetadata::builder()
+                        .code("ResourceInUseException")
+                        .message(msg)
                         .build(),
                 )
                 .build(),
@@ -708,6 +725,36 @@ mod tests {
             (0, 1),
             "the journal still has the step to resume"
         );
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn smithy_mock_resource_in_use_is_backed_off_and_the_split_goes_through() {
+        let split = mock!(aws_sdk_kinesis::Client::split_shard)
+            .sequence()
+            .error(resource_in_use)
+            .times(3)
+            .output(|| SplitShardOutput::builder().build())
+            .build();
+        let k = mocked!(aws_sdk_kinesis with |c| c.retry_config(RetryConfig::disabled()); one_shard(), split, active());
+        let path = journal_path("in-use");
+        let mut steps = vec![];
+        let j = apply(
+            &k,
+            "s",
+            &path,
+            Some(&split_plan()),
+            &ApplyConfig::default(),
+            |s| steps.push(s),
+        )
+        .await
+        .unwrap();
+        assert_eq!(j.done, 1, "the split went through once the stream was free");
+        let backoffs = steps
+            .iter()
+            .filter(|s| matches!(s, Step::Backoff { code, .. } if code == "ResourceInUseException"))
+            .count();
+        assert_eq!(backoffs, 3, "{steps:?}");
         let _ = std::fs::remove_file(&path);
     }
 }

@@ -720,7 +720,11 @@ mod tests {
                 .consumed_capacity(consumed(&c, 1.0))
                 .build()
         });
-        let agg = likes_aggregator(mocked!(aws_sdk_dynamodb with capacity_log; get, put));
+        // The writer's flushed watermark after the batch (what the rebuilder's repair waits on).
+        let progress = mock!(aws_sdk_dynamodb::Client::update_item).then_output(|| {
+            aws_sdk_dynamodb::operation::update_item::UpdateItemOutput::builder().build()
+        });
+        let agg = likes_aggregator(mocked!(aws_sdk_dynamodb with capacity_log; get, put, progress));
         let now = heatsink::clock::now_ms();
         let event = kinesis_event(vec![
             kinesis_record(101, &like("p9", "u1", now - 5_000)),
@@ -751,7 +755,13 @@ mod tests {
 
         // The flush's reads and writes are logged where the insight rules look.
         let paths = log_paths();
-        let lines = logs.capacity_lines();
+        let all = logs.capacity_lines();
+        // Then the writer's watermark, logged like any other counters write.
+        let (lines, progress): (Vec<_>, Vec<_>) = all
+            .into_iter()
+            .partition(|l| l["fields"]["partition_key"] != "#flushed#likes");
+        assert_eq!(progress.len(), 1, "{progress:?}");
+        assert_eq!(progress[0]["fields"]["op"], "UpdateItem");
         assert_eq!(lines.len(), 2, "{lines:?}");
         for line in &lines {
             assert_eq!(at_path(line, &paths["table"]), &json!(counters));
