@@ -54,7 +54,12 @@ locals {
     ]
     "hotkey-controller" = [
       { Effect = "Allow", Action = ["dynamodb:Scan", "dynamodb:PutItem", "dynamodb:DeleteItem"], Resource = aws_dynamodb_table.hotkeys.arn },
-      { Effect = "Allow", Action = ["dynamodb:DescribeContributorInsights", "dynamodb:DescribeTable"], Resource = [for t in local.watched_tables : t.arn] },
+      # DescribeTable lists a watched table's GSIs, so each index's rules are read too.
+      { Effect = "Allow", Action = ["dynamodb:DescribeTable"], Resource = [for t in local.watched_tables : t.arn] },
+      { Effect = "Allow", Action = ["dynamodb:DescribeContributorInsights"], Resource = concat(
+        [for t in local.watched_tables : t.arn],
+        flatten([for t in local.watched_tables : [for g in t.global_secondary_index : "${t.arn}/index/${g.name}"]]),
+      ) },
       { Effect = "Allow", Action = ["cloudwatch:GetInsightRuleReport"], Resource = local.managed_rules },
       local.async_destination_statement,
     ]

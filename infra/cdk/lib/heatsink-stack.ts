@@ -376,8 +376,15 @@ export class HeatsinkStack extends Stack {
     const watched = controllerTables.map((c) => TABLES.find((spec) => spec.logical === c.table)!);
     f['hotkey-controller'].addToRolePolicy(
       new iam.PolicyStatement({
-        // DescribeTable lists a table's GSIs so every index's rules are read too.
-        actions: ['dynamodb:DescribeContributorInsights', 'dynamodb:DescribeTable'],
+        // DescribeTable lists a table's GSIs ...
+        actions: ['dynamodb:DescribeTable'],
+        resources: watched.map((spec) => t[spec.logical].tableArn),
+      }),
+    );
+    f['hotkey-controller'].addToRolePolicy(
+      new iam.PolicyStatement({
+        // ... so every index's rules are read too.
+        actions: ['dynamodb:DescribeContributorInsights'],
         resources: watched.flatMap((spec) => [
           t[spec.logical].tableArn,
           ...spec.gsis.map((g) => `${t[spec.logical].tableArn}/index/${g.name}`),

@@ -32,6 +32,12 @@ def short(name):
     return name[len(PREFIX) :]
 
 
+def gsis(table):
+    """The GSI names the Rust schema gives a table (what the module's table resource declares)."""
+    (spec,) = [t for t in SCHEMA["tables"] if t["table"] == table]
+    return [g["name"] for g in spec.get("gsis", [])]
+
+
 def logical(expression):
     """A policy Resource expression as logical resource names."""
     text = unq(expression)
@@ -41,7 +47,18 @@ def logical(expression):
         body = RESOURCES[(f"aws_{kind}", rname)]
         name = short(named(body["name"]))
         return [{"dynamodb_table": "table/", "kinesis_stream": "stream/", "sqs_queue": "queue/"}[kind] + name + ("/stream" if attr == "stream_arn" else "")]
+    m = re.fullmatch(r"\$\{aws_dynamodb_table\.(\w+)\.arn\}/index/([\w-]+)", text)
+    if m:
+        rname, index = m.groups()
+        name = short(named(RESOURCES[("aws_dynamodb_table", rname)]["name"]))
+        assert index in gsis(name), (name, index)
+        return [f"table/{name}/index/{index}"]
     watched = sorted(variable_default("controller_tables"))
+    if text == (
+        "${concat([for t in local.watched_tables : t.arn], flatten([for t in local.watched_tables : "
+        '[for g in t.global_secondary_index : "${t.arn}/index/${g.name}"]]))}'
+    ):
+        return [f"table/{t}" for t in watched] + [f"table/{t}/index/{g}" for t in watched for g in gsis(t)]
     if text == "${[for t in local.watched_tables : t.arn]}":
         assert unq(iam_locals()["watched_tables"]) == "${[for t in keys(var.controller_tables) : local.tables[t]]}"
         return [f"table/{t}" for t in watched]

@@ -306,9 +306,30 @@ async fn smithy_mock_hotkey_controller(fx: &Fixture) {
         .map(|k| format!("DynamoDBContributorInsights-{k}-{counters}-1700000000000"))
         .collect();
     let table = counters.clone();
+    // The table's GSIs as the schema creates them: the controller reads each index's rules too.
+    let gsis: Vec<String> = fx
+        .schema
+        .table(Table::Counters)
+        .gsis
+        .iter()
+        .map(|g| g.name.clone())
+        .collect();
     let describe = mock!(aws_sdk_dynamodb::Client::describe_table).then_output(move || {
+        let indexes = gsis
+            .iter()
+            .map(|g| {
+                aws_sdk_dynamodb::types::GlobalSecondaryIndexDescription::builder()
+                    .index_name(g)
+                    .build()
+            })
+            .collect();
         DescribeTableOutput::builder()
-            .table(TableDescription::builder().table_name(&table).build())
+            .table(
+                TableDescription::builder()
+                    .table_name(&table)
+                    .set_global_secondary_indexes(Some(indexes))
+                    .build(),
+            )
             .build()
     });
     let table = counters.clone();
