@@ -238,7 +238,14 @@ async fn smithy_mock_partial_failures_and_throttled_calls_lose_and_duplicate_not
                 .contains(&call)
                 .then_some("ProvisionedThroughputExceededException")
         });
-        let p = Producer::start(fake_client(f.clone()), "s", fast(aggregate))
+        // The fault pattern is deterministic per (call, position), so how often one entry is
+        // refused in a row depends on how batches happen to form: unbounded attempts here, as
+        // this test is about loss and duplication; giving up is tested with max_attempts 1.
+        let config = ProducerConfig {
+            max_attempts: u32::MAX,
+            ..fast(aggregate)
+        };
+        let p = Producer::start(fake_client(f.clone()), "s", config)
             .await
             .unwrap();
         send_all(&p, 3_000, 40).await;
