@@ -94,5 +94,8 @@ pub fn bounded(config: &SdkConfig, limit: usize) -> SdkConfig {
 /// Whether the DynamoDB endpoint is moto, whose transactions are not isolated (see the module
 /// docs): `HEATSINK_LANE=moto`, as `localstack/stack env` sets it.
 pub fn dynamodb_is_moto() -> bool {
-    std::env::var("HEATSINK_LANE").as_deref() == Ok("moto")
+    matches!(
+        std::env::var("HEATSINK_LANE").as_deref(),
+        Ok("moto" | "localstack")
+    )
 }
