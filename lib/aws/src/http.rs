@@ -91,8 +91,9 @@ pub fn bounded(config: &SdkConfig, limit: usize) -> SdkConfig {
     config.to_builder().http_client(client).build()
 }
 
-/// Whether the DynamoDB endpoint is moto, whose transactions are not isolated (see the module
-/// docs): `HEATSINK_LANE=moto`, as `localstack/stack env` sets it.
+/// Whether the DynamoDB endpoint's transactions are not isolated (see the module docs): moto, and
+/// LocalStack's host-mode DynamoDB, which showed the same fault; `HEATSINK_LANE=moto` or
+/// `localstack`, as `localstack/stack env` sets it.
 pub fn dynamodb_is_moto() -> bool {
     matches!(
         std::env::var("HEATSINK_LANE").as_deref(),
