@@ -20,9 +20,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use aws_sdk_kinesis::primitives::Blob;
-use aws_sdk_kinesis::types::StreamStatus;
 use criterion::{Criterion, Throughput};
 use heatsink::kinesis::{Producer, ProducerConfig};
+use heatsink::schema::{self, StreamSpec};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -33,27 +33,6 @@ fn env_usize(name: &str, default: usize) -> usize {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-async fn wait_active(k: &aws_sdk_kinesis::Client, stream: &str) -> Result<(), BoxError> {
-    let start = Instant::now();
-    loop {
-        let out = k
-            .describe_stream_summary()
-            .stream_name(stream)
-            .send()
-            .await?;
-        if out
-            .stream_description_summary()
-            .is_some_and(|s| s.stream_status() == &StreamStatus::Active)
-        {
-            return Ok(());
-        }
-        if start.elapsed() > Duration::from_secs(60) {
-            return Err("stream did not become ACTIVE".into());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// Put `n` records one way; returns the requests it took.
@@ -114,12 +93,12 @@ fn main() {
     let setup = runtime.block_on(async {
         let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
         let k = aws_sdk_kinesis::Client::new(&config);
-        k.create_stream()
-            .stream_name(&stream)
-            .shard_count(4)
-            .send()
-            .await?;
-        wait_active(&k, &stream).await?;
+        let spec = StreamSpec {
+            logical: "bench".into(),
+            name: stream.clone(),
+            shards: 4,
+        };
+        schema::ensure_stream(&k, &spec).await?;
         Ok::<_, BoxError>(k)
     });
     let k = match setup {

@@ -28,10 +28,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use aws_sdk_kinesis::types::{ShardIteratorType, StreamStatus};
+use aws_sdk_kinesis::types::ShardIteratorType;
 use heatsink::kinesis::{Producer, ProducerConfig, open_shard_ranges};
 use heatsink::reshard::plan_types::{PlanConfig, ReshardState, plan};
 use heatsink::reshard::{ApplyConfig, apply, sample};
+use heatsink::schema::{self, StreamSpec};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -46,27 +47,6 @@ fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
-async fn wait_active(k: &aws_sdk_kinesis::Client, stream: &str) -> Result<(), BoxError> {
-    let start = Instant::now();
-    loop {
-        let out = k
-            .describe_stream_summary()
-            .stream_name(stream)
-            .send()
-            .await?;
-        if out
-            .stream_description_summary()
-            .is_some_and(|s| s.stream_status() == &StreamStatus::Active)
-        {
-            return Ok(());
-        }
-        if start.elapsed() > Duration::from_secs(60) {
-            return Err("stream did not become ACTIVE".into());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// One trial's phases.
@@ -85,12 +65,12 @@ async fn trial(k: &aws_sdk_kinesis::Client, n: u64) -> Result<Phases, BoxError> 
     let rate = env_u64("BENCH_RATE", 60);
     let secs = env_u64("BENCH_SAMPLE", 5);
     let stream = format!("bench-relief-{}-{n}", std::process::id());
-    k.create_stream()
-        .stream_name(&stream)
-        .shard_count(1)
-        .send()
-        .await?;
-    wait_active(k, &stream).await?;
+    let spec = StreamSpec {
+        logical: "bench".into(),
+        name: stream.clone(),
+        shards: 1,
+    };
+    schema::ensure_stream(k, &spec).await?;
 
     // The onset: the producer starts writing at 3× the (scaled) shard capacity.
     let producer = Arc::new(Producer::start(k.clone(), &stream, ProducerConfig::default()).await?);

@@ -675,16 +675,18 @@ mod tests {
         p
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn smithy_mock_limit_exceeded_is_backed_off_and_the_split_goes_through() {
+    /// Runs one planned split against a SplitShard that answers `error` `times` times, then
+    /// succeeds: the executor must back off once per refusal (reported as a `Step::Backoff` with
+    /// the error's `code`), go through, and leave the step journaled as done.
+    async fn refused_then_split(error: fn() -> SplitShardError, code: &str, times: usize) {
         let split = mock!(aws_sdk_kinesis::Client::split_shard)
             .sequence()
-            .error(limit_exceeded)
-            .times(2)
+            .error(error)
+            .times(times)
             .output(|| SplitShardOutput::builder().build())
             .build();
         let k = mocked!(aws_sdk_kinesis with |c| c.retry_config(RetryConfig::disabled()); one_shard(), split, active());
-        let path = journal_path("backoff");
+        let path = journal_path(code);
         let mut steps = vec![];
         let j = apply(
             &k,
@@ -696,14 +698,19 @@ mod tests {
         )
         .await
         .unwrap();
-        assert_eq!(j.done, 1);
+        assert_eq!(j.done, 1, "the split went through once {code} lifted");
         let backoffs = steps
             .iter()
-            .filter(|s| matches!(s, Step::Backoff { code, .. } if code == "LimitExceededException"))
+            .filter(|s| matches!(s, Step::Backoff { code: c, .. } if c == code))
             .count();
-        assert_eq!(backoffs, 2, "{steps:?}");
+        assert_eq!(backoffs, times, "{steps:?}");
         assert_eq!(Journal::load(&path).unwrap().unwrap().done, 1);
         let _ = std::fs::remove_file(&path);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn smithy_mock_limit_exceeded_is_backed_off_and_the_split_goes_through() {
+        refused_then_split(limit_exceeded, "LimitExceededException", 2).await;
     }
 
     #[tokio::test(start_paused = true)]
@@ -730,31 +737,6 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn smithy_mock_resource_in_use_is_backed_off_and_the_split_goes_through() {
-        let split = mock!(aws_sdk_kinesis::Client::split_shard)
-            .sequence()
-            .error(resource_in_use)
-            .times(3)
-            .output(|| SplitShardOutput::builder().build())
-            .build();
-        let k = mocked!(aws_sdk_kinesis with |c| c.retry_config(RetryConfig::disabled()); one_shard(), split, active());
-        let path = journal_path("in-use");
-        let mut steps = vec![];
-        let j = apply(
-            &k,
-            "s",
-            &path,
-            Some(&split_plan()),
-            &ApplyConfig::default(),
-            |s| steps.push(s),
-        )
-        .await
-        .unwrap();
-        assert_eq!(j.done, 1, "the split went through once the stream was free");
-        let backoffs = steps
-            .iter()
-            .filter(|s| matches!(s, Step::Backoff { code, .. } if code == "ResourceInUseException"))
-            .count();
-        assert_eq!(backoffs, 3, "{steps:?}");
-        let _ = std::fs::remove_file(&path);
+        refused_then_split(resource_in_use, "ResourceInUseException", 3).await;
     }
 }
