@@ -28,11 +28,17 @@ pub async fn sdk_config() -> aws_config::SdkConfig {
     aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await
 }
 
-/// [`sdk_config`] for the shard and move commands: one call at a time when the lane is moto,
-/// whose cancelled transactions revert concurrent writes (see `heatsink::http`).
+/// The environment variable that makes the shard and move commands send one DynamoDB call at a
+/// time: set it to `1` for an endpoint whose transactions are not isolated (moto, LocalStack's
+/// host-mode DynamoDB: a cancelled transaction reverts concurrent writes, see `heatsink::http`).
+/// `localstack/stack env` exports it on those lanes; against DynamoDB leave it unset.
+pub const SERIAL_DYNAMODB_ENV: &str = "HEATSINK_SERIAL_DYNAMODB";
+
+/// [`sdk_config`] for the shard and move commands: one call at a time when
+/// [`SERIAL_DYNAMODB_ENV`] is `1`, full concurrency otherwise.
 pub async fn shard_sdk_config() -> aws_config::SdkConfig {
     let config = sdk_config().await;
-    if heatsink::http::dynamodb_is_moto() {
+    if std::env::var(SERIAL_DYNAMODB_ENV).as_deref() == Ok("1") {
         heatsink::http::bounded(&config, 1)
     } else {
         config

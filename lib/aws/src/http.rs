@@ -11,8 +11,11 @@
 //! that committed to those tables in between. A live move refuses fenced writes on the source
 //! while routers keep writing the source's other slots, so on moto an acknowledged write to a
 //! slot that never moved can be reverted by the emulator (tests/it/shard.rs reproduces it).
-//! DynamoDB and dynoxide isolate transactions. The move tests and `heatsink demo move` use a
-//! limit of 1 on the moto lane only; the other lanes keep full concurrency.
+//! LocalStack's host-mode DynamoDB showed the same fault. DynamoDB and dynoxide isolate
+//! transactions. The library never guesses which endpoint it talks to: the caller opts in.
+//! The `heatsink` CLI's shard and move commands take `HEATSINK_SERIAL_DYNAMODB=1` (which
+//! `localstack/stack env` exports on the moto and LocalStack lanes) and then use a limit of 1;
+//! without it they keep full concurrency.
 //!
 //! ```
 //! fn clients(config: &aws_types::SdkConfig) -> aws_sdk_dynamodb::Client {
@@ -89,14 +92,4 @@ pub fn bounded(config: &SdkConfig, limit: usize) -> SdkConfig {
         permits: Arc::new(Semaphore::new(limit.max(1))),
     });
     config.to_builder().http_client(client).build()
-}
-
-/// Whether the DynamoDB endpoint's transactions are not isolated (see the module docs): moto, and
-/// LocalStack's host-mode DynamoDB, which showed the same fault; `HEATSINK_LANE=moto` or
-/// `localstack`, as `localstack/stack env` sets it.
-pub fn dynamodb_is_moto() -> bool {
-    matches!(
-        std::env::var("HEATSINK_LANE").as_deref(),
-        Ok("moto" | "localstack")
-    )
 }
