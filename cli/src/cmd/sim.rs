@@ -40,9 +40,11 @@ pub struct SimArgs {
     sample_one_in: u32,
     /// Publish the sampler's report to EventBridge every SECS seconds while it names hot keys
     /// (source `heatsink.sampler`; the stacks route it to the hotkey-controller; 1–86,400).
-    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    #[arg(long, value_name = "SECS", requires = "event_bus", value_parser = clap::value_parser!(u64).range(1..=86_400))]
     publish_every: Option<u64>,
-    /// The event bus to publish on (name or ARN; default: the account's default bus).
+    /// The event bus to publish on (name or ARN): the stack's control bus, `<prefix>control`
+    /// (`heatsink-control` by default); required with --publish-every, since the stacks route
+    /// reports from that bus only.
     #[arg(long, requires = "publish_every")]
     event_bus: Option<String>,
 }
@@ -79,9 +81,10 @@ pub async fn run(args: SimArgs) -> CmdResult {
         args.write_ceiling,
         args.read_ceiling,
     );
-    match args.publish_every {
-        None => tokio::signal::ctrl_c().await?,
-        Some(secs) => publish_until_ctrl_c(&sim, secs, args.event_bus).await?,
+    match (args.publish_every, args.event_bus) {
+        (Some(secs), Some(bus)) => publish_until_ctrl_c(&sim, secs, bus).await?,
+        // clap requires --event-bus with --publish-every, so this is the no-publishing case.
+        _ => tokio::signal::ctrl_c().await?,
     }
     let stats = sim.stats();
     eprintln!(
@@ -94,22 +97,16 @@ pub async fn run(args: SimArgs) -> CmdResult {
 }
 
 /// Every second, offers the sampler's report to a publisher with a `secs`-second cadence.
-async fn publish_until_ctrl_c(sim: &Simulator, secs: u64, bus: Option<String>) -> CmdResult {
+async fn publish_until_ctrl_c(sim: &Simulator, secs: u64, bus: String) -> CmdResult {
     let config = sdk_config().await;
     let client = aws_sdk_eventbridge::Client::new(&config);
-    let target = Target::new(
-        &config,
-        Service::EventBridge,
-        "event bus",
-        bus.as_deref().unwrap_or("default"),
-    )
-    .if_missing("check --event-bus");
+    let target = Target::new(&config, Service::EventBridge, "event bus", &bus)
+        .if_missing("check --event-bus");
     let every = Duration::from_secs(secs);
-    let mut publisher = Publisher::new(EventBridgeSink::new(client, bus.clone()), every);
     eprintln!(
-        "heatsink sim: publishing hot-key reports to EventBridge bus {} at most every {secs} s",
-        bus.as_deref().unwrap_or("default")
+        "heatsink sim: publishing hot-key reports to EventBridge bus {bus} at most every {secs} s"
     );
+    let mut publisher = Publisher::new(EventBridgeSink::new(client, bus), every);
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let ctrl_c = tokio::signal::ctrl_c();
     tokio::pin!(ctrl_c);
@@ -155,9 +152,15 @@ mod tests {
     }
 
     #[test]
-    fn an_event_bus_needs_a_publish_cadence() {
+    fn an_event_bus_needs_a_publish_cadence_and_publishing_needs_a_named_bus() {
         let up = ["sim", "--upstream", "http://127.0.0.1:8001"];
         assert!(Cli::try_parse_from(up.iter().chain(&["--event-bus", "b"])).is_err());
+        let no_bus = Cli::try_parse_from(up.iter().chain(&["--publish-every", "2"]))
+            .expect_err("no default bus: the stacks route reports from their control bus only");
+        assert_eq!(
+            no_bus.kind(),
+            clap::error::ErrorKind::MissingRequiredArgument
+        );
         let cli =
             Cli::try_parse_from(
                 up.iter()

@@ -170,20 +170,27 @@ pub trait ReportSink {
     fn put(&self, detail: String) -> impl Future<Output = Result<(), PublishError>> + Send;
 }
 
-/// PutEvents on one event bus (the default bus unless named).
+/// PutEvents on one named event bus.
+///
+/// The bus is required: the stacks route sampler reports only from their own control bus
+/// (`<prefix>control`, whose policy admits only the sampler-publisher role), so a report put on
+/// the account's default bus would be accepted by EventBridge and reach no controller.
 #[cfg(feature = "publish")]
 #[cfg_attr(docsrs, doc(cfg(feature = "publish")))]
 #[derive(Debug, Clone)]
 pub struct EventBridgeSink {
     client: aws_sdk_eventbridge::Client,
-    bus: Option<String>,
+    bus: String,
 }
 
 #[cfg(feature = "publish")]
 impl EventBridgeSink {
-    /// Publishes on `bus` (name or ARN), or on the account's default bus when `None`.
-    pub fn new(client: aws_sdk_eventbridge::Client, bus: Option<String>) -> Self {
-        Self { client, bus }
+    /// Publishes on `bus`: the stack's control bus, by name or ARN.
+    pub fn new(client: aws_sdk_eventbridge::Client, bus: impl Into<String>) -> Self {
+        Self {
+            client,
+            bus: bus.into(),
+        }
     }
 }
 
@@ -194,7 +201,7 @@ impl ReportSink for EventBridgeSink {
             .source(SAMPLER_SOURCE)
             .detail_type(SAMPLER_DETAIL_TYPE)
             .detail(detail)
-            .set_event_bus_name(self.bus.clone())
+            .event_bus_name(&self.bus)
             .build();
         let out = self
             .client
@@ -202,10 +209,7 @@ impl ReportSink for EventBridgeSink {
             .entries(entry)
             .send()
             .await
-            .map_err(|e| {
-                let bus = self.bus.as_deref().unwrap_or("default");
-                AwsError::new("EventBridge", "PutEvents", bus, e)
-            })?;
+            .map_err(|e| AwsError::new("EventBridge", "PutEvents", &self.bus, e))?;
         if out.failed_entry_count() == 0 {
             return Ok(());
         }
@@ -304,7 +308,7 @@ mod tests {
                     .build(),
             )
         });
-        let sink = EventBridgeSink::new(eventbridge(put), Some("heatsink-bus".into()));
+        let sink = EventBridgeSink::new(eventbridge(put), "heatsink-bus");
         let err = sink.put("{}".into()).await.expect_err("mocked to fail");
         let aws = err.aws().expect("an AWS failure");
         assert!(aws.is_throttling());

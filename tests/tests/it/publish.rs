@@ -77,6 +77,14 @@ async fn a_published_report_is_routed_by_the_stacks_rule_and_mitigated_by_the_co
     let events = aws_sdk_eventbridge::Client::new(&fx.stack.config);
     let sqs = aws_sdk_sqs::Client::new(&fx.stack.config);
     let rule = format!("{}sampler-reports", fx.schema.prefix());
+    // The stacks' control bus (`<prefix>control`): reports are routed from it only.
+    let bus = format!("{}control", fx.schema.prefix());
+    events
+        .create_event_bus()
+        .name(&bus)
+        .send()
+        .await
+        .expect("create the control bus");
 
     // The stacks' rule (infra/cdk HotkeyControllerSamplerReports), targeting a queue.
     let url = sqs
@@ -102,6 +110,7 @@ async fn a_published_report_is_routed_by_the_stacks_rule_and_mitigated_by_the_co
     events
         .put_rule()
         .name(&rule)
+        .event_bus_name(&bus)
         .event_pattern(pattern.to_string())
         .send()
         .await
@@ -109,6 +118,7 @@ async fn a_published_report_is_routed_by_the_stacks_rule_and_mitigated_by_the_co
     events
         .put_targets()
         .rule(&rule)
+        .event_bus_name(&bus)
         .targets(
             aws_sdk_eventbridge::types::Target::builder()
                 .id("controller")
@@ -121,7 +131,7 @@ async fn a_published_report_is_routed_by_the_stacks_rule_and_mitigated_by_the_co
         .expect("put targets");
 
     // A router publishes; a calm report and a report within the cadence are not sent.
-    let sink = EventBridgeSink::new(events.clone(), None);
+    let sink = EventBridgeSink::new(events.clone(), &bus);
     let mut publisher = Publisher::new(sink, Duration::from_secs(5));
     let s = Duration::from_secs;
     assert_eq!(
@@ -134,19 +144,26 @@ async fn a_published_report_is_routed_by_the_stacks_rule_and_mitigated_by_the_co
     let sent = publisher.tick(&report(), s(1)).await.expect("publish");
     assert_eq!(sent.map(|p| p.keys), Some(2));
     assert_eq!(publisher.tick(&report(), s(2)).await.expect("tick"), None);
-    // Something else on the bus with the same source but another detail-type is not routed.
-    events
-        .put_events()
-        .entries(
-            aws_sdk_eventbridge::types::PutEventsRequestEntry::builder()
-                .source(SAMPLER_SOURCE)
-                .detail_type("something else")
-                .detail("{}")
-                .build(),
-        )
-        .send()
-        .await
-        .expect("put other event");
+    // Something else on the bus with the same source but another detail-type is not routed,
+    // nor is a well-formed report put on the default bus (why the sink needs the bus named).
+    for (on, detail_type) in [
+        (bus.as_str(), "something else"),
+        ("default", SAMPLER_DETAIL_TYPE),
+    ] {
+        events
+            .put_events()
+            .entries(
+                aws_sdk_eventbridge::types::PutEventsRequestEntry::builder()
+                    .event_bus_name(on)
+                    .source(SAMPLER_SOURCE)
+                    .detail_type(detail_type)
+                    .detail(r#"{"partitions":[],"hot":[]}"#)
+                    .build(),
+            )
+            .send()
+            .await
+            .expect("put an event that must not be routed");
+    }
 
     let delivered = drain(&sqs, &url, Duration::from_secs(4)).await;
     assert_eq!(
@@ -177,7 +194,7 @@ async fn a_published_report_is_routed_by_the_stacks_rule_and_mitigated_by_the_co
     assert_eq!(modes, [("p1", Mode::Cache, 1), ("p9", Mode::Salt, 3)]);
 
     // Publishing to a bus that does not exist is a typed error, not a silent drop.
-    let lost = EventBridgeSink::new(events.clone(), Some(format!("{rule}-missing")));
+    let lost = EventBridgeSink::new(events.clone(), format!("{rule}-missing"));
     let mut nowhere = Publisher::new(lost, Duration::from_secs(5));
     let err = nowhere
         .tick(&report(), s(0))
@@ -191,9 +208,16 @@ async fn a_published_report_is_routed_by_the_stacks_rule_and_mitigated_by_the_co
     let _ = events
         .remove_targets()
         .rule(&rule)
+        .event_bus_name(&bus)
         .ids("controller")
         .send()
         .await;
-    let _ = events.delete_rule().name(&rule).send().await;
+    let _ = events
+        .delete_rule()
+        .name(&rule)
+        .event_bus_name(&bus)
+        .send()
+        .await;
+    let _ = events.delete_event_bus().name(&bus).send().await;
     let _ = sqs.delete_queue().queue_url(&url).send().await;
 }
