@@ -5,6 +5,7 @@ mod alarms;
 mod control;
 mod counting_shapes;
 mod directory;
+mod fanout;
 mod grants;
 mod kinesis_kpl;
 mod kinesis_produce;

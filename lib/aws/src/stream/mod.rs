@@ -73,6 +73,7 @@
 mod dead_letter;
 mod dynamodb;
 mod error;
+mod fanout;
 mod fence;
 mod kinesis;
 mod lease_table;
@@ -83,6 +84,7 @@ mod worker;
 pub use dead_letter::{DeadLetter, DeadLetterFuture, SqsDeadLetter};
 pub use dynamodb::DynamoDbStreamsSource;
 pub use error::StreamError;
+pub use fanout::FanOutSource;
 pub use fence::Fence;
 pub use heatsink_core::stream::*;
 pub use kinesis::KinesisSource;
