@@ -51,6 +51,9 @@
 //! Limits: 16,384 slots; a change touches at most 3 range items; the router reads the whole
 //! map (one Query) at most once per `max_age`; the fence writes one item per moved slot.
 
+#[cfg(feature = "streams")]
+#[cfg_attr(docsrs, doc(cfg(feature = "streams")))]
+pub mod demo;
 mod directory;
 pub mod fence;
 pub mod load;
