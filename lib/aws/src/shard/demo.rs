@@ -86,7 +86,7 @@ pub struct DemoReport {
     pub failed: u64,
     /// MOVED answers: writes of a stale router bounced by the old owner and retried.
     pub moved: u64,
-    /// p50 of the latency of p9's-slot writes issued in the fence → flip window, in ms (`None`: no write
+    /// p50 of the latency of p9's-slot writes in flight during the fence → flip window, in ms (`None`: no write
     /// was issued in it).
     pub pause_p50_ms: Option<f64>,
     /// p99 of the same.
@@ -204,18 +204,26 @@ pub async fn run_move_demo(
 
     let acks = acks.lock().map(|v| v.clone()).unwrap_or_default();
     let checked = verify(&router, &acks).await?;
-    // The writers' pause: latencies of p9's-slot writes issued while the fence stood.
-    let on_slot: Vec<_> = report
-        .samples
-        .iter()
-        .filter(|s| s.slot == slot)
-        .copied()
-        .collect();
+    // The writers' pause: latencies of p9's-slot writes in flight at any time between fence
+    // and flip (a writer of p9 waits for its write to settle, so most were issued before it).
     let (p50, p99) = match (record.fenced_ms, record.pause_ms) {
-        (Some(at), Some(ms)) => (
-            latency_quantile(&on_slot, at, at.saturating_add(ms), 0.5),
-            latency_quantile(&on_slot, at, at.saturating_add(ms), 0.99),
-        ),
+        (Some(at), Some(ms)) => {
+            let end = at.saturating_add(ms);
+            let paused: Vec<_> = report
+                .samples
+                .iter()
+                .filter(|s| {
+                    s.slot == slot
+                        && s.issued_ms <= end
+                        && s.issued_ms.saturating_add(s.latency_us / 1_000) >= at
+                })
+                .copied()
+                .collect();
+            (
+                latency_quantile(&paused, 0, u64::MAX, 0.5),
+                latency_quantile(&paused, 0, u64::MAX, 0.99),
+            )
+        }
         _ => (None, None),
     };
     Ok(DemoReport {
