@@ -38,7 +38,11 @@ use super::{CmdResult, sdk_config};
 
 /// Arguments of `heatsink demo`.
 #[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct DemoArgs {
+    /// Another scene instead of the hot-key one (`move`: the live move of p9's slot).
+    #[command(subcommand)]
+    scene: Option<DemoScene>,
     /// Resource name prefix (the tables `heatsink local bootstrap` created).
     #[arg(long, env = "HEATSINK_PREFIX", default_value = DEFAULT_PREFIX)]
     prefix: String,
@@ -802,12 +806,99 @@ async fn invoke(agg: &Aggregator, source: SourceKind, event: serde_json::Value) 
     }
 }
 
+/// The other scenes of `heatsink demo`.
+#[derive(Debug, clap::Subcommand)]
+pub enum DemoScene {
+    /// Move p9's slot to a table of its own while p9 takes likes and caption edits; prints the
+    /// writers' pause, the stale routers bounced, the writes acknowledged and lost, the diff.
+    Move(MoveDemoArgs),
+}
+
+/// Arguments of `heatsink demo move`.
+#[derive(Debug, Args)]
+pub struct MoveDemoArgs {
+    /// Resource name prefix (the demo's tables are `<prefix>demo-move-*`, recreated each run).
+    #[arg(long, env = "HEATSINK_PREFIX", default_value = DEFAULT_PREFIX)]
+    prefix: String,
+    /// Versioned writes per second over posts p0 … p15.
+    #[arg(long, default_value = "100", value_parser = super::positive_rate)]
+    rate: f64,
+    /// Load before the move and after it.
+    #[arg(long, default_value = "2s", value_parser = super::parse_duration)]
+    settle: std::time::Duration,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+async fn move_demo(a: MoveDemoArgs) -> CmdResult {
+    use heatsink::shard::demo::{DemoSpec, run_move_demo};
+    if std::env::var("AWS_ENDPOINT_URL_DYNAMODB").is_err() {
+        return Err(
+            "the demo runs on the local stack: eval \"$(localstack/stack env)\" first".into(),
+        );
+    }
+    let config = super::shard_sdk_config().await;
+    let spec = DemoSpec {
+        prefix: a.prefix,
+        rate: a.rate,
+        settle: a.settle,
+        ..DemoSpec::default()
+    };
+    let r = run_move_demo(
+        aws_sdk_dynamodb::Client::new(&config),
+        aws_sdk_dynamodbstreams::Client::new(&config),
+        &spec,
+        std::sync::Arc::new(|line: &str| eprintln!("{line}")),
+    )
+    .await?;
+    if a.json {
+        println!("{}", serde_json::to_string(&r)?);
+    } else {
+        let ms = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.1} ms"));
+        println!(
+            "moved slot {} (p9) from {} to {} (move {})",
+            r.slot, r.from, r.to, r.move_id
+        );
+        println!(
+            "write pause on p9's slot: p50 {} p99 {} (mover fence -> flip {} ms)",
+            ms(r.pause_p50_ms),
+            ms(r.pause_p99_ms),
+            r.mover_pause_ms.map_or("-".to_owned(), |v| v.to_string())
+        );
+        println!("stale routers bounced (MOVED): {}", r.moved);
+        println!(
+            "writes acknowledged: {} (p9: {}), lost: {}, not acknowledged: {}",
+            r.acknowledged, r.acknowledged_p9, r.lost, r.failed
+        );
+        match &r.diff {
+            Some(d) => println!(
+                "diff: {} ({} source items, {} target, missing {}, extra {}, mismatched {})",
+                if d.clean() { "clean" } else { "DIFFERENCES" },
+                d.source_items,
+                d.target_items,
+                d.missing,
+                d.extra,
+                d.mismatched
+            ),
+            None => println!("diff: not run"),
+        }
+    }
+    if !r.verify.ok() {
+        return Err(format!("acknowledged writes lost: {:?}", r.verify.lost_samples).into());
+    }
+    Ok(())
+}
+
 /// Runs the scenario.
 pub async fn run(args: DemoArgs) -> CmdResult {
+    let mut args = args;
+    if let Some(DemoScene::Move(a)) = args.scene.take() {
+        return move_demo(a).await;
+    }
     if !(0.01..=1.0).contains(&args.scale) {
         return Err(format!("--scale {} is outside 0.01..=1", args.scale).into());
     }
-    let mut args = args;
     let (full_rate, full_baseline) = (args.rate, args.baseline);
     args.rate = ((f64::from(args.rate) * args.scale).round() as u32).max(1);
     args.baseline = ((f64::from(args.baseline) * args.scale).round() as u32).max(1);

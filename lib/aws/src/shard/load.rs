@@ -43,6 +43,9 @@ pub struct Sample {
     pub latency_us: u64,
     /// MOVED answers on the way.
     pub moved: u32,
+    /// The key's slot (so a pause can be measured on the moved slots alone).
+    #[serde(default)]
+    pub slot: u16,
 }
 
 /// What a load run did.
@@ -147,6 +150,7 @@ where
                         issued_ms,
                         latency_us,
                         moved: ack.moved,
+                        slot: slot_of(&key),
                     });
                     on_ack(&AckLine {
                         key,

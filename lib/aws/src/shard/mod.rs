@@ -17,6 +17,12 @@
 //!   [`RetryRule`]. Retries resend the same version, so they are safe to repeat.
 //! * [`fence`]: the owner's slot table, one fence item per slot that left a table.
 //! * `mover` (feature `streams`): the live move as a persisted state machine.
+//! * `demo` (feature `streams`): `heatsink demo move`, p9's slot moved under load (glue).
+//!
+//! In an **attrition** move (no copy, for TTL'd data) the router's reads of the move's slots
+//! read the owner and the other table and keep the higher version, for as long as the move is
+//! not aborted or rolled back (two GetItems per read; nothing ends it when the source's items
+//! have expired). Writes go to the owner only, so after the flip they land on the target.
 //!
 //! # How an owner refuses
 //!
@@ -51,6 +57,9 @@
 //! Limits: 16,384 slots; a change touches at most 3 range items; the router reads the whole
 //! map (one Query) at most once per `max_age`; the fence writes one item per moved slot.
 
+#[cfg(feature = "streams")]
+#[cfg_attr(docsrs, doc(cfg(feature = "streams")))]
+pub mod demo;
 mod directory;
 pub mod fence;
 pub mod load;

@@ -10,7 +10,9 @@ use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{
     AttributeValue, ConditionCheck, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem,
 };
-use heatsink_core::shard::{Answer, Next, RangeState, RetryRule, ShardMap, slot_of};
+use heatsink_core::shard::{
+    Answer, MoveMode, Next, Phase, RangeState, RetryRule, ShardMap, SlotRange, slot_of,
+};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
@@ -52,7 +54,17 @@ struct Inner {
     rule: RetryRule,
     cache: Mutex<Option<(Arc<ShardMap>, Instant)>>,
     schemas: Mutex<HashMap<String, KeySchema>>,
+    attrition: Mutex<Option<(Arc<Vec<Attrition>>, Instant)>>,
     stats: RouterStats,
+}
+
+/// An attrition move that has not ended in an abort or rollback: reads of its slots read
+/// both tables (the source keeps its items until their TTL expires; no copy is made).
+#[derive(Debug, Clone)]
+struct Attrition {
+    slots: SlotRange,
+    from: String,
+    to: String,
 }
 
 /// Routes versioned items to the table that owns their slot (cheap to clone).
@@ -106,6 +118,7 @@ impl Router {
                 rule,
                 cache: Mutex::new(None),
                 schemas: Mutex::new(HashMap::new()),
+                attrition: Mutex::new(None),
                 stats: RouterStats::default(),
             }),
         }
@@ -386,8 +399,76 @@ impl Router {
         }
     }
 
+    /// The attrition moves of the directory, cached for `max_age` like the map.
+    async fn attritions(&self) -> Result<Arc<Vec<Attrition>>, ReshardError> {
+        let mut cache = self.inner.attrition.lock().await;
+        if let Some((list, at)) = cache.as_ref()
+            && at.elapsed() < self.inner.max_age
+        {
+            return Ok(list.clone());
+        }
+        let list: Vec<Attrition> = super::mover::Mover::list(&self.inner.dir)
+            .await?
+            .into_iter()
+            .filter(|m| {
+                m.mode == MoveMode::Attrition
+                    && !matches!(m.phase, Phase::Aborted | Phase::RolledBack)
+            })
+            .map(|m| Attrition {
+                slots: m.slots,
+                from: m.from,
+                to: m.to,
+            })
+            .collect();
+        let list = Arc::new(list);
+        *cache = Some((list.clone(), Instant::now()));
+        Ok(list)
+    }
+
+    /// The table other than `owner` that may hold `slot`'s items: the other side of an
+    /// attrition move of the slot, if one names `owner`.
+    async fn other_side(&self, slot: u16, owner: &str) -> Result<Option<String>, ReshardError> {
+        let list = self.attritions().await?;
+        Ok(list
+            .iter()
+            .rev()
+            .find(|a| a.slots.contains(slot) && (a.to == owner || a.from == owner))
+            .map(|a| {
+                if a.to == owner {
+                    a.from.clone()
+                } else {
+                    a.to.clone()
+                }
+            }))
+    }
+
+    /// Reads `key` from `owner` and, when the slot is in an attrition move, from the other
+    /// side too, keeping the higher version (a tombstone counts as a version, so a delete on
+    /// the target hides an older source item). Tombstones read as absent.
+    async fn read_routed(
+        &self,
+        slot: u16,
+        owner: &str,
+        key: HashMap<String, AttributeValue>,
+    ) -> Result<Option<HashMap<String, AttributeValue>>, ReshardError> {
+        let mut item = self.read_item(owner, key.clone()).await?;
+        if let Some(other) = self.other_side(slot, owner).await? {
+            let theirs = self.read_item(&other, key).await?;
+            let newer = match (&item, &theirs) {
+                (_, None) => false,
+                (None, Some(_)) => true,
+                (Some(a), Some(b)) => version_of(b) > version_of(a),
+            };
+            if newer {
+                item = theirs;
+            }
+        }
+        Ok(item.filter(|i| !i.contains_key(TOMBSTONE_ATTR)))
+    }
+
     /// Reads an item by key (`pk` and the sort key, if any) from the owner of its slot; a
-    /// tombstone reads as absent.
+    /// tombstone reads as absent. In a slot under an attrition move it reads both tables and
+    /// returns the higher version (see the module docs).
     pub async fn get(
         &self,
         key: HashMap<String, AttributeValue>,
@@ -396,25 +477,28 @@ impl Router {
             .get("pk")
             .and_then(|v| v.as_s().ok())
             .ok_or_else(|| ReshardError::BadItem("the key has no string `pk`".into()))?;
+        let slot = slot_of(pk);
         let map = self.map().await?;
-        let owner = map.entry_of(slot_of(pk)).owner.clone();
-        let item = self.read_item(&owner, key).await?;
-        Ok(item.filter(|i| !i.contains_key(TOMBSTONE_ATTR)))
+        let owner = map.entry_of(slot).owner.clone();
+        self.read_routed(slot, &owner, key).await
     }
 
-    /// [`Self::get`] of `{pk: key}` on a table without a sort key, with the owner it was read from.
+    /// [`Self::get`] of `{pk: key}` on a table without a sort key, with the owner it was
+    /// routed to (in an attrition move the item may have been read from the other side).
     pub async fn get_key(
         &self,
         key: &str,
     ) -> Result<(String, Option<HashMap<String, AttributeValue>>), ReshardError> {
+        let slot = slot_of(key);
         let map = self.map().await?;
-        let owner = map.entry_of(slot_of(key)).owner.clone();
+        let owner = map.entry_of(slot).owner.clone();
         let item = self
-            .read_item(
+            .read_routed(
+                slot,
                 &owner,
                 HashMap::from([("pk".to_owned(), AttributeValue::S(key.to_owned()))]),
             )
             .await?;
-        Ok((owner, item.filter(|i| !i.contains_key(TOMBSTONE_ATTR))))
+        Ok((owner, item))
     }
 }
