@@ -108,7 +108,7 @@ mod round;
 #[cfg(test)]
 mod tests;
 
-pub use assign::{Assignment, Steal, assign};
+pub use assign::{Assignment, Steal, assign, take_order};
 pub use graph::{ShardGraph, ShardInfo};
 pub use history::{ReshardOp, ReshardSim, SimRecord};
 pub use lease::{Lease, LeaseEvent, LeaseState};

@@ -1538,3 +1538,217 @@ async fn a_corrupt_kpl_aggregate_is_delivered_whole_with_its_reason_and_does_not
     assert_eq!(stats.undecodable_aggregates(), 1, "counted once");
     assert_eq!(lease.checkpoint.position().unwrap().sub_seq, None);
 }
+
+/// A Kinesis client answering from aws-smithy-mocks rules (kinesis-mock never throttles), with
+/// the SDK's own retries off so every GetRecords the worker makes is one counted call.
+macro_rules! mocked_kinesis {
+    ($($rule:expr),* $(,)?) => {
+        aws_smithy_mocks::mock_client!(
+            aws_sdk_kinesis,
+            aws_smithy_mocks::RuleMode::MatchAny,
+            [$(&$rule),*],
+            |c| c.retry_config(aws_sdk_kinesis::config::retry::RetryConfig::disabled())
+        )
+    };
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn smithy_mock_throttled_get_records_lose_and_skip_nothing_and_the_worker_backs_off() {
+    use aws_sdk_kinesis::error::ErrorMetadata;
+    use aws_sdk_kinesis::operation::describe_stream_summary::DescribeStreamSummaryOutput;
+    use aws_sdk_kinesis::operation::get_records::{GetRecordsError, GetRecordsOutput};
+    use aws_sdk_kinesis::operation::get_shard_iterator::GetShardIteratorOutput;
+    use aws_sdk_kinesis::operation::list_shards::ListShardsOutput;
+    use aws_sdk_kinesis::primitives::DateTime;
+    use aws_sdk_kinesis::types::error::{
+        KmsThrottlingException, ProvisionedThroughputExceededException,
+    };
+    use aws_sdk_kinesis::types::{
+        HashKeyRange, Record, SequenceNumberRange, Shard, StreamDescriptionSummary,
+    };
+    use aws_smithy_mocks::mock;
+
+    let fx = fixture!(
+        "smithy_mock_throttled_get_records_lose_and_skip_nothing_and_the_worker_backs_off"
+    );
+    let spec = fx.table(Table::Leases).await;
+    const SHARD: &str = "shardId-000000000000";
+    let summary = mock!(aws_sdk_kinesis::Client::describe_stream_summary).then_output(|| {
+        DescribeStreamSummaryOutput::builder()
+            .stream_description_summary(
+                StreamDescriptionSummary::builder()
+                    .stream_name("t-throttled")
+                    .stream_arn("arn:aws:kinesis:us-east-1:000000000000:stream/t-throttled")
+                    .stream_status(StreamStatus::Active)
+                    .retention_period_hours(24)
+                    .stream_creation_timestamp(DateTime::from_secs(1_700_000_000))
+                    .set_enhanced_monitoring(Some(Vec::new()))
+                    .open_shard_count(1)
+                    .build()
+                    .expect("summary"),
+            )
+            .build()
+    });
+    let list = mock!(aws_sdk_kinesis::Client::list_shards).then_output(|| {
+        ListShardsOutput::builder()
+            .shards(
+                Shard::builder()
+                    .shard_id(SHARD)
+                    .hash_key_range(
+                        HashKeyRange::builder()
+                            .starting_hash_key("0")
+                            .ending_hash_key(u128::MAX.to_string())
+                            .build()
+                            .expect("range"),
+                    )
+                    .sequence_number_range(
+                        SequenceNumberRange::builder()
+                            .starting_sequence_number("100")
+                            .build()
+                            .expect("seqs"),
+                    )
+                    .build()
+                    .expect("shard"),
+            )
+            .build()
+    });
+    let iterator = mock!(aws_sdk_kinesis::Client::get_shard_iterator).then_output(|| {
+        GetShardIteratorOutput::builder()
+            .shard_iterator("it-0")
+            .build()
+    });
+    // Records value 1..=n of key k0 at sequence numbers 100 + value.
+    let page = |from: u64, to: u64, next: &'static str| {
+        move || {
+            let records = (from..=to).map(|v| {
+                Record::builder()
+                    .sequence_number((100 + v).to_string())
+                    .partition_key("k0")
+                    .data(Blob::new(format!("k0:{v}")))
+                    .build()
+                    .expect("record")
+            });
+            GetRecordsOutput::builder()
+                .set_records(Some(records.collect()))
+                .next_shard_iterator(next)
+                .millis_behind_latest(if next == "it-2" { 0 } else { 1_000 })
+                .build()
+                .expect("page")
+        }
+    };
+    let throughput = || {
+        GetRecordsError::ProvisionedThroughputExceededException(
+            ProvisionedThroughputExceededException::builder()
+                .meta(
+                    ErrorMetadata::builder()
+                        .code("ProvisionedThroughputExceededException")
+                        .build(),
+                )
+                .build(),
+        )
+    };
+    let kms = || {
+        GetRecordsError::KmsThrottlingException(
+            KmsThrottlingException::builder()
+                .meta(
+                    ErrorMetadata::builder()
+                        .code("KMSThrottlingException")
+                        .build(),
+                )
+                .build(),
+        )
+    };
+    // Every call's time, to check the pauses between throttled calls grow.
+    let calls: Arc<Mutex<Vec<Instant>>> = Arc::new(Mutex::new(Vec::new()));
+    let stamp = |calls: &Arc<Mutex<Vec<Instant>>>| {
+        let calls = Arc::clone(calls);
+        move |_: &aws_sdk_kinesis::operation::get_records::GetRecordsInput| {
+            calls.lock().unwrap().push(Instant::now());
+            true
+        }
+    };
+    // it-0: 4 throughput refusals, 2 KMS refusals, then records 1..=10.
+    let first = mock!(aws_sdk_kinesis::Client::get_records)
+        .match_requests({
+            let stamp = stamp(&calls);
+            move |r| r.shard_iterator() == Some("it-0") && stamp(r)
+        })
+        .sequence()
+        .error(throughput)
+        .times(4)
+        .error(kms)
+        .times(2)
+        .output(page(1, 10, "it-1"))
+        .build();
+    // it-1: 3 more refusals, then records 11..=20.
+    let second = mock!(aws_sdk_kinesis::Client::get_records)
+        .match_requests({
+            let stamp = stamp(&calls);
+            move |r| r.shard_iterator() == Some("it-1") && stamp(r)
+        })
+        .sequence()
+        .error(throughput)
+        .times(3)
+        .output(page(11, 20, "it-2"))
+        .build();
+    // it-2: the tip, empty from then on.
+    let tip = mock!(aws_sdk_kinesis::Client::get_records)
+        .match_requests(|r| r.shard_iterator() == Some("it-2"))
+        .then_output(page(1, 0, "it-2"));
+    let client = mocked_kinesis!(summary, list, iterator, first, second, tip);
+
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let mut config = fast_config("w0");
+    config.retry_backoff = Duration::from_millis(100);
+    config.max_backoff = Duration::from_millis(400);
+    let table = || LeaseTable::new(fx.stack.ddb.clone(), &spec.name, "throttled-app");
+    let w = start(
+        KinesisSource::new(client, "t-throttled"),
+        table(),
+        collector("w0", &log),
+        config,
+    );
+    eventually("all 20 records delivered", Duration::from_secs(30), || {
+        let log = Arc::clone(&log);
+        async move { (log.lock().unwrap().len() >= 20).then_some(()) }
+    })
+    .await;
+    // A checkpoint of the last record lands, then stop.
+    eventually("checkpoint written", Duration::from_secs(10), || async {
+        let rows = table().scan().await.ok()?;
+        let row = rows.leases.iter().find(|r| r.shard_id == SHARD)?;
+        (row.checkpoint.position().map(|p| p.seq.to_decimal()) == Some("120".into())).then_some(())
+    })
+    .await;
+    let _ = w.stop.send(());
+    w.task.await.expect("worker task").expect("worker ran");
+
+    // Nothing lost, skipped, duplicated or reordered.
+    let values: Vec<u64> = log.lock().unwrap().iter().map(|s| s.value).collect();
+    assert_eq!(values, (1..=20).collect::<Vec<_>>());
+    // Exactly the scripted calls on the throttled iterators: 6 + 1 and 3 + 1, no more (a
+    // worker that skipped ahead or re-read would have called again).
+    assert_eq!(first.num_calls(), 7);
+    assert_eq!(second.num_calls(), 4);
+    // Backed off: the pauses between consecutive refused calls on one iterator double from
+    // retry_backoff up to max_backoff (a sleep is never shorter than asked, so these lower
+    // bounds hold however loaded the machine is).
+    let at = calls.lock().unwrap().clone();
+    assert_eq!(at.len(), 11, "every throttled-iterator call stamped");
+    let floors = [100, 200, 400, 400, 400, 400];
+    for (i, floor) in floors.iter().enumerate() {
+        let gap = at[i + 1] - at[i];
+        assert!(
+            gap >= Duration::from_millis(*floor),
+            "pause {i} after a refusal was {gap:?}, under {floor} ms"
+        );
+    }
+    // The second iterator's refusals start again at retry_backoff: a success resets it.
+    for (i, floor) in [100, 200, 400].iter().enumerate() {
+        let gap = at[7 + i + 1] - at[7 + i];
+        assert!(
+            gap >= Duration::from_millis(*floor),
+            "{gap:?} under {floor} ms"
+        );
+    }
+}

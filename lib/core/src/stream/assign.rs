@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::Lease;
+use super::{Lease, LeaseState};
 
 /// A lease to take from a live worker that holds at least two more than the thief.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -36,10 +36,18 @@ impl Assignment {
 /// Assignable leases are the workable ones ([`LeaseState::is_workable`](super::LeaseState::is_workable))
 /// held by a live worker, plus those unowned or expired whose shard is in `eligible`. Leases
 /// held, unexpired, by a worker missing from `workers` are left alone until they expire. With
-/// `target = ceil(assignable / live workers)`, `me` takes free leases up to the target, lowest
-/// shard id first; only when there are none, it steals one lease at a time from the worker
-/// holding the most, and only while that worker holds at least two more than `me` — so a
-/// steal never leaves the victim below the thief, and `me` never ends above the target.
+/// `target = ceil(assignable / live workers)`, `me` takes free leases up to the target. The free
+/// leases are tried in shard-id order rotated by a hash of `me` ([`take_order`]), so workers
+/// that start together reach for different shards first instead of racing for the same rows.
+///
+/// Only when nothing is free does `me` steal, one lease at a time, from the worker holding the
+/// most, and only while that worker
+/// - holds at least two more than `me` (a steal never leaves the victim below the thief, and
+///   `me` never ends above the target),
+/// - holds more than its exact fair share (`held × live workers > assignable`), and
+/// - has checkpointed the lease since it took it (state `PROCESSING`): a lease still `LEASED`
+///   would be re-read by the thief from the previous holder's start, redelivering everything
+///   the victim read of it so far.
 pub fn assign(
     me: &str,
     leases: &[Lease],
@@ -50,14 +58,15 @@ pub fn assign(
     let mut live: BTreeSet<&str> = workers.iter().map(String::as_str).collect();
     live.insert(me);
     let eligible: BTreeSet<&str> = eligible.iter().map(String::as_str).collect();
-    let mut held: BTreeMap<&str, Vec<&str>> = live.iter().map(|w| (*w, Vec::new())).collect();
+    let mut held: BTreeMap<&str, Vec<(&str, LeaseState)>> =
+        live.iter().map(|w| (*w, Vec::new())).collect();
     let mut free: Vec<&str> = Vec::new();
     for lease in leases.iter().filter(|l| l.state.is_workable()) {
         let shard = lease.shard_id.as_str();
         match lease.live_owner(now_ms) {
             Some(owner) => {
                 if let Some(shards) = held.get_mut(owner) {
-                    shards.push(shard);
+                    shards.push((shard, lease.state));
                 }
             }
             None if eligible.contains(shard) => free.push(shard),
@@ -75,31 +84,42 @@ pub fn assign(
         return plan;
     }
     if !free.is_empty() {
-        free.sort_unstable();
-        plan.take = free
+        plan.take = take_order(me, free)
             .into_iter()
             .take(target - mine)
             .map(str::to_owned)
             .collect();
         return plan;
     }
-    for shards in held.values_mut() {
-        shards.sort_unstable_by(|a, b| b.cmp(a));
+    // Steal candidates: checkpointed leases only, highest shard id popped first.
+    let mut stealable: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (worker, shards) in &held {
+        let mut ids: Vec<&str> = shards
+            .iter()
+            .filter(|(_, state)| *state == LeaseState::Processing)
+            .map(|(id, _)| *id)
+            .collect();
+        ids.sort_unstable_by(|a, b| b.cmp(a));
+        stealable.insert(*worker, ids);
     }
+    let mut counts: BTreeMap<&str, usize> = held.iter().map(|(w, s)| (*w, s.len())).collect();
     while mine < target {
-        let victim = held
+        let victim = counts
             .iter()
             .filter(|(w, _)| **w != me)
-            .max_by(|(wa, a), (wb, b)| a.len().cmp(&b.len()).then_with(|| wb.cmp(wa)))
-            .map(|(w, _)| *w);
-        let Some(victim) = victim else { break };
-        let Some(shards) = held.get_mut(victim) else {
-            break;
-        };
-        if shards.len() < mine + 2 {
+            .max_by(|(wa, a), (wb, b)| a.cmp(b).then_with(|| wb.cmp(wa)))
+            .map(|(w, n)| (*w, *n));
+        let Some((victim, n)) = victim else { break };
+        let over_fair_share = n.saturating_mul(live.len()) > assignable;
+        if n < mine + 2 || !over_fair_share {
             break;
         }
-        let Some(shard) = shards.pop() else { break };
+        let Some(shard) = stealable.get_mut(victim).and_then(Vec::pop) else {
+            break;
+        };
+        if let Some(c) = counts.get_mut(victim) {
+            *c -= 1;
+        }
         plan.steal.push(Steal {
             shard_id: shard.to_owned(),
             from: victim.to_owned(),
@@ -109,11 +129,28 @@ pub fn assign(
     plan
 }
 
+/// `free` in the order worker `me` tries to take it: sorted by shard id, then rotated to start
+/// at an offset given by an FNV-1a hash of `me`. Deterministic, so a worker's order is the same
+/// every round, and different workers usually start at different shards.
+pub fn take_order<'a>(me: &str, mut free: Vec<&'a str>) -> Vec<&'a str> {
+    free.sort_unstable();
+    if free.is_empty() {
+        return free;
+    }
+    let hash = me.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    let len = u64::try_from(free.len()).unwrap_or(u64::MAX);
+    let offset = usize::try_from(hash % len).unwrap_or(0);
+    free.rotate_left(offset);
+    free
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
 
-    use super::super::{LeaseEvent, LeaseState, Progress};
+    use super::super::{LeaseEvent, Progress};
     use super::*;
 
     const DURATION: u64 = 10_000;
@@ -147,8 +184,40 @@ mod tests {
         let leases: Vec<Lease> = (0..5).map(|i| lease(i, None, 0)).collect();
         let plan = assign("w0", &leases, &ids(&leases), &names(2), 100);
         assert_eq!(plan.target, 3);
-        assert_eq!(plan.take, ids(&leases)[..3].to_vec());
+        assert_eq!(plan.take.len(), 3);
+        assert!(plan.take.iter().all(|id| ids(&leases).contains(id)));
         assert!(plan.steal.is_empty());
+    }
+
+    #[test]
+    fn workers_starting_together_reach_for_different_shards_first() {
+        let leases: Vec<Lease> = (0..12).map(|i| lease(i, None, 0)).collect();
+        let firsts: BTreeSet<String> = names(3)
+            .iter()
+            .map(|w| assign(w, &leases, &ids(&leases), &names(1), 100).take[0].clone())
+            .collect();
+        assert_eq!(firsts.len(), 3, "{firsts:?}");
+        // The order is a rotation of the sorted ids: every free lease, each once.
+        let all = ids(&leases);
+        let order = take_order("w1", all.iter().map(String::as_str).collect());
+        let mut sorted = order.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, all);
+    }
+
+    #[test]
+    fn a_lease_not_yet_checkpointed_and_a_holder_at_its_fair_share_are_not_stolen_from() {
+        // w1 holds 3 leases it took but never checkpointed: no steal.
+        let mut leases: Vec<Lease> = (0..3).map(|i| lease(i, Some("w1"), 1_000)).collect();
+        for l in &mut leases {
+            l.state = LeaseState::Leased;
+        }
+        assert!(assign("w0", &leases, &[], &names(2), 100).is_empty());
+        // Once one is checkpointed, that one is stolen.
+        leases[0].state = LeaseState::Processing;
+        let plan = assign("w0", &leases, &[], &names(2), 100);
+        assert_eq!(plan.steal.len(), 1);
+        assert_eq!(plan.steal[0].shard_id, leases[0].shard_id);
     }
 
     #[test]
@@ -257,26 +326,41 @@ mod tests {
             let max_rounds = leases.len() + 4;
             for r in 0..max_rounds {
                 now += 1_000;
-                // Live workers renew what they hold.
+                // Live workers renew what they hold, and checkpoint what they held a round.
                 for lease in &mut leases {
                     if lease.owner.as_deref().is_some_and(|o| workers.iter().any(|w| w == o)) {
                         lease.expires_at_ms = now + DURATION;
+                        lease.state = LeaseState::Processing;
                     }
                 }
                 let mut moved = false;
                 for i in 0..workers.len() {
                     let me = &workers[(i + order[r % order.len()]) % workers.len()];
                     let before = counts(&leases, &workers, now);
+                    let snapshot = leases.clone();
                     let plan = round(me, &mut leases, &workers, now);
                     moved |= !plan.is_empty();
                     let after = counts(&leases, &workers, now);
                     let mine = workers.iter().position(|w| w == me).unwrap();
                     // Never overshoot: the thief ends at or under the target...
                     prop_assert!(after[mine] <= plan.target.max(before[mine]));
-                    // ...and never below a worker it stole from.
+                    // ...so never above fair share + 1 once it plans at all...
+                    let assignable = snapshot.iter().filter(|l| l.state.is_workable()
+                        && l.live_owner(now).is_none_or(|o| workers.iter().any(|w| w == o)))
+                        .count();
+                    if !plan.is_empty() {
+                        prop_assert!(after[mine] * workers.len() <= assignable + workers.len(),
+                            "{} holds {} of {} with {} workers", me, after[mine], assignable, workers.len());
+                    }
+                    // ...and never below a worker it stole from, nor from a worker at or under
+                    // its exact fair share, nor a lease not checkpointed since it was taken.
                     for steal in &plan.steal {
                         let victim = workers.iter().position(|w| *w == steal.from).unwrap();
                         prop_assert!(after[victim] >= after[mine]);
+                        prop_assert!(before[victim] * workers.len() > assignable,
+                            "stole from {} at {} of {}", steal.from, before[victim], assignable);
+                        let row = snapshot.iter().find(|l| l.shard_id == steal.shard_id).unwrap();
+                        prop_assert_eq!(row.state, LeaseState::Processing);
                     }
                 }
                 // Quiet once nothing moves and no vanished worker's lease is left to expire.

@@ -4,8 +4,10 @@
 //! things: it **repairs** the table (creates the rows of listed shards that have none and
 //! replaces rows that do not parse), **renews** the leases it still holds, **stops** the shards
 //! whose lease moved under it (stolen, or taken after it lapsed), **takes** free or expired
-//! leases of eligible shards up to its fair share, and **steals** live leases, at most
-//! `max_steals_per_round` of them, from workers holding at least two more than it does.
+//! leases of eligible shards up to its fair share (each worker tries them in its own rotated
+//! order, so workers starting together reach for different rows), and **steals** live leases, at
+//! most `max_steals_per_round` of them, from workers holding at least two more than it does and
+//! more than their exact fair share, and only leases their holder has checkpointed since taking.
 //!
 //! None of these decisions needs I/O, so [`plan_round`] makes all of them from one snapshot of
 //! the table and hands them back as a [`RoundPlan`]. The adapter then executes the plan (the
@@ -200,7 +202,7 @@ pub struct RoundPlan {
     /// Held shards whose row is past `PROCESSING` are in neither list: their task reached
     /// SHARD_END and is creating the children's leases.
     pub renew: Vec<String>,
-    /// Free or expired leases of eligible shards to take, lowest shard id first, up to `target`.
+    /// Free or expired leases of eligible shards to take, in this worker's [`take_order`](super::take_order), up to `target`.
     pub take: Vec<Acquire>,
     /// Live leases to steal, at most `max_steals_per_round`, only when nothing is free.
     pub steal: Vec<Acquire>,

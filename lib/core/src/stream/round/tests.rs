@@ -261,7 +261,11 @@ impl World {
                 duration_ms: DURATION,
             };
             match self.rows.get(shard).map(|row| row.apply(&renew)) {
-                Some(Ok(next)) => {
+                Some(Ok(mut next)) => {
+                    // A lease held for a round has been checkpointed by its reader.
+                    if next.state == LeaseState::Leased {
+                        next.state = LeaseState::Processing;
+                    }
                     self.rows.insert(shard.clone(), next);
                 }
                 _ => {
@@ -391,6 +395,27 @@ proptest! {
             }
             if !p.plan.steal.is_empty() {
                 prop_assert!(p.plan.take.is_empty(), "steals only when nothing is free");
+            }
+            // Never past fair share + 1 (the target is a ceiling), and a steal only of a
+            // checkpointed lease from a holder over its exact fair share.
+            let live: BTreeSet<&str> = p.leases.iter().filter(|l| l.state.is_workable())
+                .filter_map(|l| l.live_owner(p.now)).chain([p.me.as_str()]).collect();
+            let count = |w: &str| p.leases.iter()
+                .filter(|l| l.state.is_workable() && l.live_owner(p.now) == Some(w)).count();
+            let mine = count(&p.me);
+            let planned = mine + p.plan.take.len() + p.plan.steal.len();
+            if !p.plan.moves_nothing() {
+                prop_assert!(planned <= p.plan.target, "{} plans {} over target {}", p.me, planned, p.plan.target);
+            }
+            let assignable = p.leases.iter().filter(|l| l.state.is_workable()).filter(|l| match l.live_owner(p.now) {
+                Some(_) => true,
+                None => ready.contains(&l.shard_id),
+            }).count();
+            for a in &p.plan.steal {
+                prop_assert_eq!(a.lease.state, LeaseState::Processing, "stole an unchecked lease");
+                let victim = a.lease.live_owner(p.now).unwrap_or_default();
+                prop_assert!(count(victim) * live.len() > assignable,
+                    "{} stole from {} at {} of {} over {} workers", p.me, victim, count(victim), assignable, live.len());
             }
         }
     }
