@@ -575,6 +575,7 @@ async fn a_repair_at_ten_times_the_data_costs_the_same_requests() {
     // Same touched posts, same buckets: the same requests, whatever the table holds (the
     // time-bound scan of the touched index is counted apart, above).
     let ratio = at_10k as f64 / at_1k as f64;
+    eprintln!("repair requests: {at_1k} at 200 old likes, {at_10k} at 2,000 ({ratio:.3}x)");
     assert!(
         ratio <= 1.05,
         "10x the likes cost {at_10k} requests against {at_1k} ({ratio:.2}x)"
