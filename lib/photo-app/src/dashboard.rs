@@ -164,8 +164,8 @@ mod tests {
             .collect();
         assert_eq!(
             emf_series.len(),
-            6,
-            "counter lag, the two lease series and the three correction series"
+            7,
+            "counter lag, the two lease series, the three correction series and runs completed"
         );
         for m in emf_series {
             let metric = Metric::ALL
