@@ -289,9 +289,9 @@ resource "aws_cloudwatch_metric_alarm" "heartbeat_controller" {
 
 resource "aws_cloudwatch_metric_alarm" "heartbeat_rebuilder" {
   alarm_name          = "${var.prefix}count-rebuilder-heartbeat"
-  alarm_description   = "${var.prefix}count-rebuilder runs every 5 minutes and emits CountersCorrected each time; none for 15 minutes. Runbook: README \"Alarms\"."
+  alarm_description   = "${var.prefix}count-rebuilder runs every 5 minutes and emits CounterRebuildCompleted each time; none for 15 minutes. Runbook: README \"Alarms\"."
   namespace           = "heatsink"
-  metric_name         = "CountersCorrected"
+  metric_name         = "CounterRebuildCompleted"
   dimensions          = { Function = "count-rebuilder" }
   statistic           = "SampleCount"
   period              = 900

@@ -12,6 +12,7 @@ locals {
     rejected      = ["heatsink", "AdmissionRejected", "Function", "likes-api", { stat = "Sum" }]
     corrected     = ["heatsink", "CounterCorrectionLikes", "Function", "count-rebuilder", { stat = "Sum", label = "likes corrected" }]
     counters_fix  = ["heatsink", "CountersCorrected", "Function", "count-rebuilder", { stat = "Sum", label = "counters corrected" }]
+    runs_done     = ["heatsink", "CounterRebuildCompleted", "Function", "count-rebuilder", { stat = "Sum", label = "runs completed", yAxis = "right" }]
     unsettled     = ["heatsink", "CountersUnsettled", "Function", "count-rebuilder", { stat = "Maximum", label = "counters unsettled", yAxis = "right" }]
   }
   # EventBridge's own count of sampler reports the rule matched (RuleName alone: the default bus).
@@ -117,7 +118,7 @@ locals {
       type = "metric", width = 8, height = 6
       properties = {
         title   = "Counter corrections (count-rebuilder)", region = local.region, view = "timeSeries", period = 300
-        metrics = [local.emf.corrected, local.emf.counters_fix, local.emf.unsettled]
+        metrics = [local.emf.corrected, local.emf.counters_fix, local.emf.unsettled, local.emf.runs_done]
       }
     },
   ]

@@ -773,7 +773,7 @@ export class HeatsinkStack extends Stack {
     // so no datapoint means the function stopped running or stopped succeeding.
     const heartbeats: { id: string; metric: string; emitter: FunctionName; every: Duration; runs: string }[] = [
       { id: 'HeartbeatController', metric: EMF_METRICS.hotKeys, emitter: 'hotkey-controller', every: Duration.minutes(5), runs: 'every minute' },
-      { id: 'HeartbeatRebuilder', metric: EMF_METRICS.countersCorrected, emitter: 'count-rebuilder', every: Duration.minutes(15), runs: 'every 5 minutes' },
+      { id: 'HeartbeatRebuilder', metric: EMF_METRICS.rebuildCompleted, emitter: 'count-rebuilder', every: Duration.minutes(15), runs: 'every 5 minutes' },
     ];
     for (const hb of heartbeats) {
       alarm(hb.id, {
@@ -1001,7 +1001,10 @@ export class HeatsinkStack extends Stack {
           emf(EMF_METRICS.counterCorrection, 'count-rebuilder', 'Sum', 'likes corrected', perRun),
           emf(EMF_METRICS.countersCorrected, 'count-rebuilder', 'Sum', 'counters corrected', perRun),
         ],
-        right: [emf(EMF_METRICS.countersUnsettled, 'count-rebuilder', 'Maximum', 'counters unsettled', perRun)],
+        right: [
+          emf(EMF_METRICS.countersUnsettled, 'count-rebuilder', 'Maximum', 'counters unsettled', perRun),
+          emf(EMF_METRICS.rebuildCompleted, 'count-rebuilder', 'Sum', 'runs completed', perRun),
+        ],
         period: perRun,
         width: 8,
         height: 6,

@@ -62,4 +62,6 @@ export const EMF_METRICS = {
   countersCorrected: 'CountersCorrected',
   /** count-rebuilder: posts one run left for a later one (liked within the quiet period, or moving). */
   countersUnsettled: 'CountersUnsettled',
+  /** count-rebuilder: 1 when a run finished its pass, 0 when it stopped on its budget or found the lease held; a timed-out run emits nothing (the heartbeat). */
+  rebuildCompleted: 'CounterRebuildCompleted',
 } as const;

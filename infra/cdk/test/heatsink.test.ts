@@ -525,6 +525,7 @@ describe('alarms and dashboard', () => {
         'count-rebuilder',
         { stat: 'Maximum', label: 'counters unsettled', yAxis: 'right' },
       ],
+      ['heatsink', 'CounterRebuildCompleted', 'Function', 'count-rebuilder', { stat: 'Sum', label: 'runs completed', yAxis: 'right' }],
     ]);
   });
 
@@ -539,6 +540,7 @@ describe('alarms and dashboard', () => {
       [EMF_METRICS.counterCorrection]: 'count-rebuilder',
       [EMF_METRICS.countersCorrected]: 'count-rebuilder',
       [EMF_METRICS.countersUnsettled]: 'count-rebuilder',
+      [EMF_METRICS.rebuildCompleted]: 'count-rebuilder',
     };
     expect(Object.keys(emitter).sort()).toEqual(Object.values(EMF_METRICS).sort());
     const emf = dashboardWidgets()

@@ -122,10 +122,12 @@ describe('alarms that page', () => {
   });
 
   test('heartbeats of the scheduled functions breach on missing data', () => {
+    const metric: Record<string, string> = { 'hotkey-controller': 'HotKeys', 'count-rebuilder': 'CounterRebuildCompleted' };
     for (const fn of ['hotkey-controller', 'count-rebuilder']) {
       const a = named(`heatsink-${fn}-heartbeat`);
       expect(a).toMatchObject({
         Namespace: 'heatsink',
+        MetricName: metric[fn],
         Statistic: 'SampleCount',
         ComparisonOperator: 'LessThanThreshold',
         Threshold: 1,

@@ -563,6 +563,7 @@ def test_dashboard_hot_keys_vs_sampler_reports_the_rule_matched():
         "CounterCorrectionLikes",
         "CountersCorrected",
         "CountersUnsettled",
+        "CounterRebuildCompleted",
     ]
 
 
@@ -573,6 +574,7 @@ def test_dashboard_counter_corrections_per_rebuilder_run():
         ["heatsink", "CounterCorrectionLikes", "Function", "count-rebuilder", {"stat": "Sum", "label": "likes corrected"}],
         ["heatsink", "CountersCorrected", "Function", "count-rebuilder", {"stat": "Sum", "label": "counters corrected"}],
         ["heatsink", "CountersUnsettled", "Function", "count-rebuilder", {"stat": "Maximum", "label": "counters unsettled", "yAxis": "right"}],
+        ["heatsink", "CounterRebuildCompleted", "Function", "count-rebuilder", {"stat": "Sum", "label": "runs completed", "yAxis": "right"}],
     ]
     widget = next(w for w in dashboard_locals()["stream_widgets"] if unq(w["properties"]["title"]) == title)
     assert widget["properties"]["period"] == 300

@@ -60,8 +60,12 @@ def test_errors_throttles_heartbeats_api_and_kinesis_alarms():
     text = FILES["alarms.tf"].read_text()
     assert '"${name}-errors"    = { fn = name, metric = "Errors"' in text
     assert '"${name}-throttles" = { fn = name, metric = "Throttles"' in text
-    for name, fn in (("heartbeat_controller", "hotkey-controller"), ("heartbeat_rebuilder", "count-rebuilder")):
+    for name, fn, metric in (
+        ("heartbeat_controller", "hotkey-controller", "HotKeys"),
+        ("heartbeat_rebuilder", "count-rebuilder", "CounterRebuildCompleted"),
+    ):
         hb = RESOURCES[("aws_cloudwatch_metric_alarm", name)]
+        assert unq(hb["metric_name"]) == metric and unq(hb["namespace"]) == "heatsink"
         assert unq(hb["treat_missing_data"]) == "breaching"
         assert unq(hb["statistic"]) == "SampleCount" and unq(hb["comparison_operator"]) == "LessThanThreshold"
         assert named(hb["alarm_name"]) == f"{SCHEMA['prefix']}{fn}-heartbeat"

@@ -57,6 +57,7 @@ pub fn app_widgets(spec: &DashboardSpec) -> [Value; 4] {
                 emf(Metric::CounterCorrectionLikes, json!({"stat": "Sum", "label": "likes corrected"})),
                 emf(Metric::CountersCorrected, json!({"stat": "Sum", "label": "counters corrected"})),
                 emf(Metric::CountersUnsettled, json!({"stat": "Maximum", "label": "counters unsettled", "yAxis": "right"})),
+                emf(Metric::CounterRebuildCompleted, json!({"stat": "Sum", "label": "runs completed", "yAxis": "right"})),
             ]}),
         ),
     ]
@@ -163,8 +164,8 @@ mod tests {
             .collect();
         assert_eq!(
             emf_series.len(),
-            6,
-            "counter lag, the two lease series and the three correction series"
+            7,
+            "counter lag, the two lease series, the three correction series and runs completed"
         );
         for m in emf_series {
             let metric = Metric::ALL
@@ -202,6 +203,8 @@ mod tests {
                     {"stat": "Sum", "label": "counters corrected"}],
                 ["heatsink", "CountersUnsettled", "Function", "count-rebuilder",
                     {"stat": "Maximum", "label": "counters unsettled", "yAxis": "right"}],
+                ["heatsink", "CounterRebuildCompleted", "Function", "count-rebuilder",
+                    {"stat": "Sum", "label": "runs completed", "yAxis": "right"}],
             ])
         );
     }

@@ -116,11 +116,16 @@ pub enum Metric {
     /// liked within the quiet period, or their counter moved while the run counted. Steadily
     /// high means posts are never quiet long enough to be checked.
     CountersUnsettled,
+    /// `count-rebuilder`: 1 when a run finished its pass, 0 when it stopped on its budget
+    /// (cursor persisted) or another run held the lease
+    /// ([`heatsink::counter::rebuild::RepairReport::completed`]). A run that timed out or failed
+    /// emits nothing, so the heartbeat alarm watches this metric and breaches on missing data.
+    CounterRebuildCompleted,
 }
 
 impl Metric {
     /// Every metric.
-    pub const ALL: [Metric; 9] = [
+    pub const ALL: [Metric; 10] = [
         Metric::CounterLagEvents,
         Metric::CounterFlushDelaySeconds,
         Metric::LeasesHeld,
@@ -130,6 +135,7 @@ impl Metric {
         Metric::CounterCorrectionLikes,
         Metric::CountersCorrected,
         Metric::CountersUnsettled,
+        Metric::CounterRebuildCompleted,
     ];
 
     /// The metric's definition: the toolkit's, where the toolkit emits it.
@@ -144,6 +150,7 @@ impl Metric {
             Metric::CounterCorrectionLikes => rebuild::CORRECTION_UNITS,
             Metric::CountersCorrected => rebuild::CORRECTED,
             Metric::CountersUnsettled => rebuild::UNSETTLED,
+            Metric::CounterRebuildCompleted => rebuild::RUN_COMPLETED,
         }
     }
 
@@ -164,7 +171,8 @@ impl Metric {
             Metric::AdmissionRejected => Function::LikesApi,
             Metric::CounterCorrectionLikes
             | Metric::CountersCorrected
-            | Metric::CountersUnsettled => Function::CountRebuilder,
+            | Metric::CountersUnsettled
+            | Metric::CounterRebuildCompleted => Function::CountRebuilder,
         }
     }
 
@@ -293,7 +301,7 @@ mod tests {
         let ts_metrics: BTreeSet<String> = ts_object(&ts, "EMF_METRICS").into_values().collect();
         let ours: BTreeSet<String> = Metric::ALL.iter().map(|m| m.name().to_owned()).collect();
         assert_eq!(ts_metrics, ours, "EMF_METRICS vs Metric::ALL");
-        assert_eq!(ts_metrics.len(), 9, "parsed every metric");
+        assert_eq!(ts_metrics.len(), 10, "parsed every metric");
 
         let ts_fields: BTreeSet<String> = ts_object(&ts, "LOG_FIELDS").into_values().collect();
         let ours: BTreeSet<String> = log_field::ALL
@@ -386,7 +394,7 @@ mod tests {
             BTreeSet::from([
                 Metric::CounterCorrectionLikes.name(),
                 Metric::HotKeys.name(),
-                Metric::CountersCorrected.name(),
+                Metric::CounterRebuildCompleted.name(),
             ]),
             "parsed the counter-corrections alarm and the two heartbeats"
         );

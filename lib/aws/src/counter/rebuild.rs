@@ -541,6 +541,11 @@ pub struct RepairOptions {
     /// Where a repair with no cursor yet starts (Unix ms; `None`: the oldest bucket the writer
     /// sub-keys keep, `keep` buckets back).
     pub start_at: Option<u64>,
+    /// A pinned end: buckets starting at or after the bucket of this time (Unix ms) are not
+    /// judged this run, whatever the clock says (`None`: the run's clock). The cursor moves no
+    /// further, so the next run carries on from there. Pins a run's bucket span, so that its
+    /// requests depend on the data and not on when it runs (the request-ratio test).
+    pub until: Option<u64>,
     /// Posts whose first halves are done before one wait for the watermarks.
     pub chunk: usize,
     /// Longest wait for the watermarks to pass a chunk's recounts (then its checks are
@@ -563,6 +568,7 @@ impl Default for RepairOptions {
             expected: vec![],
             insert_only: false,
             start_at: None,
+            until: None,
             chunk: 100,
             max_wait: Duration::from_secs(30),
             poll: Duration::from_secs(1),
@@ -916,8 +922,9 @@ impl<'a, R: BucketRecount> Repair<'a, R> {
             ),
         };
         // The bucket of `now` is still filling whatever the watermarks say (they may run ahead
-        // of this clock by the skew).
-        let horizon = horizon.min(spec.start_of(now));
+        // of this clock by the skew); a pinned end holds the horizon further back.
+        let end = self.options.until.map_or(now, |u| u.min(now));
+        let horizon = horizon.min(spec.start_of(end));
         report.horizon_ms = horizon;
         let carried = std::mem::take(&mut cursor.retry);
         let mut retry: Vec<(String, u64)> = vec![];
