@@ -1717,7 +1717,7 @@ async fn smithy_mock_throttled_get_records_lose_and_skip_nothing_and_the_worker_
     eventually("checkpoint written", Duration::from_secs(10), || async {
         let rows = table().scan().await.ok()?;
         let row = rows.leases.iter().find(|r| r.shard_id == SHARD)?;
-        (row.checkpoint.position().map(|p| p.seq.to_decimal()) == Some("120".into())).then_some(())
+        (row.checkpoint.position().map(|p| p.seq.to_decimal()) == Some("120")).then_some(())
     })
     .await;
     let _ = w.stop.send(());

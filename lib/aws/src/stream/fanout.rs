@@ -395,7 +395,7 @@ mod tests {
             let (shard, position) = parse_token(&t).unwrap();
             assert_eq!(shard, "shardId-000000000003");
             assert_eq!(position.r#type(), &kind);
-            assert_eq!(position.sequence_number(), value.as_deref());
+            assert_eq!(position.sequence_number(), value);
         }
         let (_, at) = parse_token(&token("s", &StartAt::AtTimestamp(1_700_000_000_123))).unwrap();
         assert_eq!(
