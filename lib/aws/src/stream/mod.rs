@@ -10,7 +10,8 @@
 //! → DELETED). This module is the I/O around them:
 //!
 //! - [`ShardSource`] (`source.rs`): list shards, get an iterator, get records, with typed errors;
-//!   implemented by [`KinesisSource`] (`kinesis.rs`) and [`DynamoDbStreamsSource`] (`dynamodb.rs`).
+//!   implemented by [`KinesisSource`] (`kinesis.rs`), [`FanOutSource`] (`fanout.rs`: enhanced
+//!   fan-out, SubscribeToShard) and [`DynamoDbStreamsSource`] (`dynamodb.rs`).
 //! - [`LeaseTable`] (`lease_table.rs`): the schema's `leases` table (`app` / `shard_id`); every
 //!   change is computed with [`Lease::apply`](heatsink_core::stream::Lease::apply) and written
 //!   conditionally on the stored counter (and owner).
