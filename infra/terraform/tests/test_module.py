@@ -562,8 +562,8 @@ def test_dashboard_hot_keys_vs_sampler_reports_the_rule_matched():
     assert [re.search(r'"heatsink", "(\w+)"', line).group(1) for line in rebuilder_series] == [
         "CounterCorrectionLikes",
         "CountersCorrected",
-        "CountersUnsettled",
         "CounterRebuildCompleted",
+        "CountersUnsettled",
     ]
 
 
