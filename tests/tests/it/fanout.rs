@@ -8,13 +8,13 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use aws_sdk_kinesis::primitives::Blob;
-use aws_sdk_kinesis::types::PutRecordsRequestEntry;
 use heatsink::stream::{
-    FanOutSource, LeaseTable, ProcessBatch, RecordProcessor, StreamError, Worker, WorkerConfig,
+    FanOutSource, LeaseTable, ProcessBatch, RecordProcessor, StreamError, Worker,
 };
 use heatsink_photo_app::schema::Table;
 use heatsink_testkit::{eventually, fixture};
+
+use crate::stream::{fast_config, put_round};
 
 /// Every delivery as (shard, key, value), in processing order.
 #[derive(Clone, Default)]
@@ -43,43 +43,6 @@ impl Log {
     }
 }
 
-/// Puts `keys` records, one per key, carrying `round` as their value.
-async fn put_round(k: &aws_sdk_kinesis::Client, stream: &str, round: u64, keys: usize) {
-    let entries: Vec<PutRecordsRequestEntry> = (0..keys)
-        .map(|i| {
-            PutRecordsRequestEntry::builder()
-                .partition_key(format!("k{i:02}"))
-                .data(Blob::new(format!("k{i:02}:{round}")))
-                .build()
-                .unwrap()
-        })
-        .collect();
-    let out = k
-        .put_records()
-        .stream_name(stream)
-        .set_records(Some(entries))
-        .send()
-        .await
-        .expect("put records");
-    assert_eq!(out.failed_record_count(), Some(0));
-}
-
-fn config(worker: &str) -> WorkerConfig {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .try_init();
-    let mut c = WorkerConfig::new(worker);
-    c.lease_duration = Duration::from_millis(2_500);
-    c.renew_interval = Duration::from_millis(400);
-    c.sync_interval = Duration::from_secs(1);
-    c.idle_poll = Duration::from_millis(100);
-    c.checkpoint_interval = Duration::from_millis(100);
-    c.timeouts = Some(heatsink::stream::Timeouts::default());
-    c.verify_takes = std::env::var("HEATSINK_VERIFY_TAKES").as_deref() != Ok("0");
-    c
-}
-
 async fn run_until<F: Fn() -> bool>(
     source: FanOutSource,
     leases: LeaseTable,
@@ -88,7 +51,7 @@ async fn run_until<F: Fn() -> bool>(
     what: &str,
     done: F,
 ) {
-    let w = Worker::new(source, leases, log.clone(), config(worker));
+    let w = Worker::new(source, leases, log.clone(), fast_config(worker));
     let (stop, rx) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(w.run(async move {
         let _ = rx.await;

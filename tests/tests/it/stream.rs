@@ -101,7 +101,7 @@ async fn sink_write(
         .map(|_| ())
 }
 
-fn fast_config(worker: &str) -> WorkerConfig {
+pub(crate) fn fast_config(worker: &str) -> WorkerConfig {
     // `RUST_LOG=heatsink=debug` shows the worker's lease moves when a test fails.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
@@ -146,7 +146,7 @@ fn start<S: ShardSource, P: RecordProcessor>(
     Running { stats, task, stop }
 }
 
-async fn put_round(k: &aws_sdk_kinesis::Client, stream: &str, round: u64, keys: usize) {
+pub(crate) async fn put_round(k: &aws_sdk_kinesis::Client, stream: &str, round: u64, keys: usize) {
     let entries: Vec<PutRecordsRequestEntry> = (0..keys)
         .map(|i| {
             PutRecordsRequestEntry::builder()
