@@ -1,7 +1,7 @@
 //! Live resharding on the local stack (moto and dynoxide lanes): the shard directory's
 //! transactions, and live moves with a load generator writing through routers the whole time.
-//! The emulators give each table's stream one shard; the multi-shard drain is covered by the
-//! forward tail running through the soak (see `heatsink::shard::mover`).
+//! The emulators give each table's stream one shard; the `sim_` test puts the stream-shape
+//! simulator in front of them for several shards with rollovers.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -16,6 +16,8 @@ use heatsink::shard::{
     MoveMode, Phase, ReshardError, RetryRule, Router, ShardDirectory, ShardError, SlotRange,
     slot_of,
 };
+use heatsink_sim::front::StreamShaper;
+use heatsink_sim::shape::{ShapeConfig, SourceKind};
 use heatsink_testkit::{Fixture, fixture};
 
 const MAX_AGE: Duration = Duration::from_millis(300);
@@ -792,4 +794,96 @@ async fn demo_move_moves_p9_and_loses_no_acknowledged_write() {
             .expect("demo again");
     assert_eq!(again.lost, 0, "{again:?}");
     assert!(again.acknowledged > 0, "{again:?}");
+}
+
+/// A copy move whose source stream has 4 shards that keep rolling over, as DynamoDB Streams
+/// does on a table with several partitions (shards close every few hours on AWS), served by
+/// the stream-shape simulator in front of the emulator (no emulator makes this shape). The
+/// drain must find fence records on shards that opened during the pause, and every write the
+/// source acknowledged must be readable on the target at the flip, not only after the soak.
+#[tokio::test]
+async fn sim_move_on_four_rolling_stream_shards_reads_every_acknowledged_write_at_the_flip() {
+    let fx = fixture!(
+        "sim_move_on_four_rolling_stream_shards_reads_every_acknowledged_write_at_the_flip"
+    );
+    let _serial = SERIAL.lock().await;
+    let mut s = Scene::new(&fx, false).await;
+    let upstream = std::env::var("AWS_ENDPOINT_URL_DYNAMODB_STREAMS")
+        .or_else(|_| std::env::var("AWS_ENDPOINT_URL_DYNAMODB"))
+        .expect("the stack's endpoint");
+    let mut shape = ShapeConfig::new(SourceKind::DynamoDbStreams, 4);
+    // Every shard lives 150 ms (a rollover every ~40 ms somewhere): the shards the drain knows
+    // from its last DescribeStream have usually closed by the time the fence record arrives,
+    // and the stream lists over 100 shards (DescribeStream pages) before the move ends.
+    shape.rollover = Some(Duration::from_millis(150));
+    let shaper = StreamShaper::start(&upstream, shape).await.expect("shaper");
+    s.streams = aws_sdk_dynamodbstreams::Client::from_conf(
+        aws_sdk_dynamodbstreams::config::Builder::from(&fx.stack.config)
+            .endpoint_url(shaper.endpoint())
+            .build(),
+    );
+    let arn = fx
+        .stack
+        .ddb
+        .describe_table()
+        .table_name(&s.a)
+        .send()
+        .await
+        .expect("describe")
+        .table
+        .and_then(|t| t.latest_stream_arn)
+        .expect("the source has a stream");
+    // 4.5 s of rollovers before the move: over 100 shards, so DescribeStream takes 2 pages and
+    // the open shards are on the second.
+    shaper.watch(&arn).await.expect("watch");
+    let load = start_load(s.router.clone(), "key-", 16, 10.0);
+    tokio::time::sleep(Duration::from_millis(4_500)).await;
+    let listed = shaper
+        .with_stream(&arn, |st| st.describe().len())
+        .expect("watched");
+    assert!(listed > 100, "{listed} shards listed before the move");
+    let mut m = s.start(false).await;
+    while m.record().phase != Phase::Flipped {
+        m.step().await.expect("step");
+    }
+    let at_flip: Vec<AckLine> = load.acks.lock().expect("acks").clone();
+    let moved_on_source = at_flip
+        .iter()
+        .filter(|a| quarter().contains(slot_of(&a.key)) && a.owner == s.a)
+        .count();
+    assert!(moved_on_source > 0, "the source took writes of the slot");
+    let v = verify(&s.router, &at_flip)
+        .await
+        .expect("verify at the flip");
+    assert!(
+        v.ok(),
+        "acknowledged writes not on the target at the flip: {v:?}"
+    );
+    assert!(
+        m.record().forward.fence_seen,
+        "the drain saw every slot's fence record: {} shards known, {} closed, fences of {:?}",
+        m.record().forward.shards.len(),
+        m.record()
+            .forward
+            .shards
+            .values()
+            .filter(|p| p.closed)
+            .count(),
+        m.record().forward.fence_slots
+    );
+    m.run().await.expect("move");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    load.finish(&s.router).await;
+    let stats = shaper.stats(&arn).expect("the source stream was shaped");
+    assert!(
+        stats.rollovers >= 4,
+        "shards rolled over during the move: {stats:?}"
+    );
+    assert!(
+        m.record().forward.shards.len() > 4,
+        "the tail followed children of rolled shards: {} known",
+        m.record().forward.shards.len()
+    );
+    assert!(m.record().diff.as_ref().is_some_and(|d| d.clean()));
+    shaper.stop();
 }
