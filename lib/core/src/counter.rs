@@ -78,6 +78,7 @@
 //! - for salted sub-keys, `ADD` to `s#<n>`; for `fix`, put the absolute [`Correction::fix`].
 
 mod bucket;
+mod compact;
 mod dedupe;
 mod esm;
 mod flush;
@@ -89,6 +90,9 @@ mod seq;
 mod tests;
 
 pub use bucket::{BucketSpec, Buckets};
+pub use compact::{
+    CompactInput, Compaction, Fold, FoldKind, MAX_FOLDS, Settled, SettledWrite, WriterItem, compact,
+};
 pub use dedupe::{Admit, Change, ChangeId, DedupeDecision, DedupeWindow, decide_deduped};
 pub use esm::{
     EsmPlan, EsmPlanRequest, SHARD_BYTES_PER_SECOND, SHARD_RECORDS_PER_SECOND, SHARD_TARGET,
