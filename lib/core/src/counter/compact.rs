@@ -372,13 +372,13 @@ mod tests {
             if current != put.expected {
                 return; // condition failed: the batch is redelivered later
             }
-            let folded = self.rows.get(&id).and_then(|r| r.folded);
+            // A put replaces the whole item, `folded` included.
             self.rows.insert(
                 id,
                 Row {
                     total: put.total,
                     seq: put.seq,
-                    folded,
+                    folded: None,
                 },
             );
             let w = &mut self.writers[i];
