@@ -240,3 +240,97 @@ impl CounterStore {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use aws_sdk_dynamodb::config::http::HttpResponse;
+    use aws_sdk_dynamodb::config::retry::RetryConfig;
+    use aws_sdk_dynamodb::error::{ErrorMetadata, SdkError};
+    use aws_sdk_dynamodb::operation::query::QueryOutput;
+    use aws_sdk_dynamodb::types::CancellationReason;
+    use aws_sdk_dynamodb::types::error::{ResourceNotFoundException, TransactionCanceledException};
+    use aws_smithy_mocks::{RuleMode, mock, mock_client};
+
+    use super::*;
+    use crate::testing::{in_chain, mocked};
+
+    /// One closed writer (`w#shardId-1`, total 5, seq 9) and nothing else.
+    fn partition() -> QueryOutput {
+        let item = HashMap::from([
+            ("pk".to_owned(), s("likes#p9")),
+            ("sk".to_owned(), s("w#shardId-1")),
+            ("total".to_owned(), n(5)),
+            (
+                "seq".to_owned(),
+                s(heatsink_core::counter::Seq::from(9).as_padded()),
+            ),
+        ]);
+        QueryOutput::builder().items(item).count(1).build()
+    }
+
+    fn meta(code: &str) -> ErrorMetadata {
+        ErrorMetadata::builder()
+            .code(code)
+            .message("mocked")
+            .build()
+    }
+
+    #[tokio::test]
+    async fn smithy_mock_a_cancelled_compaction_is_decided_again_and_a_failure_keeps_the_sdk_error()
+    {
+        let closed = BTreeSet::from([WriterId::new("shardId-1").expect("writer")]);
+        let key = CounterKey::new("likes", "p9").expect("key");
+        // Cancelled by a condition: re-read; the second read finds the item already folded.
+        let query = mock!(aws_sdk_dynamodb::Client::query).then_output(partition);
+        let cancelled = mock!(aws_sdk_dynamodb::Client::transact_write_items).then_error(|| {
+            TransactWriteItemsError::TransactionCanceledException(
+                TransactionCanceledException::builder()
+                    .cancellation_reasons(
+                        CancellationReason::builder()
+                            .code("ConditionalCheckFailed")
+                            .build(),
+                    )
+                    .meta(meta("TransactionCanceledException"))
+                    .build(),
+            )
+        });
+        let folded = mock!(aws_sdk_dynamodb::Client::query)
+            .then_output(|| QueryOutput::builder().count(0).build());
+        let ddb = mock_client!(
+            aws_sdk_dynamodb,
+            RuleMode::Sequential,
+            [&query, &cancelled, &folded],
+            |c| c.retry_config(RetryConfig::disabled())
+        );
+        let report = CounterStore::new(ddb, "t-counters")
+            .compact(&key, &closed, Duration::ZERO)
+            .await
+            .expect("decided again");
+        assert_eq!(
+            (report.conflicts, report.folded, report.items_before),
+            (1, 0, 1)
+        );
+
+        // Any other failure is the store's Aws error, the SDK error kept whole.
+        let query = mock!(aws_sdk_dynamodb::Client::query).then_output(partition);
+        let missing = mock!(aws_sdk_dynamodb::Client::transact_write_items).then_error(|| {
+            TransactWriteItemsError::ResourceNotFoundException(
+                ResourceNotFoundException::builder()
+                    .meta(meta("ResourceNotFoundException"))
+                    .build(),
+            )
+        });
+        let ddb = mocked!(aws_sdk_dynamodb with |c| c.retry_config(RetryConfig::disabled());
+            query, missing);
+        let err = CounterStore::new(ddb, "t-counters")
+            .compact(&key, &closed, Duration::ZERO)
+            .await
+            .expect_err("mocked to fail");
+        let aws = err.aws().expect("an AWS failure");
+        assert!(aws.is_not_found());
+        assert_eq!(aws.operation(), "TransactWriteItems");
+        assert!(in_chain::<SdkError<TransactWriteItemsError, HttpResponse>>(&err).is_some());
+    }
+}

@@ -34,8 +34,9 @@
 //!
 //! **The bound.** After a compaction, a counter has at most `W_open + W_grace + S + 2` items:
 //! open writers, closed writers folded within the last `grace` (tombstones), salts, `fix` and
-//! `settled`. With rollovers every 4 h and a 24 h grace that is at most 7 items per shard lineage
-//! (1 open + 6 tombstones) instead of one more every 4 h forever. At most [`MAX_FOLDS`] writer
+//! `settled`. With rollovers every 4 h, a 24 h grace and a compaction every few minutes that is
+//! at most 8 writer items per shard lineage (1 open + at most 7 closed within the grace and one
+//! compaction period) instead of one more every 4 h forever. At most [`MAX_FOLDS`] writer
 //! items go into one transaction (+1 for `settled`); more wait for the next round.
 //!
 //! ```
