@@ -126,3 +126,61 @@ async fn closed_writers_are_folded_into_settled_without_moving_the_read() {
     flush(&counters, &key, &shard(4), 104, 3).await;
     assert_eq!(counters.read(&key).await.expect("read").total(), 26);
 }
+
+/// The scheduled repair with `RepairOptions::compact`: the posts it checks are compacted over
+/// the writers the watermarks mark retired, and the counted part of the read does not move
+/// (the repair's own bucket corrections change only `fix`).
+#[tokio::test]
+async fn the_repair_run_compacts_the_posts_it_checks_over_retired_writers() {
+    let fx = fixture!("the_repair_run_compacts_the_posts_it_checks_over_retired_writers");
+    for t in [Table::Liked, Table::Counters] {
+        fx.table(t).await;
+    }
+    let spec = BucketSpec::new(1_000, 30).expect("spec");
+    let counters = CounterStore::new(fx.stack.ddb.clone(), fx.schema.table_name(Table::Counters))
+        .with_buckets(spec);
+    let key = CounterKey::new("likes", "p9").expect("key");
+    let shard = |i: u32| WriterId::new(format!("shardId-0000000{i}")).expect("writer");
+    let now = heatsink::clock::now_ms();
+    let at = spec.start_of(now) - 3_000;
+    for (i, n) in [(1u32, 3u64), (2, 4), (3, 5)] {
+        let mut batch = Deltas::new();
+        for seq in 1..=n {
+            batch
+                .add_record_at(key.clone(), Seq::from(seq), 1, Some(at + seq))
+                .expect("record");
+        }
+        counters.flush(&shard(i), &batch).await.expect("flush");
+    }
+    counters
+        .record_progress("likes", &shard(3), now + 60_000)
+        .await
+        .expect("progress");
+    for i in [1, 2] {
+        counters.retire("likes", &shard(i)).await.expect("retire");
+    }
+    let before = counters.read(&key).await.expect("read");
+    let recount = heatsink_photo_app::rebuild::liked_bucket_recount(&fx.stack.ddb, &fx.schema);
+    let options = heatsink::counter::rebuild::RepairOptions {
+        buckets: spec,
+        start_at: Some(at - 2_000),
+        settle: Duration::ZERO,
+        lease: Duration::from_secs(30),
+        holder: "test".into(),
+        insert_only: true,
+        compact: Some(heatsink::counter::compact::STREAM_RETENTION),
+        ..heatsink::counter::rebuild::RepairOptions::default()
+    };
+    let report = heatsink::counter::rebuild::Repair::new(&counters, "likes", &recount, options)
+        .run()
+        .await
+        .expect("repair");
+    assert_eq!(
+        (report.posts_checked, report.compacted),
+        (1, 2),
+        "{report:?}"
+    );
+    let after = counters.read(&key).await.expect("read");
+    assert_eq!((after.settled(), after.writers()), (7, 5));
+    assert_eq!(after.without_fix(), before.without_fix());
+}
