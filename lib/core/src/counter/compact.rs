@@ -30,7 +30,8 @@
 //! retry after a commit reads tombstones and does nothing, a crash before the commit changed
 //! nothing, and a transaction that lost a race is cancelled whole (re-read and decide again).
 //! A tombstone whose writer flushed new records after all (its closure was wrong) is folded
-//! again, so even then nothing is lost or counted twice.
+//! again; that flush counts once only if it read the tombstone, not the item before the fold
+//! (the open-writer race above), which is why closure must be proven, not guessed.
 //!
 //! **The bound.** After a compaction, a counter has at most `W_open + W_grace + S + 2` items:
 //! open writers, closed writers folded within the last `grace` (tombstones), salts, `fix` and
