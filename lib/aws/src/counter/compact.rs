@@ -21,6 +21,8 @@ use super::{CounterStore, CounterStoreError, MAX_ROUNDS, get_n, get_s, s};
 use crate::error::AwsError;
 
 /// DynamoDB Streams keeps a record 24 hours: a tombstone this old has no record left to replay.
+/// (A Kinesis stream keeps records as long as it is configured to, 24 hours to 365 days: use
+/// that retention as the grace for retired Kinesis parents.)
 pub const STREAM_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// What one [`CounterStore::compact`] did to one counter.

@@ -555,7 +555,9 @@ pub struct RepairOptions {
     pub poll: Duration,
     /// Compact every checked post ([`CounterStore::compact`]) with this tombstone grace: fold
     /// the sub-keys of retired writers (closed DynamoDB Streams shards) into `settled` and reap
-    /// tombstones older than it (use [`STREAM_RETENTION`](super::compact::STREAM_RETENTION)).
+    /// tombstones older than it: at least the stream's retention
+    /// ([`STREAM_RETENTION`](super::compact::STREAM_RETENTION) for DynamoDB Streams; a Kinesis
+    /// stream's configured retention, up to 365 days, for retired Kinesis parents).
     /// One more Query per checked post and a transaction when due; needs `UpdateItem` on the
     /// counters table. `None` (the default): no compaction.
     pub compact: Option<Duration>,

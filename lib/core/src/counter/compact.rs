@@ -51,7 +51,14 @@
 //!     WriterItem { writer: open.clone(), total: 2, seq: Seq::from(12), folded_ms: None },
 //! ];
 //! let closed = BTreeSet::from([old.clone()]);
-//! let input = CompactInput { writers: &items, settled: None, closed: &closed, now_ms: 1_000, grace_ms: 500, max_folds: 25 };
+//! let input = CompactInput {
+//!     writers: &items,
+//!     settled: None,
+//!     closed: &closed,
+//!     now_ms: 1_000,
+//!     grace_ms: 500,
+//!     max_folds: 25,
+//! };
 //! let plan = compact(&input)?;
 //! assert_eq!(plan.folds.len(), 1);
 //! assert_eq!(plan.folds[0].kind, FoldKind::Tombstone { folded_ms: 1_000 });
