@@ -74,6 +74,7 @@ async fn main() -> Result<(), Error> {
             buckets = report.buckets_checked,
             corrected = report.corrected.len(),
             lagging = report.lagging,
+            compacted = report.compacted,
             "repair done"
         );
         let mut emf = Emf::new(Function::CountRebuilder);
