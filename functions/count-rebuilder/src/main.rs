@@ -19,7 +19,9 @@
 //!
 //! Environment: `HEATSINK_PREFIX` (default `heatsink-`); `HEATSINK_REBUILD_SETTLE_SECONDS`
 //! (default 60): how far the aggregator's proven progress must be past a bucket's end before
-//! it is judged.
+//! it is judged; `HEATSINK_COMPACT_GRACE_SECONDS` (unset: no compaction; 86400 for DynamoDB
+//! Streams): compact every checked post over the retired shards (`RepairOptions::compact`),
+//! which needs `dynamodb:UpdateItem` on the counters table (not granted by the stacks yet).
 
 use std::time::Duration;
 
@@ -54,6 +56,7 @@ async fn main() -> Result<(), Error> {
     if let Some(budget) = seconds("HEATSINK_REBUILD_BUDGET_SECONDS")? {
         options.budget = budget;
     }
+    options.compact = seconds("HEATSINK_COMPACT_GRACE_SECONDS")?;
     let counting = Counting::from_env(&schema);
     let recount = counting.bucket_recount(&ddb);
     let counters = CounterStore::new(ddb.clone(), counting.counters_table.clone());
@@ -71,6 +74,7 @@ async fn main() -> Result<(), Error> {
             buckets = report.buckets_checked,
             corrected = report.corrected.len(),
             lagging = report.lagging,
+            compacted = report.compacted,
             "repair done"
         );
         let mut emf = Emf::new(Function::CountRebuilder);

@@ -1,8 +1,8 @@
 //! The DynamoDB counter store: conditional absolute flushes, one-Query reads, corrections.
 //!
 //! The decisions live in [`heatsink_core::counter`]; this module carries them out against the
-//! `counters` table (`pk = likes#p9`, `sk = w#<writer> | s#<n> | fix`). A flush reads the
-//! writer's sub-keys with a strongly consistent BatchGetItem, plans absolute totals with
+//! `counters` table (`pk = likes#p9`, `sk = w#<writer> | s#<n> | fix | settled`). A flush reads
+//! the writer's sub-keys with a strongly consistent BatchGetItem, plans absolute totals with
 //! [`FlushPlan`], and writes each with a Put **conditional on the stored `seq` being exactly the
 //! one it read** (`attribute_not_exists` for a first write). A condition that fails means another
 //! flush of the same writer landed in between (a retry, a redelivery): the key is re-read and
@@ -27,12 +27,15 @@
 //! - `aggregate` (feature `lambda`): count your own change stream in your own Lambda, over a
 //!   `aggregate::ChangeMapper` you write.
 //! - [`rebuild`]: recount from durable events and correct settled counters.
+//! - [`compact`](mod@compact): fold closed writers' sub-keys into `settled` ([`CounterStore::compact`]), so
+//!   a read stays bounded while DynamoDB Streams shards roll over.
 //! - The pure decisions ([`Deltas`], [`FlushPlan`], [`Seq`], …) are re-exported from
 //!   `heatsink_core::counter`, so one import path serves both layers.
 
 #[cfg(feature = "lambda")]
 #[cfg_attr(docsrs, doc(cfg(feature = "lambda")))]
 pub mod aggregate;
+pub mod compact;
 pub mod rebuild;
 
 pub use heatsink_core::counter::*;
@@ -746,7 +749,7 @@ impl CounterStore {
                         version: get_n(i, "ver").map(i64::unsigned_abs),
                     };
                 }
-                SubKey::Salt(_) => {}
+                SubKey::Salt(_) | SubKey::Settled => {}
             }
         }
         part.sum = sum_counter(pairs)?;

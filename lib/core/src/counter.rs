@@ -15,10 +15,11 @@
 //! | `likes#p9` | `w#<writer>` | that writer only, conditional put     | absolute total + `seq` |
 //! | `likes#p9` | `s#<n>`      | anyone, additive (`ADD`)              | salted partial sum     |
 //! | `likes#p9` | `fix`        | the rebuild job, unconditional put    | correction             |
+//! | `likes#p9` | `settled`    | compaction, conditional on `rev`      | closed writers' totals |
 //!
 //! Where things are: [`Seq`] and [`FlushCounter`] (`seq.rs`), [`CounterKey`], [`WriterId`] and
 //! [`SubKey`] (`layout.rs`), [`Deltas`], [`decide`] and [`FlushPlan`] (`flush.rs`),
-//! [`sum_counter`] and [`correction`] (`read.rs`).
+//! [`sum_counter`] and [`correction`] (`read.rs`), [`compact`] (`compact.rs`).
 //!
 //! ```
 //! use std::collections::BTreeMap;
@@ -57,7 +58,12 @@
 //! 3. Salted sub-keys are at-least-once: an additive write retried after a lost response counts
 //!    twice, until the next rebuild.
 //! 4. After a rebuild during which no flush lands, a read equals the recount exactly.
-//! 5. A read is one Query of `W + S + 1` items (W writers, S salts).
+//! 5. A read is one Query of `W + S + 2` items (W writer sub-keys, S salts, `fix`, `settled`).
+//!    Without compaction W grows by one per DynamoDB Streams shard rollover (about every 4 h),
+//!    forever. With [`compact`] run over a counter, W is at most its open writers plus the
+//!    closed ones folded within the tombstone grace: with a 24 h grace and 4 h rollovers at most
+//!    8 per shard lineage (1 open + 7 closed), and no compaction step, retried or crashed, moves
+//!    the sum.
 //! 6. Totals are `i64`; arithmetic that would overflow is [`CounterError::Overflow`], never a wrap.
 //!
 //! Adapters (the DynamoDB counter store, the aggregator Lambda, routers) must:
@@ -78,6 +84,7 @@
 //! - for salted sub-keys, `ADD` to `s#<n>`; for `fix`, put the absolute [`Correction::fix`].
 
 mod bucket;
+mod compact;
 mod dedupe;
 mod esm;
 mod flush;
@@ -89,6 +96,9 @@ mod seq;
 mod tests;
 
 pub use bucket::{BucketSpec, Buckets};
+pub use compact::{
+    CompactInput, Compaction, Fold, FoldKind, MAX_FOLDS, Settled, SettledWrite, WriterItem, compact,
+};
 pub use dedupe::{Admit, Change, ChangeId, DedupeDecision, DedupeWindow, decide_deduped};
 pub use esm::{
     EsmPlan, EsmPlanRequest, SHARD_BYTES_PER_SECOND, SHARD_RECORDS_PER_SECOND, SHARD_TARGET,

@@ -553,6 +553,14 @@ pub struct RepairOptions {
     pub max_wait: Duration,
     /// How often the watermarks are read while waiting.
     pub poll: Duration,
+    /// Compact every checked post ([`CounterStore::compact`]) with this tombstone grace: fold
+    /// the sub-keys of retired writers (closed DynamoDB Streams shards) into `settled` and reap
+    /// tombstones older than it: at least the stream's retention
+    /// ([`STREAM_RETENTION`](super::compact::STREAM_RETENTION) for DynamoDB Streams; a Kinesis
+    /// stream's configured retention, up to 365 days, for retired Kinesis parents).
+    /// One more Query per checked post and a transaction when due; needs `UpdateItem` on the
+    /// counters table. `None` (the default): no compaction.
+    pub compact: Option<Duration>,
 }
 
 impl Default for RepairOptions {
@@ -572,6 +580,7 @@ impl Default for RepairOptions {
             chunk: 100,
             max_wait: Duration::from_secs(30),
             poll: Duration::from_secs(1),
+            compact: None,
         }
     }
 }
@@ -606,6 +615,8 @@ pub struct RepairReport {
     pub skipped: Vec<(String, String)>,
     /// Carried-over checks dropped because more than `max_retry` were pending.
     pub dropped: u64,
+    /// Writer sub-keys folded into `settled` or reaped ([`RepairOptions::compact`]).
+    pub compacted: u64,
 }
 
 impl RepairReport {
@@ -914,6 +925,11 @@ impl<'a, R: BucketRecount> Repair<'a, R> {
         let marks = self.counters.progress(&self.name).await?;
         let proven = proven_through_expected(&marks, &self.options.expected);
         report.proven_ms = proven;
+        let closed: BTreeSet<WriterId> = marks
+            .iter()
+            .filter(|m| m.retired)
+            .map(|m| m.writer.clone())
+            .collect();
         let (horizon, after) = match cursor.resume.take() {
             Some((h, after)) => (h, Some(after)),
             None => (
@@ -975,6 +991,11 @@ impl<'a, R: BucketRecount> Repair<'a, R> {
                 self.second_half(first, recount_end, proven, report, &mut retry)
                     .await?;
             }
+            if let Some(grace) = self.options.compact {
+                for (id, _) in chunk {
+                    self.compact_post(id, &closed, grace, report).await?;
+                }
+            }
             if let Some((id, _)) = chunk.last() {
                 cursor.resume = Some((horizon, (*id).clone()));
                 let mut c = cursor.clone();
@@ -996,6 +1017,31 @@ impl<'a, R: BucketRecount> Repair<'a, R> {
             cursor.next = from;
         }
         self.save_cursor(&cursor).await
+    }
+
+    /// Compacts one checked post over the retired writers; a malformed counter is skipped and
+    /// reported, a DynamoDB failure stops the run (its cursor is saved per chunk).
+    async fn compact_post(
+        &self,
+        id: &str,
+        closed: &BTreeSet<WriterId>,
+        grace: Duration,
+        report: &mut RepairReport,
+    ) -> Result<(), RebuildError> {
+        if closed.is_empty() {
+            return Ok(());
+        }
+        let Ok(key) = CounterKey::new(&self.name, id) else {
+            return Ok(()); // reported by the first half
+        };
+        match self.counters.compact(&key, closed, grace).await {
+            Ok(r) => report.compacted += r.folded + r.reaped,
+            Err(CounterStoreError::Contended(_)) => {
+                tracing::warn!(id, "counter kept changing under compaction; next run");
+            }
+            Err(e) => skip(report, id, unrepairable(e)?),
+        }
+        Ok(())
     }
 
     /// Polls the watermarks until the aggregator's proven progress reaches `recount_end` plus

@@ -124,15 +124,19 @@ pub enum SubKey {
     Salt(u32),
     /// `fix`: the rebuild job's correction, so a read equals the recount.
     Fix,
+    /// `settled`: the folded totals of closed writers (see [`compact`](super::compact)), so a
+    /// read stays bounded while stream shards keep rolling over.
+    Settled,
 }
 
 impl SubKey {
-    /// The sort key of this item: `w#<writer>`, `s#<n>` or `fix`.
+    /// The sort key of this item: `w#<writer>`, `s#<n>`, `fix` or `settled`.
     pub fn sort_key(&self) -> String {
         match self {
             Self::Writer(writer) => format!("w#{writer}"),
             Self::Salt(n) => format!("s#{n}"),
             Self::Fix => "fix".to_owned(),
+            Self::Settled => "settled".to_owned(),
         }
     }
 
@@ -141,6 +145,9 @@ impl SubKey {
         let unknown = || CounterError::UnknownSortKey(sk.to_owned());
         if sk == "fix" {
             return Ok(Self::Fix);
+        }
+        if sk == "settled" {
+            return Ok(Self::Settled);
         }
         if let Some(writer) = sk.strip_prefix("w#") {
             return WriterId::new(writer)
@@ -203,7 +210,7 @@ mod tests {
     }
 
     #[test]
-    fn sort_keys_have_three_shapes() {
+    fn sort_keys_have_four_shapes() {
         let shard = WriterId::new("shardId-000000000003").unwrap();
         assert_eq!(
             SubKey::Writer(shard.clone()).sort_key(),
@@ -211,6 +218,8 @@ mod tests {
         );
         assert_eq!(SubKey::Salt(7).sort_key(), "s#7");
         assert_eq!(SubKey::Fix.sort_key(), "fix");
+        assert_eq!(SubKey::Settled.sort_key(), "settled");
+        assert_eq!(SubKey::parse("settled").unwrap(), SubKey::Settled);
         assert_eq!(
             SubKey::parse("w#shardId-000000000003").unwrap(),
             SubKey::Writer(shard)
@@ -230,6 +239,8 @@ mod tests {
             "s#4294967296",
             "fixx",
             "FIX",
+            "settle",
+            "settled#1",
             "x#1",
             "w",
             "w#a\nb",
@@ -256,7 +267,7 @@ mod tests {
             writer in "[ -~]{1,40}",
             salt: u32,
         ) {
-            for sub in [SubKey::Writer(WriterId::new(writer.clone()).unwrap()), SubKey::Salt(salt), SubKey::Fix] {
+            for sub in [SubKey::Writer(WriterId::new(writer.clone()).unwrap()), SubKey::Salt(salt), SubKey::Fix, SubKey::Settled] {
                 prop_assert_eq!(SubKey::parse(&sub.sort_key()).unwrap(), sub);
             }
         }

@@ -6,6 +6,7 @@ use super::{CounterError, SubKey};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CounterSum {
     writers: i64,
+    settled: i64,
     salted: i64,
     fix: i64,
     total: i64,
@@ -15,6 +16,11 @@ impl CounterSum {
     /// Sum of the writer sub-keys (`w#…`).
     pub fn writers(&self) -> i64 {
         self.writers
+    }
+
+    /// The folded totals of closed writers (`settled`; 0 if absent): part of the writers' count.
+    pub fn settled(&self) -> i64 {
+        self.settled
     }
 
     /// Sum of the salted sub-keys (`s#…`).
@@ -27,12 +33,12 @@ impl CounterSum {
         self.fix
     }
 
-    /// Writers + salted, the part a rebuild compares with its recount.
+    /// Writers + settled + salted, the part a rebuild compares with its recount.
     pub fn without_fix(&self) -> i64 {
         self.total - self.fix
     }
 
-    /// The count a reader sees: writers + salted + fix.
+    /// The count a reader sees: writers + settled + salted + fix.
     pub fn total(&self) -> i64 {
         self.total
     }
@@ -40,7 +46,8 @@ impl CounterSum {
 
 /// Sums one counter's items, given as `(sort key, value)` pairs from one Query of its partition.
 ///
-/// The value is a writer sub-key's `total`, a salted sub-key's sum, or the `fix`. An item with an
+/// The value is a writer sub-key's `total`, the `settled` total, a salted sub-key's sum, or the
+/// `fix`. An item with an
 /// unknown sort key is an error rather than silently counted or dropped.
 pub fn sum_counter<I, S>(items: I) -> Result<CounterSum, CounterError>
 where
@@ -53,6 +60,7 @@ where
             SubKey::Writer(_) => &mut sum.writers,
             SubKey::Salt(_) => &mut sum.salted,
             SubKey::Fix => &mut sum.fix,
+            SubKey::Settled => &mut sum.settled,
         };
         *slot = slot.checked_add(value).ok_or(CounterError::Overflow)?;
         sum.total = sum.total.checked_add(value).ok_or(CounterError::Overflow)?;
@@ -101,13 +109,14 @@ mod tests {
             ("s#0", 4),
             ("s#7", 6),
             ("fix", -2),
+            ("settled", 40),
         ])
         .unwrap();
         assert_eq!(
-            (sum.writers(), sum.salted(), sum.fix(), sum.total()),
-            (150, 10, -2, 158)
+            (sum.writers(), sum.settled(), sum.salted(), sum.fix()),
+            (150, 40, 10, -2)
         );
-        assert_eq!(sum.without_fix(), 160);
+        assert_eq!((sum.total(), sum.without_fix()), (198, 200));
         assert_eq!(sum_counter(Vec::<(String, i64)>::new()).unwrap().total(), 0);
     }
 
