@@ -887,3 +887,44 @@ async fn sim_move_on_four_rolling_stream_shards_reads_every_acknowledged_write_a
     assert!(m.record().diff.as_ref().is_some_and(|d| d.clean()));
     shaper.stop();
 }
+
+/// A mover that stalls inside the pause (fence written, flip not yet committed) for 1 s while
+/// writes keep coming: a bounced write waits for the directory to change instead of re-sending
+/// itself to the fenced owner every few ms (each refused transaction would cost the old owner
+/// write capacity, and a retry storm of every write in flight starves the mover's own drain).
+/// The router's writes share one directory read per 10 ms poll.
+#[tokio::test]
+async fn bounced_writes_wait_for_the_flip_instead_of_hammering_the_fenced_owner() {
+    let fx = fixture!("bounced_writes_wait_for_the_flip_instead_of_hammering_the_fenced_owner");
+    let _serial = SERIAL.lock().await;
+    let s = Scene::new(&fx, false).await;
+    let load = start_load(s.router.clone(), "key-", 16, 40.0);
+    let mut m = s.start(false).await;
+    while m.record().phase != Phase::Fenced {
+        m.step().await.expect("step");
+    }
+    let (moved, reloads) = (
+        s.router.stats().moved.load(Ordering::Relaxed),
+        s.router.stats().reloads.load(Ordering::Relaxed),
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let moved = s.router.stats().moved.load(Ordering::Relaxed) - moved;
+    let reloads = s.router.stats().reloads.load(Ordering::Relaxed) - reloads;
+    eprintln!("held fence for 1 s: {moved} MOVED answers, {reloads} directory reads");
+    // The load writes each key one write at a time, and 4 of its 16 keys are the whale
+    // tenant's: at most 4 writes of the fenced slot are in flight, each answered MOVED once
+    // and then waiting (measured: 4). Re-sending every 10 ms made it 23 in this second.
+    assert!(moved >= 1, "writes were bounced by the fence");
+    assert!(
+        moved <= 8,
+        "{moved} MOVED answers in 1 s: bounced writes re-sent themselves to the fenced owner"
+    );
+    assert!(
+        reloads <= 120,
+        "{reloads} directory reads in 1 s: at most one per 10 ms poll (+ max-age reloads)"
+    );
+    m.run().await.expect("move");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (report, _) = load.finish(&s.router).await;
+    assert_eq!(report.failed, 0, "no write gave up: {report:?}");
+}

@@ -149,12 +149,13 @@ impl Router {
     }
 
     /// The map after a MOVED answer to a write routed with version `seen`: the cached one if
-    /// it is newer or was read in the last 2 ms (another write of this router just reloaded:
-    /// concurrent writes bounced by one fence share one directory read), else a fresh read.
+    /// it is newer or was read less than `moved_cap` ago (another write of this router just
+    /// reloaded: concurrent writes bounced by one fence share one directory read per poll),
+    /// else a fresh read.
     async fn refresh(&self, seen: u64) -> Result<Arc<ShardMap>, ReshardError> {
         let mut cache = self.inner.cache.lock().await;
         if let Some((map, at)) = cache.as_ref()
-            && (map.version > seen || at.elapsed() < Duration::from_millis(2))
+            && (map.version > seen || at.elapsed() < self.inner.rule.moved_cap)
         {
             return Ok(map.clone());
         }
@@ -162,6 +163,39 @@ impl Router {
         self.inner.stats.reloads.fetch_add(1, Ordering::Relaxed);
         *cache = Some((map.clone(), Instant::now()));
         Ok(map)
+    }
+
+    /// After a MOVED answer to a write routed with map version `seen`: the first map newer
+    /// than `seen`. While the directory is unchanged (the fence is up, the flip has not
+    /// committed) the write is not sent again, since the old owner would only refuse it
+    /// again (and a refused transaction still costs the old owner write capacity); it polls
+    /// the directory every `moved_cap`, the router's writes sharing one read per poll. Each
+    /// poll and each MOVED answer count towards `max_moved` (`waited`), so a fence that
+    /// outlasts about `max_moved × moved_cap` is given up as a stuck move.
+    async fn await_change(
+        &self,
+        seen: u64,
+        key: &str,
+        slot: u16,
+        attempt: u32,
+        waited: &mut u32,
+    ) -> Result<Arc<ShardMap>, ReshardError> {
+        let rule = self.inner.rule;
+        loop {
+            let map = self.refresh(seen).await?;
+            if map.version > seen {
+                return Ok(map);
+            }
+            *waited = waited.saturating_add(1);
+            if *waited >= rule.max_moved {
+                return Err(ReshardError::GaveUp {
+                    key: key.to_owned(),
+                    slot,
+                    attempts: attempt,
+                });
+            }
+            tokio::time::sleep(rule.moved_cap).await;
+        }
     }
 
     /// Drops the cached map; the next call reads the directory.
@@ -213,10 +247,15 @@ impl Router {
         }
         let slot = slot_of(&key);
         let mut moved = 0u32;
+        // MOVED answers and directory polls while bounced: the give-up budget (`max_moved`).
+        let mut waited = 0u32;
         let mut bounced: Option<u64> = None;
         for attempt in 1.. {
             let map = match bounced.take() {
-                Some(seen) => self.refresh(seen).await?,
+                Some(seen) => {
+                    self.await_change(seen, &key, slot, attempt, &mut waited)
+                        .await?
+                }
                 None => self.map().await?,
             };
             let entry = map.entry_of(slot);
@@ -225,7 +264,12 @@ impl Router {
             let answer = self
                 .attempt(&entry.owner, entry.epoch, fenced, slot, &item, version)
                 .await?;
-            match self.inner.rule.next(attempt, moved, &answer) {
+            let rule = self.inner.rule;
+            let next = match rule.next(attempt, moved, &answer) {
+                Next::Reload { .. } if waited.saturating_add(1) >= rule.max_moved => Next::GiveUp,
+                next => next,
+            };
+            match next {
                 Next::Done => {
                     return Ok(Ack {
                         owner: entry.owner.clone(),
@@ -244,6 +288,7 @@ impl Router {
                 }
                 Next::Reload { after } => {
                     moved += 1;
+                    waited = waited.saturating_add(1);
                     self.inner.stats.moved.fetch_add(1, Ordering::Relaxed);
                     tokio::time::sleep(after).await;
                     bounced = Some(map.version);

@@ -59,12 +59,13 @@ pub struct RetryRule {
     pub base: Duration,
     /// The longest single backoff after a transient failure.
     pub cap: Duration,
-    /// The longest single backoff between MOVED answers: while the slot is fenced the router
-    /// polls the directory this often, so it writes to the new owner at most this long after
-    /// the flip (the end of the pause).
+    /// The longest single backoff between MOVED answers, and the directory poll interval of a
+    /// bounced write: while the slot is fenced the router polls the directory this often
+    /// (sending the write again only once the map changed), so it writes to the new owner at
+    /// most this long after the flip (the end of the pause).
     pub moved_cap: Duration,
-    /// MOVED answers a write may get before it gives up (a fence that outlasts
-    /// `max_moved × moved_cap` is a stuck move, not a pause).
+    /// MOVED answers plus directory polls a write may spend before it gives up (a fence that
+    /// outlasts about `max_moved × moved_cap` is a stuck move, not a pause).
     pub max_moved: u32,
 }
 
