@@ -1146,9 +1146,21 @@ impl Mover {
                             Op::Apply(new, v)
                         }
                     };
-                    ops.push(op);
+                    ops.push((encode_key(&keys_img), op));
                 }
             }
+            // Within one shard an item's changes arrive in the order they were made, so only
+            // the last change of each key in this batch can win the apply rule: a hot key's
+            // earlier changes would be refused or overwritten. Applying only the last one per
+            // key keeps the result and cuts the writes by the key's repeats in the batch.
+            let batch_len = ops.len();
+            let mut last: HashMap<String, Op> = HashMap::with_capacity(batch_len);
+            for (key, op) in ops {
+                last.insert(key, op);
+            }
+            let superseded = batch_len - last.len();
+            self.record.skipped += superseded as u64;
+            let ops: Vec<Op> = last.into_values().collect();
             // The apply rule makes the order of applies irrelevant: run them concurrently.
             let results: Vec<Result<bool, ReshardError>> =
                 futures::stream::iter(ops.into_iter().map(|op| {
