@@ -73,6 +73,11 @@ resource "aws_lambda_function" "function" {
       each.key == "hotkey-controller" ? {
         HEATSINK_CONTROLLER_TABLES = join(",", [for t, kind in var.controller_tables : "${var.prefix}${t}:${kind}"])
       } : {},
+      # Closed shards' counter sub-keys are folded; their tombstones are deleted after the
+      # like-events source's retention (24 h, Kinesis and DynamoDB Streams alike).
+      each.key == "count-rebuilder" ? {
+        HEATSINK_COMPACT_GRACE_SECONDS = tostring(aws_kinesis_stream.like_events.retention_period * 3600)
+      } : {},
     )
   }
 

@@ -46,10 +46,11 @@ locals {
     ]
     "count-rebuilder" = [
       # exactly what heatsink::counter::rebuild::Repair calls: Query the touched index, each counter and the
-      # watermarks; its lease and cursor (PutItem, GetItem, DeleteItem); bucket fixes; COUNT Queries of liked's by-post
+      # watermarks; its lease and cursor (PutItem, GetItem, DeleteItem); bucket fixes; COUNT Queries of liked's by-post;
+      # compaction of closed shards' sub-keys (TransactWriteItems of Updates: UpdateItem; the tombstones' reap: DeleteItem)
       { Effect = "Allow", Action = ["dynamodb:Query"], Resource = "${aws_dynamodb_table.liked.arn}/index/by-post" },
       { Effect = "Allow", Action = ["dynamodb:Query"], Resource = "${aws_dynamodb_table.counters.arn}/index/touched" },
-      { Effect = "Allow", Action = ["dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem", "dynamodb:DeleteItem"], Resource = aws_dynamodb_table.counters.arn },
+      { Effect = "Allow", Action = ["dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"], Resource = aws_dynamodb_table.counters.arn },
       local.async_destination_statement,
     ]
     "hotkey-controller" = [

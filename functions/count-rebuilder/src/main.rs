@@ -20,8 +20,9 @@
 //! Environment: `HEATSINK_PREFIX` (default `heatsink-`); `HEATSINK_REBUILD_SETTLE_SECONDS`
 //! (default 60): how far the aggregator's proven progress must be past a bucket's end before
 //! it is judged; `HEATSINK_COMPACT_GRACE_SECONDS` (unset: no compaction; 86400 for DynamoDB
-//! Streams): compact every checked post over the retired shards (`RepairOptions::compact`),
-//! which needs `dynamodb:UpdateItem` on the counters table (not granted by the stacks yet).
+//! Streams and a 24 h Kinesis stream; both stacks set it to the like-events retention):
+//! compact every checked post over the retired shards (`RepairOptions::compact`), which needs
+//! `dynamodb:UpdateItem` on the counters table (granted by both stacks).
 
 use std::time::Duration;
 

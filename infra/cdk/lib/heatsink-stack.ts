@@ -344,6 +344,10 @@ export class HeatsinkStack extends Stack {
           ...(name === 'hotkey-controller'
             ? { HEATSINK_CONTROLLER_TABLES: controllerTables.map((c) => `${prefix}${c.table}:${c.kind}`).join(',') }
             : {}),
+          // Closed shards' counter sub-keys are folded; their tombstones are deleted after the
+          // like-events source's retention (24 h, Kinesis and DynamoDB Streams alike), when no
+          // record is left to replay.
+          ...(name === 'count-rebuilder' ? { HEATSINK_COMPACT_GRACE_SECONDS: String(24 * 3600) } : {}),
         },
       });
       this.functions[name] = fn;
@@ -366,10 +370,12 @@ export class HeatsinkStack extends Stack {
     grant(f['likes-aggregator'], t.counters, ['dynamodb:BatchGetItem', 'dynamodb:PutItem', 'dynamodb:UpdateItem']);
     // count-rebuilder: exactly what `heatsink::counter::rebuild::Repair` calls: Query the
     // `touched` index and each counter and the watermarks, its lease and cursor (PutItem,
-    // GetItem, DeleteItem), the bucket fixes (PutItem); COUNT Queries of `liked`'s `by-post`.
+    // GetItem, DeleteItem), the bucket fixes (PutItem); COUNT Queries of `liked`'s `by-post`;
+    // compaction of closed shards' sub-keys (TransactWriteItems of Updates: UpdateItem; the
+    // tombstones' reap: DeleteItem).
     fnIndex(f['count-rebuilder'], t.liked, 'by-post', ['dynamodb:Query']);
     fnIndex(f['count-rebuilder'], t.counters, 'touched', ['dynamodb:Query']);
-    grant(f['count-rebuilder'], t.counters, ['dynamodb:GetItem', 'dynamodb:Query', 'dynamodb:PutItem', 'dynamodb:DeleteItem']);
+    grant(f['count-rebuilder'], t.counters, ['dynamodb:GetItem', 'dynamodb:Query', 'dynamodb:PutItem', 'dynamodb:UpdateItem', 'dynamodb:DeleteItem']);
     // hotkey-controller: read the directory, write epoch-conditional changes.
     grant(f['hotkey-controller'], t.hotkeys, ['dynamodb:Scan', 'dynamodb:PutItem', 'dynamodb:DeleteItem']);
     // ... and the managed Contributor Insights rules of the tables it watches (no others).

@@ -198,6 +198,14 @@ describe('functions', () => {
     }
   });
 
+  test('count-rebuilder compacts closed shards with the like-events retention as the grace', () => {
+    s.template.hasResourceProperties('AWS::Lambda::Function', {
+      FunctionName: 'heatsink-count-rebuilder',
+      Environment: { Variables: Match.objectLike({ HEATSINK_COMPACT_GRACE_SECONDS: String(24 * 3600) }) },
+    });
+    s.template.hasResourceProperties('AWS::Kinesis::Stream', { Name: 'heatsink-like-events', RetentionPeriodHours: 24 });
+  });
+
   test('x86_64 is one prop away', () => {
     const x86 = synth({ architecture: lambda.Architecture.X86_64 });
     for (const r of Object.values(resources(x86.template, 'AWS::Lambda::Function'))) {
@@ -362,7 +370,7 @@ describe('least privilege', () => {
     // Table-level grants only; its index Queries (liked/by-post, counters/touched) are checked
     // against infra/grants.json in grants.test.ts. No Scan of either table any more.
     expect(granted).toEqual({
-      'heatsink-counters': ['dynamodb:DeleteItem', 'dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:Query'],
+      'heatsink-counters': ['dynamodb:DeleteItem', 'dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:Query', 'dynamodb:UpdateItem'],
     });
   });
 

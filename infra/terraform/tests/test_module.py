@@ -479,7 +479,7 @@ def test_count_rebuilder_may_call_exactly_what_rebuild_calls():
         table: sorted(re.findall(r'"(dynamodb:\w+)"', actions))
         for actions, table in re.findall(r"Action = \[([^\]]*)\], Resource = aws_dynamodb_table\.(\w+)\.arn", block)
     }
-    assert grants == {"counters": ["dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query"]}
+    assert grants == {"counters": ["dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem"]}
 
 
 def test_http_api_routes():

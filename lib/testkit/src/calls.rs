@@ -12,6 +12,10 @@
 //! recorded with the resource `?`, so a comparison with the grants fails instead of passing
 //! silently: teach [`resource`] the new operation.
 //!
+//! `TransactWriteItems` has no IAM action of its own: IAM authorizes each item of it as the
+//! matching single-item action (`PutItem`, `UpdateItem`, `DeleteItem`, `ConditionCheckItem`)
+//! on that item's table, so a transaction is recorded as those calls.
+//!
 //! No crate records SDK calls as IAM actions; the interceptor API is the SDK's own.
 
 use std::collections::BTreeSet;
@@ -120,6 +124,35 @@ pub fn resource(input: &Input) -> String {
     "?".into()
 }
 
+/// The per-item calls IAM checks for a `TransactWriteItems` input; None for other inputs.
+pub fn transact_items(input: &Input) -> Option<Vec<Call>> {
+    let i = input
+        .downcast_ref::<aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsInput>(
+        )?;
+    let call = |action: &str, table: &str| Call {
+        action: format!("dynamodb:{action}"),
+        resource: table.to_owned(),
+    };
+    Some(
+        i.transact_items()
+            .iter()
+            .map(|item| {
+                if let Some(p) = item.put() {
+                    call("PutItem", p.table_name())
+                } else if let Some(u) = item.update() {
+                    call("UpdateItem", u.table_name())
+                } else if let Some(d) = item.delete() {
+                    call("DeleteItem", d.table_name())
+                } else if let Some(c) = item.condition_check() {
+                    call("ConditionCheckItem", c.table_name())
+                } else {
+                    call("TransactWriteItems", "?")
+                }
+            })
+            .collect(),
+    )
+}
+
 fn index(table: &Option<String>, index: &Option<String>) -> Option<String> {
     let table = table.clone()?;
     Some(match index {
@@ -151,10 +184,87 @@ impl Intercept for Recorder {
             Some(m) => (m.service().to_owned(), m.name().to_owned()),
             None => ("?".to_owned(), "?".to_owned()),
         };
+        if let Some(items) = transact_items(context.input()) {
+            for call in items {
+                self.log.record(call);
+            }
+            return Ok(());
+        }
         self.log.record(Call {
             action: format!("{}:{operation}", iam_prefix(&service)),
             resource: resource(context.input()),
         });
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsInput;
+    use aws_sdk_dynamodb::types::{
+        AttributeValue, ConditionCheck, Delete, TransactWriteItem, Update,
+    };
+
+    #[test]
+    fn a_transaction_is_recorded_as_the_single_item_actions_iam_checks() {
+        let key = |b: aws_sdk_dynamodb::types::builders::UpdateBuilder| {
+            b.key("pk", AttributeValue::S("k".into()))
+                .update_expression("SET a = :a")
+        };
+        let input = TransactWriteItemsInput::builder()
+            .transact_items(
+                TransactWriteItem::builder()
+                    .update(
+                        key(Update::builder().table_name("counters"))
+                            .build()
+                            .unwrap(),
+                    )
+                    .build(),
+            )
+            .transact_items(
+                TransactWriteItem::builder()
+                    .delete(
+                        Delete::builder()
+                            .table_name("counters")
+                            .key("pk", AttributeValue::S("k".into()))
+                            .build()
+                            .unwrap(),
+                    )
+                    .build(),
+            )
+            .transact_items(
+                TransactWriteItem::builder()
+                    .condition_check(
+                        ConditionCheck::builder()
+                            .table_name("shards")
+                            .key("pk", AttributeValue::S("k".into()))
+                            .condition_expression("attribute_exists(pk)")
+                            .build()
+                            .unwrap(),
+                    )
+                    .build(),
+            )
+            .build()
+            .unwrap();
+        let calls: BTreeSet<(String, String)> = transact_items(&Input::erase(input))
+            .expect("a transaction")
+            .into_iter()
+            .map(|c| (c.action, c.resource))
+            .collect();
+        let want: BTreeSet<(String, String)> = [
+            ("dynamodb:UpdateItem", "counters"),
+            ("dynamodb:DeleteItem", "counters"),
+            ("dynamodb:ConditionCheckItem", "shards"),
+        ]
+        .into_iter()
+        .map(|(a, r)| (a.to_owned(), r.to_owned()))
+        .collect();
+        assert_eq!(calls, want);
+        let other = aws_sdk_dynamodb::operation::get_item::GetItemInput::builder()
+            .table_name("t")
+            .build()
+            .unwrap();
+        assert!(transact_items(&Input::erase(other)).is_none());
     }
 }

@@ -228,14 +228,16 @@ async fn likes_aggregator(fx: &Fixture) {
     }
 }
 
-/// count-rebuilder (the incremental repair, as the function runs it) over a post whose
-/// counter is one like short, so the run corrects (and writes) its bucket's fix.
+/// count-rebuilder (the incremental repair, as the function runs it, compaction on as the
+/// stacks deploy it) over a post whose counter is one like short, so the run corrects (and
+/// writes) its bucket's fix, and which a retired shard also counted, so the run folds that
+/// shard's sub-key (`TransactWriteItems`: UpdateItem twice on counters).
 async fn count_rebuilder(fx: &Fixture) {
     let now = heatsink::clock::now_ms();
     let spec = heatsink::counter::BucketSpec::default();
     // Two minutes back: closed whatever the watermarks the aggregator test left say.
     let at = spec.start_of(now).saturating_sub(2 * spec.width_ms());
-    for user in ["u2", "u3"] {
+    for user in ["u2", "u3", "u4"] {
         fx.stack
             .ddb
             .put_item()
@@ -272,6 +274,10 @@ async fn count_rebuilder(fx: &Fixture) {
         .record_progress("likes", &writer, now + 3_600_000)
         .await
         .expect("progress");
+    // A parent shard that counted another like and is closed: its child delivered.
+    let parent = heatsink::counter::WriterId::new("shardId-000000000001").expect("writer");
+    setup.flush(&parent, &deltas).await.expect("flush");
+    setup.retire("likes", &parent).await.expect("retire");
     let log = CallLog::new();
     let client = ddb(fx, &log);
     let counters = CounterStore::new(client.clone(), fx.schema.table_name(Table::Counters));
@@ -279,12 +285,17 @@ async fn count_rebuilder(fx: &Fixture) {
     let options = heatsink::counter::rebuild::RepairOptions {
         insert_only: true,
         settle: Duration::ZERO,
+        compact: Some(heatsink::counter::compact::STREAM_RETENTION),
         ..heatsink::counter::rebuild::RepairOptions::default()
     };
     let report = heatsink_photo_app::rebuild::repair(&counters, &recount, options)
         .await
         .expect("repair");
     assert_eq!(report.corrected.get("p10"), Some(&1), "{report:?}");
+    assert_eq!(
+        report.compacted, 1,
+        "the retired shard was folded: {report:?}"
+    );
     assert_calls(fx, &log, "count-rebuilder", "kinesis");
 }
 
