@@ -2,7 +2,9 @@
 //! stream tail, no fence), side by side in one run, alternating which goes first.
 //!
 //! Per write rate on the moved slot it prints: the write pause (latency of the writes issued
-//! between the fence and the flip; p50 and p99 over all trials), the mover's own fence → flip
+//! between the fence and the flip; p50 and p99 over all trials), the same writes' baseline
+//! before the fence, the p99 of writes issued in the max-age after the flip (stale routers
+//! bounced by the fence), the worst write of the run, the mover's own fence → flip
 //! window and where it went, copy throughput (items/s), the catch-up lag, RCU and WCU per moved
 //! item, and the acknowledged writes each move lost (`shard verify`).
 //!
@@ -167,7 +169,8 @@ async fn ours(rate: u32, items: u32) -> Option<(MoveRecord, Vec<Sample>, u64, f6
         spec,
     )
     .await
-    .expect("start");
+    .expect("start")
+    .with_progress(Arc::new(|line: &str| eprintln!("  ours: {line}")));
     m.run().await.expect("move");
     tokio::time::sleep(Duration::from_millis(500)).await;
     let (report, lost, achieved) = l.finish(&w.router).await;
@@ -227,6 +230,7 @@ async fn naive(rate: u32, items: u32) -> Option<(Duration, u64, u64, f64)> {
         .await
         .expect("flip");
     let took = t.elapsed();
+    eprintln!("  naive: copied {copied} items and flipped in {took:?}");
     tokio::time::sleep(Duration::from_millis(500)).await;
     let (_, lost, achieved) = l.finish(&w.router).await;
     Some((took, copied, lost, achieved))
@@ -264,6 +268,9 @@ async fn main() {
     let _ = ours(50, 100).await;
     for rate in rates {
         let mut paused: Vec<f64> = vec![];
+        // Writes issued in the max-age after the flip (routers with the old map are bounced
+        // by the fence and reload), and every write before the fence (the baseline).
+        let (mut after, mut before, mut worst) = (vec![], vec![], 0f64);
         let mut windows: Vec<f64> = vec![];
         let mut parts: HashMap<String, Vec<f64>> = HashMap::new();
         let (mut copy_rates, mut lags, mut rcu, mut wcu) = (vec![], vec![], vec![], vec![]);
@@ -285,6 +292,16 @@ async fn main() {
                     achieved.push(got);
                     if let (Some(f), Some(p)) = (rec.fenced_ms, rec.pause_ms) {
                         windows.push(p as f64);
+                        let max_age = MAX_AGE.as_millis() as u64;
+                        for s in &samples {
+                            let ms = s.latency_us as f64 / 1e3;
+                            worst = worst.max(ms);
+                            if s.issued_ms < f {
+                                before.push(ms);
+                            } else if s.issued_ms > f + p && s.issued_ms <= f + p + max_age {
+                                after.push(ms);
+                            }
+                        }
                         paused.extend(
                             samples
                                 .iter()
@@ -316,6 +333,8 @@ async fn main() {
         let part = |k: &str| ms(quantile(parts.get(k).cloned().unwrap_or_default(), 0.5));
         println!(
             "rate {rate}/s (achieved median {:.0}/s): write pause p50 {} ms p99 {} ms over {} writes; \
+             baseline p50 {} ms p99 {} ms; after the flip (max-age) p99 {} ms over {} writes; \
+             worst write {:.0} ms; \
              fence->flip median {} ms (fence {} / save {} / drain {} / flip {}); \
              copy {:.0} items/s; catch-up lag median {} ms; RCU/item {:.2}; WCU/item {:.2}; \
              lost ours {lost_ours}; naive move median {} ms, lost {lost_naive}",
@@ -323,6 +342,11 @@ async fn main() {
             ms(quantile(paused.clone(), 0.5)),
             ms(quantile(paused.clone(), 0.99)),
             paused.len(),
+            ms(quantile(before.clone(), 0.5)),
+            ms(quantile(before, 0.99)),
+            ms(quantile(after.clone(), 0.99)),
+            after.len(),
+            worst,
             ms(quantile(windows, 0.5)),
             part("fence"),
             part("save"),
