@@ -210,6 +210,8 @@ impl World {
             held: &held,
             max_steals_per_round: self.max_steals,
             initial: Default::default(),
+            announced: &[],
+            lease_duration_ms: DURATION,
         });
         (leases, held, plan)
     }
@@ -539,6 +541,8 @@ fn a_lost_lease_is_stopped_and_a_held_one_renewed() {
         held: &held,
         max_steals_per_round: 1,
         initial: Default::default(),
+        announced: &[],
+        lease_duration_ms: DURATION,
     });
     assert_eq!(plan.renew, vec![ids[0].clone()]);
     assert_eq!(plan.stop_lost, vec![ids[1].clone()]);
@@ -571,6 +575,8 @@ fn a_malformed_row_is_replaced_above_its_counter_unless_unlisted() {
         held: &held,
         max_steals_per_round: 1,
         initial: Default::default(),
+        announced: &[],
+        lease_duration_ms: DURATION,
     });
     assert_eq!(plan.repair.len(), 1);
     assert!(
@@ -605,6 +611,8 @@ fn a_deleted_parent_row_unblocks_its_children() {
         held: &held,
         max_steals_per_round: 1,
         initial: Default::default(),
+        announced: &[],
+        lease_duration_ms: DURATION,
     });
     let took: Vec<&str> = plan
         .take
