@@ -89,7 +89,7 @@ pub use fanout::FanOutSource;
 pub use fence::Fence;
 pub use heatsink_core::stream::*;
 pub use kinesis::KinesisSource;
-pub use lease_table::{LeaseScan, LeaseTable, MalformedLease};
+pub use lease_table::{LeaseScan, LeaseTable, MalformedLease, WORKER_ROW_PREFIX};
 pub use source::{RecordBatch, ShardSource, StartAt, StreamRecord, Timeouts};
 pub use worker::{
     MIN_GET_RECORDS_INTERVAL, ProcessBatch, RecordProcessor, RoundReport, Worker, WorkerConfig,

@@ -7,7 +7,14 @@
 //!   (a [`RoundPlan`]): rows to create from the shard graph, shards to stop because their lease
 //!   moved, takes and steals over the eligible shards. The loop executes the plan's conditional
 //!   writes (creations and takes in parallel, one batched read-back) and reacts to the results.
-//! - the **renewer**, every third of the lease duration: renews every held lease in parallel.
+//! - the **renewer**, every third of the lease duration: renews every held lease in parallel
+//!   and refreshes the worker's announcement (a row in the lease table naming the worker and a
+//!   heartbeat time). Peers count every worker whose heartbeat is under one lease duration old
+//!   towards the fair share, so a fleet started together splits the leases in its first round:
+//!   a worker announces at start, waits `startup_wait` (250 ms, overlapping the first shard
+//!   listing) and only then reads the leases; with W workers announced and L leases none takes
+//!   more than ceil(L / W), and the slots add up to L (4 over 3: 2 + 1 + 1), so no steal follows.
+//!   A graceful shutdown deletes the row; a crashed worker's row stops counting after one lease.
 //!   A shard task's lease is valid until the renewal's send time plus nine tenths of the lease
 //!   duration, on the monotonic clock; a hung main loop (a ListShards that never answers) does
 //!   not stop renewals.
@@ -167,6 +174,18 @@ pub struct WorkerConfig {
     /// 5.2.5), where two takers can both see their conditional write succeed and only one row
     /// survives. DynamoDB serialises conditional writes, so production leaves it off.
     pub verify_takes: bool,
+    /// How long after writing its announcement the worker waits before its first lease read
+    /// (default 250 ms), so workers started together see each other and split the leases in
+    /// their first round (4 shards over 3 workers: 2 + 1 + 1, no steal) instead of each taking
+    /// all of them and rebalancing by steals, which re-read a stolen shard from its checkpoint.
+    ///
+    /// The wait overlaps the first shard listing, so a lone worker pays only what is left of it
+    /// after ListShards: at most 250 ms once per start. 250 ms covers peers whose announcement
+    /// lands up to that much after this one's: processes started at once are apart by a few
+    /// round trips (describe the stream, read the lease table, announce), tens of ms on AWS.
+    /// Peers started further apart are still balanced, by the steal rule. `Duration::ZERO`
+    /// reads at once (peers then count only once they hold a lease or announced before).
+    pub startup_wait: Duration,
 }
 
 impl WorkerConfig {
@@ -190,6 +209,7 @@ impl WorkerConfig {
             max_steals_per_round: 1,
             timeouts: None,
             verify_takes: false,
+            startup_wait: Duration::from_millis(250),
         }
     }
 }
@@ -437,6 +457,8 @@ struct Shared<S, P> {
     lost_since_round: AtomicUsize,
     /// Lease rows whose shard was unlisted (with no listed parent) at the last round.
     unlisted: Mutex<BTreeSet<String>>,
+    /// The renewer refreshes the announcement while this is true (cleared at shutdown).
+    announcing: AtomicBool,
 }
 
 /// A consumer of one application: reads the shards it leases, in lineage order.
@@ -570,6 +592,7 @@ impl<S: ShardSource, P: RecordProcessor> Worker<S, P> {
             fatal_notify: Notify::new(),
             lost_since_round: AtomicUsize::new(0),
             unlisted: Mutex::new(BTreeSet::new()),
+            announcing: AtomicBool::new(true),
         });
         // Refuse another stream's rows before touching anything.
         if let Err(e) = shared.leases.scan().await
@@ -584,6 +607,10 @@ impl<S: ShardSource, P: RecordProcessor> Worker<S, P> {
         let (renew_stop_tx, renew_stop_rx) = watch::channel(false);
         // Dies with this future: a worker dropped without shutdown (a crash, as far as the
         // others can tell) must stop renewing, or its leases never expire.
+        // Announce, then read no lease before `startup_wait` has passed (the first shard
+        // listing runs meanwhile), so peers started together count each other.
+        shared.announce().await;
+        let mut first_read = Some(tokio::time::Instant::now() + shared.config.startup_wait);
         let mut renewer = AbortOnDrop(tokio::spawn(Arc::clone(&shared).renew_loop(renew_stop_rx)));
         let mut next_sync = tokio::time::Instant::now();
         let mut failure: Option<StreamError> = None;
@@ -598,6 +625,9 @@ impl<S: ShardSource, P: RecordProcessor> Worker<S, P> {
                         shared.sync_wanted.store(true, Ordering::Relaxed);
                     }
                 }
+            }
+            if let Some(at) = first_read.take() {
+                tokio::time::sleep_until(at).await;
             }
             let mut report = RoundReport::default();
             match shared.round(&mut tasks, &stop_rx, &mut report).await {
@@ -632,8 +662,13 @@ impl<S: ShardSource, P: RecordProcessor> Worker<S, P> {
                 break;
             }
         }
-        // Graceful shutdown: shard tasks finish their batch, checkpoint and release; renewals go
-        // on meanwhile.
+        // Graceful shutdown: peers stop counting this worker at once; shard tasks finish their
+        // batch, checkpoint and release; renewals go on meanwhile.
+        shared.announcing.store(false, Ordering::SeqCst);
+        if let Err(e) = shared.leases.withdraw(&me).await {
+            tracing::warn!(worker = %me, error = %e,
+                "announcement not withdrawn; peers stop counting it after one lease duration");
+        }
         let _ = stop_tx.send(true);
         let deadline = tokio::time::sleep(shared.config.lease_duration);
         tokio::pin!(deadline);
@@ -750,7 +785,20 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
         self.fatal_notify.notify_one();
     }
 
-    /// Renews every held lease in parallel, every third of the lease duration, until stopped.
+    /// Writes this worker's announcement; a failure is logged, never fatal (it only sizes the
+    /// peers' fair share, and the next renewal writes it again).
+    async fn announce(&self) {
+        if !self.announcing.load(Ordering::SeqCst) {
+            return;
+        }
+        if let Err(e) = self.leases.announce(self.me()).await {
+            tracing::warn!(worker = %self.me(), error = %e,
+                "announcement failed; peers count this worker by its leases until the next one");
+        }
+    }
+
+    /// Renews every held lease and the announcement in parallel, every third of the lease
+    /// duration, until stopped.
     async fn renew_loop(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
         let period = self.config.lease_duration / 3;
         loop {
@@ -762,7 +810,8 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
                 .lock()
                 .map(|h| h.values().cloned().collect())
                 .unwrap_or_default();
-            futures::future::join_all(held.iter().map(|h| self.renew_one(h))).await;
+            let renewals = futures::future::join_all(held.iter().map(|h| self.renew_one(h)));
+            futures::future::join(renewals, self.announce()).await;
         }
     }
 
@@ -856,6 +905,8 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
             held: &held,
             max_steals_per_round: self.config.max_steals_per_round,
             initial: self.config.initial_position,
+            announced: &scan.workers,
+            lease_duration_ms: self.duration_ms(),
         })
     }
 
