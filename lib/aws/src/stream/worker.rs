@@ -11,7 +11,7 @@
 //!   and refreshes the worker's announcement (a row in the lease table naming the worker and a
 //!   heartbeat time). Peers count every worker whose heartbeat is under one lease duration old
 //!   towards the fair share, so a fleet started together splits the leases in its first round:
-//!   a worker announces at start, waits `startup_wait` (250 ms, overlapping the first shard
+//!   a worker announces at start, waits `startup_wait` (200 ms, overlapping the first shard
 //!   listing) and only then reads the leases; with W workers announced and L leases none takes
 //!   more than ceil(L / W), and the slots add up to L (4 over 3: 2 + 1 + 1), so no steal follows.
 //!   A graceful shutdown deletes the row; a crashed worker's row stops counting after one lease.
@@ -175,12 +175,12 @@ pub struct WorkerConfig {
     /// survives. DynamoDB serialises conditional writes, so production leaves it off.
     pub verify_takes: bool,
     /// How long after writing its announcement the worker waits before its first lease read
-    /// (default 250 ms), so workers started together see each other and split the leases in
+    /// (default 200 ms), so workers started together see each other and split the leases in
     /// their first round (4 shards over 3 workers: 2 + 1 + 1, no steal) instead of each taking
     /// all of them and rebalancing by steals, which re-read a stolen shard from its checkpoint.
     ///
     /// The wait overlaps the first shard listing, so a lone worker pays only what is left of it
-    /// after ListShards: at most 250 ms once per start. 250 ms covers peers whose announcement
+    /// after ListShards: at most 200 ms once per start. 200 ms covers peers whose announcement
     /// lands up to that much after this one's: processes started at once are apart by a few
     /// round trips (describe the stream, read the lease table, announce), tens of ms on AWS.
     /// Peers started further apart are still balanced, by the steal rule. `Duration::ZERO`
@@ -209,7 +209,7 @@ impl WorkerConfig {
             max_steals_per_round: 1,
             timeouts: None,
             verify_takes: false,
-            startup_wait: Duration::from_millis(250),
+            startup_wait: Duration::from_millis(200),
         }
     }
 }
