@@ -136,11 +136,16 @@ async fn fleet_splits_four_shards(
         (scan.workers.len() == 3 && scan.leases.len() == 4).then_some(scan)
     })
     .await;
-    assert!(announced.malformed.is_empty(), "the announcements are not lease rows");
+    assert!(
+        announced.malformed.is_empty(),
+        "the announcements are not lease rows"
+    );
     let total = usize::try_from(ROUNDS).unwrap() * KEYS;
-    eventually("every record delivered", Duration::from_secs(40), || async {
-        (seen.lock().unwrap().len() == total).then_some(())
-    })
+    eventually(
+        "every record delivered",
+        Duration::from_secs(40),
+        || async { (seen.lock().unwrap().len() == total).then_some(()) },
+    )
     .await;
     // Keep running past two lease durations and several rounds, with more records arriving:
     // a lopsided first round would show as a steal by now.
@@ -151,15 +156,21 @@ async fn fleet_splits_four_shards(
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let total = usize::try_from(round).unwrap() * KEYS;
-    eventually("the late records delivered", Duration::from_secs(30), || async {
-        (seen.lock().unwrap().len() == total).then_some(())
-    })
+    eventually(
+        "the late records delivered",
+        Duration::from_secs(30),
+        || async { (seen.lock().unwrap().len() == total).then_some(()) },
+    )
     .await;
     let held: Vec<(String, usize)> = started
         .iter()
         .map(|w| (w.name.clone(), w.stats.held_shards().len()))
         .collect();
-    assert_eq!(steals.load(Ordering::SeqCst), 0, "no lease stolen: {held:?}");
+    assert_eq!(
+        steals.load(Ordering::SeqCst),
+        0,
+        "no lease stolen: {held:?}"
+    );
     assert_eq!(lost.load(Ordering::SeqCst), 0, "no lease lost: {held:?}");
     assert!(
         held.iter().all(|(_, n)| (1..=2).contains(n)),
@@ -169,7 +180,10 @@ async fn fleet_splits_four_shards(
     {
         let seen = seen.lock().unwrap();
         let twice: Vec<_> = seen.iter().filter(|(_, by)| by.len() > 1).take(5).collect();
-        assert!(twice.is_empty(), "records delivered more than once: {twice:?}");
+        assert!(
+            twice.is_empty(),
+            "records delivered more than once: {twice:?}"
+        );
         assert_eq!(seen.len(), total, "every record delivered");
     }
     for w in started {

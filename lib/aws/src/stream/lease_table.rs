@@ -25,9 +25,7 @@
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use heatsink_core::stream::{
-    Announcement, Lease, LeaseEvent, LeaseState, MalformedRow, Progress,
-};
+use heatsink_core::stream::{Announcement, Lease, LeaseEvent, LeaseState, MalformedRow, Progress};
 
 use super::StreamError;
 use crate::clock::now_ms;
@@ -320,7 +318,9 @@ impl LeaseTable {
         e.code() == Some("ConditionalCheckFailedException")
     }
 
-    /// Every lease row of the application (strongly consistent, all pages).
+    /// Every lease row of the application (strongly consistent, all pages), and apart from
+    /// them the workers' announcements of this table's stream ([`LeaseScan::workers`]; those
+    /// of another stream are dropped, not refused).
     pub async fn scan(&self) -> Result<LeaseScan, StreamError> {
         let mut out = LeaseScan::default();
         let mut start: Option<HashMap<String, AttributeValue>> = None;
@@ -783,4 +783,58 @@ pub(crate) fn new_lease(info: &heatsink_core::stream::ShardInfo, counter_floor: 
     let mut lease = Lease::discovered(info);
     lease.counter = now_ms().max(counter_floor);
     lease
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(stream: Option<&str>) -> LeaseTable {
+        let conf = aws_sdk_dynamodb::Config::builder()
+            .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
+            .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
+            .build();
+        let t = LeaseTable::new(aws_sdk_dynamodb::Client::from_conf(conf), "leases", "app");
+        match stream {
+            Some(id) => t.for_stream(id),
+            None => t,
+        }
+    }
+
+    fn row(pairs: &[(&str, AttributeValue)]) -> HashMap<String, AttributeValue> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), v.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn an_announcement_row_is_told_apart_from_lease_rows_and_other_streams() {
+        let t = table(Some("arn:s1@7"));
+        let key = t.worker_key("w1");
+        assert_eq!(key, "#worker#arn:s1@7#w1");
+        let item = row(&[
+            ("shard_id", s(&key)),
+            ("worker_id", s("w1")),
+            ("heartbeat_ms", n(42)),
+            ("stream", s("arn:s1@7")),
+        ]);
+        assert!(is_worker_row(&item));
+        assert!(!is_worker_row(&row(&[(
+            "shard_id",
+            s("shardId-000000000000")
+        )])));
+        assert!(t.is_own_stream(&item));
+        assert!(!table(Some("arn:s2@7")).is_own_stream(&item));
+        assert!(table(None).is_own_stream(&item));
+        assert_eq!(
+            parse_announcement(&item),
+            Some(Announcement {
+                worker_id: "w1".into(),
+                heartbeat_ms: 42
+            })
+        );
+        let broken = row(&[("shard_id", s(&key)), ("worker_id", s("w1"))]);
+        assert_eq!(parse_announcement(&broken), None);
+    }
 }

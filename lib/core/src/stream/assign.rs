@@ -391,7 +391,10 @@ mod tests {
         let announced = announcements(&names(3), 100);
         // Alone, w0 would take all 4; with two peers announced it takes 2 (ceil(4/3)).
         let alone = live_workers("w0", &[], &leases, 100, DURATION);
-        assert_eq!(assign("w0", &leases, &ids(&leases), &alone, 100).take.len(), 4);
+        assert_eq!(
+            assign("w0", &leases, &ids(&leases), &alone, 100).take.len(),
+            4
+        );
         let live = live_workers("w0", &announced, &leases, 100, DURATION);
         let plan = assign("w0", &leases, &ids(&leases), &live, 100);
         assert_eq!((plan.target, plan.take.len()), (2, 2));

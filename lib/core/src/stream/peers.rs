@@ -98,7 +98,7 @@ mod tests {
             announced("w0", 5_000),
         ];
         assert_eq!(
-            live_workers("w0", &rows, &[held.clone()], 12_000, 10_000),
+            live_workers("w0", &rows, std::slice::from_ref(&held), 12_000, 10_000),
             ["old", "w0", "w2"]
         );
         // An expired lease's holder no longer counts, nor an unworkable lease's.
