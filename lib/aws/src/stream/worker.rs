@@ -8,16 +8,9 @@
 //!   moved, takes and steals over the eligible shards. The loop executes the plan's conditional
 //!   writes (creations and takes in parallel, one batched read-back) and reacts to the results.
 //! - the **renewer**, every third of the lease duration: renews every held lease in parallel
-//!   and refreshes the worker's announcement (a row in the lease table naming the worker and a
-//!   heartbeat time). Peers count every worker whose heartbeat is under one lease duration old
-//!   towards the fair share, so a fleet started together splits the leases in its first round:
-//!   a worker announces at start, waits `startup_wait` (200 ms, overlapping the first shard
-//!   listing) and only then reads the leases; with W workers announced and L leases none takes
-//!   more than ceil(L / W), and the slots add up to L (4 over 3: 2 + 1 + 1), so no steal follows.
-//!   A graceful shutdown deletes the row; a crashed worker's row stops counting after one lease.
-//!   A shard task's lease is valid until the renewal's send time plus nine tenths of the lease
-//!   duration, on the monotonic clock; a hung main loop (a ListShards that never answers) does
-//!   not stop renewals.
+//!   and refreshes the worker's announcement (see below). A shard task's lease is valid until
+//!   the renewal's send time plus nine tenths of the lease duration, on the monotonic clock; a
+//!   hung main loop (a ListShards that never answers) does not stop renewals.
 //! - one **shard task** per held shard, with a **fetcher** beside it that keeps up to
 //!   `prefetch_batches` GetRecords answers queued (per-shard order unchanged, SHARD_END last, at
 //!   least 200 ms between calls, the pause after a caught-up read at least that), and starts no
@@ -42,6 +35,15 @@
 //! move forward: a release writes none. After a crash the next holder re-reads what was
 //! processed after the last durable checkpoint: at most `checkpoint_every_records +
 //! max_records` records, or `checkpoint_interval` plus one write's worth, per shard.
+//!
+//! Start-up balance: the worker keeps an announcement row in the lease table (its id and a
+//! heartbeat time, [`LeaseTable::announce`]), and peers count every worker whose heartbeat is
+//! under one lease duration old towards the fair share. A worker announces at start, waits
+//! `startup_wait` (200 ms, overlapping the first shard listing) and only then reads the leases,
+//! so a fleet started together splits them in its first round: with W workers announced and L
+//! leases none takes more than ceil(L / W), and the takes add up to L (4 over 3: 2 + 1 + 1), so
+//! no steal follows. A graceful shutdown deletes the row; a crashed worker's row stops counting
+//! one lease duration after its last refresh, about when its leases expire.
 //!
 //! After every round the worker can report what the round did to its leases ([`RoundReport`]):
 //! [`Worker::on_round`] takes any callback, [`Worker::emit_emf`] writes the report as EMF
@@ -605,12 +607,12 @@ impl<S: ShardSource, P: RecordProcessor> Worker<S, P> {
         let mut tasks: JoinSet<(String, ShardExit)> = JoinSet::new();
         let (stop_tx, stop_rx) = watch::channel(false);
         let (renew_stop_tx, renew_stop_rx) = watch::channel(false);
-        // Dies with this future: a worker dropped without shutdown (a crash, as far as the
-        // others can tell) must stop renewing, or its leases never expire.
         // Announce, then read no lease before `startup_wait` has passed (the first shard
         // listing runs meanwhile), so peers started together count each other.
         shared.announce().await;
         let mut first_read = Some(tokio::time::Instant::now() + shared.config.startup_wait);
+        // Dies with this future: a worker dropped without shutdown (a crash, as far as the
+        // others can tell) must stop renewing, or its leases never expire.
         let mut renewer = AbortOnDrop(tokio::spawn(Arc::clone(&shared).renew_loop(renew_stop_rx)));
         let mut next_sync = tokio::time::Instant::now();
         let mut failure: Option<StreamError> = None;
