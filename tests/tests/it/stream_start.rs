@@ -1,15 +1,18 @@
 //! Start-up balancing of `heatsink::stream` against kinesis-mock and moto: workers started
 //! together announce themselves in the lease table and split the shards in their first round,
-//! so no lease is stolen and no record is read twice.
+//! so no lease is stolen and no record is read twice; a long-dead worker's announcement neither
+//! counts nor stays.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use aws_sdk_dynamodb::types::AttributeValue;
 use heatsink::counter::Seq;
 use heatsink::stream::{
-    KinesisSource, LeaseTable, ProcessBatch, RecordProcessor, StreamError, Worker, WorkerStats,
+    KinesisSource, LeaseTable, ProcessBatch, RecordProcessor, ShardSource, StreamError,
+    WORKER_ROW_PREFIX, Worker, WorkerStats,
 };
 use heatsink_photo_app::schema::Table;
 use heatsink_testkit::{eventually, fixture};
@@ -85,6 +88,36 @@ async fn fleet_splits_four_shards(
     let steals = Arc::new(AtomicUsize::new(0));
     let lost = Arc::new(AtomicUsize::new(0));
     let table = || LeaseTable::new(fx.stack.ddb.clone(), &spec.name, "start-app");
+    // A worker that crashed long ago left its announcement: it must not count, and is deleted.
+    let identity = KinesisSource::new(k.clone(), &stream.name)
+        .identity()
+        .await
+        .expect("stream identity");
+    fx.stack
+        .ddb
+        .put_item()
+        .table_name(&spec.name)
+        .item("app", AttributeValue::S("start-app".into()))
+        .item(
+            "shard_id",
+            AttributeValue::S(format!("{WORKER_ROW_PREFIX}{identity}#ghost")),
+        )
+        .item("worker_id", AttributeValue::S("ghost".into()))
+        .item("heartbeat_ms", AttributeValue::N("1".into()))
+        .item("stream", AttributeValue::S(identity.clone()))
+        .send()
+        .await
+        .expect("a dead worker's announcement");
+    assert_eq!(
+        table()
+            .for_stream(&identity)
+            .scan()
+            .await
+            .expect("scan")
+            .workers
+            .len(),
+        1
+    );
     // All three built first, then spawned `stagger` apart.
     let workers: Vec<(String, Worker<KinesisSource, Log>)> = (0..3)
         .map(|i| {
@@ -132,7 +165,7 @@ async fn fleet_splits_four_shards(
     }
     // While running, every worker's announcement is in the table, apart from the leases.
     let announced = eventually("three announcements", Duration::from_secs(10), || async {
-        let scan = table().scan().await.ok()?;
+        let scan = table().for_stream(&identity).scan().await.ok()?;
         (scan.workers.len() == 3 && scan.leases.len() == 4).then_some(scan)
     })
     .await;
@@ -140,6 +173,13 @@ async fn fleet_splits_four_shards(
         announced.malformed.is_empty(),
         "the announcements are not lease rows"
     );
+    let mut names: Vec<&str> = announced
+        .workers
+        .iter()
+        .map(|a| a.worker_id.as_str())
+        .collect();
+    names.sort_unstable();
+    assert_eq!(names, ["w0", "w1", "w2"], "the dead worker's row is gone");
     let total = usize::try_from(ROUNDS).unwrap() * KEYS;
     eventually(
         "every record delivered",

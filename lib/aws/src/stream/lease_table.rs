@@ -21,6 +21,9 @@
 //! stamped with) and `stream`. [`LeaseTable::scan`] returns them apart from the leases
 //! ([`LeaseScan::workers`]), dropping other streams' rows instead of refusing them: they decide
 //! no lease, only how many peers share the leases ([`heatsink_core::stream::live_workers`]).
+//! A graceful stop deletes its row ([`LeaseTable::withdraw`]); a crashed worker's row is deleted
+//! by a peer once silent for [`DEAD_WORKER_LEASES`](super::DEAD_WORKER_LEASES) lease durations
+//! ([`LeaseTable::delete_announcement`]).
 
 use std::collections::HashMap;
 
@@ -396,6 +399,27 @@ impl LeaseTable {
             .await
             .map_err(|e| self.err("PutItem", e))?;
         Ok(())
+    }
+
+    /// Deletes a dead worker's announcement, only if its heartbeat is still as read (the worker
+    /// did not come back meanwhile); `false` if it moved or was gone.
+    pub async fn delete_announcement(&self, found: &Announcement) -> Result<bool, StreamError> {
+        let out = self
+            .ddb
+            .delete_item()
+            .table_name(&self.table)
+            .key("app", s(&self.app))
+            .key("shard_id", s(self.worker_key(&found.worker_id)))
+            .condition_expression("#h = :h")
+            .expression_attribute_names("#h", "heartbeat_ms")
+            .expression_attribute_values(":h", n(found.heartbeat_ms))
+            .send()
+            .await;
+        match out {
+            Ok(_) => Ok(true),
+            Err(e) if Self::is_conflict(&e) => Ok(false),
+            Err(e) => Err(self.err("DeleteItem", e)),
+        }
     }
 
     /// Deletes `worker_id`'s announcement (graceful shutdown), so peers stop counting it at

@@ -77,6 +77,10 @@ use crate::metrics::Emf;
 /// apart.
 pub const MIN_GET_RECORDS_INTERVAL: Duration = Duration::from_millis(200);
 
+/// An announcement whose heartbeat is this many lease durations old is deleted by any worker
+/// that reads it (it stopped counting after one).
+pub const DEAD_WORKER_LEASES: u64 = 10;
+
 /// One batch handed to a [`RecordProcessor`].
 #[derive(Clone, Debug)]
 pub struct ProcessBatch {
@@ -950,6 +954,26 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
         }
     }
 
+    /// Deletes announcements of workers silent for [`DEAD_WORKER_LEASES`] lease durations (a
+    /// crashed worker's row, which no longer counts anyway), so rows of workers with one-off ids
+    /// do not pile up in every scan. Failures are logged; the next round tries again.
+    async fn prune_announcements(&self, scan: &LeaseScan, now: u64) {
+        let dead_after = self.duration_ms().saturating_mul(DEAD_WORKER_LEASES);
+        for gone in scan
+            .workers
+            .iter()
+            .filter(|a| a.worker_id != self.me() && !a.is_live(now, dead_after))
+        {
+            match self.leases.delete_announcement(gone).await {
+                Ok(true) => tracing::info!(worker = %gone.worker_id,
+                    "announcement of a worker silent for {DEAD_WORKER_LEASES} leases deleted"),
+                Ok(false) => {}
+                Err(e) => tracing::warn!(worker = %gone.worker_id, error = %e,
+                    "deleting a dead worker's announcement failed"),
+            }
+        }
+    }
+
     /// Deletes the rows of shards the listing dropped (past retention) whose parents are gone
     /// too, once two rounds in a row found them so: per-round work stays proportional to the
     /// live shards. A pruned row that was not finished is reported: its unread records are lost.
@@ -1009,6 +1033,7 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
         let mut scan = self.leases.scan().await?;
         self.prune(&graph, &scan).await;
         let mut now = now_ms();
+        self.prune_announcements(&scan, now).await;
         let mut plan = self.plan(&graph, &scan, now);
         if self.repair(&plan, &scan).await? {
             scan = self.leases.scan().await?;
