@@ -36,7 +36,9 @@
 //!
 //! Where things are: [`ShardInfo`] and [`ShardGraph`] (`graph.rs`), [`Progress`],
 //! [`Checkpoints`] and [`eligible`] (`progress.rs`), [`Lease`], [`LeaseState`] and
-//! [`LeaseEvent`] (`lease.rs`), [`assign`] (`assign.rs`), [`plan_round`] and [`RoundPlan`]
+//! [`LeaseEvent`] (`lease.rs`), [`assign`] (`assign.rs`), [`Announcement`] and [`live_workers`]
+//! (`peers.rs`: workers announce themselves so a fleet starting together splits the leases in
+//! its first round), [`plan_round`] and [`RoundPlan`]
 //! (`round.rs`: one worker's whole lease round — repair, renew, stop, take, steal — decided from
 //! one read of the lease table and handed to the adapter as data), and [`ReshardSim`], a pure
 //! simulator of resharding histories for tests (`history.rs`).
@@ -77,7 +79,9 @@
 //!    ([`StreamError::LeaseLost`]) after any change of holder; a checkpoint never moves back.
 //! 5. Balance: planning rounds converge to held-lease counts that differ by at most 1 across
 //!    live workers; a worker never steals past `target = ceil(assignable / workers)`, steals only
-//!    from a worker holding at least 2 more, and a balanced table gets 0 moves.
+//!    from a worker holding at least 2 more, and a balanced table gets 0 moves. With every
+//!    worker announced ([`Announcement`]), no worker holds more than `ceil(leases / workers)`
+//!    after its first round, and a fleet started together needs no steal at all.
 //! 6. [`eligible`] and [`assign`] are O(S log S) in the number of shards or leases.
 //!
 //! Adapters (Kinesis / DynamoDB Streams consumer, lease table) must:
@@ -103,6 +107,7 @@ mod assign;
 mod graph;
 mod history;
 mod lease;
+mod peers;
 mod progress;
 mod round;
 #[cfg(test)]
@@ -112,6 +117,7 @@ pub use assign::{Assignment, Steal, assign, take_order};
 pub use graph::{ShardGraph, ShardInfo};
 pub use history::{ReshardOp, ReshardSim, SimRecord};
 pub use lease::{Lease, LeaseEvent, LeaseState};
+pub use peers::{Announcement, live_workers};
 pub use progress::{
     AT_TIMESTAMP, Checkpoints, LATEST, Position, Progress, SHARD_END, TRIM_HORIZON, eligible,
 };

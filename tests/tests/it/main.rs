@@ -22,3 +22,4 @@ mod smoke_cloudwatch;
 mod smoke_dynamodb;
 mod smoke_kinesis;
 mod stream;
+mod stream_start;

@@ -13,17 +13,31 @@
 //! stream ([`StreamError::ForeignLease`]) or of none ([`StreamError::UnnamedLease`]) instead of
 //! resuming from its checkpoint. A release writes no checkpoint: only the holder's own
 //! checkpoints (which never move back, [`Lease::apply`]) and SHARD_END change it.
+//!
+//! Beside the leases, each running worker keeps one announcement row in the same partition
+//! ([`LeaseTable::announce`]): sort key `#worker#<stream>#<worker id>` (no Kinesis or DynamoDB
+//! Streams shard id contains `#`, so it never collides with a lease row, and the stream identity
+//! keeps workers of two streams apart), with `worker_id`, `heartbeat_ms` (the clock leases are
+//! stamped with) and `stream`. [`LeaseTable::scan`] returns them apart from the leases
+//! ([`LeaseScan::workers`]), dropping other streams' rows instead of refusing them: they decide
+//! no lease, only how many peers share the leases ([`heatsink_core::stream::live_workers`]).
+//! A graceful stop deletes its row ([`LeaseTable::withdraw`]); a crashed worker's row is deleted
+//! by a peer once silent for [`DEAD_WORKER_LEASES`](super::DEAD_WORKER_LEASES) lease durations
+//! ([`LeaseTable::delete_announcement`]).
 
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use heatsink_core::stream::{Lease, LeaseEvent, LeaseState, MalformedRow, Progress};
+use heatsink_core::stream::{Announcement, Lease, LeaseEvent, LeaseState, MalformedRow, Progress};
 
 use super::StreamError;
 use crate::clock::now_ms;
 use crate::schema::{Schema, Table};
 
 const SERVICE: &str = "DynamoDB";
+
+/// Sort-key prefix of announcement rows: `#` is in no shard id, so no lease row starts with it.
+pub const WORKER_ROW_PREFIX: &str = "#worker#";
 
 /// A row that could not be read back as a lease, kept raw enough to replace it conditionally.
 #[derive(Clone, Debug, PartialEq)]
@@ -45,6 +59,9 @@ pub struct LeaseScan {
     pub leases: Vec<Lease>,
     /// The rows that did not.
     pub malformed: Vec<MalformedLease>,
+    /// The workers' announcement rows of this table's stream, live or not
+    /// ([`LeaseTable::announce`]); rows that do not parse are left out.
+    pub workers: Vec<Announcement>,
 }
 
 impl MalformedLease {
@@ -78,6 +95,13 @@ pub struct LeaseTable {
     stream: Option<String>,
 }
 
+/// True for an announcement row (its sort key starts with [`WORKER_ROW_PREFIX`]).
+fn is_worker_row(item: &HashMap<String, AttributeValue>) -> bool {
+    item.get("shard_id")
+        .and_then(|v| v.as_s().ok())
+        .is_some_and(|k| k.starts_with(WORKER_ROW_PREFIX))
+}
+
 fn s(v: impl Into<String>) -> AttributeValue {
     AttributeValue::S(v.into())
 }
@@ -104,6 +128,16 @@ fn malformed(bad: MalformedLease) -> StreamError {
         shard_id: bad.shard_id,
         reason: bad.reason,
     }
+}
+
+/// Reads an announcement row; `None` if a field is missing.
+fn parse_announcement(item: &HashMap<String, AttributeValue>) -> Option<Announcement> {
+    let worker_id = item.get("worker_id")?.as_s().ok()?.clone();
+    let heartbeat_ms = item.get("heartbeat_ms")?.as_n().ok()?.parse().ok()?;
+    Some(Announcement {
+        worker_id,
+        heartbeat_ms,
+    })
 }
 
 /// Reads one row; `Err` carries what is needed to replace it.
@@ -287,7 +321,9 @@ impl LeaseTable {
         e.code() == Some("ConditionalCheckFailedException")
     }
 
-    /// Every lease row of the application (strongly consistent, all pages).
+    /// Every lease row of the application (strongly consistent, all pages), and apart from
+    /// them the workers' announcements of this table's stream ([`LeaseScan::workers`]; those
+    /// of another stream are dropped, not refused).
     pub async fn scan(&self) -> Result<LeaseScan, StreamError> {
         let mut out = LeaseScan::default();
         let mut start: Option<HashMap<String, AttributeValue>> = None;
@@ -305,6 +341,14 @@ impl LeaseTable {
                 .await
                 .map_err(|e| self.err("Query", e))?;
             for item in page.items() {
+                if is_worker_row(item) {
+                    if self.is_own_stream(item)
+                        && let Some(announcement) = parse_announcement(item)
+                    {
+                        out.workers.push(announcement);
+                    }
+                    continue;
+                }
                 self.check_stream(item)?;
                 match parse_row(item) {
                     Ok(lease) => out.leases.push(lease),
@@ -318,6 +362,78 @@ impl LeaseTable {
         }
         out.leases.sort_by(|a, b| a.shard_id.cmp(&b.shard_id));
         Ok(out)
+    }
+
+    /// True if `item` names this table's stream, or the table is bound to none.
+    fn is_own_stream(&self, item: &HashMap<String, AttributeValue>) -> bool {
+        match &self.stream {
+            None => true,
+            Some(expected) => item.get("stream").and_then(|v| v.as_s().ok()) == Some(expected),
+        }
+    }
+
+    /// The sort key of `worker_id`'s announcement row for this table's stream.
+    fn worker_key(&self, worker_id: &str) -> String {
+        let stream = self.stream.as_deref().unwrap_or_default();
+        format!("{WORKER_ROW_PREFIX}{stream}#{worker_id}")
+    }
+
+    /// Writes (or refreshes) `worker_id`'s announcement with a heartbeat of now: peers count
+    /// it as live for one lease duration ([`Announcement::is_live`]). Unconditional (a row
+    /// only this worker writes); one PutItem.
+    pub async fn announce(&self, worker_id: &str) -> Result<(), StreamError> {
+        let mut item = HashMap::from([
+            ("app".to_owned(), s(&self.app)),
+            ("shard_id".to_owned(), s(self.worker_key(worker_id))),
+            ("worker_id".to_owned(), s(worker_id)),
+            ("heartbeat_ms".to_owned(), n(now_ms())),
+        ]);
+        if let Some(stream) = &self.stream {
+            item.insert("stream".to_owned(), s(stream));
+        }
+        self.ddb
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .send()
+            .await
+            .map_err(|e| self.err("PutItem", e))?;
+        Ok(())
+    }
+
+    /// Deletes a dead worker's announcement, only if its heartbeat is still as read (the worker
+    /// did not come back meanwhile); `false` if it moved or was gone.
+    pub async fn delete_announcement(&self, found: &Announcement) -> Result<bool, StreamError> {
+        let out = self
+            .ddb
+            .delete_item()
+            .table_name(&self.table)
+            .key("app", s(&self.app))
+            .key("shard_id", s(self.worker_key(&found.worker_id)))
+            .condition_expression("#h = :h")
+            .expression_attribute_names("#h", "heartbeat_ms")
+            .expression_attribute_values(":h", n(found.heartbeat_ms))
+            .send()
+            .await;
+        match out {
+            Ok(_) => Ok(true),
+            Err(e) if Self::is_conflict(&e) => Ok(false),
+            Err(e) => Err(self.err("DeleteItem", e)),
+        }
+    }
+
+    /// Deletes `worker_id`'s announcement (graceful shutdown), so peers stop counting it at
+    /// once instead of after one lease duration. Deleting an absent row succeeds.
+    pub async fn withdraw(&self, worker_id: &str) -> Result<(), StreamError> {
+        self.ddb
+            .delete_item()
+            .table_name(&self.table)
+            .key("app", s(&self.app))
+            .key("shard_id", s(self.worker_key(worker_id)))
+            .send()
+            .await
+            .map_err(|e| self.err("DeleteItem", e))?;
+        Ok(())
     }
 
     /// One lease row, or `None` if it does not exist.
@@ -691,4 +807,58 @@ pub(crate) fn new_lease(info: &heatsink_core::stream::ShardInfo, counter_floor: 
     let mut lease = Lease::discovered(info);
     lease.counter = now_ms().max(counter_floor);
     lease
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(stream: Option<&str>) -> LeaseTable {
+        let conf = aws_sdk_dynamodb::Config::builder()
+            .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
+            .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
+            .build();
+        let t = LeaseTable::new(aws_sdk_dynamodb::Client::from_conf(conf), "leases", "app");
+        match stream {
+            Some(id) => t.for_stream(id),
+            None => t,
+        }
+    }
+
+    fn row(pairs: &[(&str, AttributeValue)]) -> HashMap<String, AttributeValue> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), v.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn an_announcement_row_is_told_apart_from_lease_rows_and_other_streams() {
+        let t = table(Some("arn:s1@7"));
+        let key = t.worker_key("w1");
+        assert_eq!(key, "#worker#arn:s1@7#w1");
+        let item = row(&[
+            ("shard_id", s(&key)),
+            ("worker_id", s("w1")),
+            ("heartbeat_ms", n(42)),
+            ("stream", s("arn:s1@7")),
+        ]);
+        assert!(is_worker_row(&item));
+        assert!(!is_worker_row(&row(&[(
+            "shard_id",
+            s("shardId-000000000000")
+        )])));
+        assert!(t.is_own_stream(&item));
+        assert!(!table(Some("arn:s2@7")).is_own_stream(&item));
+        assert!(table(None).is_own_stream(&item));
+        assert_eq!(
+            parse_announcement(&item),
+            Some(Announcement {
+                worker_id: "w1".into(),
+                heartbeat_ms: 42
+            })
+        );
+        let broken = row(&[("shard_id", s(&key)), ("worker_id", s("w1"))]);
+        assert_eq!(parse_announcement(&broken), None);
+    }
 }

@@ -14,7 +14,9 @@
 //!   fan-out, SubscribeToShard) and [`DynamoDbStreamsSource`] (`dynamodb.rs`).
 //! - [`LeaseTable`] (`lease_table.rs`): the schema's `leases` table (`app` / `shard_id`); every
 //!   change is computed with [`Lease::apply`](heatsink_core::stream::Lease::apply) and written
-//!   conditionally on the stored counter (and owner).
+//!   conditionally on the stored counter (and owner). Each running worker also keeps an
+//!   announcement row there ([`LeaseTable::announce`], sort key [`WORKER_ROW_PREFIX`]…), so
+//!   peers that hold nothing yet count towards the fair share.
 //! - [`Fence`] (`fence.rs`): makes a record processor's own DynamoDB writes conditional on its
 //!   lease counter, so a worker that lost its lease cannot overwrite a newer holder's work.
 //! - [`Worker`] (`worker.rs`): the consumer loop — shard sync, lease taking and rebalancing,
@@ -68,7 +70,12 @@
 //!    the lease after its last renewal, before anyone else may take the lease. Clock skew
 //!    between workers must stay well below a tenth of the lease duration (expiry is judged by
 //!    the taker).
-//! 6. Memory: a shard holds at most [`WorkerConfig::prefetch_bytes`] (16 MiB) plus one
+//! 6. Start-up balance: a worker announces itself, waits [`WorkerConfig::startup_wait`]
+//!    (200 ms) and then reads the leases; with W workers announced and L leases none holds more
+//!    than ceil(L / W) after its first round and the takes add up to an even split (4 shards
+//!    over 3 workers: 2 + 1 + 1), so workers started together need no steal and redeliver
+//!    nothing. An announcement counts for one lease duration after its last refresh.
+//! 7. Memory: a shard holds at most [`WorkerConfig::prefetch_bytes`] (16 MiB) plus one
 //!    `GetRecords` answer (at most 10 MiB on Kinesis) of records, whatever their size.
 
 mod dead_letter;
@@ -89,9 +96,9 @@ pub use fanout::FanOutSource;
 pub use fence::Fence;
 pub use heatsink_core::stream::*;
 pub use kinesis::KinesisSource;
-pub use lease_table::{LeaseScan, LeaseTable, MalformedLease};
+pub use lease_table::{LeaseScan, LeaseTable, MalformedLease, WORKER_ROW_PREFIX};
 pub use source::{RecordBatch, ShardSource, StartAt, StreamRecord, Timeouts};
 pub use worker::{
-    MIN_GET_RECORDS_INTERVAL, ProcessBatch, RecordProcessor, RoundReport, Worker, WorkerConfig,
-    WorkerStats,
+    DEAD_WORKER_LEASES, MIN_GET_RECORDS_INTERVAL, ProcessBatch, RecordProcessor, RoundReport,
+    Worker, WorkerConfig, WorkerStats,
 };

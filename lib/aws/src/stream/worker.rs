@@ -7,10 +7,10 @@
 //!   (a [`RoundPlan`]): rows to create from the shard graph, shards to stop because their lease
 //!   moved, takes and steals over the eligible shards. The loop executes the plan's conditional
 //!   writes (creations and takes in parallel, one batched read-back) and reacts to the results.
-//! - the **renewer**, every third of the lease duration: renews every held lease in parallel.
-//!   A shard task's lease is valid until the renewal's send time plus nine tenths of the lease
-//!   duration, on the monotonic clock; a hung main loop (a ListShards that never answers) does
-//!   not stop renewals.
+//! - the **renewer**, every third of the lease duration: renews every held lease in parallel
+//!   and refreshes the worker's announcement (see below). A shard task's lease is valid until
+//!   the renewal's send time plus nine tenths of the lease duration, on the monotonic clock; a
+//!   hung main loop (a ListShards that never answers) does not stop renewals.
 //! - one **shard task** per held shard, with a **fetcher** beside it that keeps up to
 //!   `prefetch_batches` GetRecords answers queued (per-shard order unchanged, SHARD_END last, at
 //!   least 200 ms between calls, the pause after a caught-up read at least that), and starts no
@@ -35,6 +35,15 @@
 //! move forward: a release writes none. After a crash the next holder re-reads what was
 //! processed after the last durable checkpoint: at most `checkpoint_every_records +
 //! max_records` records, or `checkpoint_interval` plus one write's worth, per shard.
+//!
+//! Start-up balance: the worker keeps an announcement row in the lease table (its id and a
+//! heartbeat time, [`LeaseTable::announce`]), and peers count every worker whose heartbeat is
+//! under one lease duration old towards the fair share. A worker announces at start, waits
+//! `startup_wait` (200 ms, overlapping the first shard listing) and only then reads the leases,
+//! so a fleet started together splits them in its first round: with W workers announced and L
+//! leases none takes more than ceil(L / W), and the takes add up to L (4 over 3: 2 + 1 + 1), so
+//! no steal follows. A graceful shutdown deletes the row; a crashed worker's row stops counting
+//! one lease duration after its last refresh, about when its leases expire.
 //!
 //! After every round the worker can report what the round did to its leases ([`RoundReport`]):
 //! [`Worker::on_round`] takes any callback, [`Worker::emit_emf`] writes the report as EMF
@@ -67,6 +76,10 @@ use crate::metrics::Emf;
 /// Kinesis allows 5 GetRecords per second per shard: calls on one shard are at least this far
 /// apart.
 pub const MIN_GET_RECORDS_INTERVAL: Duration = Duration::from_millis(200);
+
+/// An announcement whose heartbeat is this many lease durations old is deleted by any worker
+/// that reads it (it stopped counting after one).
+pub const DEAD_WORKER_LEASES: u64 = 10;
 
 /// One batch handed to a [`RecordProcessor`].
 #[derive(Clone, Debug)]
@@ -167,6 +180,18 @@ pub struct WorkerConfig {
     /// 5.2.5), where two takers can both see their conditional write succeed and only one row
     /// survives. DynamoDB serialises conditional writes, so production leaves it off.
     pub verify_takes: bool,
+    /// How long after writing its announcement the worker waits before its first lease read
+    /// (default 200 ms), so workers started together see each other and split the leases in
+    /// their first round (4 shards over 3 workers: 2 + 1 + 1, no steal) instead of each taking
+    /// all of them and rebalancing by steals, which re-read a stolen shard from its checkpoint.
+    ///
+    /// The wait overlaps the first shard listing, so a lone worker pays only what is left of it
+    /// after ListShards: at most 200 ms once per start. 200 ms covers peers whose announcement
+    /// lands up to that much after this one's: processes started at once are apart by a few
+    /// round trips (describe the stream, read the lease table, announce), tens of ms on AWS.
+    /// Peers started further apart are still balanced, by the steal rule. `Duration::ZERO`
+    /// reads at once (peers then count only once they hold a lease or announced before).
+    pub startup_wait: Duration,
 }
 
 impl WorkerConfig {
@@ -190,6 +215,7 @@ impl WorkerConfig {
             max_steals_per_round: 1,
             timeouts: None,
             verify_takes: false,
+            startup_wait: Duration::from_millis(200),
         }
     }
 }
@@ -437,6 +463,8 @@ struct Shared<S, P> {
     lost_since_round: AtomicUsize,
     /// Lease rows whose shard was unlisted (with no listed parent) at the last round.
     unlisted: Mutex<BTreeSet<String>>,
+    /// The renewer refreshes the announcement while this is true (cleared at shutdown).
+    announcing: AtomicBool,
 }
 
 /// A consumer of one application: reads the shards it leases, in lineage order.
@@ -570,6 +598,7 @@ impl<S: ShardSource, P: RecordProcessor> Worker<S, P> {
             fatal_notify: Notify::new(),
             lost_since_round: AtomicUsize::new(0),
             unlisted: Mutex::new(BTreeSet::new()),
+            announcing: AtomicBool::new(true),
         });
         // Refuse another stream's rows before touching anything.
         if let Err(e) = shared.leases.scan().await
@@ -582,6 +611,10 @@ impl<S: ShardSource, P: RecordProcessor> Worker<S, P> {
         let mut tasks: JoinSet<(String, ShardExit)> = JoinSet::new();
         let (stop_tx, stop_rx) = watch::channel(false);
         let (renew_stop_tx, renew_stop_rx) = watch::channel(false);
+        // Announce, then read no lease before `startup_wait` has passed (the first shard
+        // listing runs meanwhile), so peers started together count each other.
+        shared.announce().await;
+        let mut first_read = Some(tokio::time::Instant::now() + shared.config.startup_wait);
         // Dies with this future: a worker dropped without shutdown (a crash, as far as the
         // others can tell) must stop renewing, or its leases never expire.
         let mut renewer = AbortOnDrop(tokio::spawn(Arc::clone(&shared).renew_loop(renew_stop_rx)));
@@ -598,6 +631,9 @@ impl<S: ShardSource, P: RecordProcessor> Worker<S, P> {
                         shared.sync_wanted.store(true, Ordering::Relaxed);
                     }
                 }
+            }
+            if let Some(at) = first_read.take() {
+                tokio::time::sleep_until(at).await;
             }
             let mut report = RoundReport::default();
             match shared.round(&mut tasks, &stop_rx, &mut report).await {
@@ -632,8 +668,13 @@ impl<S: ShardSource, P: RecordProcessor> Worker<S, P> {
                 break;
             }
         }
-        // Graceful shutdown: shard tasks finish their batch, checkpoint and release; renewals go
-        // on meanwhile.
+        // Graceful shutdown: peers stop counting this worker at once; shard tasks finish their
+        // batch, checkpoint and release; renewals go on meanwhile.
+        shared.announcing.store(false, Ordering::SeqCst);
+        if let Err(e) = shared.leases.withdraw(&me).await {
+            tracing::warn!(worker = %me, error = %e,
+                "announcement not withdrawn; peers stop counting it after one lease duration");
+        }
         let _ = stop_tx.send(true);
         let deadline = tokio::time::sleep(shared.config.lease_duration);
         tokio::pin!(deadline);
@@ -750,7 +791,20 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
         self.fatal_notify.notify_one();
     }
 
-    /// Renews every held lease in parallel, every third of the lease duration, until stopped.
+    /// Writes this worker's announcement; a failure is logged, never fatal (it only sizes the
+    /// peers' fair share, and the next renewal writes it again).
+    async fn announce(&self) {
+        if !self.announcing.load(Ordering::SeqCst) {
+            return;
+        }
+        if let Err(e) = self.leases.announce(self.me()).await {
+            tracing::warn!(worker = %self.me(), error = %e,
+                "announcement failed; peers count this worker by its leases until the next one");
+        }
+    }
+
+    /// Renews every held lease and the announcement in parallel, every third of the lease
+    /// duration, until stopped.
     async fn renew_loop(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
         let period = self.config.lease_duration / 3;
         loop {
@@ -762,7 +816,8 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
                 .lock()
                 .map(|h| h.values().cloned().collect())
                 .unwrap_or_default();
-            futures::future::join_all(held.iter().map(|h| self.renew_one(h))).await;
+            let renewals = futures::future::join_all(held.iter().map(|h| self.renew_one(h)));
+            futures::future::join(renewals, self.announce()).await;
         }
     }
 
@@ -856,6 +911,8 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
             held: &held,
             max_steals_per_round: self.config.max_steals_per_round,
             initial: self.config.initial_position,
+            announced: &scan.workers,
+            lease_duration_ms: self.duration_ms(),
         })
     }
 
@@ -893,6 +950,26 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
                 tracing::warn!(shard = %bad.shard_id, reason = %bad.reason,
                     "malformed lease row; recreating it from the shard graph");
                 self.leases.recreate(bad, lease).await
+            }
+        }
+    }
+
+    /// Deletes announcements of workers silent for [`DEAD_WORKER_LEASES`] lease durations (a
+    /// crashed worker's row, which no longer counts anyway), so rows of workers with one-off ids
+    /// do not pile up in every scan. Failures are logged; the next round tries again.
+    async fn prune_announcements(&self, scan: &LeaseScan, now: u64) {
+        let dead_after = self.duration_ms().saturating_mul(DEAD_WORKER_LEASES);
+        for gone in scan
+            .workers
+            .iter()
+            .filter(|a| a.worker_id != self.me() && !a.is_live(now, dead_after))
+        {
+            match self.leases.delete_announcement(gone).await {
+                Ok(true) => tracing::info!(worker = %gone.worker_id,
+                    "announcement of a worker silent for {DEAD_WORKER_LEASES} leases deleted"),
+                Ok(false) => {}
+                Err(e) => tracing::warn!(worker = %gone.worker_id, error = %e,
+                    "deleting a dead worker's announcement failed"),
             }
         }
     }
@@ -956,6 +1033,7 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
         let mut scan = self.leases.scan().await?;
         self.prune(&graph, &scan).await;
         let mut now = now_ms();
+        self.prune_announcements(&scan, now).await;
         let mut plan = self.plan(&graph, &scan, now);
         if self.repair(&plan, &scan).await? {
             scan = self.leases.scan().await?;

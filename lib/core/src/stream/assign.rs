@@ -36,7 +36,13 @@ impl Assignment {
 /// Assignable leases are the workable ones ([`LeaseState::is_workable`](super::LeaseState::is_workable))
 /// held by a live worker, plus those unowned or expired whose shard is in `eligible`. Leases
 /// held, unexpired, by a worker missing from `workers` are left alone until they expire. With
-/// `target = ceil(assignable / live workers)`, `me` takes free leases up to the target. The free
+/// `target = ceil(assignable / live workers)`, `me` takes free leases up to its slot in an exact
+/// division of the assignable leases: `target` for the first `assignable % workers` workers
+/// (those already above `floor(assignable / workers)` first, then by name), `target - 1` for the
+/// rest, so the slots of all workers add up to the assignable leases. `workers` should include
+/// peers that hold nothing yet ([`live_workers`](super::live_workers) adds announced ones): then
+/// no worker ever holds more than `ceil(leases / workers)` after its first round, and workers
+/// planning from the same read never take more than there is between them. The free
 /// leases are tried in shard-id order rotated by a hash of `me` ([`take_order`]), so workers
 /// that start together reach for different shards first instead of racing for the same rows.
 ///
@@ -84,9 +90,11 @@ pub fn assign(
         return plan;
     }
     if !free.is_empty() {
+        let counts: Vec<(&str, usize)> = held.iter().map(|(w, s)| (*w, s.len())).collect();
+        let quota = take_quota(me, &counts, assignable);
         plan.take = take_order(me, free)
             .into_iter()
-            .take(target - mine)
+            .take(quota.saturating_sub(mine))
             .map(str::to_owned)
             .collect();
         return plan;
@@ -129,6 +137,28 @@ pub fn assign(
     plan
 }
 
+/// How many leases worker `me` may hold after taking free ones: its slot in an exact division
+/// of `assignable` leases over the live workers of `counts` (each with the leases it holds).
+///
+/// With `base = assignable / workers` and `rem = assignable % workers`, the first `rem` workers
+/// get `base + 1`, the others `base`. Workers already holding more than `base` rank first (they
+/// have used an extra slot), then by name. Every worker that plans from the same read computes
+/// the same slots, and the slots add up to `assignable`, so workers that start together and
+/// plan at once never take more between them than there is: 4 leases over 3 workers give
+/// 2 + 1 + 1, never 2 + 2 + 0 (which only a steal could even out).
+fn take_quota(me: &str, counts: &[(&str, usize)], assignable: usize) -> usize {
+    let workers = counts.len().max(1);
+    let base = assignable / workers;
+    let rem = assignable % workers;
+    let mut ranked: Vec<(&str, usize)> = counts.to_vec();
+    ranked.sort_by_key(|(name, n)| (*n <= base, *name));
+    let rank = ranked
+        .iter()
+        .position(|(name, _)| *name == me)
+        .unwrap_or(workers);
+    base + usize::from(rank < rem)
+}
+
 /// `free` in the order worker `me` tries to take it: sorted by shard id, then rotated to start
 /// at an offset given by an FNV-1a hash of `me`. Deterministic, so a worker's order is the same
 /// every round, and different workers usually start at different shards.
@@ -150,7 +180,7 @@ pub fn take_order<'a>(me: &str, mut free: Vec<&'a str>) -> Vec<&'a str> {
 mod tests {
     use proptest::prelude::*;
 
-    use super::super::{LeaseEvent, Progress};
+    use super::super::{Announcement, LeaseEvent, Progress, live_workers};
     use super::*;
 
     const DURATION: u64 = 10_000;
@@ -305,7 +335,136 @@ mod tests {
             .collect()
     }
 
+    /// Applies `plan` (made by `me` from `snapshot`) to `leases` the way the lease table does:
+    /// each take or steal only if the row is still as the snapshot had it.
+    fn apply_conditionally(
+        me: &str,
+        plan: &Assignment,
+        snapshot: &[Lease],
+        leases: &mut [Lease],
+        now: u64,
+    ) -> usize {
+        let mut won = 0;
+        for lease in leases.iter_mut() {
+            let steal = plan.steal.iter().any(|s| s.shard_id == lease.shard_id);
+            if !steal && !plan.take.contains(&lease.shard_id) {
+                continue;
+            }
+            let Some(seen) = snapshot.iter().find(|l| l.shard_id == lease.shard_id) else {
+                continue;
+            };
+            if seen.counter != lease.counter || seen.owner != lease.owner {
+                continue; // another worker moved it first: the conditional write fails
+            }
+            let event = if steal {
+                LeaseEvent::Steal {
+                    worker: me.to_owned(),
+                    now_ms: now,
+                    duration_ms: DURATION,
+                }
+            } else {
+                LeaseEvent::Take {
+                    worker: me.to_owned(),
+                    now_ms: now,
+                    duration_ms: DURATION,
+                }
+            };
+            *lease = lease.apply(&event).unwrap();
+            won += 1;
+        }
+        won
+    }
+
+    fn announcements(workers: &[String], now: u64) -> Vec<Announcement> {
+        workers
+            .iter()
+            .map(|w| Announcement {
+                worker_id: w.clone(),
+                heartbeat_ms: now,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn announced_peers_cap_the_first_take_at_a_fair_share() {
+        let leases: Vec<Lease> = (0..4).map(|i| lease(i, None, 0)).collect();
+        let announced = announcements(&names(3), 100);
+        // Alone, w0 would take all 4; with two peers announced it takes 2 (ceil(4/3)).
+        let alone = live_workers("w0", &[], &leases, 100, DURATION);
+        assert_eq!(
+            assign("w0", &leases, &ids(&leases), &alone, 100).take.len(),
+            4
+        );
+        let live = live_workers("w0", &announced, &leases, 100, DURATION);
+        let plan = assign("w0", &leases, &ids(&leases), &live, 100);
+        assert_eq!((plan.target, plan.take.len()), (2, 2));
+        // Planning from the same empty read, the three slots add up to the four leases.
+        let takes: Vec<usize> = names(3)
+            .iter()
+            .map(|w| assign(w, &leases, &ids(&leases), &live, 100).take.len())
+            .collect();
+        assert_eq!(takes, [2, 1, 1]);
+        // An announcement older than a lease duration no longer counts.
+        let stale = live_workers("w0", &announced, &leases, 100 + DURATION, DURATION);
+        assert_eq!(stale, ["w0"]);
+    }
+
     proptest! {
+        /// A fleet started together: every worker announced before its first read, then rounds
+        /// in which groups of workers plan from one shared read (as if at once) and write
+        /// conditionally, in a random order. No worker holds more than ceil(L / W) after its
+        /// first round, no steal is ever planned, and the leases end all held, spread <= 1.
+        #[test]
+        fn announced_workers_split_a_cold_start_without_steals(
+            workers in 1usize..7,
+            shards in 0usize..25,
+            rounds in prop::collection::vec(
+                (prop::collection::vec(any::<prop::sample::Index>(), 6), 1usize..7), 1..6),
+        ) {
+            let workers = names(workers);
+            let mut leases: Vec<Lease> = (0..shards).map(|i| lease(i, None, 0)).collect();
+            let cap = shards.div_ceil(workers.len());
+            let mut now = 1_000;
+            let announced = announcements(&workers, now);
+            // Every round is followed by quiet rounds in name order until nothing moves.
+            let quiet: (Vec<prop::sample::Index>, usize) = (Vec::new(), 1);
+            let plans = rounds.iter().chain(std::iter::repeat_n(&quiet, shards + 2));
+            for (r, (shuffle, group)) in plans.enumerate() {
+                now += 1_000;
+                for lease in &mut leases {
+                    if lease.owner.is_some() {
+                        lease.expires_at_ms = now + DURATION;
+                        lease.state = LeaseState::Processing;
+                    }
+                }
+                let mut order: Vec<&String> = workers.iter().collect();
+                for (i, pick) in shuffle.iter().enumerate().take(order.len()) {
+                    let j = i + pick.index(order.len() - i);
+                    order.swap(i, j);
+                }
+                for chunk in order.chunks(*group) {
+                    let snapshot = leases.clone();
+                    let all = ids(&snapshot);
+                    let plans: Vec<(&String, Assignment)> = chunk.iter().map(|me| {
+                        let live = live_workers(me, &announced, &snapshot, now, DURATION);
+                        (*me, assign(me, &snapshot, &all, &live, now))
+                    }).collect();
+                    for (me, plan) in &plans {
+                        prop_assert!(plan.steal.is_empty(), "{} planned a steal: {:?}", me, plan);
+                        apply_conditionally(me, plan, &snapshot, &mut leases, now);
+                    }
+                }
+                let c = counts(&leases, &workers, now);
+                if r == 0 {
+                    prop_assert!(c.iter().all(|n| *n <= cap), "first round {:?}, cap {}", c, cap);
+                }
+                prop_assert!(c.iter().all(|n| *n <= cap), "round {} {:?}, cap {}", r, c, cap);
+            }
+            let c = counts(&leases, &workers, now);
+            prop_assert_eq!(c.iter().sum::<usize>(), shards, "every lease held");
+            prop_assert!(c.iter().max().unwrap() - c.iter().min().unwrap() <= 1, "{:?}", c);
+        }
+
         #[test]
         fn repeated_planning_converges_to_an_even_spread(
             workers in 1usize..6,

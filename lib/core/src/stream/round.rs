@@ -5,7 +5,9 @@
 //! replaces rows that do not parse), **renews** the leases it still holds, **stops** the shards
 //! whose lease moved under it (stolen, or taken after it lapsed), **takes** free or expired
 //! leases of eligible shards up to its fair share (each worker tries them in its own rotated
-//! order, so workers starting together reach for different rows), and **steals** live leases, at
+//! order, so workers starting together reach for different rows; the share counts the peers
+//! that announced themselves, so a fleet starting together splits the leases in its first
+//! round), and **steals** live leases, at
 //! most `max_steals_per_round` of them, from workers holding at least two more than it does and
 //! more than their exact fair share, and only leases their holder has checkpointed since taking.
 //!
@@ -57,6 +59,8 @@
 //!     held: &held,
 //!     max_steals_per_round: 1,
 //!     initial: Default::default(),
+//!     announced: &[],
+//!     lease_duration_ms: 10_000,
 //! };
 //! let plan = plan_round(&input);
 //! assert_eq!(plan.repair.len(), 1);
@@ -75,8 +79,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{
-    Checkpoints, Lease, LeaseEvent, LeaseState, Progress, ShardGraph, ShardInfo, StreamError,
-    assign, eligible,
+    Announcement, Checkpoints, Lease, LeaseEvent, LeaseState, Progress, ShardGraph, ShardInfo,
+    StreamError, assign, eligible, live_workers,
 };
 
 /// A lease row that did not parse, as much of it as planning needs.
@@ -108,6 +112,11 @@ pub struct RoundInput<'a> {
     pub max_steals_per_round: usize,
     /// Where the application starts when the table has no row of it yet ([`first_start`]).
     pub initial: InitialPosition,
+    /// The workers' announcements as just read with the leases: peers that hold nothing yet
+    /// still count towards the fair share ([`live_workers`]).
+    pub announced: &'a [Announcement],
+    /// How long a lease lasts (ms); an announcement older than this no longer counts.
+    pub lease_duration_ms: u64,
 }
 
 /// Where an application's first start reads from (`WorkerConfig::initial_position`).
@@ -222,9 +231,11 @@ impl RoundPlan {
 /// Plans one round of worker `input.worker_id` from one read of the lease table; see the
 /// module doc for what each field of the [`RoundPlan`] means and in which order to execute it.
 ///
-/// Workers are estimated as today's live holders of workable leases plus this worker; takes and
-/// steals come from [`assign`] over the [`eligible`] shards, steals capped at
-/// `max_steals_per_round`.
+/// The live workers are this worker, every worker with a live announcement and every live
+/// holder of a workable lease ([`live_workers`]); takes and steals come from [`assign`] over the
+/// [`eligible`] shards, steals capped at `max_steals_per_round`. With every peer announced, a
+/// worker's first round takes at most `ceil(leases / workers)`: 4 shards over 3 workers give
+/// 2 + 1 + 1 without a steal.
 pub fn plan_round(input: &RoundInput<'_>) -> RoundPlan {
     let me = input.worker_id;
     let now = input.now_ms;
@@ -263,16 +274,13 @@ pub fn plan_round(input: &RoundInput<'_>) -> RoundPlan {
         })
         .collect();
     let ready = eligible(input.graph, &checkpoints);
-    let workers: Vec<String> = input
-        .leases
-        .iter()
-        .filter(|l| l.state.is_workable())
-        .filter_map(|l| l.live_owner(now))
-        .chain(std::iter::once(me))
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .map(str::to_owned)
-        .collect();
+    let workers = live_workers(
+        me,
+        input.announced,
+        input.leases,
+        now,
+        input.lease_duration_ms,
+    );
     let assignment = assign(me, input.leases, &ready, &workers, now);
     let free = ready
         .iter()

@@ -210,6 +210,8 @@ impl World {
             held: &held,
             max_steals_per_round: self.max_steals,
             initial: Default::default(),
+            announced: &[],
+            lease_duration_ms: DURATION,
         });
         (leases, held, plan)
     }
@@ -539,6 +541,8 @@ fn a_lost_lease_is_stopped_and_a_held_one_renewed() {
         held: &held,
         max_steals_per_round: 1,
         initial: Default::default(),
+        announced: &[],
+        lease_duration_ms: DURATION,
     });
     assert_eq!(plan.renew, vec![ids[0].clone()]);
     assert_eq!(plan.stop_lost, vec![ids[1].clone()]);
@@ -571,6 +575,8 @@ fn a_malformed_row_is_replaced_above_its_counter_unless_unlisted() {
         held: &held,
         max_steals_per_round: 1,
         initial: Default::default(),
+        announced: &[],
+        lease_duration_ms: DURATION,
     });
     assert_eq!(plan.repair.len(), 1);
     assert!(
@@ -605,6 +611,8 @@ fn a_deleted_parent_row_unblocks_its_children() {
         held: &held,
         max_steals_per_round: 1,
         initial: Default::default(),
+        announced: &[],
+        lease_duration_ms: DURATION,
     });
     let took: Vec<&str> = plan
         .take
@@ -612,4 +620,41 @@ fn a_deleted_parent_row_unblocks_its_children() {
         .map(|a| a.lease.shard_id.as_str())
         .collect();
     assert_eq!(took, ["shardId-1"]);
+}
+
+#[test]
+fn announced_peers_shrink_the_first_round_to_a_fair_share() {
+    let shards: Vec<ShardInfo> = (0..4)
+        .map(|i| ShardInfo::new(format!("shardId-{i}")))
+        .collect();
+    let graph = ShardGraph::new(shards.clone()).unwrap();
+    let leases: Vec<Lease> = shards.iter().map(Lease::discovered).collect();
+    let held = BTreeMap::new();
+    let plan_with = |announced: &[super::super::Announcement], now_ms: u64| {
+        plan_round(&RoundInput {
+            worker_id: "w1",
+            now_ms,
+            graph: &graph,
+            leases: &leases,
+            malformed: &[],
+            held: &held,
+            max_steals_per_round: 1,
+            initial: Default::default(),
+            announced,
+            lease_duration_ms: DURATION,
+        })
+    };
+    let peers: Vec<super::super::Announcement> = ["w0", "w1", "w2"]
+        .iter()
+        .map(|w| super::super::Announcement {
+            worker_id: (*w).to_owned(),
+            heartbeat_ms: 1_000,
+        })
+        .collect();
+    // Three announced workers, four free leases: w1's slot is ceil(4/3) - 1 = 1 (w0 has the extra).
+    let plan = plan_with(&peers, 1_000);
+    assert_eq!((plan.target, plan.take.len(), plan.free_left), (2, 1, 3));
+    // Once the announcements are a lease duration old, w1 is alone again and takes all four.
+    let plan = plan_with(&peers, 1_000 + DURATION);
+    assert_eq!((plan.target, plan.take.len()), (4, 4));
 }
