@@ -108,6 +108,10 @@ pub struct MoveSpec {
     pub budget: Budget,
 }
 
+/// Records of the moved slots a poll round may still find for the tail to count as at the
+/// head just before the fence (what is left then is read inside the pause).
+const PRE_FENCE_RECORDS: u64 = 20;
+
 /// Most poll rounds of the drain (each at least 2 ms apart) before the flip goes ahead
 /// without every fence record seen.
 const DRAIN_ROUNDS: u32 = 5_000;
@@ -1375,8 +1379,15 @@ impl Mover {
             tokio::time::sleep(Duration::from_millis(ready - now)).await;
         }
         if self.record.mode == MoveMode::Copy {
-            // Catch up once more so the pause drains only the last few records.
-            self.poll(Way::Forward).await?;
+            // Catch up to the head again (the diff took a while under live writes) so the
+            // pause drains only the last few records: poll until a round reads no full batch
+            // and at most PRE_FENCE_RECORDS records of the slots, at most 50 rounds.
+            for _ in 0..50 {
+                let (seen, _, full) = self.poll(Way::Forward).await?;
+                if !full && seen <= PRE_FENCE_RECORDS {
+                    break;
+                }
+            }
         }
         // Everything the flip needs that does not depend on the fence is read before it, out
         // of the pause: the target's stream position for reverse replication (nobody routes
