@@ -404,15 +404,28 @@ impl LeaseTable {
     /// Deletes a dead worker's announcement, only if its heartbeat is still as read (the worker
     /// did not come back meanwhile); `false` if it moved or was gone.
     pub async fn delete_announcement(&self, found: &Announcement) -> Result<bool, StreamError> {
+        let key = self.worker_key(&found.worker_id);
+        self.delete_if(&key, "heartbeat_ms", found.heartbeat_ms)
+            .await
+    }
+
+    /// Deletes the row (app, `sort_key`) only if its numeric `attr` is still `expected`;
+    /// `false` if it changed or was gone.
+    async fn delete_if(
+        &self,
+        sort_key: &str,
+        attr: &str,
+        expected: u64,
+    ) -> Result<bool, StreamError> {
         let out = self
             .ddb
             .delete_item()
             .table_name(&self.table)
             .key("app", s(&self.app))
-            .key("shard_id", s(self.worker_key(&found.worker_id)))
-            .condition_expression("#h = :h")
-            .expression_attribute_names("#h", "heartbeat_ms")
-            .expression_attribute_values(":h", n(found.heartbeat_ms))
+            .key("shard_id", s(sort_key))
+            .condition_expression("#a = :a")
+            .expression_attribute_names("#a", attr)
+            .expression_attribute_values(":a", n(expected))
             .send()
             .await;
         match out {
@@ -507,22 +520,8 @@ impl LeaseTable {
     /// Deletes a row whose shard the stream no longer lists (trimmed past retention), only if
     /// its counter is still as read; `false` if it moved or was gone.
     pub async fn delete_row(&self, current: &Lease) -> Result<bool, StreamError> {
-        let out = self
-            .ddb
-            .delete_item()
-            .table_name(&self.table)
-            .key("app", s(&self.app))
-            .key("shard_id", s(&current.shard_id))
-            .condition_expression("#counter = :prev_counter")
-            .expression_attribute_names("#counter", "counter")
-            .expression_attribute_values(":prev_counter", n(current.counter))
-            .send()
-            .await;
-        match out {
-            Ok(_) => Ok(true),
-            Err(e) if Self::is_conflict(&e) => Ok(false),
-            Err(e) => Err(self.err("DeleteItem", e)),
-        }
+        self.delete_if(&current.shard_id, "counter", current.counter)
+            .await
     }
 
     fn full_item(&self, lease: &Lease) -> HashMap<String, AttributeValue> {
