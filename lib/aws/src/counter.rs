@@ -973,7 +973,7 @@ mod tests {
     use crate::testing::in_chain;
     use aws_sdk_dynamodb::config::http::HttpResponse;
     use aws_sdk_dynamodb::config::retry::RetryConfig;
-    use aws_sdk_dynamodb::error::{ErrorMetadata, SdkError};
+    use aws_sdk_dynamodb::error::SdkError;
     use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
     use aws_sdk_dynamodb::types::error::{
         ConditionalCheckFailedException, ProvisionedThroughputExceededException,
@@ -994,12 +994,7 @@ mod tests {
             .expect_err("mocked to fail")
     }
 
-    fn meta(code: &str) -> ErrorMetadata {
-        ErrorMetadata::builder()
-            .code(code)
-            .message("mocked")
-            .build()
-    }
+    use crate::testing::error_meta as meta;
 
     #[tokio::test]
     async fn a_failed_update_reaches_the_sdk_error_through_the_store_error() {

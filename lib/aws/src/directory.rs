@@ -686,7 +686,7 @@ mod tests {
     use crate::testing::in_chain;
     use aws_sdk_dynamodb::config::http::HttpResponse;
     use aws_sdk_dynamodb::config::retry::RetryConfig;
-    use aws_sdk_dynamodb::error::{ErrorMetadata, SdkError};
+    use aws_sdk_dynamodb::error::SdkError;
     use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
     use aws_sdk_dynamodb::operation::put_item::PutItemError;
     use aws_sdk_dynamodb::types::error::{
@@ -697,12 +697,7 @@ mod tests {
     use super::*;
     use crate::testing::mocked;
 
-    fn meta(code: &str) -> ErrorMetadata {
-        ErrorMetadata::builder()
-            .code(code)
-            .message("mocked")
-            .build()
-    }
+    use crate::testing::error_meta as meta;
 
     #[tokio::test]
     async fn a_failed_condition_is_a_conflict_and_other_failures_keep_the_sdk_error() {

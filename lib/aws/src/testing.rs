@@ -22,6 +22,15 @@ macro_rules! mocked {
 
 pub use crate::mocked;
 
+/// The error metadata of a mocked service error with `code` (every SDK crate re-exports this
+/// one type), for `aws-smithy-mocks` rules that answer with an error.
+pub fn error_meta(code: &str) -> aws_smithy_types::error::ErrorMetadata {
+    aws_smithy_types::error::ErrorMetadata::builder()
+        .code(code)
+        .message("mocked")
+        .build()
+}
+
 /// The first error of type `T` in `err`'s source chain, `err` included: how a test proves an
 /// area error kept the SDK error whole.
 pub fn in_chain<'a, T: std::error::Error + 'static>(

@@ -249,7 +249,7 @@ mod tests {
 
     use aws_sdk_dynamodb::config::http::HttpResponse;
     use aws_sdk_dynamodb::config::retry::RetryConfig;
-    use aws_sdk_dynamodb::error::{ErrorMetadata, SdkError};
+    use aws_sdk_dynamodb::error::SdkError;
     use aws_sdk_dynamodb::operation::query::QueryOutput;
     use aws_sdk_dynamodb::types::CancellationReason;
     use aws_sdk_dynamodb::types::error::{ResourceNotFoundException, TransactionCanceledException};
@@ -272,12 +272,7 @@ mod tests {
         QueryOutput::builder().items(item).count(1).build()
     }
 
-    fn meta(code: &str) -> ErrorMetadata {
-        ErrorMetadata::builder()
-            .code(code)
-            .message("mocked")
-            .build()
-    }
+    use crate::testing::error_meta as meta;
 
     #[tokio::test]
     async fn smithy_mock_a_cancelled_compaction_is_decided_again_and_a_failure_keeps_the_sdk_error()

@@ -184,7 +184,6 @@ mod tests {
     use crate::testing::in_chain;
     use aws_sdk_dynamodb::config::http::HttpResponse;
     use aws_sdk_dynamodb::config::retry::RetryConfig;
-    use aws_sdk_dynamodb::error::ErrorMetadata;
     use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
     use aws_sdk_dynamodb::types::error::{
         ConditionalCheckFailedException, ResourceNotFoundException,
@@ -194,12 +193,7 @@ mod tests {
     use super::*;
     use crate::testing::mocked;
 
-    fn meta(code: &str) -> ErrorMetadata {
-        ErrorMetadata::builder()
-            .code(code)
-            .message("mocked")
-            .build()
-    }
+    use crate::testing::error_meta as meta;
 
     async fn update_failing_with(err: fn() -> UpdateItemError) -> StreamError {
         let update = mock!(aws_sdk_dynamodb::Client::update_item).then_error(err);

@@ -229,7 +229,7 @@ mod tests {
     use crate::testing::in_chain;
     use crate::testing::mocked;
     use aws_sdk_kinesis::config::http::HttpResponse;
-    use aws_sdk_kinesis::error::{ErrorMetadata, SdkError};
+    use aws_sdk_kinesis::error::SdkError;
     use aws_sdk_kinesis::operation::get_records::GetRecordsError;
     use aws_sdk_kinesis::types::error::{
         ExpiredIteratorException, ProvisionedThroughputExceededException,
@@ -244,12 +244,7 @@ mod tests {
         mocked!(aws_sdk_kinesis, rule)
     }
 
-    fn meta(code: &str) -> ErrorMetadata {
-        ErrorMetadata::builder()
-            .code(code)
-            .message("mocked")
-            .build()
-    }
+    use crate::testing::error_meta as meta;
 
     async fn get_records_failing_with(err: fn() -> GetRecordsError) -> StreamError {
         let get = mock!(aws_sdk_kinesis::Client::get_records).then_error(err);
