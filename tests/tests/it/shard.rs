@@ -928,3 +928,93 @@ async fn bounced_writes_wait_for_the_flip_instead_of_hammering_the_fenced_owner(
     let (report, _) = load.finish(&s.router).await;
     assert_eq!(report.failed, 0, "no write gave up: {report:?}");
 }
+
+/// Notes when each `DescribeStream` call is sent.
+#[derive(Debug, Clone, Default)]
+struct Listings(Arc<Mutex<Vec<std::time::Instant>>>);
+
+impl aws_sdk_dynamodbstreams::config::Intercept for Listings {
+    fn name(&self) -> &'static str {
+        "Listings"
+    }
+
+    fn read_before_serialization(
+        &self,
+        ctx: &aws_sdk_dynamodbstreams::config::interceptors::BeforeSerializationInterceptorContextRef<'_>,
+        _: &aws_sdk_dynamodbstreams::config::RuntimeComponents,
+        _: &mut aws_sdk_dynamodbstreams::config::ConfigBag,
+    ) -> Result<(), aws_sdk_dynamodbstreams::error::BoxError> {
+        if ctx
+            .input()
+            .downcast_ref::<aws_sdk_dynamodbstreams::operation::describe_stream::DescribeStreamInput>()
+            .is_some()
+            && let Ok(mut at) = self.0.lock()
+        {
+            at.push(std::time::Instant::now());
+        }
+        Ok(())
+    }
+}
+
+/// DynamoDB Streams allows 10 `DescribeStream` calls per second (per account and Region). The
+/// soak polls both tails every 50 ms; listing the shards on each of those polls made 40 calls a
+/// second. Every 1 s window of a move under load must stay within the limit.
+#[tokio::test]
+async fn a_move_lists_stream_shards_within_the_describe_stream_limit() {
+    let _serial = SERIAL.lock().await;
+    let fx = fixture!("a_move_lists_stream_shards_within_the_describe_stream_limit");
+    let mut s = Scene::new(&fx, false).await;
+    let listings = Listings::default();
+    s.streams = aws_sdk_dynamodbstreams::Client::from_conf(
+        aws_sdk_dynamodbstreams::config::Builder::from(&fx.stack.config)
+            .interceptor(listings.clone())
+            .build(),
+    );
+    let load = start_load(s.router.clone(), "list-", 16, 20.0);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let spec = MoveSpec {
+        budget: Budget {
+            soak: Duration::from_secs(3),
+            ..Budget::default()
+        },
+        ..s.spec(false)
+    };
+    let mut mover = Mover::start(s.ddb.clone(), s.streams.clone(), s.dir.clone(), spec)
+        .await
+        .expect("start");
+    let record = mover.run().await.expect("move").clone();
+    assert_eq!(record.phase, Phase::Done);
+    let (report, acks) = load.finish(&s.router).await;
+    assert!(
+        !acks.is_empty(),
+        "the load wrote through the move: {report:?}"
+    );
+    let at = listings.0.lock().expect("listings").clone();
+    assert!(!at.is_empty(), "the mover listed the stream's shards");
+    let busiest = at
+        .iter()
+        .map(|t| {
+            at.iter()
+                .filter(|u| **u >= *t && u.duration_since(*t) < Duration::from_secs(1))
+                .count()
+        })
+        .max()
+        .unwrap_or(0);
+    let span = at[at.len() - 1].duration_since(at[0]);
+    eprintln!(
+        "{} DescribeStream calls in {span:?}, {busiest} in the busiest second",
+        at.len()
+    );
+    assert!(
+        busiest <= 10,
+        "{busiest} DescribeStream calls in one second ({} in {span:?})",
+        at.len()
+    );
+    // Two tails for the 3 s soak at one listing a second each, plus the copy, the drain and
+    // the final round: a handful, not one per 50 ms poll (about 120).
+    assert!(
+        at.len() <= 20,
+        "{} DescribeStream calls in {span:?}",
+        at.len()
+    );
+}

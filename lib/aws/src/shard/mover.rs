@@ -27,7 +27,9 @@
 //! Several stream shards and rollovers: the shard list is read in full (every
 //! `DescribeStream` page), shards that open later are read from their start, and the drain asks
 //! `DescribeStream` again the round after a known shard closes (a rollover in the pause can
-//! put a fence record on a child the tail has not seen yet). A drain through the fence
+//! put a fence record on a child the tail has not seen yet). Listings stay under the service's
+//! 10 `DescribeStream` calls per second: a tail lists at most once a second (4 times a second
+//! in the drain) unless a known shard closed, and once more before the source copy is deleted. A drain through the fence
 //! records covers the shards that hold them, one more round covers the others, and the forward
 //! tail keeps running through the soak so a record that surfaces late on another shard is still
 //! applied (the apply rule keeps the newest), never lost. The emulators give a table's stream
@@ -115,6 +117,15 @@ const PRE_FENCE_RECORDS: u64 = 20;
 /// Most poll rounds of the drain (each at least 2 ms apart) before the flip goes ahead
 /// without every fence record seen.
 const DRAIN_ROUNDS: u32 = 5_000;
+
+/// Least time between two shard listings of one tail (`DescribeStream`, every page) while no
+/// known shard has closed. DynamoDB Streams allows 10 `DescribeStream` calls per second; the
+/// soak polls both tails every 50 ms, which listing every round would put at 40 per second.
+const LIST_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The same inside the pause's drain, which polls only the forward tail (every 2 ms): a fence
+/// record on a shard nobody has listed yet waits at most this long to be found.
+const DRAIN_LIST_INTERVAL: Duration = Duration::from_millis(250);
 
 /// Where the tail of one stream shard is.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -292,6 +303,9 @@ pub struct Mover {
     /// The map read just before the fence, so the flip does not read it inside the pause (a
     /// change since then makes the flip's transaction fail, and the flip reads it again).
     map_at_fence: Option<heatsink_core::shard::ShardMap>,
+    /// Per tail (forward, reverse): when its shards were last listed and how many of them were
+    /// closed then (a shard closing since makes the next poll list again, whatever the time).
+    listed: [Option<(Instant, usize)>; 2],
 }
 
 impl std::fmt::Debug for Mover {
@@ -633,6 +647,7 @@ impl Mover {
             progress: None,
             batches: 0,
             map_at_fence: None,
+            listed: [None, None],
         }
     }
 
@@ -962,8 +977,30 @@ impl Mover {
 
     /// One poll of every shard of a tail; applies what it reads; returns records seen and
     /// whether the fence records (if `fence_to` is given) were among them.
+    ///
+    /// It lists the stream's shards when [`Self::listing_due`] says so, and otherwise reads
+    /// the shards it knows.
     async fn poll(&mut self, way: Way) -> Result<(u64, Option<u64>, bool), ReshardError> {
-        self.poll_with(way, true).await
+        let due = self.listing_due(way);
+        self.poll_with(way, due).await
+    }
+
+    /// Whether a poll of `way` lists the stream's shards: the first time, after a known shard
+    /// closed (its children are new shards), or [`LIST_INTERVAL`] after the last listing (a
+    /// table whose partitions split opens shards without a known one closing first only when
+    /// the tail started after the split).
+    fn listing_due(&self, way: Way) -> bool {
+        let tail = match way {
+            Way::Forward => Some(&self.record.forward),
+            Way::Reverse => self.record.reverse.as_ref(),
+        };
+        let Some(tail) = tail.filter(|t| !t.shards.is_empty()) else {
+            return true;
+        };
+        match self.listed[way as usize] {
+            None => true,
+            Some((at, closed)) => tail.closed_shards() > closed || at.elapsed() >= LIST_INTERVAL,
+        }
     }
 
     /// [`Self::poll`]; with `discover = false` it reads the shards the tail already knows
@@ -994,7 +1031,9 @@ impl Mover {
         let shard_ids: Vec<String> = if !discover && !tail.shards.is_empty() {
             tail.shards.keys().cloned().collect()
         } else {
-            self.list_shards(&tail.stream_arn).await?
+            let ids = self.list_shards(&tail.stream_arn).await?;
+            self.listed[way as usize] = Some((Instant::now(), tail.closed_shards()));
+            ids
         };
         let mut seen = 0u64;
         let mut newest_age: Option<u64> = None;
@@ -1448,15 +1487,20 @@ impl Mover {
             // write the source acknowledged for a slot precedes that slot's fence record.
             // A shard that closes in the pause (a DynamoDB Streams rollover) continues in a
             // child the tail does not know yet, and a fence record may land there: the round
-            // after a known shard closes asks DescribeStream again, as does every 25th.
+            // after a known shard closes asks DescribeStream again, as does the first round
+            // DRAIN_LIST_INTERVAL after the last listing.
             let mut rounds = 0u32;
             let mut discover = false;
+            let mut listed = Instant::now();
             while !self.record.forward.fence_seen && rounds < DRAIN_ROUNDS {
                 let closed = self.record.forward.closed_shards();
                 self.poll_with(Way::Forward, discover).await?;
+                if discover {
+                    listed = Instant::now();
+                }
                 rounds += 1;
-                discover =
-                    self.record.forward.closed_shards() > closed || rounds.is_multiple_of(25);
+                discover = self.record.forward.closed_shards() > closed
+                    || listed.elapsed() >= DRAIN_LIST_INTERVAL;
                 if !self.record.forward.fence_seen {
                     tokio::time::sleep(Duration::from_millis(2)).await;
                 }
@@ -1591,6 +1635,11 @@ impl Mover {
             self.save().await?;
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+        // One last round over every listed shard before the source copy goes: a shard that
+        // opened since the last listing may hold the slots' last writes.
+        self.poll_with(Way::Forward, true).await?;
+        self.poll_with(Way::Reverse, true).await?;
+        self.save().await?;
         let (src, keys) = (self.src.table.clone(), self.src.keys.clone());
         self.purge(&src, &keys, false).await?;
         let (dst, keys) = (self.dst.table.clone(), self.dst.keys.clone());
