@@ -31,6 +31,7 @@
 //! the throttled part as `UnprocessedItems`); Scans and stream reads pass through uncharged.
 
 pub mod esm;
+pub mod fanout;
 pub mod front;
 pub mod load;
 pub mod model;

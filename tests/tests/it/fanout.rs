@@ -1,8 +1,9 @@
 //! Enhanced fan-out (`heatsink::stream::FanOutSource`) on kinesis-mock, which serves
 //! RegisterStreamConsumer and SubscribeToShard's event stream: the same worker, pushed records,
-//! and a restart from the checkpoint. A split is not tested here: after UpdateShardCount,
-//! kinesis-mock 0.6 never ended the parents' subscriptions with a ChildShards event, so the
-//! children were never reached (the worker waits for the parent's end, as it must).
+//! and a restart from the checkpoint. After UpdateShardCount, kinesis-mock 0.6 never ends the
+//! parents' subscriptions with a ChildShards event, so a split is tested through the fan-out
+//! split shape of the simulator (`heatsink_sim::fanout`, the `sim_` test), with the leases on
+//! the lane's DynamoDB emulator.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -12,6 +13,7 @@ use heatsink::stream::{
     FanOutSource, LeaseTable, ProcessBatch, RecordProcessor, StreamError, Worker,
 };
 use heatsink_photo_app::schema::Table;
+use heatsink_sim::fanout::{FanOutSplit, PARENT};
 use heatsink_testkit::{eventually, fixture};
 
 use crate::stream::{fast_config, put_round};
@@ -112,4 +114,86 @@ async fn fan_out_reads_every_record_once_and_a_restart_resumes_from_its_checkpoi
     );
 
     let _ = source.deregister().await;
+}
+
+/// AWS ends a split parent's subscription with an event carrying `ChildShards` and no
+/// continuation: the worker must finish the parent there (its lease at SHARD_END) and read the
+/// children from their start, each record once, every parent record before any child record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sim_fan_out_ends_a_split_parent_at_its_child_shards_event_and_reads_the_children_after() {
+    let fx = fixture!(
+        "sim_fan_out_ends_a_split_parent_at_its_child_shards_event_and_reads_the_children_after"
+    );
+    let sizes = [5, 3, 4];
+    let records: Vec<Vec<Vec<u8>>> = sizes
+        .iter()
+        .enumerate()
+        .map(|(s, n)| {
+            (0..*n)
+                .map(|i| format!("r:{}", s * 100 + i).into_bytes())
+                .collect()
+        })
+        .collect();
+    let split = FanOutSplit::start("efo-split", records)
+        .await
+        .expect("fan-out split shape");
+    let k = aws_sdk_kinesis::Client::from_conf(
+        aws_sdk_kinesis::config::Builder::from(&fx.stack.config)
+            .endpoint_url(split.endpoint())
+            .build(),
+    );
+    let spec = fx.table(Table::Leases).await;
+    let leases = LeaseTable::new(fx.stack.ddb.clone(), &spec.name, "efo-split-app");
+    let source = FanOutSource::new(k, "efo-split", split.consumer_arn());
+    let log = Log::default();
+    let total: usize = sizes.iter().sum();
+    run_until(
+        source,
+        leases,
+        &log,
+        "w0",
+        "the parent and both children",
+        || log.distinct().len() >= total,
+    )
+    .await;
+    let delivered = log.0.lock().unwrap().clone();
+    assert_eq!(delivered.len(), total, "each record once: {delivered:?}");
+    let last_parent = delivered.iter().rposition(|(s, _, _)| s == PARENT);
+    let first_child = delivered.iter().position(|(s, _, _)| s != PARENT);
+    assert!(
+        matches!((last_parent, first_child), (Some(p), Some(c)) if p < c),
+        "the parent's records before its children's: {delivered:?}"
+    );
+    for (s, n) in sizes.iter().enumerate() {
+        let values: Vec<u64> = delivered
+            .iter()
+            .filter(|(_, key, _)| key.starts_with(&format!("{s}-")))
+            .map(|(_, _, v)| *v)
+            .collect();
+        let expected: Vec<u64> = (0..*n).map(|i| (s * 100 + i) as u64).collect();
+        assert_eq!(values, expected, "shard {s} in order");
+    }
+    // The children were subscribed to only after the parent's subscription (which ended at
+    // its ChildShards event), from their start.
+    let subs = split.subscriptions();
+    let first_child_sub = subs
+        .iter()
+        .position(|s| s.shard != PARENT)
+        .expect("a child was subscribed to");
+    assert!(
+        subs[..first_child_sub]
+            .iter()
+            .any(|s| s.shard == PARENT && s.records == sizes[0]),
+        "the parent was read before any child: {subs:?}"
+    );
+    for s in subs[first_child_sub..].iter().filter(|s| s.shard == PARENT) {
+        assert_eq!(s.records, 0, "nothing of the parent again: {subs:?}");
+    }
+    for child in ["shardId-000000000001", "shardId-000000000002"] {
+        let first = subs.iter().find(|s| s.shard == child).expect("child read");
+        assert_eq!(
+            first.position, "TRIM_HORIZON",
+            "{child} from its start: {subs:?}"
+        );
+    }
 }

@@ -14,9 +14,10 @@
 //! - AWS ends every subscription after 5 minutes. The next call then subscribes again from the
 //!   last token, so no record is skipped or read twice across the renewal.
 //! - An event that carries `ChildShards` is the shard's end. It is returned with no next token,
-//!   as GetRecords' SHARD_END is, so parents still finish before children. This path is not
-//!   tested on an emulator: kinesis-mock 0.6 never sends that event after a reshard, so a
-//!   worker on it waits at the closed parent.
+//!   as GetRecords' SHARD_END is, so parents still finish before children. kinesis-mock 0.6
+//!   never sends that event after a reshard (a worker on it waits at the closed parent), so
+//!   this path is tested through the simulator's fan-out split shape
+//!   (`heatsink_sim::fanout`, the integration test `fanout::sim_fan_out_ends_a_split_parent_…`).
 //!
 //! Limits:
 //! - `limit` is ignored: the service pushes what it has, up to about 2 MiB per event.
