@@ -38,11 +38,8 @@ use base64::Engine;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
-use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::SimError;
@@ -102,40 +99,14 @@ impl FanOutSplit {
             it.next().unwrap_or_default(),
             it.next().unwrap_or_default(),
         ];
-        let listen = SocketAddr::from(([127, 0, 0, 1], 0));
-        let listener = TcpListener::bind(listen)
-            .await
-            .map_err(|source| SimError::Bind {
-                addr: listen,
-                source,
-            })?;
-        let addr = listener.local_addr().map_err(|source| SimError::Bind {
-            addr: listen,
-            source,
-        })?;
+        let (listener, addr) = crate::serve::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
         let shared = Arc::new(Shared {
             stream: stream.to_owned(),
             records: shards,
             subscriptions: Mutex::new(Vec::new()),
         });
-        let (stop, mut stopped) = watch::channel(false);
-        let serving = shared.clone();
-        tokio::spawn(async move {
-            loop {
-                let accepted = tokio::select! {
-                    a = listener.accept() => a,
-                    _ = stopped.changed() => return,
-                };
-                let Ok((conn, _)) = accepted else { continue };
-                let shared = serving.clone();
-                tokio::spawn(async move {
-                    let service = service_fn(move |req| handle(shared.clone(), req));
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(conn), service)
-                        .await;
-                });
-            }
-        });
+        let (stop, stopped) = watch::channel(false);
+        crate::serve::serve(listener, shared.clone(), stopped, handle);
         Ok(Self { addr, shared, stop })
     }
 

@@ -32,13 +32,11 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode, Uri};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
-use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::SimError;
@@ -95,17 +93,7 @@ impl StreamShaper {
         if up.scheme_str() != Some("http") || up.authority().is_none() {
             return Err(SimError::BadUpstream(upstream.to_owned()));
         }
-        let listen = SocketAddr::from(([127, 0, 0, 1], 0));
-        let listener = TcpListener::bind(listen)
-            .await
-            .map_err(|source| SimError::Bind {
-                addr: listen,
-                source,
-            })?;
-        let addr = listener.local_addr().map_err(|source| SimError::Bind {
-            addr: listen,
-            source,
-        })?;
+        let (listener, addr) = crate::serve::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
         let shared = Arc::new(Shared {
             upstream: up,
             client: Client::builder(TokioExecutor::new()).build_http(),
@@ -116,24 +104,7 @@ impl StreamShaper {
             tailing: tokio::sync::Mutex::new(()),
         });
         let (stop, stopped) = watch::channel(false);
-        let serving = shared.clone();
-        let mut stop_serving = stopped.clone();
-        tokio::spawn(async move {
-            loop {
-                let accepted = tokio::select! {
-                    a = listener.accept() => a,
-                    _ = stop_serving.changed() => return,
-                };
-                let Ok((stream, _)) = accepted else { continue };
-                let shared = serving.clone();
-                tokio::spawn(async move {
-                    let service = service_fn(move |req| handle(shared.clone(), req));
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
-                });
-            }
-        });
+        crate::serve::serve(listener, shared.clone(), stopped.clone(), handle);
         let tailing = shared.clone();
         let mut stop_tailing = stopped;
         tokio::spawn(async move {

@@ -37,6 +37,7 @@ pub mod load;
 pub mod model;
 pub mod request;
 pub mod sampler;
+mod serve;
 pub mod shape;
 
 /// Where the simulator places a partition-key value: MD5 of its bytes modulo the partition count.
@@ -51,14 +52,12 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode, Uri};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioExecutor;
 use serde::Serialize;
 use serde_json::Value;
-use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 pub use model::{Access, Limits, PartitionId, PartitionStats};
@@ -292,16 +291,7 @@ impl Simulator {
         if upstream.scheme_str() != Some("http") || upstream.authority().is_none() {
             return Err(SimError::BadUpstream(config.upstream));
         }
-        let listener = TcpListener::bind(config.listen)
-            .await
-            .map_err(|source| SimError::Bind {
-                addr: config.listen,
-                source,
-            })?;
-        let addr = listener.local_addr().map_err(|source| SimError::Bind {
-            addr: config.listen,
-            source,
-        })?;
+        let (listener, addr) = serve::bind(config.listen).await?;
         let ceilings = Ceilings::new(
             Some(config.limits.read_ceiling),
             Some(config.limits.write_ceiling),
@@ -319,24 +309,8 @@ impl Simulator {
             sampler: Mutex::new(sampler),
             key_writes: Mutex::new(HashMap::new()),
         });
-        let (stop, mut stopped) = watch::channel(false);
-        let serving = shared.clone();
-        tokio::spawn(async move {
-            loop {
-                let accepted = tokio::select! {
-                    a = listener.accept() => a,
-                    _ = stopped.changed() => return,
-                };
-                let Ok((stream, _)) = accepted else { continue };
-                let shared = serving.clone();
-                tokio::spawn(async move {
-                    let service = service_fn(move |req| handle(shared.clone(), req));
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
-                });
-            }
-        });
+        let (stop, stopped) = watch::channel(false);
+        serve::serve(listener, shared.clone(), stopped, handle);
         Ok(Self { addr, shared, stop })
     }
 
