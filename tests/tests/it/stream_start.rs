@@ -163,10 +163,13 @@ async fn fleet_splits_four_shards(
             task,
         });
     }
-    // While running, every worker's announcement is in the table, apart from the leases.
+    // While running, every worker's announcement is in the table, apart from the leases, and
+    // the dead worker's is gone (deleted by the first round that reads it; the lease rows are
+    // created before that, inside the start-up wait).
     let announced = eventually("three announcements", Duration::from_secs(10), || async {
         let scan = table().for_stream(&identity).scan().await.ok()?;
-        (scan.workers.len() == 3 && scan.leases.len() == 4).then_some(scan)
+        let live = scan.workers.iter().all(|a| a.worker_id != "ghost");
+        (scan.workers.len() == 3 && scan.leases.len() == 4 && live).then_some(scan)
     })
     .await;
     assert!(

@@ -13,7 +13,8 @@
 //!   hung main loop (a ListShards that never answers) does not stop renewals.
 //! - one **shard task** per held shard, with a **fetcher** beside it that keeps up to
 //!   `prefetch_batches` GetRecords answers queued (per-shard order unchanged, SHARD_END last, at
-//!   least 200 ms between calls, the pause after a caught-up read at least that), and starts no
+//!   most 5 calls in any second — [`GET_RECORDS_PER_SECOND`], the Kinesis per-shard limit —
+//!   and at least 200 ms of pause after a caught-up read), and starts no
 //!   call while `prefetch_bytes` of records (16 MiB by default) are fetched but not processed:
 //!   a shard holds at most that plus one answer (10 MiB on Kinesis), whatever the record size. The task hands
 //!   each batch to the [`RecordProcessor`] with the lease counter as fencing token, and stops
@@ -39,7 +40,8 @@
 //! Start-up balance: the worker keeps an announcement row in the lease table (its id and a
 //! heartbeat time, [`LeaseTable::announce`]), and peers count every worker whose heartbeat is
 //! under one lease duration old towards the fair share. A worker announces at start, waits
-//! `startup_wait` (200 ms, overlapping the first shard listing) and only then reads the leases,
+//! `startup_wait` (200 ms, in which it lists the shards and creates the missing lease rows) and
+//! only then reads the leases,
 //! so a fleet started together splits them in its first round: with W workers announced and L
 //! leases none takes more than ceil(L / W), and the takes add up to L (4 over 3: 2 + 1 + 1), so
 //! no steal follows. A graceful shutdown deletes the row; a crashed worker's row stops counting
@@ -59,7 +61,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use heatsink_core::stream::{
-    Acquire, InitialPosition, Lease, LeaseEvent, LeaseState, Position, Progress, Repair,
+    Acquire, InitialPosition, Lease, LeaseEvent, LeaseState, Position, Progress, ReadPace, Repair,
     RoundInput, RoundPlan, ShardGraph, ShardInfo, plan_round,
 };
 use tokio::sync::{Notify, mpsc, watch};
@@ -73,9 +75,13 @@ use super::{
 use crate::clock::now_ms;
 use crate::metrics::Emf;
 
-/// Kinesis allows 5 GetRecords per second per shard: calls on one shard are at least this far
-/// apart.
+/// Kinesis allows 5 GetRecords per second per shard: after an answer that was caught up, the
+/// next call on that shard waits at least this long (or `idle_poll`, if longer).
 pub const MIN_GET_RECORDS_INTERVAL: Duration = Duration::from_millis(200);
+
+/// GetRecords calls one shard's reader may start in any rolling second (Kinesis allows 5): a
+/// reader that is behind reads back to back until its window is full ([`ReadPace`]).
+pub const GET_RECORDS_PER_SECOND: usize = 5;
 
 /// An announcement whose heartbeat is this many lease durations old is deleted by any worker
 /// that reads it (it stopped counting after one).
@@ -185,9 +191,9 @@ pub struct WorkerConfig {
     /// their first round (4 shards over 3 workers: 2 + 1 + 1, no steal) instead of each taking
     /// all of them and rebalancing by steals, which re-read a stolen shard from its checkpoint.
     ///
-    /// The wait overlaps the first shard listing, so a lone worker pays only what is left of it
-    /// after ListShards: at most 200 ms once per start. 200 ms covers peers whose announcement
-    /// lands up to that much after this one's: processes started at once are apart by a few
+    /// The wait overlaps the first shard listing and the creation of the lease rows it needs,
+    /// so a lone worker pays only what is left of it: at most 200 ms once per start. 200 ms
+    /// covers peers whose announcement lands up to that much after this one's: processes started at once are apart by a few
     /// round trips (describe the stream, read the lease table, announce), tens of ms on AWS.
     /// Peers started further apart are still balanced, by the steal rule. `Duration::ZERO`
     /// reads at once (peers then count only once they hold a lease or announced before).
@@ -233,6 +239,8 @@ struct StatsInner {
     last_record_ms: AtomicU64,
     free_eligible: AtomicUsize,
     rounds: AtomicU64,
+    startup_ms: AtomicU64,
+    first_record_ms: AtomicU64,
     /// Held shards and whether each has caught up with its tip (or its end).
     held: Mutex<BTreeMap<String, bool>>,
     /// Stalled shards and the sequence range of the batch they are stuck on.
@@ -307,6 +315,19 @@ impl WorkerStats {
             .lock()
             .map(|s| s.keys().cloned().collect())
             .unwrap_or_default()
+    }
+
+    /// Milliseconds the start-up work took (announce and the first shard listing side by side,
+    /// then the missing lease rows created), all inside `startup_wait` when it is shorter:
+    /// anything above `startup_wait` delays the first round.
+    pub fn startup_ms(&self) -> u64 {
+        self.0.startup_ms.load(Ordering::Relaxed)
+    }
+
+    /// Milliseconds from the worker's start (once the stream's identity is read) until the
+    /// processor first acknowledged a batch; 0 before that.
+    pub fn first_record_ms(&self) -> u64 {
+        self.0.first_record_ms.load(Ordering::Relaxed)
     }
 
     /// Main-loop rounds completed.
@@ -601,24 +622,44 @@ impl<S: ShardSource, P: RecordProcessor> Worker<S, P> {
             announcing: AtomicBool::new(true),
         });
         // Refuse another stream's rows before touching anything.
-        if let Err(e) = shared.leases.scan().await
-            && is_fatal(&e)
-        {
-            return Err(e);
-        }
+        let first_scan = match shared.leases.scan().await {
+            Ok(scan) => Some(scan),
+            Err(e) if is_fatal(&e) => return Err(e),
+            Err(_) => None,
+        };
         let mut on_round = self.on_round;
         let me = shared.config.worker_id.clone();
         let mut tasks: JoinSet<(String, ShardExit)> = JoinSet::new();
         let (stop_tx, stop_rx) = watch::channel(false);
         let (renew_stop_tx, renew_stop_rx) = watch::channel(false);
-        // Announce, then read no lease before `startup_wait` has passed (the first shard
-        // listing runs meanwhile), so peers started together count each other.
-        shared.announce().await;
-        let mut first_read = Some(tokio::time::Instant::now() + shared.config.startup_wait);
+        // Announce, then read no lease before `startup_wait` has passed, so peers started
+        // together count each other. The wait is not idle: the first shard listing runs beside
+        // the announcement, and the rows the listing needs are created meanwhile, so the first
+        // round after the wait only reads, takes and starts reading shards.
+        let started = tokio::time::Instant::now();
+        let (_, listed) = futures::future::join(shared.announce(), shared.sync_shards()).await;
+        let mut next_sync = started;
+        match listed {
+            Ok(()) => {
+                shared.sync_wanted.store(false, Ordering::Relaxed);
+                next_sync = started + shared.config.sync_interval;
+                if let Some(scan) = &first_scan {
+                    shared.create_missing(scan).await;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(worker = %shared.config.worker_id, error = %e,
+                    "shard sync failed; retrying next round");
+            }
+        }
+        shared.stats.0.startup_ms.store(
+            u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+        let mut first_read = Some(started + shared.config.startup_wait);
         // Dies with this future: a worker dropped without shutdown (a crash, as far as the
         // others can tell) must stop renewing, or its leases never expire.
         let mut renewer = AbortOnDrop(tokio::spawn(Arc::clone(&shared).renew_loop(renew_stop_rx)));
-        let mut next_sync = tokio::time::Instant::now();
         let mut failure: Option<StreamError> = None;
         tokio::pin!(shutdown);
         loop {
@@ -914,6 +955,18 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
             announced: &scan.workers,
             lease_duration_ms: self.duration_ms(),
         })
+    }
+
+    /// Start-up, inside `startup_wait`: creates the rows the first listing needs and `scan`
+    /// lacks (the same conditional creates a round's repair makes, so a peer creating them too
+    /// is harmless). A failure is logged; the first round repairs whatever is still missing.
+    async fn create_missing(&self, scan: &LeaseScan) {
+        let graph = self.graph();
+        let plan = self.plan(&graph, scan, now_ms());
+        if let Err(e) = self.repair(&plan, scan).await {
+            tracing::warn!(worker = %self.me(), error = %e,
+                "creating lease rows at start-up failed; the first round retries");
+        }
     }
 
     /// Writes the plan's repairs (missing rows created, malformed ones replaced, each
@@ -1267,7 +1320,11 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
         let limit = self.config.prefetch_bytes.max(1);
         let mut last: Option<StartAt> = None;
         let mut pause = self.config.retry_backoff;
-        let mut last_call: Option<tokio::time::Instant> = None;
+        let mut pace = ReadPace::new(GET_RECORDS_PER_SECOND, 1_000);
+        let paced_from = tokio::time::Instant::now();
+        let since = move |at: tokio::time::Instant| {
+            u64::try_from(at.duration_since(paced_from).as_millis()).unwrap_or(u64::MAX)
+        };
         let idle = self.config.idle_poll.max(MIN_GET_RECORDS_INTERVAL);
         loop {
             if *stop.borrow() || !self.is_valid(&held) {
@@ -1276,10 +1333,12 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
             if budget.below(limit, &mut stop).await {
                 return;
             }
-            if let Some(at) = last_call {
-                tokio::time::sleep_until(at + MIN_GET_RECORDS_INTERVAL).await;
+            let now = since(tokio::time::Instant::now());
+            let at = pace.earliest(now);
+            if at > now && sleep_or_stop(Duration::from_millis(at - now), &mut stop).await {
+                return;
             }
-            last_call = Some(tokio::time::Instant::now());
+            pace.record(since(tokio::time::Instant::now()).max(at));
             match self.source.get_records(&iterator, self.max_records).await {
                 Ok(batch) => {
                     pause = self.config.retry_backoff;
@@ -1528,6 +1587,13 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
             .fetch_add(batch.records.len() as u64, Ordering::Relaxed);
         stats.batches.fetch_add(1, Ordering::Relaxed);
         stats.last_record_ms.store(now_ms(), Ordering::Relaxed);
+        let since_start = self.mono_ms().max(1);
+        let _ = stats.first_record_ms.compare_exchange(
+            0,
+            since_start,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
     }
 
     /// Collects a finished write; starts one if due and none is in flight; waits for the one in
