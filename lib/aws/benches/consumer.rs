@@ -1,17 +1,21 @@
 //! Consumer throughput on kinesis-mock: `heatsink::stream::Worker` (1 and 3 workers, DynamoDB
-//! leases) side by side with the peer crate `ruststream-kinesis` (1 and 3 brokers sharing one
-//! in-process lease store) draining the same multi-shard stream in the same run: one warm-up
-//! pair, then `BENCH_RUNS` pairs in ABBA order (heatsink first, then the peer first, …), the
-//! median reported. heatsink counts distinct (shard, seq) and reports redeliveries apart, plus
-//! checkpoint writes per 1,000 records, against the old cadence (a checkpoint per GetRecords
-//! batch of 1,000). Then catch-up time after UpdateShardCount, and failover: one of 3 workers
-//! with a 10 s lease is killed; seconds until each of its shards is read again.
+//! leases) side by side with the peer crate `ruststream-kinesis` (1 and 3 brokers on its
+//! in-process `MemoryLeaseStore`, and with `BENCH_PEER_DYNAMO=1` on its `DynamoLeaseStore` too)
+//! draining the same multi-shard stream in the same run: one warm-up, then `BENCH_RUNS` rounds
+//! in alternating order (heatsink, peer, peer on DynamoDB; then the reverse), the median
+//! reported. All are timed until the last distinct (shard, seq) arrived, redeliveries reported
+//! apart; heatsink also reports checkpoint writes per 1,000 records, against the old cadence (a
+//! checkpoint per GetRecords batch of 1,000). Then catch-up time after UpdateShardCount, and
+//! failover: one of 3 workers with a 10 s lease is killed; seconds until each of its shards is
+//! read again.
 //!
 //! ```text
 //! AWS_ENDPOINT_URL_KINESIS=… AWS_ENDPOINT_URL_DYNAMODB=… cargo bench -p heatsink --bench consumer
 //! ```
 //! Knobs (env): `BENCH_RECORDS` (default 8000), `BENCH_SHARDS` (default 4), `BENCH_RUNS`
-//! (default 3), `BENCH_MAX_RECORDS` (heatsink's GetRecords limit; default the source's 10,000).
+//! (default 3), `BENCH_MAX_RECORDS` (heatsink's GetRecords limit; default the source's 10,000),
+//! `BENCH_PEER_DYNAMO=1` (add the peer on `DynamoLeaseStore`; it checkpoints every record, about
+//! 90 s per 20,000-record drain on moto).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -26,8 +30,10 @@ use heatsink::stream::{
     KinesisSource, LeaseTable, ProcessBatch, RecordProcessor, StreamError, Worker, WorkerConfig,
     WorkerStats,
 };
-use ruststream::{Broker, IncomingMessage, Seekable, Seeker, Subscriber};
-use ruststream_kinesis::{KinesisBroker, KinesisPosition, KinesisStream, MemoryLeaseStore};
+use ruststream::{Broker, IncomingMessage, Positioned, Seekable, Seeker, Subscriber};
+use ruststream_kinesis::{
+    DynamoLeaseStore, KinesisBroker, KinesisPosition, KinesisStream, LeaseStore, MemoryLeaseStore,
+};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -121,19 +127,45 @@ async fn produce(
     Ok(())
 }
 
-/// Waits until `count` reaches `target`; the time is measured from `start`.
-async fn wait_count(count: &AtomicU64, target: u64, start: Instant) -> Result<Duration, BoxError> {
-    while count.load(Ordering::Relaxed) < target {
+/// The consumers one run compares.
+#[derive(Clone, Copy)]
+enum Consumer {
+    Heatsink,
+    /// ruststream-kinesis with its in-process `MemoryLeaseStore`.
+    Peer,
+    /// ruststream-kinesis with its `DynamoLeaseStore` on the same DynamoDB as heatsink's leases.
+    PeerDynamo,
+}
+
+/// How long one drain took, from before its consumers started.
+#[derive(Clone, Copy)]
+struct Took {
+    /// Until the first record was counted (start-up: leases, iterators, the first read).
+    first: Duration,
+    /// Until the last one was.
+    all: Duration,
+}
+
+/// Waits until `count` reaches `target`; both times are measured from `start` (5 ms polls).
+async fn wait_count(count: &AtomicU64, target: u64, start: Instant) -> Result<Took, BoxError> {
+    let mut first = None;
+    loop {
+        let seen = count.load(Ordering::Relaxed);
+        if seen > 0 && first.is_none() {
+            first = Some(start.elapsed());
+        }
+        if seen >= target {
+            let all = start.elapsed();
+            return Ok(Took {
+                first: first.unwrap_or(all),
+                all,
+            });
+        }
         if start.elapsed() > TIMEOUT {
-            return Err(format!(
-                "timed out at {} of {target} records",
-                count.load(Ordering::Relaxed)
-            )
-            .into());
+            return Err(format!("timed out at {seen} of {target} records").into());
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    Ok(start.elapsed())
 }
 
 fn worker_config(id: &str) -> WorkerConfig {
@@ -189,8 +221,8 @@ fn heatsink_workers(
     (count, stops, tasks, stats)
 }
 
-/// One heatsink drain of the whole stream by a fresh application: (seconds, distinct,
-/// redelivered, checkpoint writes).
+/// One heatsink drain of the whole stream by a fresh application: (times, distinct,
+/// redelivered, checkpoint writes, the slowest worker's start-up work in ms).
 async fn heatsink_drain(
     config: &aws_config::SdkConfig,
     stream: &str,
@@ -199,7 +231,7 @@ async fn heatsink_drain(
     workers: usize,
     n: u64,
     tune: impl Fn(&mut WorkerConfig),
-) -> Result<(f64, u64, u64, u64), BoxError> {
+) -> Result<(Took, u64, u64, u64, u64), BoxError> {
     let start = Instant::now();
     let (count, stops, tasks, stats) =
         heatsink_workers(config, stream, leases_table, app, workers, tune);
@@ -208,23 +240,39 @@ async fn heatsink_drain(
     let delivered = count.delivered.load(Ordering::Relaxed);
     let distinct = count.distinct.load(Ordering::Relaxed);
     let writes = stats.iter().map(WorkerStats::checkpoint_writes).sum();
-    Ok((took.as_secs_f64(), distinct, delivered - distinct, writes))
+    let startup = stats.iter().map(WorkerStats::startup_ms).max().unwrap_or(0);
+    Ok((took, distinct, delivered - distinct, writes, startup))
 }
 
-/// One peer drain: seconds until `n` records arrived.
+/// One peer drain: times until the first and the `n`th distinct record arrived, and the
+/// deliveries beyond the distinct ones (counted the same way as heatsink's).
 async fn peer_drain(
     config: &aws_config::SdkConfig,
     stream: &str,
     brokers: usize,
     n: u64,
-) -> Result<f64, BoxError> {
+    store: Arc<dyn LeaseStore>,
+) -> Result<(Took, u64), BoxError> {
     let start = Instant::now();
-    let (count, tasks) = peer_brokers(config, stream, brokers).await?;
-    let took = wait_count(&count, n, start).await;
+    let (count, tasks) = peer_brokers(config, stream, brokers, store).await?;
+    let took = wait_count(&count.distinct, n, start).await;
     for t in tasks {
         t.abort();
     }
-    Ok(took?.as_secs_f64())
+    let again = count.delivered.load(Ordering::Relaxed) - count.distinct.load(Ordering::Relaxed);
+    Ok((took?, again))
+}
+
+fn all_secs(v: &[Took]) -> Vec<f64> {
+    v.iter().map(|t| t.all.as_secs_f64()).collect()
+}
+
+fn first_secs(v: &[Took]) -> Vec<f64> {
+    v.iter().map(|t| t.first.as_secs_f64()).collect()
+}
+
+fn rounded(v: &[f64]) -> Vec<f64> {
+    v.iter().map(|s| (s * 1000.0).round() / 1000.0).collect()
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -246,9 +294,9 @@ async fn peer_brokers(
     config: &aws_config::SdkConfig,
     stream: &str,
     brokers: usize,
-) -> Result<(Arc<AtomicU64>, Vec<tokio::task::JoinHandle<()>>), BoxError> {
-    let count = Arc::new(AtomicU64::new(0));
-    let store = Arc::new(MemoryLeaseStore::new());
+    store: Arc<dyn LeaseStore>,
+) -> Result<(Count, Vec<tokio::task::JoinHandle<()>>), BoxError> {
+    let count = Count::default();
     let mut tasks = Vec::new();
     for b in 0..brokers {
         let connected = KinesisBroker::from_config(config.clone())
@@ -261,19 +309,65 @@ async fn peer_brokers(
             .await?;
         // The peer starts new subscriptions at LATEST; rewind to the horizon to drain the backlog.
         sub.seeker().seek(KinesisPosition::Horizon).await?;
-        let count = Arc::clone(&count);
+        let count = count.clone();
         tasks.push(tokio::spawn(async move {
             let _keep = connected;
             let mut messages = sub.stream();
             while let Some(msg) = messages.next().await {
                 if let Ok(msg) = msg {
-                    count.fetch_add(1, Ordering::Relaxed);
+                    count.delivered.fetch_add(1, Ordering::Relaxed);
+                    if let KinesisPosition::Sequence { shard, sequence } = msg.position()
+                        && count
+                            .seen
+                            .lock()
+                            .is_ok_and(|mut s| s.insert((shard, sequence)))
+                    {
+                        count.distinct.fetch_add(1, Ordering::Relaxed);
+                    }
                     let _ = msg.ack().await;
                 }
             }
         }));
     }
     Ok((count, tasks))
+}
+
+/// A fresh, empty table for the peer's `DynamoLeaseStore` (partition key `lease_key`, the
+/// schema its docs ask for), so every drain starts without checkpoints, as heatsink's fresh
+/// application does.
+async fn peer_lease_table(ddb: &aws_sdk_dynamodb::Client, name: &str) -> Result<(), BoxError> {
+    use aws_sdk_dynamodb::types::{
+        AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
+        TableStatus,
+    };
+    ddb.create_table()
+        .table_name(name)
+        .billing_mode(BillingMode::PayPerRequest)
+        .attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name("lease_key")
+                .attribute_type(ScalarAttributeType::S)
+                .build()?,
+        )
+        .key_schema(
+            KeySchemaElement::builder()
+                .attribute_name("lease_key")
+                .key_type(KeyType::Hash)
+                .build()?,
+        )
+        .send()
+        .await?;
+    let start = Instant::now();
+    loop {
+        let out = ddb.describe_table().table_name(name).send().await?;
+        if out.table().and_then(|t| t.table_status()) == Some(&TableStatus::Active) {
+            return Ok(());
+        }
+        if start.elapsed() > TIMEOUT {
+            return Err(format!("table {name} did not become ACTIVE").into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 async fn wait_active(k: &aws_sdk_kinesis::Client, stream: &str) -> Result<(), BoxError> {
@@ -326,11 +420,14 @@ async fn bench() -> Result<(), BoxError> {
         format!("{tag}{app}")
     };
     println!(
-        "{:<40} {:>9} {:>11} {:>9} {:>12}",
-        "consumer (median)", "seconds", "records/s", "redeliv.", "ckpt/1000"
+        "{:<40} {:>9} {:>9} {:>11} {:>9} {:>12}",
+        "consumer (median)", "seconds", "1st rec.", "records/s", "redeliv.", "ckpt/1000"
     );
+    let mut peer_tables = 0usize;
+    // The peer on DynamoDB leases writes a checkpoint per record: minutes per drain on moto.
+    let peer_dynamo = std::env::var("BENCH_PEER_DYNAMO").as_deref() == Ok("1");
     for workers in [1usize, 3] {
-        // Warm-up pair, not counted.
+        // Warm-up, not counted.
         heatsink_drain(
             &config,
             &stream.name,
@@ -341,66 +438,113 @@ async fn bench() -> Result<(), BoxError> {
             |_| {},
         )
         .await?;
-        peer_drain(&config, &stream.name, workers, n).await?;
+        peer_drain(
+            &config,
+            &stream.name,
+            workers,
+            n,
+            Arc::new(MemoryLeaseStore::new()),
+        )
+        .await?;
         let mut ours = Vec::new();
         let mut peer = Vec::new();
+        let mut peer_ddb = Vec::new();
         let mut redelivered = 0;
         let mut writes = 0;
+        let mut startups = Vec::new();
+        let (mut peer_again, mut peer_ddb_again) = (0, 0);
+        let mut peer_ddb_failed: Option<String> = None;
         for run in 0..runs {
-            // ABBA: heatsink first on even runs, the peer first on odd ones.
-            let order: [bool; 2] = if run % 2 == 0 {
-                [true, false]
-            } else {
-                [false, true]
-            };
-            for heatsink_turn in order {
-                if heatsink_turn {
-                    let (secs, _, again, w) = heatsink_drain(
-                        &config,
-                        &stream.name,
-                        &leases.name,
-                        &next_app("drain"),
-                        workers,
-                        n,
-                        |_| {},
-                    )
-                    .await?;
-                    ours.push(secs);
-                    redelivered += again;
-                    writes += w;
-                } else {
-                    peer.push(peer_drain(&config, &stream.name, workers, n).await?);
+            // Alternating order: heatsink, peer, peer on DynamoDB on even runs, the reverse on
+            // odd ones (ABC CBA: each consumer's mean position is the same).
+            let mut order = [Consumer::Heatsink, Consumer::Peer, Consumer::PeerDynamo];
+            if run % 2 == 1 {
+                order.reverse();
+            }
+            for turn in order {
+                match turn {
+                    Consumer::Heatsink => {
+                        let (took, _, again, w, startup) = heatsink_drain(
+                            &config,
+                            &stream.name,
+                            &leases.name,
+                            &next_app("drain"),
+                            workers,
+                            n,
+                            |_| {},
+                        )
+                        .await?;
+                        ours.push(took);
+                        startups.push(startup as f64);
+                        redelivered += again;
+                        writes += w;
+                    }
+                    Consumer::Peer => {
+                        let store = Arc::new(MemoryLeaseStore::new());
+                        let (took, again) =
+                            peer_drain(&config, &stream.name, workers, n, store).await?;
+                        peer.push(took);
+                        peer_again += again;
+                    }
+                    Consumer::PeerDynamo if !peer_dynamo || peer_ddb_failed.is_some() => {}
+                    Consumer::PeerDynamo => {
+                        peer_tables += 1;
+                        let table = format!("{}peer-leases-{peer_tables}", schema.prefix());
+                        peer_lease_table(&ddb, &table).await?;
+                        let store = Arc::new(DynamoLeaseStore::new(&config, table.as_str()));
+                        // It writes a checkpoint per acknowledged record, so it may not finish
+                        // within the time-out: that is reported, not fatal.
+                        match peer_drain(&config, &stream.name, workers, n, store).await {
+                            Ok((took, again)) => {
+                                peer_ddb.push(took);
+                                peer_ddb_again += again;
+                            }
+                            Err(e) => peer_ddb_failed = Some(e.to_string()),
+                        }
+                        let _ = ddb.delete_table().table_name(&table).send().await;
+                    }
                 }
             }
         }
-        let (ours_s, peer_s) = (median(ours.clone()), median(peer.clone()));
+        let ours_s = median(all_secs(&ours));
         let per_1000 = writes as f64 * 1_000.0 / (n as f64 * runs as f64);
         println!(
-            "{:<40} {:>9.3} {:>11.0} {:>9} {:>12.2}   runs {:?}",
+            "{:<40} {:>9.3} {:>9.3} {:>11.0} {:>9} {:>12.2}   runs {:?}   start-up work {} ms",
             format!("heatsink::stream x{workers}"),
             ours_s,
+            median(first_secs(&ours)),
             n as f64 / ours_s,
             redelivered,
             per_1000,
-            ours.iter()
-                .map(|s| (s * 1000.0).round() / 1000.0)
-                .collect::<Vec<_>>()
+            rounded(&all_secs(&ours)),
+            median(startups),
         );
-        println!(
-            "{:<40} {:>9.3} {:>11.0} {:>9} {:>12}   runs {:?}   (heatsink/peer = {:.2})",
-            format!("ruststream-kinesis 0.7.1 x{workers}"),
-            peer_s,
-            n as f64 / peer_s,
-            "-",
-            "-",
-            peer.iter()
-                .map(|s| (s * 1000.0).round() / 1000.0)
-                .collect::<Vec<_>>(),
-            peer_s / ours_s
-        );
+        if let Some(e) = &peer_ddb_failed {
+            println!("ruststream-kinesis x{workers}, DynamoDB leases: {e} (no row)");
+        }
+        for (name, times, again) in [
+            ("memory leases", &peer, peer_again),
+            ("DynamoDB leases", &peer_ddb, peer_ddb_again),
+        ] {
+            if times.is_empty() {
+                continue;
+            }
+            let secs = median(all_secs(times));
+            println!(
+                "{:<40} {:>9.3} {:>9.3} {:>11.0} {:>9} {:>12}   runs {:?}   (heatsink/peer = {:.2})",
+                format!("ruststream-kinesis x{workers}, {name}"),
+                secs,
+                median(first_secs(times)),
+                n as f64 / secs,
+                again,
+                "-",
+                rounded(&all_secs(times)),
+                secs / ours_s
+            );
+        }
     }
     // The old cadence for comparison: a checkpoint after every GetRecords batch of 1,000.
-    let (secs, _, again, writes) = heatsink_drain(
+    let (took, _, again, writes, _) = heatsink_drain(
         &config,
         &stream.name,
         &leases.name,
@@ -416,10 +560,11 @@ async fn bench() -> Result<(), BoxError> {
     )
     .await?;
     println!(
-        "{:<40} {:>9.3} {:>11.0} {:>9} {:>12.2}",
+        "{:<40} {:>9.3} {:>9.3} {:>11.0} {:>9} {:>12.2}",
         "heatsink x1, old cadence (ckpt/batch)",
-        secs,
-        n as f64 / secs,
+        took.all.as_secs_f64(),
+        took.first.as_secs_f64(),
+        n as f64 / took.all.as_secs_f64(),
         again,
         writes as f64 * 1_000.0 / n as f64
     );
@@ -445,7 +590,7 @@ async fn bench() -> Result<(), BoxError> {
     println!(
         "catch-up after UpdateShardCount {shards}->{}: {burst} records drained {:.3} s after the last put (heatsink x1)",
         shards * 2,
-        took.as_secs_f64()
+        took.all.as_secs_f64()
     );
 
     // Failover: 3 workers, 10 s lease, a trickle of records; kill one; seconds until every
