@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use clap::Args;
-use heatsink::counter::CounterStore;
+use heatsink::counter::{CounterStore, FlushReport};
 use heatsink::keys::SaltedKey;
 use heatsink::schema::{self, DEFAULT_PREFIX};
 use heatsink_photo_app::rebuild::{RebuildOptions, rebuild};
@@ -205,6 +205,10 @@ struct Outcome {
     liked: Option<TableLoad>,
     #[serde(skip_serializing_if = "Option::is_none")]
     faults: Option<BTreeMap<&'static str, u64>>,
+    /// Pre-aggregated only: what the rebuilder pass after the drained load changed, post →
+    /// drift (new `fix` minus old). Empty when every counter matched its durable likes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rebuild_corrected: Option<BTreeMap<String, i64>>,
     #[serde(skip)]
     stats: Option<Stats>,
     /// Hot-key writes over time (the plot's first series).
@@ -428,6 +432,7 @@ impl Run<'_> {
             dedupe: None,
             liked: None,
             faults: None,
+            rebuild_corrected: None,
             stats: Some(stats),
             trace: Vec::new(),
         }
@@ -642,6 +647,8 @@ impl Run<'_> {
             ("dup_batch", 0),
             ("crash", 0),
             ("batches", 0),
+            ("deduped", 0),
+            ("late", 0),
         ]));
         let source = self.esm.source;
         let (agg, faults_ref) = (&agg, &faults);
@@ -656,10 +663,17 @@ impl Run<'_> {
                     rng.random_bool(chaos.dup_batch),
                 );
                 async move {
-                    let bump = |k: &'static str| {
+                    let add = |k: &'static str, n: u64| {
                         if let Ok(mut f) = faults_ref.lock() {
-                            *f.entry(k).or_default() += 1;
+                            *f.entry(k).or_default() += n;
                         }
+                    };
+                    let bump = |k: &'static str| add(k, 1);
+                    // Changes the dedupe window dropped, and changes counted although older
+                    // than it (possible double counts the rebuilder repairs).
+                    let flushed = |f: &FlushReport| {
+                        add("deduped", f.duplicates);
+                        add("late", f.late);
                     };
                     bump("batches");
                     if crash && batch.seqs.len() > 1 {
@@ -671,17 +685,18 @@ impl Run<'_> {
                             let keep = records.len() / 2;
                             records.truncate(keep);
                         }
-                        invoke(agg, source, half).await;
+                        flushed(&invoke(agg, source, half).await.1);
                     }
-                    let answer = invoke(agg, source, batch.event.clone()).await;
+                    let (answer, report) = invoke(agg, source, batch.event.clone()).await;
+                    flushed(&report);
                     if lost {
                         // The flush landed but its response was lost: Lambda retries the batch.
                         bump("lost_ack");
-                        invoke(agg, source, batch.event.clone()).await;
+                        flushed(&invoke(agg, source, batch.event.clone()).await.1);
                     }
                     if dup {
                         bump("dup_batch");
-                        invoke(agg, source, batch.event).await;
+                        flushed(&invoke(agg, source, batch.event).await.1);
                     }
                     answer
                 }
@@ -735,6 +750,7 @@ impl Run<'_> {
             });
         }
         out.faults = Some(faults);
+        out.rebuild_corrected = Some(rebuilt.corrected);
         if self.esm.source == SourceKind::Kinesis {
             out.dedupe = Some(
                 self.dedupe_memory(&hot, &report, p9_acked.load(Ordering::Relaxed))
@@ -786,23 +802,30 @@ impl Run<'_> {
     }
 }
 
-/// One aggregator invocation as Lambda makes it; the answer is the failed record's id, if any.
-async fn invoke(agg: &Aggregator, source: SourceKind, event: serde_json::Value) -> Option<String> {
+/// One aggregator invocation as Lambda makes it: the failed record's id, if any, and what the
+/// invocation's flush did.
+async fn invoke(
+    agg: &Aggregator,
+    source: SourceKind,
+    event: serde_json::Value,
+) -> (Option<String>, FlushReport) {
     match source {
-        SourceKind::DynamoDbStreams => {
-            let event = serde_json::from_value(event).ok()?;
-            let (resp, _) = agg.handle_dynamodb(event).await;
-            resp.batch_item_failures
-                .first()
-                .and_then(|f| f.item_identifier.clone())
-        }
-        SourceKind::Kinesis => {
-            let event = serde_json::from_value(event).ok()?;
-            let (resp, _) = agg.handle_kinesis(event).await;
-            resp.batch_item_failures
-                .first()
-                .and_then(|f| f.item_identifier.clone())
-        }
+        SourceKind::DynamoDbStreams => match serde_json::from_value(event) {
+            Ok(event) => {
+                let (resp, report) = agg.handle_dynamodb(event).await;
+                let failed = resp.batch_item_failures.first();
+                (failed.and_then(|f| f.item_identifier.clone()), report.flush)
+            }
+            Err(_) => (None, FlushReport::default()),
+        },
+        SourceKind::Kinesis => match serde_json::from_value(event) {
+            Ok(event) => {
+                let (resp, report) = agg.handle_kinesis(event).await;
+                let failed = resp.batch_item_failures.first();
+                (failed.and_then(|f| f.item_identifier.clone()), report.flush)
+            }
+            Err(_) => (None, FlushReport::default()),
+        },
     }
 }
 
