@@ -1342,7 +1342,7 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
             match self.source.get_records(&iterator, self.max_records).await {
                 Ok(batch) => {
                     pause = self.config.retry_backoff;
-                    let caught_up = batch.records.is_empty() || batch.millis_behind == Some(0);
+                    let caught_up = is_caught_up(&batch, self.max_records);
                     if let Some(r) = batch.records.last() {
                         last = Some(StartAt::AfterSeq(r.seq.clone()));
                     }
@@ -1841,6 +1841,16 @@ impl Drop for HeldBytes<'_> {
     }
 }
 
+/// Whether an answer reached the shard's tip, so the next read waits the idle pause: it is
+/// empty, or it says 0 ms behind and is not full. A full answer (`limit` records or more, as a
+/// KPL aggregate can make) at "0 behind" is read on at once: `MillisBehindLatest` is measured
+/// from the batch's last record, and emulators report 0 with records still behind it
+/// (kinesis-mock: 1,000 records at 0 behind, then 62 more), so only a short answer proves the tip.
+fn is_caught_up(batch: &RecordBatch, limit: i32) -> bool {
+    let full = usize::try_from(limit).is_ok_and(|limit| batch.records.len() >= limit.max(1));
+    batch.records.is_empty() || (batch.millis_behind == Some(0) && !full)
+}
+
 /// The bytes of a batch's records that count against [`WorkerConfig::prefetch_bytes`].
 fn batch_bytes(batch: &RecordBatch) -> usize {
     batch
@@ -1862,6 +1872,46 @@ impl Drop for AbortOnDrop {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_an_empty_or_short_answer_at_zero_behind_is_the_tip() {
+        let answer = |n: usize, behind: Option<i64>| RecordBatch {
+            records: (0..n)
+                .map(|i| StreamRecord {
+                    seq: heatsink_core::counter::Seq::from(i as u64 + 1),
+                    sub_seq: None,
+                    partition_key: "k".into(),
+                    data: bytes::Bytes::new(),
+                    undecodable: None,
+                })
+                .collect(),
+            next_iterator: Some("it".into()),
+            child_shards: vec![],
+            millis_behind: behind,
+        };
+        assert!(
+            is_caught_up(&answer(0, Some(500)), 3),
+            "empty: nothing more yet"
+        );
+        assert!(is_caught_up(&answer(0, None), 3));
+        assert!(
+            is_caught_up(&answer(2, Some(0)), 3),
+            "short at 0 behind: the tip"
+        );
+        assert!(
+            !is_caught_up(&answer(3, Some(0)), 3),
+            "full at 0 behind: read on"
+        );
+        assert!(
+            !is_caught_up(&answer(4, Some(0)), 3),
+            "over the limit (KPL): read on"
+        );
+        assert!(!is_caught_up(&answer(2, Some(40)), 3), "behind: read on");
+        assert!(
+            !is_caught_up(&answer(2, None), 3),
+            "no lag reported: only empty is the tip"
+        );
+    }
 
     fn row(owner: Option<&str>, expires_at_ms: u64) -> Lease {
         Lease {
