@@ -2,8 +2,8 @@
 //! leases) side by side with the peer crate `ruststream-kinesis` (1 and 3 brokers on its
 //! in-process `MemoryLeaseStore`, and with `BENCH_PEER_DYNAMO=1` on its `DynamoLeaseStore` too)
 //! draining the same multi-shard stream in the same run: one warm-up, then `BENCH_RUNS` rounds
-//! in alternating order (heatsink, peer, peer on DynamoDB; then the reverse), the median
-//! reported. All are timed until the last distinct (shard, seq) arrived, redeliveries reported
+//! in alternating order (heatsink, peer, heatsink with early reads off, peer on DynamoDB; then
+//! the reverse), the median reported. All are timed until the last distinct (shard, seq) arrived, redeliveries reported
 //! apart; heatsink also reports checkpoint writes per 1,000 records, against the old cadence (a
 //! checkpoint per GetRecords batch of 1,000). Then catch-up time after UpdateShardCount, and
 //! failover: one of 3 workers with a 10 s lease is killed; seconds until each of its shards is
@@ -131,6 +131,8 @@ async fn produce(
 #[derive(Clone, Copy)]
 enum Consumer {
     Heatsink,
+    /// heatsink with `early_read` off: the first GetRecords waits for the take.
+    HeatsinkLate,
     /// ruststream-kinesis with its in-process `MemoryLeaseStore`.
     Peer,
     /// ruststream-kinesis with its `DynamoLeaseStore` on the same DynamoDB as heatsink's leases.
@@ -222,7 +224,8 @@ fn heatsink_workers(
 }
 
 /// One heatsink drain of the whole stream by a fresh application: (times, distinct,
-/// redelivered, checkpoint writes, the slowest worker's start-up work in ms).
+/// redelivered, checkpoint writes, the slowest worker's start-up work in ms, early reads used
+/// and dropped).
 async fn heatsink_drain(
     config: &aws_config::SdkConfig,
     stream: &str,
@@ -231,7 +234,7 @@ async fn heatsink_drain(
     workers: usize,
     n: u64,
     tune: impl Fn(&mut WorkerConfig),
-) -> Result<(Took, u64, u64, u64, u64), BoxError> {
+) -> Result<(Took, u64, u64, u64, u64, (u64, u64)), BoxError> {
     let start = Instant::now();
     let (count, stops, tasks, stats) =
         heatsink_workers(config, stream, leases_table, app, workers, tune);
@@ -241,7 +244,11 @@ async fn heatsink_drain(
     let distinct = count.distinct.load(Ordering::Relaxed);
     let writes = stats.iter().map(WorkerStats::checkpoint_writes).sum();
     let startup = stats.iter().map(WorkerStats::startup_ms).max().unwrap_or(0);
-    Ok((took, distinct, delivered - distinct, writes, startup))
+    let early = stats
+        .iter()
+        .map(WorkerStats::early_reads)
+        .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+    Ok((took, distinct, delivered - distinct, writes, startup, early))
 }
 
 /// One peer drain: times until the first and the `n`th distinct record arrived, and the
@@ -452,19 +459,27 @@ async fn bench() -> Result<(), BoxError> {
         let mut redelivered = 0;
         let mut writes = 0;
         let mut startups = Vec::new();
+        let mut early = (0, 0);
+        let mut late = Vec::new();
         let (mut peer_again, mut peer_ddb_again) = (0, 0);
         let mut peer_ddb_failed: Option<String> = None;
         for run in 0..runs {
-            // Alternating order: heatsink, peer, peer on DynamoDB on even runs, the reverse on
-            // odd ones (ABC CBA: each consumer's mean position is the same).
-            let mut order = [Consumer::Heatsink, Consumer::Peer, Consumer::PeerDynamo];
+            // Alternating order: heatsink, peer, heatsink without early reads, peer on DynamoDB
+            // on even runs, the reverse on odd ones (ABCD DCBA: each consumer's mean position is
+            // the same).
+            let mut order = [
+                Consumer::Heatsink,
+                Consumer::Peer,
+                Consumer::HeatsinkLate,
+                Consumer::PeerDynamo,
+            ];
             if run % 2 == 1 {
                 order.reverse();
             }
             for turn in order {
                 match turn {
                     Consumer::Heatsink => {
-                        let (took, _, again, w, startup) = heatsink_drain(
+                        let (took, _, again, w, startup, e) = heatsink_drain(
                             &config,
                             &stream.name,
                             &leases.name,
@@ -476,8 +491,22 @@ async fn bench() -> Result<(), BoxError> {
                         .await?;
                         ours.push(took);
                         startups.push(startup as f64);
+                        early = (early.0 + e.0, early.1 + e.1);
                         redelivered += again;
                         writes += w;
+                    }
+                    Consumer::HeatsinkLate => {
+                        let (took, ..) = heatsink_drain(
+                            &config,
+                            &stream.name,
+                            &leases.name,
+                            &next_app("late"),
+                            workers,
+                            n,
+                            |c| c.early_read = false,
+                        )
+                        .await?;
+                        late.push(took);
                     }
                     Consumer::Peer => {
                         let store = Arc::new(MemoryLeaseStore::new());
@@ -509,7 +538,7 @@ async fn bench() -> Result<(), BoxError> {
         let ours_s = median(all_secs(&ours));
         let per_1000 = writes as f64 * 1_000.0 / (n as f64 * runs as f64);
         println!(
-            "{:<40} {:>9.3} {:>9.3} {:>11.0} {:>9} {:>12.2}   runs {:?}   start-up work {} ms",
+            "{:<40} {:>9.3} {:>9.3} {:>11.0} {:>9} {:>12.2}   runs {:?}   start-up work {} ms   early reads used/dropped {}/{}",
             format!("heatsink::stream x{workers}"),
             ours_s,
             median(first_secs(&ours)),
@@ -518,6 +547,18 @@ async fn bench() -> Result<(), BoxError> {
             per_1000,
             rounded(&all_secs(&ours)),
             median(startups),
+            early.0,
+            early.1,
+        );
+        let late_s = median(all_secs(&late));
+        println!(
+            "{:<40} {:>9.3} {:>9.3} {:>11.0}   runs {:?}   (early reads save {:.3} s)",
+            format!("heatsink::stream x{workers}, no early"),
+            late_s,
+            median(first_secs(&late)),
+            n as f64 / late_s,
+            rounded(&all_secs(&late)),
+            late_s - ours_s,
         );
         if let Some(e) = &peer_ddb_failed {
             println!("ruststream-kinesis x{workers}, DynamoDB leases: {e} (no row)");
@@ -544,7 +585,7 @@ async fn bench() -> Result<(), BoxError> {
         }
     }
     // The old cadence for comparison: a checkpoint after every GetRecords batch of 1,000.
-    let (took, _, again, writes, _) = heatsink_drain(
+    let (took, _, again, writes, _, _) = heatsink_drain(
         &config,
         &stream.name,
         &leases.name,

@@ -22,4 +22,5 @@ mod smoke_cloudwatch;
 mod smoke_dynamodb;
 mod smoke_kinesis;
 mod stream;
+mod stream_early;
 mod stream_start;

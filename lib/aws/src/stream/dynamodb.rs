@@ -144,6 +144,12 @@ impl ShardSource for DynamoDbStreamsSource {
         1_000
     }
 
+    /// GetRecords holds nothing on the service: an early read the take does not confirm is
+    /// dropped at the cost of one call.
+    fn discardable_reads(&self) -> bool {
+        true
+    }
+
     fn with_timeouts(self, timeouts: Timeouts) -> Self {
         let conf = self
             .client

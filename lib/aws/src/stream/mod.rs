@@ -74,7 +74,10 @@
 //!    (200 ms) and then reads the leases; with W workers announced and L leases none holds more
 //!    than ceil(L / W) after its first round and the takes add up to an even split (4 shards
 //!    over 3 workers: 2 + 1 + 1), so workers started together need no steal and redeliver
-//!    nothing. An announcement counts for one lease duration after its last refresh.
+//!    nothing. An announcement counts for one lease duration after its last refresh. The
+//!    planned shards' first reads start halfway through the wait
+//!    ([`WorkerConfig::early_read`]); an early answer reaches the processor only if the first
+//!    round takes its lease at the checkpoint it read from.
 //! 7. Memory: a shard holds at most [`WorkerConfig::prefetch_bytes`] (16 MiB) plus one
 //!    `GetRecords` answer (at most 10 MiB on Kinesis) of records, whatever their size.
 

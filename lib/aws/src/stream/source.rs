@@ -160,6 +160,18 @@ pub trait ShardSource: Send + Sync + 'static {
     /// GetRecords limit the worker uses unless configured: the service's maximum.
     fn max_records(&self) -> i32;
 
+    /// Whether a read may start before the lease it reads under is confirmed, and be thrown
+    /// away if the take fails (the worker's early first read, [`super::WorkerConfig::early_read`]).
+    ///
+    /// True only where a read leaves nothing behind on the service: a GetRecords call, which
+    /// costs one of the shard's 5 calls per second and its records' share of the read
+    /// throughput. False (the default) where a read holds a resource, as an enhanced fan-out
+    /// subscription does: a shard has one per consumer, so a subscription opened by a worker
+    /// that then loses the take would shut out the worker that won it.
+    fn discardable_reads(&self) -> bool {
+        false
+    }
+
     /// The same source with `timeouts` on its SDK client.
     fn with_timeouts(self, timeouts: Timeouts) -> Self
     where

@@ -44,7 +44,10 @@
 //! only then reads the leases,
 //! so a fleet started together splits them in its first round: with W workers announced and L
 //! leases none takes more than ceil(L / W), and the takes add up to L (4 over 3: 2 + 1 + 1), so
-//! no steal follows. A graceful shutdown deletes the row; a crashed worker's row stops counting
+//! no steal follows. Halfway through the wait it plans its takes from one lease read and sends
+//! each planned shard's first GetRecords ([`WorkerConfig::early_read`]), so the records are in
+//! hand when the takes land; an answer whose lease the first round does not take at the same
+//! checkpoint is dropped unseen. A graceful shutdown deletes the row; a crashed worker's row stops counting
 //! one lease duration after its last refresh, about when its leases expire.
 //!
 //! After every round the worker can report what the round did to its leases ([`RoundReport`]):
@@ -198,6 +201,19 @@ pub struct WorkerConfig {
     /// Peers started further apart are still balanced, by the steal rule. `Duration::ZERO`
     /// reads at once (peers then count only once they hold a lease or announced before).
     pub startup_wait: Duration,
+    /// Start each planned shard's first GetRecords during the start-up wait (default true), so
+    /// the records are in hand when the take succeeds instead of being asked for after it.
+    ///
+    /// Halfway through `startup_wait` the worker reads the lease table once, plans the takes it
+    /// would make from that read, and sends GetShardIterator and one GetRecords for each, from
+    /// the checkpoint it read. Nothing read early reaches the processor unless the first round
+    /// then takes that lease with the same checkpoint; otherwise the answer is dropped
+    /// ([`WorkerStats::early_reads`]). The cost of a dropped one is a single call on the shard
+    /// and up to `max_records` records (at most 10 MiB on Kinesis) of its read throughput,
+    /// once per start. Only sources whose reads can be dropped this way take part
+    /// ([`ShardSource::discardable_reads`]: GetRecords yes, an enhanced fan-out subscription
+    /// no); with `startup_wait` zero there is no wait to overlap and nothing is read early.
+    pub early_read: bool,
 }
 
 impl WorkerConfig {
@@ -222,6 +238,7 @@ impl WorkerConfig {
             timeouts: None,
             verify_takes: false,
             startup_wait: Duration::from_millis(200),
+            early_read: true,
         }
     }
 }
@@ -241,6 +258,8 @@ struct StatsInner {
     rounds: AtomicU64,
     startup_ms: AtomicU64,
     first_record_ms: AtomicU64,
+    early_used: AtomicU64,
+    early_dropped: AtomicU64,
     /// Held shards and whether each has caught up with its tip (or its end).
     held: Mutex<BTreeMap<String, bool>>,
     /// Stalled shards and the sequence range of the batch they are stuck on.
@@ -328,6 +347,18 @@ impl WorkerStats {
     /// processor first acknowledged a batch; 0 before that.
     pub fn first_record_ms(&self) -> u64 {
         self.0.first_record_ms.load(Ordering::Relaxed)
+    }
+
+    /// Early first reads ([`WorkerConfig::early_read`]) as (used, dropped): used ones were
+    /// handed to the shard's reader after the first round took their lease at the checkpoint
+    /// they read from (a refused call as its first refusal, so throttling backs off as usual);
+    /// dropped ones were not (lease taken by a peer, or its checkpoint moved or reset) and none
+    /// of their records reached the processor.
+    pub fn early_reads(&self) -> (u64, u64) {
+        (
+            self.0.early_used.load(Ordering::Relaxed),
+            self.0.early_dropped.load(Ordering::Relaxed),
+        )
     }
 
     /// Main-loop rounds completed.
@@ -486,6 +517,28 @@ struct Shared<S, P> {
     unlisted: Mutex<BTreeSet<String>>,
     /// The renewer refreshes the announcement while this is true (cleared at shutdown).
     announcing: AtomicBool,
+    /// Early first reads begun during the start-up wait, by shard, until the first round.
+    early: Mutex<BTreeMap<String, EarlyRead>>,
+}
+
+/// A shard's first GetRecords, begun during the start-up wait for a take the worker planned
+/// ([`WorkerConfig::early_read`]).
+struct EarlyRead {
+    /// Where it reads from: the lease's checkpoint when the take was planned. The answer is used
+    /// only if the lease is then taken at the same place.
+    start: StartAt,
+    /// The read; `None` if no iterator was had (the shard task then starts as usual).
+    task: AbortOnDrop<Option<EarlyAnswer>>,
+}
+
+/// What an early read got: the shard's first GetRecords call, which the fetcher takes as its
+/// own (a refusal backs off as any other would).
+struct EarlyAnswer {
+    /// The iterator the call used.
+    iterator: String,
+    result: Result<RecordBatch, StreamError>,
+    /// When the GetRecords was sent: the first call in the shard's read pace.
+    sent: tokio::time::Instant,
 }
 
 /// A consumer of one application: reads the shards it leases, in lineage order.
@@ -620,6 +673,7 @@ impl<S: ShardSource, P: RecordProcessor> Worker<S, P> {
             lost_since_round: AtomicUsize::new(0),
             unlisted: Mutex::new(BTreeSet::new()),
             announcing: AtomicBool::new(true),
+            early: Mutex::new(BTreeMap::new()),
         });
         // Refuse another stream's rows before touching anything.
         let first_scan = match shared.leases.scan().await {
@@ -657,6 +711,13 @@ impl<S: ShardSource, P: RecordProcessor> Worker<S, P> {
             Ordering::Relaxed,
         );
         let mut first_read = Some(started + shared.config.startup_wait);
+        if shared.config.early_read
+            && shared.source.discardable_reads()
+            && !shared.config.startup_wait.is_zero()
+        {
+            tokio::time::sleep_until(started + shared.config.startup_wait / 2).await;
+            Arc::clone(&shared).read_early().await;
+        }
         // Dies with this future: a worker dropped without shutdown (a crash, as far as the
         // others can tell) must stop renewing, or its leases never expire.
         let mut renewer = AbortOnDrop(tokio::spawn(Arc::clone(&shared).renew_loop(renew_stop_rx)));
@@ -677,7 +738,9 @@ impl<S: ShardSource, P: RecordProcessor> Worker<S, P> {
                 tokio::time::sleep_until(at).await;
             }
             let mut report = RoundReport::default();
-            match shared.round(&mut tasks, &stop_rx, &mut report).await {
+            let result = shared.round(&mut tasks, &stop_rx, &mut report).await;
+            shared.drop_early();
+            match result {
                 Err(e) if is_fatal(&e) => {
                     tracing::error!(worker = %me, error = %e, "lease table refused; stopping");
                     failure = Some(e);
@@ -969,6 +1032,81 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
         }
     }
 
+    /// Halfway through the start-up wait: reads the lease table, plans this worker's takes from
+    /// that read (peers announced by now count) and begins each planned shard's first read
+    /// ([`WorkerConfig::early_read`]). A failed read of the table only means no early reads.
+    async fn read_early(self: Arc<Self>) {
+        let scan = match self.leases.scan().await {
+            Ok(scan) => scan,
+            Err(e) => {
+                tracing::debug!(worker = %self.me(), error = %e, "no early reads: lease read failed");
+                return;
+            }
+        };
+        let plan = self.plan(&self.graph(), &scan, now_ms());
+        let mut early = BTreeMap::new();
+        for acquire in &plan.take {
+            let shard = acquire.lease.shard_id.clone();
+            let start = Self::start_of(&acquire.lease);
+            let task = tokio::spawn(Arc::clone(&self).early_answer(shard.clone(), start.clone()));
+            early.insert(
+                shard,
+                EarlyRead {
+                    start,
+                    task: AbortOnDrop(task),
+                },
+            );
+        }
+        if let Ok(mut e) = self.early.lock() {
+            *e = early;
+        }
+    }
+
+    /// One early read: an iterator at `start`, then one GetRecords; `None` if the iterator
+    /// failed.
+    async fn early_answer(self: Arc<Self>, shard: String, start: StartAt) -> Option<EarlyAnswer> {
+        let iterator = self
+            .source
+            .get_iterator(&shard, &start)
+            .await
+            .inspect_err(|e| tracing::debug!(shard = %shard, error = %e, "early iterator failed"))
+            .ok()?;
+        let sent = tokio::time::Instant::now();
+        let result = self.source.get_records(&iterator, self.max_records).await;
+        Some(EarlyAnswer {
+            iterator,
+            result,
+            sent,
+        })
+    }
+
+    /// The early read of `lease`'s shard, if there is one from the checkpoint it was taken at.
+    fn take_early(&self, lease: &Lease) -> Option<EarlyRead> {
+        let early = self.early.lock().ok()?.remove(&lease.shard_id)?;
+        if early.start == Self::start_of(lease) {
+            self.stats.0.early_used.fetch_add(1, Ordering::Relaxed);
+            Some(early)
+        } else {
+            self.stats.0.early_dropped.fetch_add(1, Ordering::Relaxed);
+            None
+        }
+    }
+
+    /// Drops (and aborts) every early read the round did not use.
+    fn drop_early(&self) {
+        let left = self
+            .early
+            .lock()
+            .map(|mut e| std::mem::take(&mut *e))
+            .unwrap_or_default();
+        if !left.is_empty() {
+            self.stats
+                .0
+                .early_dropped
+                .fetch_add(left.len() as u64, Ordering::Relaxed);
+        }
+    }
+
     /// Writes the plan's repairs (missing rows created, malformed ones replaced, each
     /// conditionally, 16 at a time); true if any row was written.
     async fn repair(&self, plan: &RoundPlan, scan: &LeaseScan) -> Result<bool, StreamError> {
@@ -1157,6 +1295,7 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
             let shard = lease.shard_id.clone();
             tracing::info!(worker = %me, shard = %shard, counter = lease.counter, steal,
                 "lease acquired");
+            let early = self.take_early(&lease);
             let held = Arc::new(HeldLease {
                 lease: Mutex::new(lease),
                 valid_until: AtomicU64::new(sent.saturating_add(self.trusted_ms())),
@@ -1168,7 +1307,7 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
             }
             self.stats.set_held(&shard, Some(false));
             let this = Arc::clone(self);
-            tasks.spawn(this.run_shard(held, stop.clone()));
+            tasks.spawn(this.run_shard(held, stop.clone(), early));
         }
         Ok(())
     }
@@ -1209,12 +1348,13 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
         self: Arc<Self>,
         held: Arc<HeldLease>,
         mut stop: watch::Receiver<bool>,
+        early: Option<EarlyRead>,
     ) -> (String, ShardExit) {
         let Some(lease) = held.snapshot() else {
             return (String::new(), ShardExit::Lost);
         };
         let shard = lease.shard_id.clone();
-        let exit = Arc::clone(&self).read_shard(&held, &mut stop).await;
+        let exit = Arc::clone(&self).read_shard(&held, &mut stop, early).await;
         match exit {
             ShardExit::Stopped | ShardExit::Aborted => {
                 if let Some(lease) = held.snapshot()
@@ -1299,7 +1439,9 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
     }
 
     /// Keeps up to `prefetch_batches` GetRecords answers, and below `prefetch_bytes` of
-    /// records, queued for the shard task, in order.
+    /// records, queued for the shard task, in order. An early read from `start`, if given, is
+    /// the first answer.
+    #[allow(clippy::too_many_arguments)]
     async fn fetch(
         self: Arc<Self>,
         shard: String,
@@ -1308,20 +1450,34 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
         tx: mpsc::Sender<(Fetched, usize)>,
         budget: Arc<ByteBudget>,
         mut stop: watch::Receiver<bool>,
+        early: Option<EarlyRead>,
     ) {
-        let mut iterator = match self.iterator(&shard, &start, &held, &mut stop).await {
-            Ok(Some(it)) => it,
-            Ok(None) => return,
-            Err(()) => {
-                let _ = tx.send((Fetched::Gone, 0)).await;
-                return;
+        let mut first = match early {
+            Some(mut e) => tokio::select! {
+                answer = &mut e.task.0 => answer.ok().flatten(),
+                () = stopped(&mut stop) => return,
+            },
+            None => None,
+        };
+        let mut iterator = if let Some(answer) = &first {
+            answer.iterator.clone()
+        } else {
+            match self.iterator(&shard, &start, &held, &mut stop).await {
+                Ok(Some(it)) => it,
+                Ok(None) => return,
+                Err(()) => {
+                    let _ = tx.send((Fetched::Gone, 0)).await;
+                    return;
+                }
             }
         };
         let limit = self.config.prefetch_bytes.max(1);
         let mut last: Option<StartAt> = None;
         let mut pause = self.config.retry_backoff;
         let mut pace = ReadPace::new(GET_RECORDS_PER_SECOND, 1_000);
-        let paced_from = tokio::time::Instant::now();
+        let paced_from = first
+            .as_ref()
+            .map_or_else(tokio::time::Instant::now, |a| a.sent);
         let since = move |at: tokio::time::Instant| {
             u64::try_from(at.duration_since(paced_from).as_millis()).unwrap_or(u64::MAX)
         };
@@ -1330,16 +1486,22 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
             if *stop.borrow() || !self.is_valid(&held) {
                 return;
             }
-            if budget.below(limit, &mut stop).await {
-                return;
-            }
-            let now = since(tokio::time::Instant::now());
-            let at = pace.earliest(now);
-            if at > now && sleep_or_stop(Duration::from_millis(at - now), &mut stop).await {
-                return;
-            }
-            pace.record(since(tokio::time::Instant::now()).max(at));
-            match self.source.get_records(&iterator, self.max_records).await {
+            let result = if let Some(answer) = first.take() {
+                pace.record(0);
+                answer.result
+            } else {
+                if budget.below(limit, &mut stop).await {
+                    return;
+                }
+                let now = since(tokio::time::Instant::now());
+                let at = pace.earliest(now);
+                if at > now && sleep_or_stop(Duration::from_millis(at - now), &mut stop).await {
+                    return;
+                }
+                pace.record(since(tokio::time::Instant::now()).max(at));
+                self.source.get_records(&iterator, self.max_records).await
+            };
+            match result {
                 Ok(batch) => {
                     pause = self.config.retry_backoff;
                     let caught_up = is_caught_up(&batch, self.max_records);
@@ -1405,6 +1567,7 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
         self: Arc<Self>,
         held: &Arc<HeldLease>,
         stop: &mut watch::Receiver<bool>,
+        early: Option<EarlyRead>,
     ) -> ShardExit {
         let Some(lease) = held.snapshot() else {
             return ShardExit::Lost;
@@ -1419,6 +1582,7 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
             tx,
             Arc::clone(&budget),
             stop.clone(),
+            early,
         ));
         let _fetcher = AbortOnDrop(fetcher);
         let mut cp = Checkpointer::new(lease);
@@ -1861,9 +2025,9 @@ fn batch_bytes(batch: &RecordBatch) -> usize {
 }
 
 /// Aborts the task when dropped (the fetcher dies with its shard task).
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
+struct AbortOnDrop<T = ()>(tokio::task::JoinHandle<T>);
 
-impl Drop for AbortOnDrop {
+impl<T> Drop for AbortOnDrop<T> {
     fn drop(&mut self) {
         self.0.abort();
     }
