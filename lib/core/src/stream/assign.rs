@@ -42,9 +42,13 @@ impl Assignment {
 /// rest, so the slots of all workers add up to the assignable leases. `workers` should include
 /// peers that hold nothing yet ([`live_workers`](super::live_workers) adds announced ones): then
 /// no worker ever holds more than `ceil(leases / workers)` after its first round, and workers
-/// planning from the same read never take more than there is between them. The free
-/// leases are tried in shard-id order rotated by a hash of `me` ([`take_order`]), so workers
-/// that start together reach for different shards first instead of racing for the same rows.
+/// planning from the same read never take more than there is between them. The free leases
+/// are tried in shard-id order rotated to `me`'s own run of them ([`take_order`]): with peers
+/// in view, the run starts after the free leases the workers named before `me` still need, so
+/// workers planning from the same read take **disjoint** sets that together cover every free
+/// lease (no conditional write lost to a peer, no shard left for a later round); alone, the
+/// rotation starts at a hash of `me`, so workers that cannot see each other yet still reach for
+/// different rows first.
 ///
 /// Only when nothing is free does `me` steal, one lease at a time, from the worker holding the
 /// most, and only while that worker
@@ -92,7 +96,7 @@ pub fn assign(
     if !free.is_empty() {
         let counts: Vec<(&str, usize)> = held.iter().map(|(w, s)| (*w, s.len())).collect();
         let quota = take_quota(me, &counts, assignable);
-        plan.take = take_order(me, free)
+        plan.take = take_order(me, free, &counts, assignable)
             .into_iter()
             .take(quota.saturating_sub(mine))
             .map(str::to_owned)
@@ -159,20 +163,39 @@ fn take_quota(me: &str, counts: &[(&str, usize)], assignable: usize) -> usize {
     base + usize::from(rank < rem)
 }
 
-/// `free` in the order worker `me` tries to take it: sorted by shard id, then rotated to start
-/// at an offset given by an FNV-1a hash of `me`. Deterministic, so a worker's order is the same
-/// every round, and different workers usually start at different shards.
-pub fn take_order<'a>(me: &str, mut free: Vec<&'a str>) -> Vec<&'a str> {
+/// `free` in the order worker `me` tries to take it: sorted by shard id, then rotated.
+///
+/// `counts` are the live workers (`me` included) with the leases each holds, `assignable` the
+/// leases to share. With peers in `counts` the rotation starts at `me`'s run: after the free
+/// leases that the workers named before `me` need to reach their slots
+/// ([`take_quota`]), so workers planning from the same read start on disjoint runs whose
+/// lengths are their needs, and the runs tile the free leases. With no peer in view it starts
+/// at an FNV-1a hash of `me`, so workers started together that cannot see each other yet
+/// usually reach for different rows. Deterministic: the same read gives the same order.
+pub fn take_order<'a>(
+    me: &str,
+    mut free: Vec<&'a str>,
+    counts: &[(&str, usize)],
+    assignable: usize,
+) -> Vec<&'a str> {
     free.sort_unstable();
     if free.is_empty() {
         return free;
     }
-    let hash = me.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    });
-    let len = u64::try_from(free.len()).unwrap_or(u64::MAX);
-    let offset = usize::try_from(hash % len).unwrap_or(0);
-    free.rotate_left(offset);
+    let start = if counts.iter().any(|(w, _)| *w != me) {
+        counts
+            .iter()
+            .filter(|(w, _)| *w < me)
+            .map(|(w, held)| take_quota(w, counts, assignable).saturating_sub(*held))
+            .fold(0usize, usize::saturating_add)
+    } else {
+        let hash = me.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        usize::try_from(hash % u64::try_from(free.len()).unwrap_or(u64::MAX)).unwrap_or(0)
+    };
+    let len = free.len();
+    free.rotate_left(start % len);
     free
 }
 
@@ -224,12 +247,15 @@ mod tests {
         let leases: Vec<Lease> = (0..12).map(|i| lease(i, None, 0)).collect();
         let firsts: BTreeSet<String> = names(3)
             .iter()
-            .map(|w| assign(w, &leases, &ids(&leases), &names(1), 100).take[0].clone())
+            // Each alone in its view (none has seen another's announcement yet).
+            .map(|w| {
+                assign(w, &leases, &ids(&leases), std::slice::from_ref(w), 100).take[0].clone()
+            })
             .collect();
         assert_eq!(firsts.len(), 3, "{firsts:?}");
         // The order is a rotation of the sorted ids: every free lease, each once.
         let all = ids(&leases);
-        let order = take_order("w1", all.iter().map(String::as_str).collect());
+        let order = take_order("w1", all.iter().map(String::as_str).collect(), &[], 12);
         let mut sorted = order.clone();
         sorted.sort_unstable();
         assert_eq!(sorted, all);
@@ -463,6 +489,46 @@ mod tests {
             let c = counts(&leases, &workers, now);
             prop_assert_eq!(c.iter().sum::<usize>(), shards, "every lease held");
             prop_assert!(c.iter().max().unwrap() - c.iter().min().unwrap() <= 1, "{:?}", c);
+        }
+
+        /// Workers that see each other and plan from one read (some leases already held, none
+        /// above its holder's slot) take pairwise disjoint sets, and together every free lease:
+        /// no conditional take is lost to a peer and none is left for a later round.
+        #[test]
+        fn workers_planning_from_one_read_take_disjoint_sets_covering_the_free_leases(
+            workers in 1usize..7,
+            shards in 0usize..25,
+            holders in prop::collection::vec(0usize..8, 25),
+        ) {
+            let workers = names(workers);
+            let w = workers.len();
+            // Pre-assign a few leases without pushing anyone past floor(L / W), so every
+            // worker's need is its slot minus what it holds.
+            let floor = shards / w;
+            let mut held = vec![0usize; w];
+            let leases: Vec<Lease> = (0..shards).map(|i| {
+                let h = holders[i];
+                if h < w && held[h] < floor {
+                    held[h] += 1;
+                    let mut l = lease(i, Some(workers[h].as_str()), 1_000_000);
+                    l.state = LeaseState::Processing;
+                    l
+                } else {
+                    lease(i, None, 0)
+                }
+            }).collect();
+            let all = ids(&leases);
+            let free: BTreeSet<String> = leases.iter()
+                .filter(|l| l.owner.is_none()).map(|l| l.shard_id.clone()).collect();
+            let mut taken: BTreeSet<String> = BTreeSet::new();
+            for me in &workers {
+                let plan = assign(me, &leases, &all, &workers, 100);
+                for id in &plan.take {
+                    prop_assert!(free.contains(id), "{} took {} which is not free", me, id);
+                    prop_assert!(taken.insert(id.clone()), "{} and a peer both took {}", me, id);
+                }
+            }
+            prop_assert_eq!(taken, free);
         }
 
         #[test]

@@ -4,8 +4,8 @@
 //! things: it **repairs** the table (creates the rows of listed shards that have none and
 //! replaces rows that do not parse), **renews** the leases it still holds, **stops** the shards
 //! whose lease moved under it (stolen, or taken after it lapsed), **takes** free or expired
-//! leases of eligible shards up to its fair share (each worker tries them in its own rotated
-//! order, so workers starting together reach for different rows; the share counts the peers
+//! leases of eligible shards up to its fair share (workers planning from the same read take
+//! disjoint runs of them, so none loses a take to a peer; the share counts the peers
 //! that announced themselves, so a fleet starting together splits the leases in its first
 //! round), and **steals** live leases, at
 //! most `max_steals_per_round` of them, from workers holding at least two more than it does and
