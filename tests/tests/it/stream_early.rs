@@ -123,8 +123,8 @@ fn run_worker(
     tokio::task::JoinHandle<Result<(), StreamError>>,
 ) {
     let mut config = fast_config(name);
-    // A long wait, so the test's deletion fits between the early reads (at half of it) and
-    // the first round on the slowest lane.
+    // A long wait, so the test's deletion fits between the early reads (sent once the rows
+    // exist, early in the wait) and the first round on the slowest lane.
     config.startup_wait = Duration::from_secs(4);
     config.max_records = None;
     let worker = Worker::new(

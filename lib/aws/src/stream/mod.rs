@@ -75,7 +75,7 @@
 //!    than ceil(L / W) after its first round and the takes add up to an even split (4 shards
 //!    over 3 workers: 2 + 1 + 1), so workers started together need no steal and redeliver
 //!    nothing. An announcement counts for one lease duration after its last refresh. The
-//!    planned shards' first reads start halfway through the wait
+//!    planned shards' first reads start inside the wait, once the lease rows exist
 //!    ([`WorkerConfig::early_read`]); an early answer reaches the processor only if the first
 //!    round takes its lease at the checkpoint it read from.
 //! 7. Memory: a shard holds at most [`WorkerConfig::prefetch_bytes`] (16 MiB) plus one

@@ -44,8 +44,8 @@
 //! only then reads the leases,
 //! so a fleet started together splits them in its first round: with W workers announced and L
 //! leases none takes more than ceil(L / W), and the takes add up to L (4 over 3: 2 + 1 + 1), so
-//! no steal follows. Halfway through the wait it plans its takes from one lease read and sends
-//! each planned shard's first GetRecords ([`WorkerConfig::early_read`]), so the records are in
+//! no steal follows. Once the rows exist, inside the wait, it plans its takes from one lease read
+//! and sends each planned shard's first GetRecords ([`WorkerConfig::early_read`]), so the records are in
 //! hand when the takes land; an answer whose lease the first round does not take at the same
 //! checkpoint is dropped unseen. A graceful shutdown deletes the row; a crashed worker's row stops counting
 //! one lease duration after its last refresh, about when its leases expire.
@@ -204,9 +204,10 @@ pub struct WorkerConfig {
     /// Start each planned shard's first GetRecords during the start-up wait (default true), so
     /// the records are in hand when the take succeeds instead of being asked for after it.
     ///
-    /// Halfway through `startup_wait` the worker reads the lease table once, plans the takes it
-    /// would make from that read, and sends GetShardIterator and one GetRecords for each, from
-    /// the checkpoint it read. Nothing read early reaches the processor unless the first round
+    /// Once the start-up work inside `startup_wait` is done (announced, shards listed, missing
+    /// lease rows created: tens of ms), the worker reads the lease table once, plans the takes
+    /// it would make from that read (peers announced by then count), and sends
+    /// GetShardIterator and one GetRecords for each, from the checkpoint it read. Nothing read early reaches the processor unless the first round
     /// then takes that lease with the same checkpoint; otherwise the answer is dropped
     /// ([`WorkerStats::early_reads`]). The cost of a dropped one is a single call on the shard
     /// and up to `max_records` records (at most 10 MiB on Kinesis) of its read throughput,
@@ -715,7 +716,6 @@ impl<S: ShardSource, P: RecordProcessor> Worker<S, P> {
             && shared.source.discardable_reads()
             && !shared.config.startup_wait.is_zero()
         {
-            tokio::time::sleep_until(started + shared.config.startup_wait / 2).await;
             Arc::clone(&shared).read_early().await;
         }
         // Dies with this future: a worker dropped without shutdown (a crash, as far as the
@@ -1032,8 +1032,8 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
         }
     }
 
-    /// Halfway through the start-up wait: reads the lease table, plans this worker's takes from
-    /// that read (peers announced by now count) and begins each planned shard's first read
+    /// Inside the start-up wait, once the rows exist: reads the lease table, plans this worker's
+    /// takes from that read (peers announced by now count) and begins each planned shard's first read
     /// ([`WorkerConfig::early_read`]). A failed read of the table only means no early reads.
     async fn read_early(self: Arc<Self>) {
         let scan = match self.leases.scan().await {
