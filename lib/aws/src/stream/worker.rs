@@ -44,11 +44,12 @@
 //! only then reads the leases,
 //! so a fleet started together splits them in its first round: with W workers announced and L
 //! leases none takes more than ceil(L / W), and the takes add up to L (4 over 3: 2 + 1 + 1), so
-//! no steal follows. Once the rows exist, inside the wait, it plans its takes from one lease read
-//! and sends each planned shard's first GetRecords ([`WorkerConfig::early_read`]), so the records are in
-//! hand when the takes land; an answer whose lease the first round does not take at the same
-//! checkpoint is dropped unseen. A graceful shutdown deletes the row; a crashed worker's row stops counting
-//! one lease duration after its last refresh, about when its leases expire.
+//! no steal follows. Once the rows exist, inside the wait, it plans its takes from one lease
+//! read and sends each planned shard's first GetRecords ([`WorkerConfig::early_read`]), so the
+//! records are in hand when the takes land; an answer whose lease the first round does not take
+//! at the same checkpoint is dropped unseen. A graceful shutdown deletes the row; a crashed
+//! worker's row stops counting one lease duration after its last refresh, about when its leases
+//! expire.
 //!
 //! After every round the worker can report what the round did to its leases ([`RoundReport`]):
 //! [`Worker::on_round`] takes any callback, [`Worker::emit_emf`] writes the report as EMF
@@ -207,13 +208,14 @@ pub struct WorkerConfig {
     /// Once the start-up work inside `startup_wait` is done (announced, shards listed, missing
     /// lease rows created: tens of ms), the worker reads the lease table once, plans the takes
     /// it would make from that read (peers announced by then count), and sends
-    /// GetShardIterator and one GetRecords for each, from the checkpoint it read. Nothing read early reaches the processor unless the first round
-    /// then takes that lease with the same checkpoint; otherwise the answer is dropped
-    /// ([`WorkerStats::early_reads`]). The cost of a dropped one is a single call on the shard
-    /// and up to `max_records` records (at most 10 MiB on Kinesis) of its read throughput,
-    /// once per start. Only sources whose reads can be dropped this way take part
-    /// ([`ShardSource::discardable_reads`]: GetRecords yes, an enhanced fan-out subscription
-    /// no); with `startup_wait` zero there is no wait to overlap and nothing is read early.
+    /// GetShardIterator and one GetRecords for each, from the checkpoint it read. Nothing read
+    /// early reaches the processor unless the first round then takes that lease with the same
+    /// checkpoint; otherwise the answer is dropped ([`WorkerStats::early_reads`]). The cost of
+    /// a dropped one is a single call on the shard and up to `max_records` records (at most
+    /// 10 MiB on Kinesis) of its read throughput, once per start. Only sources whose reads can
+    /// be dropped this way take part ([`ShardSource::discardable_reads`]: GetRecords yes, an
+    /// enhanced fan-out subscription no); with `startup_wait` zero there is no wait to overlap
+    /// and nothing is read early.
     pub early_read: bool,
 }
 
@@ -1033,8 +1035,9 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
     }
 
     /// Inside the start-up wait, once the rows exist: reads the lease table, plans this worker's
-    /// takes from that read (peers announced by now count) and begins each planned shard's first read
-    /// ([`WorkerConfig::early_read`]). A failed read of the table only means no early reads.
+    /// takes from that read (peers announced by now count) and begins each planned shard's
+    /// first read ([`WorkerConfig::early_read`]). A failed read of the table only means no
+    /// early reads.
     async fn read_early(self: Arc<Self>) {
         let scan = match self.leases.scan().await {
             Ok(scan) => scan,
