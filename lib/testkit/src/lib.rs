@@ -233,6 +233,40 @@ pub fn sampled_hot_key(key: &str, kind: &str, estimate: f64) -> serde_json::Valu
         "share_of_partition": 1.0, "certain": true, "sampled": {"count": 1, "error": 0}})
 }
 
+/// Every record Kinesis holds on `shard` of `stream`, from the trim horizon, page by page until
+/// an empty page (the tip of an open shard) or the end of a closed one.
+pub async fn kinesis_shard_records(
+    k: &aws_sdk_kinesis::Client,
+    stream: &str,
+    shard: &str,
+) -> Vec<aws_sdk_kinesis::types::Record> {
+    let mut it = k
+        .get_shard_iterator()
+        .stream_name(stream)
+        .shard_id(shard)
+        .shard_iterator_type(aws_sdk_kinesis::types::ShardIteratorType::TrimHorizon)
+        .send()
+        .await
+        .expect("iterator")
+        .shard_iterator;
+    let mut all = vec![];
+    while let Some(i) = it.take() {
+        let page = k
+            .get_records()
+            .shard_iterator(i)
+            .limit(10_000)
+            .send()
+            .await
+            .expect("get records");
+        if page.records().is_empty() {
+            break;
+        }
+        all.extend(page.records().iter().cloned());
+        it = page.next_shard_iterator;
+    }
+    all
+}
+
 /// Every record of `table`'s change stream so far (all shards, from the trim horizon), waiting
 /// up to 15 s until at least `at_least` have arrived; returns the stream ARN with them.
 pub async fn table_stream_records(

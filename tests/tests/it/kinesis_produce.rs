@@ -10,14 +10,13 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use aws_sdk_kinesis::types::ShardIteratorType;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
 use heatsink::hot::{Entry, Snapshot};
 use heatsink::keys::{ShardRange, parse_hash_key};
 use heatsink::kinesis::{Producer, ProducerConfig, Salting};
 use heatsink::kpl::Deaggregator;
-use heatsink_testkit::fixture;
+use heatsink_testkit::{fixture, kinesis_shard_records};
 use serde_json::{Value, json};
 
 use crate::kinesis_kpl::{peer_python, run_peer};
@@ -45,34 +44,12 @@ pub(crate) async fn read_all(k: &aws_sdk_kinesis::Client, stream: &str) -> Vec<S
             parse_hash_key(range.starting_hash_key()).expect("decimal"),
             parse_hash_key(range.ending_hash_key()).expect("decimal"),
         );
-        let mut it = k
-            .get_shard_iterator()
-            .stream_name(stream)
-            .shard_id(s.shard_id())
-            .shard_iterator_type(ShardIteratorType::TrimHorizon)
-            .send()
-            .await
-            .expect("iterator")
-            .shard_iterator;
-        while let Some(i) = it.take() {
-            let page = k
-                .get_records()
-                .shard_iterator(i)
-                .limit(10_000)
-                .send()
-                .await
-                .expect("get records");
-            if page.records().is_empty() {
-                break;
-            }
-            for r in page.records() {
-                out.push(Stored {
-                    shard: shard.clone(),
-                    partition_key: r.partition_key().unwrap_or_default().to_owned(),
-                    data: r.data().as_ref().to_vec(),
-                });
-            }
-            it = page.next_shard_iterator;
+        for r in kinesis_shard_records(k, stream, s.shard_id()).await {
+            out.push(Stored {
+                shard: shard.clone(),
+                partition_key: r.partition_key().unwrap_or_default().to_owned(),
+                data: r.data().as_ref().to_vec(),
+            });
         }
     }
     out

@@ -8,14 +8,13 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use aws_sdk_kinesis::types::ShardIteratorType;
 use heatsink::counter::Seq;
 use heatsink::stream::{
     KinesisSource, LeaseTable, ProcessBatch, RecordBatch, RecordProcessor, ShardInfo, ShardSource,
     StartAt, StreamError, Timeouts, Worker, WorkerStats,
 };
 use heatsink_photo_app::schema::Table;
-use heatsink_testkit::{eventually, fixture};
+use heatsink_testkit::{eventually, fixture, kinesis_shard_records};
 
 use super::stream::{fast_config, put_round};
 
@@ -86,24 +85,8 @@ impl ShardSource for Observed {
 
 /// The sequence numbers kinesis-mock holds on `shard`, in order.
 async fn shard_seqs(k: &aws_sdk_kinesis::Client, stream: &str, shard: &str) -> Vec<Seq> {
-    let it = k
-        .get_shard_iterator()
-        .stream_name(stream)
-        .shard_id(shard)
-        .shard_iterator_type(ShardIteratorType::TrimHorizon)
-        .send()
+    kinesis_shard_records(k, stream, shard)
         .await
-        .expect("iterator")
-        .shard_iterator
-        .expect("an iterator");
-    let out = k
-        .get_records()
-        .shard_iterator(it)
-        .limit(10_000)
-        .send()
-        .await
-        .expect("records");
-    out.records()
         .iter()
         .map(|r| Seq::parse(r.sequence_number()).expect("a sequence number"))
         .collect()
