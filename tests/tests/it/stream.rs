@@ -895,6 +895,9 @@ impl ShardSource for Retention {
     fn max_records(&self) -> i32 {
         self.inner.max_records()
     }
+    fn discardable_reads(&self) -> bool {
+        self.inner.discardable_reads()
+    }
     fn with_timeouts(self, t: heatsink::stream::Timeouts) -> Self {
         Self {
             inner: self.inner.with_timeouts(t),
@@ -996,6 +999,9 @@ impl ShardSource for HungListing {
     }
     fn max_records(&self) -> i32 {
         self.inner.max_records()
+    }
+    fn discardable_reads(&self) -> bool {
+        self.inner.discardable_reads()
     }
     fn with_timeouts(self, t: heatsink::stream::Timeouts) -> Self {
         Self {
