@@ -3,8 +3,8 @@
 //! in-process `MemoryLeaseStore`, and with `BENCH_PEER_DYNAMO=1` on its `DynamoLeaseStore` too)
 //! draining the same multi-shard stream in the same run: one warm-up, then `BENCH_RUNS` rounds
 //! in alternating order (heatsink, peer, heatsink with early reads off, peer on DynamoDB; then
-//! the reverse), the median reported. All are timed until the last distinct (shard, seq) arrived, redeliveries reported
-//! apart; heatsink also reports checkpoint writes per 1,000 records, against the old cadence (a
+//! the reverse), the median reported. All are timed until the last distinct (shard, seq)
+//! arrived, redeliveries reported apart; heatsink also reports checkpoint writes per 1,000 records, against the old cadence (a
 //! checkpoint per GetRecords batch of 1,000). Then catch-up time after UpdateShardCount, and
 //! failover: one of 3 workers with a 10 s lease is killed; seconds until each of its shards is
 //! read again.

@@ -696,6 +696,8 @@ impl<S: ShardSource, P: RecordProcessor> Worker<S, P> {
         let started = tokio::time::Instant::now();
         let (_, listed) = futures::future::join(shared.announce(), shared.sync_shards()).await;
         let mut next_sync = started;
+        // Without a listing the graph is empty and no take can be planned early.
+        let listed_ok = listed.is_ok();
         match listed {
             Ok(()) => {
                 shared.sync_wanted.store(false, Ordering::Relaxed);
@@ -714,7 +716,8 @@ impl<S: ShardSource, P: RecordProcessor> Worker<S, P> {
             Ordering::Relaxed,
         );
         let mut first_read = Some(started + shared.config.startup_wait);
-        if shared.config.early_read
+        if listed_ok
+            && shared.config.early_read
             && shared.source.discardable_reads()
             && !shared.config.startup_wait.is_zero()
         {
