@@ -38,7 +38,8 @@
 //! [`Checkpoints`] and [`eligible`] (`progress.rs`), [`Lease`], [`LeaseState`] and
 //! [`LeaseEvent`] (`lease.rs`), [`assign`] (`assign.rs`), [`Announcement`] and [`live_workers`]
 //! (`peers.rs`: workers announce themselves so a fleet starting together splits the leases in
-//! its first round), [`ReadPace`] (`pace.rs`: at most 5 GetRecords per rolling second per shard), [`plan_round`] and [`RoundPlan`]
+//! its first round), [`ReadPace`] and [`ReadSize`] (`pace.rs`: at most 5 GetRecords per rolling second per shard,
+//! small pages while that budget has room), [`plan_round`] and [`RoundPlan`]
 //! (`round.rs`: one worker's whole lease round — repair, renew, stop, take, steal — decided from
 //! one read of the lease table and handed to the adapter as data), and [`ReshardSim`], a pure
 //! simulator of resharding histories for tests (`history.rs`).
@@ -118,7 +119,7 @@ pub use assign::{Assignment, Steal, assign, take_order};
 pub use graph::{ShardGraph, ShardInfo};
 pub use history::{ReshardOp, ReshardSim, SimRecord};
 pub use lease::{Lease, LeaseEvent, LeaseState};
-pub use pace::ReadPace;
+pub use pace::{ReadPace, ReadSize};
 pub use peers::{Announcement, live_workers};
 pub use progress::{
     AT_TIMESTAMP, Checkpoints, LATEST, Position, Progress, SHARD_END, TRIM_HORIZON, eligible,
