@@ -23,4 +23,5 @@ mod smoke_dynamodb;
 mod smoke_kinesis;
 mod stream;
 mod stream_early;
+mod stream_pages;
 mod stream_start;

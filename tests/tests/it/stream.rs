@@ -255,6 +255,10 @@ fn complete(log: &[Seen], keys: usize, rounds: u64) -> bool {
     audit(log, keys, rounds).0 == 0
 }
 
+/// Three workers read a 2-shard stream while it is split, merged and rescaled twice, and one
+/// worker is killed mid-way; every key's values arrive complete and in order. The workers read
+/// in pages of 5 under a cap of 200 (`page_records`), so the page, the cap on the last call a
+/// window allows and the doubling all run through the reshards and the takeover.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_record_is_lost_or_reordered_across_split_merge_and_rescale_with_a_worker_killed() {
     let fx = fixture!(
@@ -281,7 +285,10 @@ async fn no_record_is_lost_or_reordered_across_split_merge_and_rescale_with_a_wo
                     sink: Some((fx.stack.ddb.clone(), sink.name.clone())),
                     poison: None,
                 },
-                fast_config(&name),
+                WorkerConfig {
+                    page_records: 5,
+                    ..fast_config(&name)
+                },
             )
         })
         .collect();

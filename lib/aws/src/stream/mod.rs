@@ -102,6 +102,6 @@ pub use kinesis::KinesisSource;
 pub use lease_table::{LeaseScan, LeaseTable, MalformedLease, WORKER_ROW_PREFIX};
 pub use source::{RecordBatch, ShardSource, StartAt, StreamRecord, Timeouts};
 pub use worker::{
-    DEAD_WORKER_LEASES, GET_RECORDS_PER_SECOND, MIN_GET_RECORDS_INTERVAL, ProcessBatch,
-    RecordProcessor, RoundReport, Worker, WorkerConfig, WorkerStats,
+    DEAD_WORKER_LEASES, DEFAULT_PAGE_RECORDS, GET_RECORDS_PER_SECOND, MIN_GET_RECORDS_INTERVAL,
+    ProcessBatch, RecordProcessor, RoundReport, Worker, WorkerConfig, WorkerStats,
 };

@@ -14,7 +14,8 @@
 //! - one **shard task** per held shard, with a **fetcher** beside it that keeps up to
 //!   `prefetch_batches` GetRecords answers queued (per-shard order unchanged, SHARD_END last, at
 //!   most 5 calls in any second — [`GET_RECORDS_PER_SECOND`], the Kinesis per-shard limit —
-//!   and at least 200 ms of pause after a caught-up read), and starts no
+//!   and at least 200 ms of pause after a caught-up read; pages of `page_records` while that
+//!   budget has room, `max_records` on the last call it allows, [`ReadSize`]), and starts no
 //!   call while `prefetch_bytes` of records (16 MiB by default) are fetched but not processed:
 //!   a shard holds at most that plus one answer (10 MiB on Kinesis), whatever the record size. The task hands
 //!   each batch to the [`RecordProcessor`] with the lease counter as fencing token, and stops
@@ -65,8 +66,8 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use heatsink_core::stream::{
-    Acquire, InitialPosition, Lease, LeaseEvent, LeaseState, Position, Progress, ReadPace, Repair,
-    RoundInput, RoundPlan, ShardGraph, ShardInfo, plan_round,
+    Acquire, InitialPosition, Lease, LeaseEvent, LeaseState, Position, Progress, ReadPace,
+    ReadSize, Repair, RoundInput, RoundPlan, ShardGraph, ShardInfo, plan_round,
 };
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::JoinSet;
@@ -86,6 +87,11 @@ pub const MIN_GET_RECORDS_INTERVAL: Duration = Duration::from_millis(200);
 /// GetRecords calls one shard's reader may start in any rolling second (Kinesis allows 5): a
 /// reader that is behind reads back to back until its window is full ([`ReadPace`]).
 pub const GET_RECORDS_PER_SECOND: usize = 5;
+
+/// Records a GetRecords asks for while the shard's call budget has room
+/// ([`WorkerConfig::page_records`]): one second of a shard's maximum write rate (1,000 records/s
+/// on Kinesis), so even one call a second keeps up with a shard written at full speed.
+pub const DEFAULT_PAGE_RECORDS: i32 = 1_000;
 
 /// An announcement whose heartbeat is this many lease durations old is deleted by any worker
 /// that reads it (it stopped counting after one).
@@ -150,9 +156,17 @@ pub struct WorkerConfig {
     pub sync_interval: Duration,
     /// Pause after a GetRecords that found the shard's tip (default 1 s; at least 200 ms).
     pub idle_poll: Duration,
-    /// GetRecords limit per call; `None` (default) is the source's maximum: 10,000 on Kinesis,
-    /// 1,000 on DynamoDB Streams.
+    /// Most records one GetRecords asks for; `None` (default) is the source's maximum: 10,000
+    /// on Kinesis, 1,000 on DynamoDB Streams. Also bounds redelivery after a crash (module docs).
     pub max_records: Option<i32>,
+    /// Records a GetRecords asks for while the shard's call budget (5 per second) has room
+    /// (default [`DEFAULT_PAGE_RECORDS`], 1,000; at most `max_records`). The last call the
+    /// budget allows before the reader would have to wait asks for `max_records`, and each time
+    /// the budget does make a reader that is behind wait, the page doubles up to `max_records`
+    /// ([`ReadSize`]): small pages while calls are plentiful (the first records reach the
+    /// processor sooner, fetching and processing overlap in finer steps), big ones once the
+    /// budget binds. Set it to `max_records` (or more) for fixed pages of `max_records`.
+    pub page_records: i32,
     /// GetRecords answers queued per shard ahead of the processor (default 2; at least 1).
     pub prefetch_batches: usize,
     /// Record bytes (data plus partition keys) a shard may hold fetched but not yet processed
@@ -229,6 +243,7 @@ impl WorkerConfig {
             sync_interval: Duration::from_secs(60),
             idle_poll: Duration::from_secs(1),
             max_records: None,
+            page_records: DEFAULT_PAGE_RECORDS,
             prefetch_batches: 2,
             prefetch_bytes: 16 << 20,
             checkpoint_every_records: 10_000,
@@ -542,6 +557,9 @@ struct EarlyAnswer {
     result: Result<RecordBatch, StreamError>,
     /// When the GetRecords was sent: the first call in the shard's read pace.
     sent: tokio::time::Instant,
+    /// What it asked for (the first page) and how long it took: the reader's first answer.
+    limit: i32,
+    took: Duration,
 }
 
 /// A consumer of one application: reads the shards it leases, in lineage order.
@@ -1077,12 +1095,16 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
             .await
             .inspect_err(|e| tracing::debug!(shard = %shard, error = %e, "early iterator failed"))
             .ok()?;
+        let limit = self.read_size().page();
+        let limit = i32::try_from(limit).unwrap_or(self.max_records);
         let sent = tokio::time::Instant::now();
-        let result = self.source.get_records(&iterator, self.max_records).await;
+        let result = self.source.get_records(&iterator, limit).await;
         Some(EarlyAnswer {
             iterator,
             result,
             sent,
+            limit,
+            took: sent.elapsed(),
         })
     }
 
@@ -1394,6 +1416,14 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
         self.set_graph(graph);
     }
 
+    /// A fresh page-size state for one shard's reader: pages of `page_records`, at most
+    /// `max_records`.
+    fn read_size(&self) -> ReadSize {
+        let cap = usize::try_from(self.max_records).unwrap_or(1);
+        let page = usize::try_from(self.config.page_records).unwrap_or(cap);
+        ReadSize::new(page, cap)
+    }
+
     fn start_of(lease: &Lease) -> StartAt {
         match &lease.checkpoint {
             Progress::InProgress(p) if p.sub_seq.is_some() => StartAt::AtSeq(p.seq.clone()),
@@ -1481,36 +1511,52 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
         let mut last: Option<StartAt> = None;
         let mut pause = self.config.retry_backoff;
         let mut pace = ReadPace::new(GET_RECORDS_PER_SECOND, 1_000);
+        let mut size = self.read_size();
         let paced_from = first
             .as_ref()
             .map_or_else(tokio::time::Instant::now, |a| a.sent);
         let since = move |at: tokio::time::Instant| {
             u64::try_from(at.duration_since(paced_from).as_millis()).unwrap_or(u64::MAX)
         };
+        let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
         let idle = self.config.idle_poll.max(MIN_GET_RECORDS_INTERVAL);
+        // Whether the last answer left the shard behind (its tip not reached).
+        let mut behind = false;
         loop {
             if *stop.borrow() || !self.is_valid(&held) {
                 return;
             }
-            let result = if let Some(answer) = first.take() {
+            let (result, asked) = if let Some(answer) = first.take() {
                 pace.record(0);
-                answer.result
+                size.answered(millis(answer.took));
+                (answer.result, answer.limit)
             } else {
                 if budget.below(limit, &mut stop).await {
                     return;
                 }
                 let now = since(tokio::time::Instant::now());
                 let at = pace.earliest(now);
-                if at > now && sleep_or_stop(Duration::from_millis(at - now), &mut stop).await {
-                    return;
+                if at > now {
+                    if behind {
+                        size.paced();
+                    }
+                    if sleep_or_stop(Duration::from_millis(at - now), &mut stop).await {
+                        return;
+                    }
                 }
-                pace.record(since(tokio::time::Instant::now()).max(at));
-                self.source.get_records(&iterator, self.max_records).await
+                let start = since(tokio::time::Instant::now()).max(at);
+                let asked = i32::try_from(size.limit(&pace, start)).unwrap_or(self.max_records);
+                pace.record(start);
+                let sent = tokio::time::Instant::now();
+                let result = self.source.get_records(&iterator, asked).await;
+                size.answered(millis(sent.elapsed()));
+                (result, asked)
             };
             match result {
                 Ok(batch) => {
                     pause = self.config.retry_backoff;
-                    let caught_up = is_caught_up(&batch, self.max_records);
+                    let caught_up = is_caught_up(&batch, asked);
+                    behind = !caught_up;
                     if let Some(r) = batch.records.last() {
                         last = Some(StartAt::AfterSeq(r.seq.clone()));
                     }

@@ -1,0 +1,180 @@
+//! GetRecords page sizes of `heatsink::stream` (`WorkerConfig::page_records`) against
+//! kinesis-mock and the lane's DynamoDB: a reader that is behind asks for pages while its call
+//! budget (5 per second) has room and for `max_records` only on the last call a window allows;
+//! whatever the sizes, every record arrives once and in order, and a full page is read on
+//! at once even when the emulator reports it at "0 ms behind".
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use aws_sdk_kinesis::primitives::Blob;
+use aws_sdk_kinesis::types::PutRecordsRequestEntry;
+use heatsink::counter::Seq;
+use heatsink::stream::{
+    KinesisSource, LeaseTable, ProcessBatch, RecordBatch, RecordProcessor, ShardInfo, ShardSource,
+    StartAt, StreamError, Timeouts, Worker,
+};
+use heatsink_photo_app::schema::Table;
+use heatsink_testkit::{eventually, fixture, kinesis_shard_records};
+
+use super::stream::fast_config;
+
+/// One GetRecords: what it asked for and how many records came back.
+#[derive(Clone, Copy, Debug)]
+struct Call {
+    asked: i32,
+    got: usize,
+}
+
+/// kinesis-mock through a source that logs every GetRecords it forwards.
+struct Logged {
+    inner: KinesisSource,
+    calls: Arc<Mutex<Vec<Call>>>,
+}
+
+impl ShardSource for Logged {
+    fn stream(&self) -> &str {
+        self.inner.stream()
+    }
+    async fn identity(&self) -> Result<String, StreamError> {
+        self.inner.identity().await
+    }
+    fn max_records(&self) -> i32 {
+        self.inner.max_records()
+    }
+    fn discardable_reads(&self) -> bool {
+        self.inner.discardable_reads()
+    }
+    fn with_timeouts(self, t: Timeouts) -> Self {
+        Self {
+            inner: self.inner.with_timeouts(t),
+            ..self
+        }
+    }
+    async fn list_shards(&self) -> Result<Vec<ShardInfo>, StreamError> {
+        self.inner.list_shards().await
+    }
+    async fn get_iterator(&self, shard_id: &str, start: &StartAt) -> Result<String, StreamError> {
+        self.inner.get_iterator(shard_id, start).await
+    }
+    async fn get_records(&self, iterator: &str, limit: i32) -> Result<RecordBatch, StreamError> {
+        let out = self.inner.get_records(iterator, limit).await;
+        let got = out.as_ref().map_or(0, |b| b.records.len());
+        self.calls.lock().unwrap().push(Call { asked: limit, got });
+        out
+    }
+}
+
+/// Every delivered sequence number, in delivery order, and when the last one arrived.
+#[derive(Clone, Default)]
+struct Ordered(Arc<Mutex<(Vec<Seq>, Option<Instant>)>>);
+
+impl RecordProcessor for Ordered {
+    async fn process(&self, batch: &ProcessBatch) -> Result<(), StreamError> {
+        let mut seen = self.0.lock().unwrap();
+        seen.0.extend(batch.records.iter().map(|r| r.seq.clone()));
+        seen.1 = Some(Instant::now());
+        Ok(())
+    }
+}
+
+/// A one-shard backlog of 500 records, put in one call, read with 50-record pages under the
+/// source's cap of 10,000: the first four calls (the early read among them) ask for the page,
+/// since a window of 5 calls cannot be full before its fifth; every call asks for the page, a
+/// doubling of it, or the cap; each record arrives once, in the shard's order. The idle pause
+/// after a caught-up answer is 3 s, and the whole backlog must arrive in under 3 s once the
+/// first page did: kinesis-mock measures `MillisBehindLatest` from the arrival of the shard's
+/// newest record, so every page of one PutRecords is answered at "0 ms behind", and a worker
+/// that took a full page of 50 (under the cap) for the tip would pause after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backlog_is_read_in_pages_and_only_the_last_call_a_window_allows_asks_for_the_cap() {
+    let fx = fixture!(
+        "a_backlog_is_read_in_pages_and_only_the_last_call_a_window_allows_asks_for_the_cap"
+    );
+    let k = &fx.stack.kinesis;
+    let stream = fx.stream("pages", 1).await;
+    let spec = fx.table(Table::Leases).await;
+    const RECORDS: usize = 500; // one PutRecords
+    const PAGE: i32 = 50;
+    let entries: Vec<PutRecordsRequestEntry> = (0..RECORDS)
+        .map(|i| {
+            PutRecordsRequestEntry::builder()
+                .partition_key(format!("k{}", i % 16))
+                .data(Blob::new(format!("r{i}")))
+                .build()
+                .unwrap()
+        })
+        .collect();
+    let out = k
+        .put_records()
+        .stream_name(&stream.name)
+        .set_records(Some(entries))
+        .send()
+        .await
+        .expect("put records");
+    assert_eq!(out.failed_record_count(), Some(0), "no record refused");
+    let source = KinesisSource::new(k.clone(), &stream.name);
+    let shard = source.list_shards().await.expect("shards")[0]
+        .shard_id
+        .clone();
+    let want: Vec<Seq> = kinesis_shard_records(k, &stream.name, &shard)
+        .await
+        .iter()
+        .map(|r| Seq::parse(r.sequence_number()).expect("a sequence number"))
+        .collect();
+    assert_eq!(want.len(), RECORDS);
+
+    let calls: Arc<Mutex<Vec<Call>>> = Arc::default();
+    let mut config = fast_config("pager");
+    config.max_records = None; // the source's cap: 10,000
+    config.page_records = PAGE;
+    config.idle_poll = Duration::from_secs(3);
+    let seen = Ordered::default();
+    let worker = Worker::new(
+        Logged {
+            inner: source,
+            calls: Arc::clone(&calls),
+        },
+        LeaseTable::new(fx.stack.ddb.clone(), &spec.name, "pages-app"),
+        seen.clone(),
+        config,
+    );
+    let (stop, rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(worker.run(async move {
+        let _ = rx.await;
+    }));
+    let first_page = eventually("the first page", Duration::from_secs(30), || async {
+        seen.0.lock().unwrap().1
+    })
+    .await;
+    eventually("the whole backlog", Duration::from_secs(30), || async {
+        (seen.0.lock().unwrap().0.len() >= RECORDS).then_some(())
+    })
+    .await;
+    let _ = stop.send(());
+    task.await.expect("worker task").expect("worker ran");
+
+    let (got, last) = seen.0.lock().unwrap().clone();
+    assert_eq!(got, want, "every record once, in the shard's order");
+    let drained = last.expect("a delivery").duration_since(first_page);
+    assert!(
+        drained < Duration::from_secs(3),
+        "the backlog took {drained:?} after its first page: a full page was taken for the tip"
+    );
+    let calls = calls.lock().unwrap().clone();
+    let reading: Vec<Call> = calls.iter().copied().filter(|c| c.got > 0).collect();
+    assert!(reading.len() >= 5, "pages of {PAGE}: {calls:?}");
+    assert!(
+        reading[..4]
+            .iter()
+            .all(|c| c.asked == PAGE && c.got == PAGE as usize),
+        "the first four calls ask for the page: {calls:?}"
+    );
+    let doublings: Vec<i32> = (0..9).map(|d| PAGE << d).collect();
+    assert!(
+        calls
+            .iter()
+            .all(|c| c.asked == 10_000 || doublings.contains(&c.asked)),
+        "every call asks for the page, a doubling of it or the cap: {calls:?}"
+    );
+}
