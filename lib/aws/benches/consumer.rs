@@ -2,8 +2,8 @@
 //! leases) side by side with the peer crate `ruststream-kinesis` (1 and 3 brokers on its
 //! in-process `MemoryLeaseStore`, and with `BENCH_PEER_DYNAMO=1` on its `DynamoLeaseStore` too)
 //! draining the same multi-shard stream in the same run: one warm-up, then `BENCH_RUNS` rounds
-//! in alternating order (heatsink, peer, heatsink with early reads off, peer on DynamoDB; then
-//! the reverse), the median reported. All are timed until the last distinct (shard, seq)
+//! in alternating order (heatsink, peer, heatsink with early reads off, heatsink with fixed pages
+//! of `max_records`, peer on DynamoDB; then the reverse), the median reported. All are timed until the last distinct (shard, seq)
 //! arrived, redeliveries reported apart; heatsink also reports checkpoint writes per 1,000 records, against the old cadence (a
 //! checkpoint per GetRecords batch of 1,000). Then catch-up time after UpdateShardCount, and
 //! failover: one of 3 workers with a 10 s lease is killed; seconds until each of its shards is
@@ -15,7 +15,9 @@
 //! Knobs (env): `BENCH_RECORDS` (default 8000), `BENCH_SHARDS` (default 4), `BENCH_RUNS`
 //! (default 3), `BENCH_MAX_RECORDS` (heatsink's GetRecords limit; default the source's 10,000),
 //! `BENCH_PEER_DYNAMO=1` (add the peer on `DynamoLeaseStore`; it checkpoints every record, about
-//! 90 s per 20,000-record drain on moto).
+//! 90 s per 20,000-record drain on moto), `BENCH_CPU_PIDS=kinesis-mock=PID,moto=PID` (report the
+//! CPU seconds each named process, and the bench itself, spent per drain: whether a consumer
+//! makes the emulators work more, or only waits differently).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -87,6 +89,66 @@ impl RecordProcessor for Count {
     }
 }
 
+/// CPU seconds of named processes (`BENCH_CPU_PIDS`) and of the bench, from `/proc/PID/stat`.
+struct CpuMeter {
+    procs: Vec<(String, String)>,
+}
+
+impl CpuMeter {
+    fn from_env() -> Self {
+        let mut procs: Vec<(String, String)> = std::env::var("BENCH_CPU_PIDS")
+            .unwrap_or_default()
+            .split(',')
+            .filter_map(|p| p.split_once('='))
+            .map(|(name, pid)| (name.to_owned(), format!("/proc/{pid}/stat")))
+            .collect();
+        if !procs.is_empty() {
+            procs.push(("bench".into(), "/proc/self/stat".into()));
+        }
+        Self { procs }
+    }
+
+    /// utime + stime of each process, in seconds (Linux's USER_HZ of 100 ticks a second).
+    fn sample(&self) -> Vec<f64> {
+        self.procs
+            .iter()
+            .map(|(_, path)| {
+                let stat = std::fs::read_to_string(path).unwrap_or_default();
+                let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+                let f: Vec<f64> = after
+                    .split_whitespace()
+                    .map(|v| v.parse().unwrap_or(0.0))
+                    .collect();
+                (f.get(11).unwrap_or(&0.0) + f.get(12).unwrap_or(&0.0)) / 100.0
+            })
+            .collect()
+    }
+
+    /// Per process: the median CPU seconds of the drains in `deltas`.
+    fn report(&self, deltas: &[Vec<f64>]) -> String {
+        if self.procs.is_empty() || deltas.is_empty() {
+            return String::new();
+        }
+        let parts: Vec<String> = self
+            .procs
+            .iter()
+            .enumerate()
+            .map(|(i, (name, _))| {
+                let v: Vec<f64> = deltas
+                    .iter()
+                    .map(|d| d.get(i).copied().unwrap_or(0.0))
+                    .collect();
+                format!("{name} {:.2}", median(v))
+            })
+            .collect();
+        format!("   cpu s/drain: {}", parts.join(", "))
+    }
+}
+
+fn cpu_delta(before: &[f64], after: &[f64]) -> Vec<f64> {
+    after.iter().zip(before).map(|(a, b)| a - b).collect()
+}
+
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name)
         .ok()
@@ -133,6 +195,8 @@ enum Consumer {
     Heatsink,
     /// heatsink with `early_read` off: the first GetRecords waits for the take.
     HeatsinkLate,
+    /// heatsink asking `max_records` in every GetRecords (`page_records` = `max_records`).
+    HeatsinkFixed,
     /// ruststream-kinesis with its in-process `MemoryLeaseStore`.
     Peer,
     /// ruststream-kinesis with its `DynamoLeaseStore` on the same DynamoDB as heatsink's leases.
@@ -420,6 +484,7 @@ async fn bench() -> Result<(), BoxError> {
         stream.name
     );
     let runs = env_usize("BENCH_RUNS", 3).max(1);
+    let meter = CpuMeter::from_env();
     let n = records as u64;
     let mut app = 0usize;
     let mut next_app = |tag: &str| {
@@ -461,22 +526,34 @@ async fn bench() -> Result<(), BoxError> {
         let mut startups = Vec::new();
         let mut early = (0, 0);
         let mut late = Vec::new();
+        let mut fixed = Vec::new();
+        // CPU per drain: heatsink, peer, heatsink without early reads, fixed pages.
+        let mut cpu: [Vec<Vec<f64>>; 4] = Default::default();
         let (mut peer_again, mut peer_ddb_again) = (0, 0);
         let mut peer_ddb_failed: Option<String> = None;
         for run in 0..runs {
-            // Alternating order: heatsink, peer, heatsink without early reads, peer on DynamoDB
-            // on even runs, the reverse on odd ones (ABCD DCBA: each consumer's mean position is
-            // the same).
+            // Alternating order: heatsink, peer, heatsink without early reads, heatsink with
+            // fixed pages, peer on DynamoDB on even runs, the reverse on odd ones (ABCDE EDCBA:
+            // each consumer's mean position is the same).
             let mut order = [
                 Consumer::Heatsink,
                 Consumer::Peer,
                 Consumer::HeatsinkLate,
+                Consumer::HeatsinkFixed,
                 Consumer::PeerDynamo,
             ];
             if run % 2 == 1 {
                 order.reverse();
             }
             for turn in order {
+                let before = meter.sample();
+                let slot = match turn {
+                    Consumer::Heatsink => Some(0),
+                    Consumer::Peer => Some(1),
+                    Consumer::HeatsinkLate => Some(2),
+                    Consumer::HeatsinkFixed => Some(3),
+                    Consumer::PeerDynamo => None,
+                };
                 match turn {
                     Consumer::Heatsink => {
                         let (took, _, again, w, startup, e) = heatsink_drain(
@@ -508,6 +585,19 @@ async fn bench() -> Result<(), BoxError> {
                         .await?;
                         late.push(took);
                     }
+                    Consumer::HeatsinkFixed => {
+                        let (took, ..) = heatsink_drain(
+                            &config,
+                            &stream.name,
+                            &leases.name,
+                            &next_app("fixed"),
+                            workers,
+                            n,
+                            |c| c.page_records = i32::MAX,
+                        )
+                        .await?;
+                        fixed.push(took);
+                    }
                     Consumer::Peer => {
                         let store = Arc::new(MemoryLeaseStore::new());
                         let (took, again) =
@@ -533,12 +623,15 @@ async fn bench() -> Result<(), BoxError> {
                         let _ = ddb.delete_table().table_name(&table).send().await;
                     }
                 }
+                if let Some(slot) = slot {
+                    cpu[slot].push(cpu_delta(&before, &meter.sample()));
+                }
             }
         }
         let ours_s = median(all_secs(&ours));
         let per_1000 = writes as f64 * 1_000.0 / (n as f64 * runs as f64);
         println!(
-            "{:<40} {:>9.3} {:>9.3} {:>11.0} {:>9} {:>12.2}   runs {:?}   start-up work {} ms   early reads used/dropped {}/{}",
+            "{:<40} {:>9.3} {:>9.3} {:>11.0} {:>9} {:>12.2}   runs {:?}   start-up work {} ms   early reads used/dropped {}/{}{}",
             format!("heatsink::stream x{workers}"),
             ours_s,
             median(first_secs(&ours)),
@@ -549,30 +642,50 @@ async fn bench() -> Result<(), BoxError> {
             median(startups),
             early.0,
             early.1,
+            meter.report(&cpu[0]),
         );
         let late_s = median(all_secs(&late));
         println!(
-            "{:<40} {:>9.3} {:>9.3} {:>11.0}   runs {:?}   (early reads save {:.3} s)",
+            "{:<40} {:>9.3} {:>9.3} {:>11.0}   runs {:?}   (early reads save {:.3} s){}",
             format!("heatsink::stream x{workers}, no early"),
             late_s,
             median(first_secs(&late)),
             n as f64 / late_s,
             rounded(&all_secs(&late)),
             late_s - ours_s,
+            meter.report(&cpu[2]),
+        );
+        let fixed_s = median(all_secs(&fixed));
+        println!(
+            "{:<40} {:>9.3} {:>9.3} {:>11.0}   runs {:?}   (small pages save {:.3} s){}",
+            format!("heatsink::stream x{workers}, fixed pages"),
+            fixed_s,
+            median(first_secs(&fixed)),
+            n as f64 / fixed_s,
+            rounded(&all_secs(&fixed)),
+            fixed_s - ours_s,
+            meter.report(&cpu[3]),
         );
         if let Some(e) = &peer_ddb_failed {
             println!("ruststream-kinesis x{workers}, DynamoDB leases: {e} (no row)");
         }
-        for (name, times, again) in [
-            ("memory leases", &peer, peer_again),
-            ("DynamoDB leases", &peer_ddb, peer_ddb_again),
+        for (name, times, again, cpu) in [
+            ("memory leases", &peer, peer_again, meter.report(&cpu[1])),
+            ("DynamoDB leases", &peer_ddb, peer_ddb_again, String::new()),
         ] {
             if times.is_empty() {
                 continue;
             }
             let secs = median(all_secs(times));
+            // Each run's ratio, from the same ABBA round: robust to the emulator drifting
+            // over the bench.
+            let per_run: Vec<f64> = all_secs(times)
+                .iter()
+                .zip(all_secs(&ours))
+                .map(|(p, h)| p / h)
+                .collect();
             println!(
-                "{:<40} {:>9.3} {:>9.3} {:>11.0} {:>9} {:>12}   runs {:?}   (heatsink/peer = {:.2})",
+                "{:<40} {:>9.3} {:>9.3} {:>11.0} {:>9} {:>12}   runs {:?}   (heatsink/peer = {:.2}; per run {:?}, median {:.2}){}",
                 format!("ruststream-kinesis x{workers}, {name}"),
                 secs,
                 median(first_secs(times)),
@@ -580,7 +693,10 @@ async fn bench() -> Result<(), BoxError> {
                 again,
                 "-",
                 rounded(&all_secs(times)),
-                secs / ours_s
+                secs / ours_s,
+                rounded(&per_run),
+                median(per_run.clone()),
+                cpu
             );
         }
     }
