@@ -225,7 +225,7 @@ pub struct WorkerConfig {
     /// GetShardIterator and one GetRecords for each, from the checkpoint it read. Nothing read
     /// early reaches the processor unless the first round then takes that lease with the same
     /// checkpoint; otherwise the answer is dropped ([`WorkerStats::early_reads`]). The cost of
-    /// a dropped one is a single call on the shard and up to `max_records` records (at most
+    /// a dropped one is a single call on the shard and one page (`page_records`, at most
     /// 10 MiB on Kinesis) of its read throughput, once per start. Only sources whose reads can
     /// be dropped this way take part ([`ShardSource::discardable_reads`]: GetRecords yes, an
     /// enhanced fan-out subscription no); with `startup_wait` zero there is no wait to overlap

@@ -34,7 +34,7 @@
 //! gives. Once the budget does bind (a reader that is behind waits for the window), the page
 //! doubles, up to the cap. Small pages hand the first records to the processor sooner, let
 //! fetching and processing overlap in finer steps, and cost a slow server (kinesis-mock: about
-//! 1.8× the CPU per record at 10,000 than at 1,000) no more per record; big pages keep a
+//! 1.5× the CPU per record at 10,000 than at 1,000) no more per record; big pages keep a
 //! backlog draining at up to 5 × the cap per second where calls are fast.
 //!
 //! ```
