@@ -25,3 +25,4 @@ mod stream;
 mod stream_early;
 mod stream_pages;
 mod stream_start;
+mod tap;

@@ -4,19 +4,20 @@
 //! read started from. A lease row deleted inside the wait is recreated at TRIM_HORIZON: the
 //! shard's early read (after the old checkpoint) must be dropped, or the shard would be skipped.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use heatsink::counter::Seq;
 use heatsink::stream::{
-    KinesisSource, LeaseTable, ProcessBatch, RecordBatch, RecordProcessor, ShardInfo, ShardSource,
-    StartAt, StreamError, Timeouts, Worker, WorkerStats,
+    KinesisSource, LeaseTable, ProcessBatch, RecordProcessor, ShardSource, StreamError, Worker,
+    WorkerStats,
 };
 use heatsink_photo_app::schema::Table;
 use heatsink_testkit::{eventually, fixture, kinesis_shard_records};
 
 use super::stream::{fast_config, put_round};
+use super::tap::Tap;
 
 /// Every delivery: (shard, sequence number) → how many times.
 type Deliveries = Arc<Mutex<BTreeMap<(String, Seq), usize>>>;
@@ -35,54 +36,6 @@ impl RecordProcessor for Log {
     }
 }
 
-/// kinesis-mock through a source that logs which shard each GetRecords read, so the test can
-/// act once the early reads are on their way.
-struct Observed {
-    inner: KinesisSource,
-    /// Iterator → shard, from GetShardIterator.
-    iterators: Arc<Mutex<BTreeMap<String, String>>>,
-    /// Shards in the order their GetRecords calls were sent.
-    reads: Arc<Mutex<Vec<String>>>,
-}
-
-impl ShardSource for Observed {
-    fn stream(&self) -> &str {
-        self.inner.stream()
-    }
-    async fn identity(&self) -> Result<String, StreamError> {
-        self.inner.identity().await
-    }
-    fn max_records(&self) -> i32 {
-        self.inner.max_records()
-    }
-    fn discardable_reads(&self) -> bool {
-        self.inner.discardable_reads()
-    }
-    fn with_timeouts(self, t: Timeouts) -> Self {
-        Self {
-            inner: self.inner.with_timeouts(t),
-            ..self
-        }
-    }
-    async fn list_shards(&self) -> Result<Vec<ShardInfo>, StreamError> {
-        self.inner.list_shards().await
-    }
-    async fn get_iterator(&self, shard_id: &str, start: &StartAt) -> Result<String, StreamError> {
-        let it = self.inner.get_iterator(shard_id, start).await?;
-        self.iterators
-            .lock()
-            .unwrap()
-            .insert(it.clone(), shard_id.to_owned());
-        Ok(it)
-    }
-    async fn get_records(&self, iterator: &str, limit: i32) -> Result<RecordBatch, StreamError> {
-        if let Some(shard) = self.iterators.lock().unwrap().get(iterator).cloned() {
-            self.reads.lock().unwrap().push(shard);
-        }
-        self.inner.get_records(iterator, limit).await
-    }
-}
-
 /// The sequence numbers kinesis-mock holds on `shard`, in order.
 async fn shard_seqs(k: &aws_sdk_kinesis::Client, stream: &str, shard: &str) -> Vec<Seq> {
     kinesis_shard_records(k, stream, shard)
@@ -96,7 +49,7 @@ async fn shard_seqs(k: &aws_sdk_kinesis::Client, stream: &str, shard: &str) -> V
 /// stop handle and task.
 fn run_worker(
     fx: &heatsink_testkit::Fixture,
-    source: Observed,
+    source: Tap,
     leases: &str,
     name: &str,
     seen: &Deliveries,
@@ -139,11 +92,7 @@ async fn an_early_read_is_used_only_when_the_take_lands_at_the_checkpoint_it_rea
     for round in 0..5 {
         put_round(k, &stream.name, round, 16).await;
     }
-    let source = || Observed {
-        inner: KinesisSource::new(k.clone(), &stream.name),
-        iterators: Arc::default(),
-        reads: Arc::default(),
-    };
+    let source = || Tap::new(KinesisSource::new(k.clone(), &stream.name));
     let identity = source().identity().await.expect("stream identity");
     let table =
         LeaseTable::new(fx.stack.ddb.clone(), &spec.name, "early-app").for_stream(&identity);
@@ -183,10 +132,12 @@ async fn an_early_read_is_used_only_when_the_take_lands_at_the_checkpoint_it_rea
     // is deleted, inside the wait.
     let second: Deliveries = Arc::default();
     let observed = source();
-    let reads = Arc::clone(&observed.reads);
+    let reads = observed.reads();
     let (stats, stop, task) = run_worker(&fx, observed, &spec.name, "w1", &second);
     eventually("both early reads sent", Duration::from_secs(20), || async {
-        (reads.lock().unwrap().len() >= 2).then_some(())
+        let reads = reads.lock().unwrap();
+        let shards: BTreeSet<_> = reads.iter().filter_map(|r| r.shard.as_ref()).collect();
+        (shards.len() >= 2).then_some(())
     })
     .await;
     assert_eq!(

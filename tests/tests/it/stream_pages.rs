@@ -11,59 +11,13 @@ use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::PutRecordsRequestEntry;
 use heatsink::counter::Seq;
 use heatsink::stream::{
-    KinesisSource, LeaseTable, ProcessBatch, RecordBatch, RecordProcessor, ShardInfo, ShardSource,
-    StartAt, StreamError, Timeouts, Worker,
+    KinesisSource, LeaseTable, ProcessBatch, RecordProcessor, ShardSource, StreamError, Worker,
 };
 use heatsink_photo_app::schema::Table;
 use heatsink_testkit::{eventually, fixture, kinesis_shard_records};
 
 use super::stream::fast_config;
-
-/// One GetRecords: what it asked for and how many records came back.
-#[derive(Clone, Copy, Debug)]
-struct Call {
-    asked: i32,
-    got: usize,
-}
-
-/// kinesis-mock through a source that logs every GetRecords it forwards.
-struct Logged {
-    inner: KinesisSource,
-    calls: Arc<Mutex<Vec<Call>>>,
-}
-
-impl ShardSource for Logged {
-    fn stream(&self) -> &str {
-        self.inner.stream()
-    }
-    async fn identity(&self) -> Result<String, StreamError> {
-        self.inner.identity().await
-    }
-    fn max_records(&self) -> i32 {
-        self.inner.max_records()
-    }
-    fn discardable_reads(&self) -> bool {
-        self.inner.discardable_reads()
-    }
-    fn with_timeouts(self, t: Timeouts) -> Self {
-        Self {
-            inner: self.inner.with_timeouts(t),
-            ..self
-        }
-    }
-    async fn list_shards(&self) -> Result<Vec<ShardInfo>, StreamError> {
-        self.inner.list_shards().await
-    }
-    async fn get_iterator(&self, shard_id: &str, start: &StartAt) -> Result<String, StreamError> {
-        self.inner.get_iterator(shard_id, start).await
-    }
-    async fn get_records(&self, iterator: &str, limit: i32) -> Result<RecordBatch, StreamError> {
-        let out = self.inner.get_records(iterator, limit).await;
-        let got = out.as_ref().map_or(0, |b| b.records.len());
-        self.calls.lock().unwrap().push(Call { asked: limit, got });
-        out
-    }
-}
+use super::tap::Tap;
 
 /// Every delivered sequence number, in delivery order, and when the last one arrived.
 #[derive(Clone, Default)]
@@ -124,17 +78,15 @@ async fn a_backlog_is_read_in_pages_and_only_the_last_call_a_window_allows_asks_
         .collect();
     assert_eq!(want.len(), RECORDS);
 
-    let calls: Arc<Mutex<Vec<Call>>> = Arc::default();
     let mut config = fast_config("pager");
     config.max_records = None; // the source's cap: 10,000
     config.page_records = PAGE;
     config.idle_poll = Duration::from_secs(3);
     let seen = Ordered::default();
+    let tap = Tap::new(source);
+    let calls = tap.reads();
     let worker = Worker::new(
-        Logged {
-            inner: source,
-            calls: Arc::clone(&calls),
-        },
+        tap,
         LeaseTable::new(fx.stack.ddb.clone(), &spec.name, "pages-app"),
         seen.clone(),
         config,
@@ -162,13 +114,22 @@ async fn a_backlog_is_read_in_pages_and_only_the_last_call_a_window_allows_asks_
         "the backlog took {drained:?} after its first page: a full page was taken for the tip"
     );
     let calls = calls.lock().unwrap().clone();
-    let reading: Vec<Call> = calls.iter().copied().filter(|c| c.got > 0).collect();
+    let reading: Vec<_> = calls
+        .iter()
+        .filter(|c| c.got.is_some_and(|n| n > 0))
+        .collect();
     assert!(reading.len() >= 5, "pages of {PAGE}: {calls:?}");
     assert!(
         reading[..4]
             .iter()
-            .all(|c| c.asked == PAGE && c.got == PAGE as usize),
+            .all(|c| c.asked == PAGE && c.got == Some(PAGE as usize)),
         "the first four calls ask for the page: {calls:?}"
+    );
+    assert!(
+        calls
+            .iter()
+            .all(|c| c.shard.as_deref() == Some(shard.as_str())),
+        "every call reads the stream's one shard along its iterators: {calls:?}"
     );
     let doublings: Vec<i32> = (0..9).map(|d| PAGE << d).collect();
     assert!(
