@@ -17,7 +17,9 @@
 //! `BENCH_PEER_DYNAMO=1` (add the peer on `DynamoLeaseStore`; it checkpoints every record, about
 //! 90 s per 20,000-record drain on moto), `BENCH_CPU_PIDS=kinesis-mock=PID,moto=PID` (report the
 //! CPU seconds each named process, and the bench itself, spent per drain: whether a consumer
-//! makes the emulators work more, or only waits differently).
+//! makes the emulators work more, or only waits differently), `BENCH_FANOUT=1` (add heatsink
+//! reading through enhanced fan-out, `FanOutSource`, a consumer registered afresh before each
+//! drain's clock starts).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -29,8 +31,8 @@ use aws_sdk_kinesis::types::{PutRecordsRequestEntry, ScalingType, StreamStatus};
 use futures::StreamExt;
 use heatsink::schema::{self, Schema, StreamSpec, Table};
 use heatsink::stream::{
-    KinesisSource, LeaseTable, ProcessBatch, RecordProcessor, StreamError, Worker, WorkerConfig,
-    WorkerStats,
+    FanOutSource, KinesisSource, LeaseTable, ProcessBatch, RecordProcessor, ShardSource,
+    StreamError, Worker, WorkerConfig, WorkerStats,
 };
 use ruststream::{Broker, IncomingMessage, Positioned, Seekable, Seeker, Subscriber};
 use ruststream_kinesis::{
@@ -197,6 +199,8 @@ enum Consumer {
     HeatsinkLate,
     /// heatsink asking `max_records` in every GetRecords (`page_records` = `max_records`).
     HeatsinkFixed,
+    /// heatsink reading through enhanced fan-out (`BENCH_FANOUT=1`), a fresh consumer a drain.
+    HeatsinkFanOut,
     /// ruststream-kinesis with its in-process `MemoryLeaseStore`.
     Peer,
     /// ruststream-kinesis with its `DynamoLeaseStore` on the same DynamoDB as heatsink's leases.
@@ -255,7 +259,52 @@ fn worker_config(id: &str) -> WorkerConfig {
 
 /// Starts `workers` heatsink workers of `app`; returns the shared count, their stop handles and
 /// their stats.
+/// How heatsink's workers read the stream.
+#[derive(Clone)]
+enum Reader {
+    /// GetRecords (`KinesisSource`).
+    Polling,
+    /// Enhanced fan-out through the registered consumer with this ARN (`FanOutSource`).
+    FanOut(String),
+}
+
+/// Starts one worker on `source`; its stats and task.
+fn spawn_worker<S: ShardSource>(
+    source: S,
+    leases: LeaseTable,
+    count: Count,
+    config: WorkerConfig,
+    stop: tokio::sync::oneshot::Receiver<()>,
+) -> (WorkerStats, Running) {
+    let worker = Worker::new(source, leases, count, config);
+    let stats = worker.stats();
+    let task = tokio::spawn(worker.run(async move {
+        let _ = stop.await;
+    }));
+    (stats, task)
+}
+
 fn heatsink_workers(
+    config: &aws_config::SdkConfig,
+    stream: &str,
+    leases_table: &str,
+    app: &str,
+    workers: usize,
+    tune: impl Fn(&mut WorkerConfig),
+) -> (Count, Vec<Stop>, Vec<Running>, Vec<WorkerStats>) {
+    heatsink_workers_on(
+        &Reader::Polling,
+        config,
+        stream,
+        leases_table,
+        app,
+        workers,
+        tune,
+    )
+}
+
+fn heatsink_workers_on(
+    reader: &Reader,
     config: &aws_config::SdkConfig,
     stream: &str,
     leases_table: &str,
@@ -271,18 +320,28 @@ fn heatsink_workers(
         let id = format!("{app}-w{w}");
         let mut c = worker_config(&id);
         tune(&mut c);
-        let worker = Worker::new(
-            KinesisSource::new(aws_sdk_kinesis::Client::new(config), stream),
-            LeaseTable::new(aws_sdk_dynamodb::Client::new(config), leases_table, app),
-            count.for_worker(&id),
-            c,
-        );
-        stats.push(worker.stats());
+        let kinesis = aws_sdk_kinesis::Client::new(config);
+        let leases = LeaseTable::new(aws_sdk_dynamodb::Client::new(config), leases_table, app);
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         stops.push(tx);
-        tasks.push(tokio::spawn(worker.run(async move {
-            let _ = rx.await;
-        })));
+        let (stat, task) = match reader {
+            Reader::Polling => spawn_worker(
+                KinesisSource::new(kinesis, stream),
+                leases,
+                count.for_worker(&id),
+                c,
+                rx,
+            ),
+            Reader::FanOut(arn) => spawn_worker(
+                FanOutSource::new(kinesis, stream, arn.as_str()),
+                leases,
+                count.for_worker(&id),
+                c,
+                rx,
+            ),
+        };
+        stats.push(stat);
+        tasks.push(task);
     }
     (count, stops, tasks, stats)
 }
@@ -299,9 +358,34 @@ async fn heatsink_drain(
     n: u64,
     tune: impl Fn(&mut WorkerConfig),
 ) -> Result<(Took, u64, u64, u64, u64, (u64, u64)), BoxError> {
+    heatsink_drain_on(
+        &Reader::Polling,
+        config,
+        stream,
+        leases_table,
+        app,
+        workers,
+        n,
+        tune,
+    )
+    .await
+}
+
+/// [`heatsink_drain`] through `reader`.
+#[allow(clippy::too_many_arguments)]
+async fn heatsink_drain_on(
+    reader: &Reader,
+    config: &aws_config::SdkConfig,
+    stream: &str,
+    leases_table: &str,
+    app: &str,
+    workers: usize,
+    n: u64,
+    tune: impl Fn(&mut WorkerConfig),
+) -> Result<(Took, u64, u64, u64, u64, (u64, u64)), BoxError> {
     let start = Instant::now();
     let (count, stops, tasks, stats) =
-        heatsink_workers(config, stream, leases_table, app, workers, tune);
+        heatsink_workers_on(reader, config, stream, leases_table, app, workers, tune);
     let took = wait_count(&count.distinct, n, start).await?;
     stop_all(stops, tasks).await;
     let delivered = count.delivered.load(Ordering::Relaxed);
@@ -498,6 +582,8 @@ async fn bench() -> Result<(), BoxError> {
     let mut peer_tables = 0usize;
     // The peer on DynamoDB leases writes a checkpoint per record: minutes per drain on moto.
     let peer_dynamo = std::env::var("BENCH_PEER_DYNAMO").as_deref() == Ok("1");
+    // heatsink through enhanced fan-out too.
+    let fan_out = std::env::var("BENCH_FANOUT").as_deref() == Ok("1");
     for workers in [1usize, 3] {
         // Warm-up, not counted.
         heatsink_drain(
@@ -527,8 +613,9 @@ async fn bench() -> Result<(), BoxError> {
         let mut early = (0, 0);
         let mut late = Vec::new();
         let mut fixed = Vec::new();
-        // CPU per drain: heatsink, peer, heatsink without early reads, fixed pages.
-        let mut cpu: [Vec<Vec<f64>>; 4] = Default::default();
+        let mut fanned = Vec::new();
+        // CPU per drain: heatsink, peer, heatsink without early reads, fixed pages, fan-out.
+        let mut cpu: [Vec<Vec<f64>>; 5] = Default::default();
         let (mut peer_again, mut peer_ddb_again) = (0, 0);
         let mut peer_ddb_failed: Option<String> = None;
         for run in 0..runs {
@@ -540,6 +627,7 @@ async fn bench() -> Result<(), BoxError> {
                 Consumer::Peer,
                 Consumer::HeatsinkLate,
                 Consumer::HeatsinkFixed,
+                Consumer::HeatsinkFanOut,
                 Consumer::PeerDynamo,
             ];
             if run % 2 == 1 {
@@ -552,6 +640,7 @@ async fn bench() -> Result<(), BoxError> {
                     Consumer::Peer => Some(1),
                     Consumer::HeatsinkLate => Some(2),
                     Consumer::HeatsinkFixed => Some(3),
+                    Consumer::HeatsinkFanOut => Some(4),
                     Consumer::PeerDynamo => None,
                 };
                 match turn {
@@ -597,6 +686,27 @@ async fn bench() -> Result<(), BoxError> {
                         )
                         .await?;
                         fixed.push(took);
+                    }
+                    Consumer::HeatsinkFanOut if !fan_out => continue,
+                    Consumer::HeatsinkFanOut => {
+                        let app = next_app("fanout");
+                        // Registered (and ACTIVE) before the clock starts, as a deployed
+                        // consumer is; removed after.
+                        let source =
+                            FanOutSource::register(kinesis.clone(), &stream.name, &app).await?;
+                        let (took, ..) = heatsink_drain_on(
+                            &Reader::FanOut(source.consumer_arn().to_owned()),
+                            &config,
+                            &stream.name,
+                            &leases.name,
+                            &app,
+                            workers,
+                            n,
+                            |_| {},
+                        )
+                        .await?;
+                        let _ = source.deregister().await;
+                        fanned.push(took);
                     }
                     Consumer::Peer => {
                         let store = Arc::new(MemoryLeaseStore::new());
@@ -644,28 +754,28 @@ async fn bench() -> Result<(), BoxError> {
             early.1,
             meter.report(&cpu[0]),
         );
-        let late_s = median(all_secs(&late));
-        println!(
-            "{:<40} {:>9.3} {:>9.3} {:>11.0}   runs {:?}   (early reads save {:.3} s){}",
-            format!("heatsink::stream x{workers}, no early"),
-            late_s,
-            median(first_secs(&late)),
-            n as f64 / late_s,
-            rounded(&all_secs(&late)),
-            late_s - ours_s,
-            meter.report(&cpu[2]),
-        );
-        let fixed_s = median(all_secs(&fixed));
-        println!(
-            "{:<40} {:>9.3} {:>9.3} {:>11.0}   runs {:?}   (small pages save {:.3} s){}",
-            format!("heatsink::stream x{workers}, fixed pages"),
-            fixed_s,
-            median(first_secs(&fixed)),
-            n as f64 / fixed_s,
-            rounded(&all_secs(&fixed)),
-            fixed_s - ours_s,
-            meter.report(&cpu[3]),
-        );
+        // heatsink with one thing changed, against heatsink's defaults (same run): a positive
+        // difference is what the default saves.
+        for (variant, times, cpu) in [
+            ("no early", &late, &cpu[2]),
+            ("fixed pages", &fixed, &cpu[3]),
+            ("fan-out", &fanned, &cpu[4]),
+        ] {
+            if times.is_empty() {
+                continue;
+            }
+            let secs = median(all_secs(times));
+            println!(
+                "{:<40} {:>9.3} {:>9.3} {:>11.0}   runs {:?}   ({variant} minus defaults: {:+.3} s){}",
+                format!("heatsink::stream x{workers}, {variant}"),
+                secs,
+                median(first_secs(times)),
+                n as f64 / secs,
+                rounded(&all_secs(times)),
+                secs - ours_s,
+                meter.report(cpu),
+            );
+        }
         if let Some(e) = &peer_ddb_failed {
             println!("ruststream-kinesis x{workers}, DynamoDB leases: {e} (no row)");
         }
