@@ -160,12 +160,14 @@ pub struct WorkerConfig {
     /// on Kinesis, 1,000 on DynamoDB Streams. Also bounds redelivery after a crash (module docs).
     pub max_records: Option<i32>,
     /// Records a GetRecords asks for while the shard's call budget (5 per second) has room
-    /// (default [`DEFAULT_PAGE_RECORDS`], 1,000; at most `max_records`). The last call the
-    /// budget allows before the reader would have to wait asks for `max_records`, and each time
-    /// the budget does make a reader that is behind wait, the page doubles up to `max_records`
-    /// ([`ReadSize`]): small pages while calls are plentiful (the first records reach the
-    /// processor sooner, fetching and processing overlap in finer steps), big ones once the
-    /// budget binds. Set it to `max_records` (or more) for fixed pages of `max_records`.
+    /// (default [`DEFAULT_PAGE_RECORDS`], 1,000; at least 1, at most `max_records`). The last
+    /// call the budget allows before the reader would have to wait asks for `max_records`, each
+    /// time the budget does make a reader that is behind wait the page doubles up to
+    /// `max_records`, and at the shard's tip it is back to `page_records` ([`ReadSize`]): small
+    /// pages while calls are plentiful (the first records reach the processor sooner, fetching
+    /// and processing overlap in finer steps), big ones once the budget binds. Set it to
+    /// `max_records` (or more) for fixed pages of `max_records`. Polling sources only: an
+    /// enhanced fan-out subscription pushes what it has and ignores the limit.
     pub page_records: i32,
     /// GetRecords answers queued per shard ahead of the processor (default 2; at least 1).
     pub prefetch_batches: usize,
@@ -1419,8 +1421,9 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
     /// A fresh page-size state for one shard's reader: pages of `page_records`, at most
     /// `max_records`.
     fn read_size(&self) -> ReadSize {
+        // `max_records` is at least 1 (`run`); a page below 1 is 1, as `max_records` is.
         let cap = usize::try_from(self.max_records).unwrap_or(1);
-        let page = usize::try_from(self.config.page_records).unwrap_or(cap);
+        let page = usize::try_from(self.config.page_records.max(1)).unwrap_or(1);
         ReadSize::new(page, cap)
     }
 
@@ -1557,6 +1560,9 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
                     pause = self.config.retry_backoff;
                     let caught_up = is_caught_up(&batch, asked);
                     behind = !caught_up;
+                    if caught_up {
+                        size.caught_up();
+                    }
                     if let Some(r) = batch.records.last() {
                         last = Some(StartAt::AfterSeq(r.seq.clone()));
                     }
@@ -1582,6 +1588,9 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
                     }
                 }
                 Err(e @ (StreamError::ExpiredIterator(_) | StreamError::Trimmed(_))) => {
+                    // A failed call says nothing of the backlog: a pace wait it causes must not
+                    // grow the page.
+                    behind = false;
                     let again = last.clone().unwrap_or_else(|| start.clone());
                     if matches!(e, StreamError::Trimmed(_)) {
                         self.trimmed(&shard, &again);
@@ -1605,6 +1614,7 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
                     return;
                 }
                 Err(e) => {
+                    behind = false;
                     tracing::debug!(shard = %shard, error = %e, "GetRecords failed; backing off");
                     if sleep_or_stop(pause, &mut stop).await {
                         return;

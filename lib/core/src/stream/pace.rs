@@ -32,9 +32,10 @@
 //! window has room, and for the cap (10,000 on Kinesis) on the call after which the next one
 //! would have to wait: the last call a window allows may as well take everything the service
 //! gives. Once the budget does bind (a reader that is behind waits for the window), the page
-//! doubles, up to the cap. Small pages hand the first records to the processor sooner, let
+//! doubles, up to the cap; once the reader reaches the shard's tip, it is back to the first
+//! page ([`ReadSize::caught_up`]). Small pages hand the first records to the processor sooner, let
 //! fetching and processing overlap in finer steps, and cost a slow server (kinesis-mock: about
-//! 1.5× the CPU per record at 10,000 than at 1,000) no more per record; big pages keep a
+//! 1.5× the CPU per record at 10,000 than at 1,000) less per record; big pages keep a
 //! backlog draining at up to 5 × the cap per second where calls are fast.
 //!
 //! ```
@@ -57,9 +58,9 @@
 //! assert_eq!(asked, [1_000, 1_000, 1_000, 1_000, 10_000]);
 //! ```
 //!
-//! Guarantee (property-tested): every limit lies between the page and the cap; with a steady
-//! call latency a reader waits for the window only right after a call that asked for the cap;
-//! and the page never shrinks.
+//! Guarantee (property-tested): every limit lies between the first page and the cap; with a
+//! steady call latency a reader waits for the window only right after a call that asked for
+//! the cap; and the page never shrinks while the reader is behind.
 
 use std::collections::VecDeque;
 
@@ -109,6 +110,8 @@ impl ReadPace {
 /// wait. A pure state machine over millisecond times from the same clock as its [`ReadPace`].
 #[derive(Clone, Debug)]
 pub struct ReadSize {
+    /// The page a reader starts with, and returns to at the tip.
+    first: usize,
     page: usize,
     cap: usize,
     /// The last call's latency: when the next call could start after one starting now.
@@ -119,8 +122,10 @@ impl ReadSize {
     /// Pages of `page` records, at most `cap` (both at least 1; a page above the cap is the cap).
     pub fn new(page: usize, cap: usize) -> Self {
         let cap = cap.max(1);
+        let first = page.clamp(1, cap);
         Self {
-            page: page.clamp(1, cap),
+            first,
+            page: first,
             cap,
             latency_ms: 0,
         }
@@ -159,6 +164,12 @@ impl ReadSize {
     /// doubles (up to the cap).
     pub fn paced(&mut self) {
         self.page = self.page.saturating_mul(2).min(self.cap);
+    }
+
+    /// The reader reached the shard's tip: the backlog is gone, so the next one starts again
+    /// from the first page (the expected latency is kept).
+    pub fn caught_up(&mut self) {
+        self.page = self.first;
     }
 }
 
@@ -268,6 +279,16 @@ mod tests {
         let (log, size) = drain(5, 1_000, 10_000, 250, 20_000);
         assert!(log.iter().all(|c| !c.2 && c.1 == 1_000));
         assert_eq!(size.page(), 1_000);
+    }
+
+    #[test]
+    fn the_tip_brings_the_page_back_to_the_first() {
+        let (_, mut size) = drain(5, 1_000, 10_000, 10, 200_000);
+        assert_eq!(size.page(), 10_000);
+        size.caught_up();
+        assert_eq!(size.page(), 1_000);
+        // The latency is kept: a fresh window still asks for the first page.
+        assert_eq!(size.limit(&ReadPace::new(5, 1_000), 0), 1_000);
     }
 
     #[test]
