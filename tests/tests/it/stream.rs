@@ -257,8 +257,8 @@ fn complete(log: &[Seen], keys: usize, rounds: u64) -> bool {
 
 /// Three workers read a 2-shard stream while it is split, merged and rescaled twice, and one
 /// worker is killed mid-way; every key's values arrive complete and in order. The workers read
-/// in pages of 5 under a cap of 200 (`page_records`), so the page, the cap on the last call a
-/// window allows and the doubling all run through the reshards and the takeover.
+/// in pages of 5 under a cap of 200 (`page_records`), so pages below the cap (and, where a
+/// backlog fills a window, the cap and doubled pages) run through the reshards and the takeover.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_record_is_lost_or_reordered_across_split_merge_and_rescale_with_a_worker_killed() {
     let fx = fixture!(
@@ -1554,44 +1554,28 @@ async fn a_corrupt_kpl_aggregate_is_delivered_whole_with_its_reason_and_does_not
 
 /// A Kinesis client answering from aws-smithy-mocks rules (kinesis-mock never throttles), with
 /// the SDK's own retries off so every GetRecords the worker makes is one counted call.
-macro_rules! mocked_kinesis {
-    ($($rule:expr),* $(,)?) => {
-        aws_smithy_mocks::mock_client!(
-            aws_sdk_kinesis,
-            aws_smithy_mocks::RuleMode::MatchAny,
-            [$(&$rule),*],
-            |c| c.retry_config(aws_sdk_kinesis::config::retry::RetryConfig::disabled())
-        )
-    };
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn smithy_mock_throttled_get_records_lose_and_skip_nothing_and_the_worker_backs_off() {
-    use aws_sdk_kinesis::error::ErrorMetadata;
+/// The calls a worker makes before reading, mocked for a one-shard stream named `stream`
+/// whose shard is `shard` (shapes from the Kinesis API reference): DescribeStreamSummary,
+/// ListShards, and GetShardIterator answering `it-0`.
+fn one_shard_rules(stream: &str, shard: &str) -> [aws_smithy_mocks::Rule; 3] {
     use aws_sdk_kinesis::operation::describe_stream_summary::DescribeStreamSummaryOutput;
-    use aws_sdk_kinesis::operation::get_records::{GetRecordsError, GetRecordsOutput};
     use aws_sdk_kinesis::operation::get_shard_iterator::GetShardIteratorOutput;
     use aws_sdk_kinesis::operation::list_shards::ListShardsOutput;
     use aws_sdk_kinesis::primitives::DateTime;
-    use aws_sdk_kinesis::types::error::{
-        KmsThrottlingException, ProvisionedThroughputExceededException,
-    };
     use aws_sdk_kinesis::types::{
-        HashKeyRange, Record, SequenceNumberRange, Shard, StreamDescriptionSummary,
+        HashKeyRange, SequenceNumberRange, Shard, StreamDescriptionSummary,
     };
     use aws_smithy_mocks::mock;
 
-    let fx = fixture!(
-        "smithy_mock_throttled_get_records_lose_and_skip_nothing_and_the_worker_backs_off"
-    );
-    let spec = fx.table(Table::Leases).await;
-    const SHARD: &str = "shardId-000000000000";
-    let summary = mock!(aws_sdk_kinesis::Client::describe_stream_summary).then_output(|| {
+    let (name, id) = (stream.to_owned(), shard.to_owned());
+    let summary = mock!(aws_sdk_kinesis::Client::describe_stream_summary).then_output(move || {
         DescribeStreamSummaryOutput::builder()
             .stream_description_summary(
                 StreamDescriptionSummary::builder()
-                    .stream_name("t-throttled")
-                    .stream_arn("arn:aws:kinesis:us-east-1:000000000000:stream/t-throttled")
+                    .stream_name(&name)
+                    .stream_arn(format!(
+                        "arn:aws:kinesis:us-east-1:000000000000:stream/{name}"
+                    ))
                     .stream_status(StreamStatus::Active)
                     .retention_period_hours(24)
                     .stream_creation_timestamp(DateTime::from_secs(1_700_000_000))
@@ -1602,11 +1586,11 @@ async fn smithy_mock_throttled_get_records_lose_and_skip_nothing_and_the_worker_
             )
             .build()
     });
-    let list = mock!(aws_sdk_kinesis::Client::list_shards).then_output(|| {
+    let list = mock!(aws_sdk_kinesis::Client::list_shards).then_output(move || {
         ListShardsOutput::builder()
             .shards(
                 Shard::builder()
-                    .shard_id(SHARD)
+                    .shard_id(&id)
                     .hash_key_range(
                         HashKeyRange::builder()
                             .starting_hash_key("0")
@@ -1630,6 +1614,36 @@ async fn smithy_mock_throttled_get_records_lose_and_skip_nothing_and_the_worker_
             .shard_iterator("it-0")
             .build()
     });
+    [summary, list, iterator]
+}
+
+macro_rules! mocked_kinesis {
+    ($($rule:expr),* $(,)?) => {
+        aws_smithy_mocks::mock_client!(
+            aws_sdk_kinesis,
+            aws_smithy_mocks::RuleMode::MatchAny,
+            [$(&$rule),*],
+            |c| c.retry_config(aws_sdk_kinesis::config::retry::RetryConfig::disabled())
+        )
+    };
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn smithy_mock_throttled_get_records_lose_and_skip_nothing_and_the_worker_backs_off() {
+    use aws_sdk_kinesis::error::ErrorMetadata;
+    use aws_sdk_kinesis::operation::get_records::{GetRecordsError, GetRecordsOutput};
+    use aws_sdk_kinesis::types::Record;
+    use aws_sdk_kinesis::types::error::{
+        KmsThrottlingException, ProvisionedThroughputExceededException,
+    };
+    use aws_smithy_mocks::mock;
+
+    let fx = fixture!(
+        "smithy_mock_throttled_get_records_lose_and_skip_nothing_and_the_worker_backs_off"
+    );
+    let spec = fx.table(Table::Leases).await;
+    const SHARD: &str = "shardId-000000000000";
+    let [summary, list, iterator] = one_shard_rules("t-throttled", SHARD);
     // Records value 1..=n of key k0 at sequence numbers 100 + value.
     let page = |from: u64, to: u64, next: &'static str| {
         move || {
@@ -1764,4 +1778,107 @@ async fn smithy_mock_throttled_get_records_lose_and_skip_nothing_and_the_worker_
             "{gap:?} under {floor} ms"
         );
     }
+}
+
+/// GetRecords answered at once (aws-smithy-mocks, shapes from the Kinesis API reference), so a
+/// reader that is behind fills its 5-calls-a-second window within milliseconds: the first four
+/// calls ask for the page (10), the fifth for the cap (10,000, the source's maximum), the page
+/// then grows after the window's wait, and once an answer finds the tip the next backlog is asked
+/// for in pages of 10 again. Every record arrives once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn smithy_mock_instant_answers_take_the_cap_on_a_windows_last_call_and_the_tip_resets_the_page()
+ {
+    use std::sync::atomic::AtomicU64;
+
+    use aws_sdk_kinesis::operation::get_records::GetRecordsOutput;
+    use aws_sdk_kinesis::types::Record;
+    use aws_smithy_mocks::mock;
+
+    let fx = fixture!(
+        "smithy_mock_instant_answers_take_the_cap_on_a_windows_last_call_and_the_tip_resets_the_page"
+    );
+    let spec = fx.table(Table::Leases).await;
+    const SHARD: &str = "shardId-000000000000";
+    let [summary, list, iterator] = one_shard_rules("t-pages", SHARD);
+    // Calls 0-7: 10 records each, 1 s behind; call 8: the tip; call 9: 10 more records; then the
+    // tip for good. Values 1..=90 of key k0 at sequence numbers 100 + value.
+    let limits: Arc<Mutex<Vec<i32>>> = Arc::default();
+    let served = Arc::new(AtomicU64::new(0));
+    let records = mock!(aws_sdk_kinesis::Client::get_records)
+        .match_requests({
+            let limits = Arc::clone(&limits);
+            move |r| {
+                limits.lock().unwrap().push(r.limit().unwrap_or(0));
+                true
+            }
+        })
+        .then_output({
+            let served = Arc::clone(&served);
+            move || {
+                let call = served.fetch_add(1, Ordering::SeqCst);
+                let (from, behind) = match call {
+                    0..=7 => (call * 10 + 1, 1_000),
+                    9 => (81, 1_000),
+                    _ => (0, 0),
+                };
+                let records = (from..from + if from == 0 { 0 } else { 10 }).map(|v| {
+                    Record::builder()
+                        .sequence_number((100 + v).to_string())
+                        .partition_key("k0")
+                        .data(Blob::new(format!("k0:{v}")))
+                        .build()
+                        .expect("record")
+                });
+                GetRecordsOutput::builder()
+                    .set_records(Some(records.collect()))
+                    .next_shard_iterator(format!("it-{}", call + 1))
+                    .millis_behind_latest(behind)
+                    .build()
+                    .expect("page")
+            }
+        });
+    let client = mocked_kinesis!(summary, list, iterator, records);
+
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let mut config = fast_config("w0");
+    config.max_records = None; // the source's maximum, 10,000
+    config.page_records = 10;
+    // Long enough after the tip that the window's calls have aged out: the next call is not
+    // the last one a window allows, so it asks for a page, not the cap.
+    config.idle_poll = Duration::from_millis(1_200);
+    let w = start(
+        KinesisSource::new(client, "t-pages"),
+        LeaseTable::new(fx.stack.ddb.clone(), &spec.name, "pages-app"),
+        collector("w0", &log),
+        config,
+    );
+    eventually("all 90 records delivered", Duration::from_secs(30), || {
+        let log = Arc::clone(&log);
+        async move { (log.lock().unwrap().len() >= 90).then_some(()) }
+    })
+    .await;
+    let _ = w.stop.send(());
+    w.task.await.expect("worker task").expect("worker ran");
+
+    let values: Vec<u64> = log.lock().unwrap().iter().map(|s| s.value).collect();
+    assert_eq!(
+        values,
+        (1..=90).collect::<Vec<_>>(),
+        "each record once, in order"
+    );
+    let limits = limits.lock().unwrap().clone();
+    assert!(limits.len() >= 10, "calls: {limits:?}");
+    assert_eq!(limits[..4], [10, 10, 10, 10], "the page first: {limits:?}");
+    assert_eq!(
+        limits[4], 10_000,
+        "the window's last call asks for the cap: {limits:?}"
+    );
+    assert!(
+        limits[5..8].iter().all(|&l| l >= 20),
+        "after the window's wait the page has grown: {limits:?}"
+    );
+    assert_eq!(
+        limits[9], 10,
+        "after the tip, pages of 10 again: {limits:?}"
+    );
 }
