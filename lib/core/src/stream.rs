@@ -119,7 +119,7 @@ pub use assign::{Assignment, Steal, assign, take_order};
 pub use graph::{ShardGraph, ShardInfo};
 pub use history::{ReshardOp, ReshardSim, SimRecord};
 pub use lease::{Lease, LeaseEvent, LeaseState};
-pub use pace::{ReadPace, ReadSize};
+pub use pace::{ReadAnswer, ReadPace, ReadSize};
 pub use peers::{Announcement, live_workers};
 pub use progress::{
     AT_TIMESTAMP, Checkpoints, LATEST, Position, Progress, SHARD_END, TRIM_HORIZON, eligible,

@@ -66,8 +66,8 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use heatsink_core::stream::{
-    Acquire, InitialPosition, Lease, LeaseEvent, LeaseState, Position, Progress, ReadPace,
-    ReadSize, Repair, RoundInput, RoundPlan, ShardGraph, ShardInfo, plan_round,
+    Acquire, InitialPosition, Lease, LeaseEvent, LeaseState, Position, Progress, ReadAnswer,
+    ReadPace, ReadSize, Repair, RoundInput, RoundPlan, ShardGraph, ShardInfo, plan_round,
 };
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::JoinSet;
@@ -1523,16 +1523,13 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
         };
         let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
         let idle = self.config.idle_poll.max(MIN_GET_RECORDS_INTERVAL);
-        // Whether the last answer left the shard behind (its tip not reached).
-        let mut behind = false;
         loop {
             if *stop.borrow() || !self.is_valid(&held) {
                 return;
             }
-            let (result, asked) = if let Some(answer) = first.take() {
+            let (result, asked, took) = if let Some(answer) = first.take() {
                 pace.record(0);
-                size.answered(millis(answer.took));
-                (answer.result, answer.limit)
+                (answer.result, answer.limit, answer.took)
             } else {
                 if budget.below(limit, &mut stop).await {
                     return;
@@ -1540,9 +1537,7 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
                 let now = since(tokio::time::Instant::now());
                 let at = pace.earliest(now);
                 if at > now {
-                    if behind {
-                        size.paced();
-                    }
+                    size.paced();
                     if sleep_or_stop(Duration::from_millis(at - now), &mut stop).await {
                         return;
                     }
@@ -1552,17 +1547,20 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
                 pace.record(start);
                 let sent = tokio::time::Instant::now();
                 let result = self.source.get_records(&iterator, asked).await;
-                size.answered(millis(sent.elapsed()));
-                (result, asked)
+                (result, asked, sent.elapsed())
             };
+            let caught_up = result.as_ref().is_ok_and(|b| is_caught_up(b, asked));
+            size.answered(
+                millis(took),
+                match &result {
+                    Ok(_) if caught_up => ReadAnswer::Tip,
+                    Ok(_) => ReadAnswer::Behind,
+                    Err(_) => ReadAnswer::Failed,
+                },
+            );
             match result {
                 Ok(batch) => {
                     pause = self.config.retry_backoff;
-                    let caught_up = is_caught_up(&batch, asked);
-                    behind = !caught_up;
-                    if caught_up {
-                        size.caught_up();
-                    }
                     if let Some(r) = batch.records.last() {
                         last = Some(StartAt::AfterSeq(r.seq.clone()));
                     }
@@ -1588,9 +1586,6 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
                     }
                 }
                 Err(e @ (StreamError::ExpiredIterator(_) | StreamError::Trimmed(_))) => {
-                    // A failed call says nothing of the backlog: a pace wait it causes must not
-                    // grow the page.
-                    behind = false;
                     let again = last.clone().unwrap_or_else(|| start.clone());
                     if matches!(e, StreamError::Trimmed(_)) {
                         self.trimmed(&shard, &again);
@@ -1614,7 +1609,6 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
                     return;
                 }
                 Err(e) => {
-                    behind = false;
                     tracing::debug!(shard = %shard, error = %e, "GetRecords failed; backing off");
                     if sleep_or_stop(pause, &mut stop).await {
                         return;

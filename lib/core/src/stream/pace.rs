@@ -33,13 +33,13 @@
 //! would have to wait: the last call a window allows may as well take everything the service
 //! gives. Once the budget does bind (a reader that is behind waits for the window), the page
 //! doubles, up to the cap; once the reader reaches the shard's tip, it is back to the first
-//! page ([`ReadSize::caught_up`]). Small pages hand the first records to the processor sooner, let
+//! page ([`ReadAnswer::Tip`]). A wait after a failed call or at the tip grows nothing. Small pages hand the first records to the processor sooner, let
 //! fetching and processing overlap in finer steps, and cost a slow server (kinesis-mock: about
 //! 1.5× the CPU per record at 10,000 than at 1,000) less per record; big pages keep a
 //! backlog draining at up to 5 × the cap per second where calls are fast.
 //!
 //! ```
-//! use heatsink_core::stream::{ReadPace, ReadSize};
+//! use heatsink_core::stream::{ReadAnswer, ReadPace, ReadSize};
 //!
 //! // A shard 5,625 records behind; every call takes 150 ms.
 //! let (mut pace, mut size) = (ReadPace::new(5, 1_000), ReadSize::new(1_000, 10_000));
@@ -51,7 +51,7 @@
 //!     asked.push(limit);
 //!     left -= left.min(limit);
 //!     now += 150;
-//!     size.answered(150);
+//!     size.answered(150, ReadAnswer::Behind);
 //! }
 //! // Four pages of 1,000; the fifth call would leave the sixth waiting until 1,000 ms, so it
 //! // asks for the cap and gets the remaining 1,625.
@@ -60,7 +60,8 @@
 //!
 //! Guarantee (property-tested): every limit lies between the first page and the cap; with a
 //! steady call latency a reader waits for the window only right after a call that asked for
-//! the cap; and the page never shrinks while the reader is behind.
+//! the cap; and the page never shrinks while the reader is behind, and grows only when a
+//! reader that is behind waits.
 
 use std::collections::VecDeque;
 
@@ -104,6 +105,18 @@ impl ReadPace {
     }
 }
 
+/// What one GetRecords found, as [`ReadSize::answered`] counts it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadAnswer {
+    /// Records with more behind them: the reader is behind, and a wait for the window means
+    /// the call budget binds.
+    Behind,
+    /// The shard's tip: the backlog is gone, the next one starts from the first page.
+    Tip,
+    /// The call failed: nothing is known of the backlog, so a wait it causes grows nothing.
+    Failed,
+}
+
 /// How many records one shard's next GetRecords asks for (module docs, *Page size*): the page
 /// while the call budget has room, the cap on the last call before the budget would make the
 /// reader wait, and a page that doubles each time the budget did make a reader that was behind
@@ -116,6 +129,8 @@ pub struct ReadSize {
     cap: usize,
     /// The last call's latency: when the next call could start after one starting now.
     latency_ms: u64,
+    /// Whether the last answer left the reader behind ([`ReadAnswer::Behind`]).
+    behind: bool,
 }
 
 impl ReadSize {
@@ -128,6 +143,7 @@ impl ReadSize {
             page: first,
             cap,
             latency_ms: 0,
+            behind: false,
         }
     }
 
@@ -155,21 +171,22 @@ impl ReadSize {
         }
     }
 
-    /// A call came back after `latency_ms`: the next call's expected latency.
-    pub fn answered(&mut self, latency_ms: u64) {
+    /// A call came back after `latency_ms` (the next call's expected latency) with `answer`;
+    /// at the tip the page is back to the first.
+    pub fn answered(&mut self, latency_ms: u64, answer: ReadAnswer) {
         self.latency_ms = latency_ms;
+        self.behind = answer == ReadAnswer::Behind;
+        if answer == ReadAnswer::Tip {
+            self.page = self.first;
+        }
     }
 
-    /// A reader that is behind has to wait for the window: the budget binds, so the page
-    /// doubles (up to the cap).
+    /// The reader has to wait for the window: if its last answer left it behind, the budget
+    /// binds, so the page doubles (up to the cap).
     pub fn paced(&mut self) {
-        self.page = self.page.saturating_mul(2).min(self.cap);
-    }
-
-    /// The reader reached the shard's tip: the backlog is gone, so the next one starts again
-    /// from the first page (the expected latency is kept).
-    pub fn caught_up(&mut self) {
-        self.page = self.first;
+        if self.behind {
+            self.page = self.page.saturating_mul(2).min(self.cap);
+        }
     }
 }
 
@@ -233,7 +250,7 @@ mod tests {
             log.push((at, limit, waited));
             left -= left.min(limit);
             now = at + latency;
-            size.answered(latency);
+            size.answered(latency, ReadAnswer::Behind);
         }
         (log, size)
     }
@@ -285,10 +302,26 @@ mod tests {
     fn the_tip_brings_the_page_back_to_the_first() {
         let (_, mut size) = drain(5, 1_000, 10_000, 10, 200_000);
         assert_eq!(size.page(), 10_000);
-        size.caught_up();
+        size.answered(10, ReadAnswer::Tip);
         assert_eq!(size.page(), 1_000);
         // The latency is kept: a fresh window still asks for the first page.
         assert_eq!(size.limit(&ReadPace::new(5, 1_000), 0), 1_000);
+    }
+
+    #[test]
+    fn only_a_wait_behind_a_backlog_grows_the_page() {
+        let mut size = ReadSize::new(1_000, 10_000);
+        size.paced(); // before any answer: nothing known of a backlog
+        assert_eq!(size.page(), 1_000);
+        size.answered(10, ReadAnswer::Failed);
+        size.paced();
+        assert_eq!(size.page(), 1_000, "a wait after a failed call");
+        size.answered(10, ReadAnswer::Tip);
+        size.paced();
+        assert_eq!(size.page(), 1_000, "a wait at the tip");
+        size.answered(10, ReadAnswer::Behind);
+        size.paced();
+        assert_eq!(size.page(), 2_000, "a wait behind a backlog");
     }
 
     #[test]
