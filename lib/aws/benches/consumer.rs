@@ -284,26 +284,9 @@ fn spawn_worker<S: ShardSource>(
     (stats, task)
 }
 
+/// Starts `workers` heatsink workers of `app` reading through `reader`; returns the shared
+/// count, their stop handles, their tasks and their stats.
 fn heatsink_workers(
-    config: &aws_config::SdkConfig,
-    stream: &str,
-    leases_table: &str,
-    app: &str,
-    workers: usize,
-    tune: impl Fn(&mut WorkerConfig),
-) -> (Count, Vec<Stop>, Vec<Running>, Vec<WorkerStats>) {
-    heatsink_workers_on(
-        &Reader::Polling,
-        config,
-        stream,
-        leases_table,
-        app,
-        workers,
-        tune,
-    )
-}
-
-fn heatsink_workers_on(
     reader: &Reader,
     config: &aws_config::SdkConfig,
     stream: &str,
@@ -349,31 +332,8 @@ fn heatsink_workers_on(
 /// One heatsink drain of the whole stream by a fresh application: (times, distinct,
 /// redelivered, checkpoint writes, the slowest worker's start-up work in ms, early reads used
 /// and dropped).
-async fn heatsink_drain(
-    config: &aws_config::SdkConfig,
-    stream: &str,
-    leases_table: &str,
-    app: &str,
-    workers: usize,
-    n: u64,
-    tune: impl Fn(&mut WorkerConfig),
-) -> Result<(Took, u64, u64, u64, u64, (u64, u64)), BoxError> {
-    heatsink_drain_on(
-        &Reader::Polling,
-        config,
-        stream,
-        leases_table,
-        app,
-        workers,
-        n,
-        tune,
-    )
-    .await
-}
-
-/// [`heatsink_drain`] through `reader`.
 #[allow(clippy::too_many_arguments)]
-async fn heatsink_drain_on(
+async fn heatsink_drain(
     reader: &Reader,
     config: &aws_config::SdkConfig,
     stream: &str,
@@ -385,7 +345,7 @@ async fn heatsink_drain_on(
 ) -> Result<(Took, u64, u64, u64, u64, (u64, u64)), BoxError> {
     let start = Instant::now();
     let (count, stops, tasks, stats) =
-        heatsink_workers_on(reader, config, stream, leases_table, app, workers, tune);
+        heatsink_workers(reader, config, stream, leases_table, app, workers, tune);
     let took = wait_count(&count.distinct, n, start).await?;
     stop_all(stops, tasks).await;
     let delivered = count.delivered.load(Ordering::Relaxed);
@@ -587,6 +547,7 @@ async fn bench() -> Result<(), BoxError> {
     for workers in [1usize, 3] {
         // Warm-up, not counted.
         heatsink_drain(
+            &Reader::Polling,
             &config,
             &stream.name,
             &leases.name,
@@ -646,6 +607,7 @@ async fn bench() -> Result<(), BoxError> {
                 match turn {
                     Consumer::Heatsink => {
                         let (took, _, again, w, startup, e) = heatsink_drain(
+                            &Reader::Polling,
                             &config,
                             &stream.name,
                             &leases.name,
@@ -663,6 +625,7 @@ async fn bench() -> Result<(), BoxError> {
                     }
                     Consumer::HeatsinkLate => {
                         let (took, ..) = heatsink_drain(
+                            &Reader::Polling,
                             &config,
                             &stream.name,
                             &leases.name,
@@ -676,6 +639,7 @@ async fn bench() -> Result<(), BoxError> {
                     }
                     Consumer::HeatsinkFixed => {
                         let (took, ..) = heatsink_drain(
+                            &Reader::Polling,
                             &config,
                             &stream.name,
                             &leases.name,
@@ -694,7 +658,7 @@ async fn bench() -> Result<(), BoxError> {
                         // consumer is; removed after.
                         let source =
                             FanOutSource::register(kinesis.clone(), &stream.name, &app).await?;
-                        let (took, ..) = heatsink_drain_on(
+                        let (took, ..) = heatsink_drain(
                             &Reader::FanOut(source.consumer_arn().to_owned()),
                             &config,
                             &stream.name,
@@ -812,6 +776,7 @@ async fn bench() -> Result<(), BoxError> {
     }
     // The old cadence for comparison: a checkpoint after every GetRecords batch of 1,000.
     let (took, _, again, writes, _, _) = heatsink_drain(
+        &Reader::Polling,
         &config,
         &stream.name,
         &leases.name,
@@ -838,8 +803,15 @@ async fn bench() -> Result<(), BoxError> {
 
     // Catch-up after a reshard: a caught-up worker, UpdateShardCount ×2, a new burst of records;
     // time from the last put until every new record went through the children.
-    let (count, stops, tasks, _) =
-        heatsink_workers(&config, &stream.name, &leases.name, "catchup", 1, |_| {});
+    let (count, stops, tasks, _) = heatsink_workers(
+        &Reader::Polling,
+        &config,
+        &stream.name,
+        &leases.name,
+        "catchup",
+        1,
+        |_| {},
+    );
     wait_count(&count.distinct, n, Instant::now()).await?;
     let before = count.distinct.load(Ordering::Relaxed);
     kinesis
@@ -862,11 +834,18 @@ async fn bench() -> Result<(), BoxError> {
 
     // Failover: 3 workers, 10 s lease, a trickle of records; kill one; seconds until every
     // shard it held is read again by a survivor.
-    let (count, mut stops, mut tasks, stats) =
-        heatsink_workers(&config, &stream.name, &leases.name, "failover", 3, |c| {
+    let (count, mut stops, mut tasks, stats) = heatsink_workers(
+        &Reader::Polling,
+        &config,
+        &stream.name,
+        &leases.name,
+        "failover",
+        3,
+        |c| {
             c.lease_duration = Duration::from_secs(10);
             c.renew_interval = Duration::from_secs(3);
-        });
+        },
+    );
     let producer = {
         let kinesis = kinesis.clone();
         let name = stream.name.clone();
