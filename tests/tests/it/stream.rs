@@ -1617,6 +1617,33 @@ fn one_shard_rules(stream: &str, shard: &str) -> [aws_smithy_mocks::Rule; 3] {
     [summary, list, iterator]
 }
 
+/// A mocked GetRecords answer holding `count` values of key k0 from `first` (value v at
+/// sequence number 100 + v), continuing at `next`, `behind_ms` behind the tip.
+fn k0_page(
+    first: u64,
+    count: u64,
+    next: impl Into<String>,
+    behind_ms: i64,
+) -> aws_sdk_kinesis::operation::get_records::GetRecordsOutput {
+    use aws_sdk_kinesis::operation::get_records::GetRecordsOutput;
+    use aws_sdk_kinesis::types::Record;
+
+    let records = (first..first + count).map(|v| {
+        Record::builder()
+            .sequence_number((100 + v).to_string())
+            .partition_key("k0")
+            .data(Blob::new(format!("k0:{v}")))
+            .build()
+            .expect("record")
+    });
+    GetRecordsOutput::builder()
+        .set_records(Some(records.collect()))
+        .next_shard_iterator(next)
+        .millis_behind_latest(behind_ms)
+        .build()
+        .expect("page")
+}
+
 macro_rules! mocked_kinesis {
     ($($rule:expr),* $(,)?) => {
         aws_smithy_mocks::mock_client!(
@@ -1631,8 +1658,7 @@ macro_rules! mocked_kinesis {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn smithy_mock_throttled_get_records_lose_and_skip_nothing_and_the_worker_backs_off() {
     use aws_sdk_kinesis::error::ErrorMetadata;
-    use aws_sdk_kinesis::operation::get_records::{GetRecordsError, GetRecordsOutput};
-    use aws_sdk_kinesis::types::Record;
+    use aws_sdk_kinesis::operation::get_records::GetRecordsError;
     use aws_sdk_kinesis::types::error::{
         KmsThrottlingException, ProvisionedThroughputExceededException,
     };
@@ -1644,23 +1670,10 @@ async fn smithy_mock_throttled_get_records_lose_and_skip_nothing_and_the_worker_
     let spec = fx.table(Table::Leases).await;
     const SHARD: &str = "shardId-000000000000";
     let [summary, list, iterator] = one_shard_rules("t-throttled", SHARD);
-    // Records value 1..=n of key k0 at sequence numbers 100 + value.
     let page = |from: u64, to: u64, next: &'static str| {
         move || {
-            let records = (from..=to).map(|v| {
-                Record::builder()
-                    .sequence_number((100 + v).to_string())
-                    .partition_key("k0")
-                    .data(Blob::new(format!("k0:{v}")))
-                    .build()
-                    .expect("record")
-            });
-            GetRecordsOutput::builder()
-                .set_records(Some(records.collect()))
-                .next_shard_iterator(next)
-                .millis_behind_latest(if next == "it-2" { 0 } else { 1_000 })
-                .build()
-                .expect("page")
+            let count = (to + 1).saturating_sub(from);
+            k0_page(from, count, next, if next == "it-2" { 0 } else { 1_000 })
         }
     };
     let throughput = || {
@@ -1790,8 +1803,6 @@ async fn smithy_mock_instant_answers_take_the_cap_on_a_windows_last_call_and_the
  {
     use std::sync::atomic::AtomicU64;
 
-    use aws_sdk_kinesis::operation::get_records::GetRecordsOutput;
-    use aws_sdk_kinesis::types::Record;
     use aws_smithy_mocks::mock;
 
     let fx = fixture!(
@@ -1816,25 +1827,12 @@ async fn smithy_mock_instant_answers_take_the_cap_on_a_windows_last_call_and_the
             let served = Arc::clone(&served);
             move || {
                 let call = served.fetch_add(1, Ordering::SeqCst);
-                let (from, behind) = match call {
-                    0..=7 => (call * 10 + 1, 1_000),
-                    9 => (81, 1_000),
-                    _ => (0, 0),
+                let (first, count, behind) = match call {
+                    0..=7 => (call * 10 + 1, 10, 1_000),
+                    9 => (81, 10, 1_000),
+                    _ => (0, 0, 0),
                 };
-                let records = (from..from + if from == 0 { 0 } else { 10 }).map(|v| {
-                    Record::builder()
-                        .sequence_number((100 + v).to_string())
-                        .partition_key("k0")
-                        .data(Blob::new(format!("k0:{v}")))
-                        .build()
-                        .expect("record")
-                });
-                GetRecordsOutput::builder()
-                    .set_records(Some(records.collect()))
-                    .next_shard_iterator(format!("it-{}", call + 1))
-                    .millis_behind_latest(behind)
-                    .build()
-                    .expect("page")
+                k0_page(first, count, format!("it-{}", call + 1), behind)
             }
         });
     let client = mocked_kinesis!(summary, list, iterator, records);
