@@ -10,7 +10,12 @@ CARGO ?= cargo
 # e.g. `make demo DEMO_ARGS="--scale 1 --rate 10000 --duration 40"` for full scale.
 DEMO_ARGS ?= --scale 0.1 --duration 80 --chaos lost-ack=0.05,dup-batch=0.05,crash=0.05,seed=1
 
-.PHONY: demo test lint lambdas stack-up stack-down stack-test
+# cargo-hack (crates.io), installed into .emu/cargo on first use: every feature of the library
+# crates is checked alone, as a user who enables one would build it.
+HACK_VERSION := 0.6.46
+HACK := .emu/cargo/bin/cargo-hack
+
+.PHONY: demo test lint features docs lambdas stack-up stack-down stack-test
 
 ## Bring the local stack up (if needed), create the resources, run the main scenario. The stack
 ## keeps running afterwards; `localstack/stack down` stops it.
@@ -36,6 +41,7 @@ test:
 	$(STACK) up; \
 	$(CARGO) fmt --all --check; \
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings; \
+	$(MAKE) --no-print-directory features docs; \
 	echo "== all tests, moto lane"; \
 	( eval "$$($(STACK) env --lane moto)"; HEATSINK_REQUIRE_STACK=1 $(CARGO) test --workspace --locked; \
 	  echo "== example salted_writes, moto lane"; \
@@ -56,11 +62,27 @@ lambdas:
 	$(MAKE) -C infra lambdas
 
 ## Formatting and lints only (no stack needed): shellcheck of the shell scripts (installs
-## itself into .emu/venv-tools unless one is on PATH), rustfmt, clippy.
+## itself into .emu/venv-tools unless one is on PATH), rustfmt, clippy, each library feature
+## alone, the docs.
 lint:
 	$(STACK) lint
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+	$(MAKE) --no-print-directory features docs
+
+$(HACK):
+	$(CARGO) install --quiet --locked cargo-hack --version $(HACK_VERSION) --root .emu/cargo
+
+## Each feature of the library crates built alone, without dev-dependencies (a user's build).
+## cargo-hack edits the manifests while it runs and restores them; the lock file is unchanged.
+features: $(HACK)
+	@echo "== each feature alone (cargo hack)"
+	$(HACK) hack check --each-feature --no-dev-deps -p heatsink-core -p heatsink
+
+## The API docs of every crate, warnings as errors (broken and private links, bad HTML).
+docs:
+	@echo "== cargo doc, warnings as errors"
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --workspace --all-features --locked
 
 stack-up:
 	$(STACK) up

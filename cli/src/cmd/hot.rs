@@ -56,7 +56,7 @@ pub struct ListArgs {
 pub struct SetArgs {
     #[command(flatten)]
     target: DirTarget,
-    /// The key (a partition key, or tenant#<id>).
+    /// The key (a partition key, or `tenant#<id>`).
     key: String,
     /// The mitigation.
     #[arg(long, value_enum)]

@@ -1,6 +1,6 @@
 //! An SDK HTTP client that bounds how many calls are in flight at once.
 //!
-//! [`bounded`] wraps the HTTP client of an [`SdkConfig`](aws_types::SdkConfig) so every client
+//! [`bounded`] wraps the HTTP client of an [`SdkConfig`] so every client
 //! built from the returned config waits for one of `limit` permits before sending a call and
 //! releases it when the response (or the error) is back. With `limit = 1` the calls of those
 //! clients are serialized.

@@ -9,6 +9,7 @@ use aws_sdk_dynamodb::types::{
 use heatsink_core::shard::{Change, RangeEntry, RangeState, ShardError, ShardMap, SlotRange};
 
 use super::ReshardError;
+use super::record::{MoveRecord, parse_record};
 use crate::error::AwsError;
 
 /// The partition of the map's items.
@@ -90,6 +91,15 @@ fn parse_range(item: &HashMap<String, AttributeValue>) -> Result<RangeEntry, Sha
         ));
     }
     Ok(entry)
+}
+
+/// The move records of a directory ([`ShardDirectory::moves`]).
+#[derive(Debug, Clone, Default)]
+pub struct MoveList {
+    /// The readable records, oldest first.
+    pub records: Vec<MoveRecord>,
+    /// Records that could not be read: (move id, what is wrong).
+    pub malformed: Vec<(String, String)>,
 }
 
 /// The shard directory table (`pk`, `sk`): the [`ShardMap`] and the move records.
@@ -229,6 +239,57 @@ impl ShardDirectory {
         };
         map.validate()?;
         Ok(map)
+    }
+
+    /// Every move record of the directory, oldest first, read page by page (the history grows
+    /// with each move, past one 1 MB Query page after about a thousand moves). A record that
+    /// cannot be read is not fatal to the others: it is skipped, named in
+    /// [`MoveList::malformed`] and logged, so one hand-edited item cannot stop every routed
+    /// read.
+    pub async fn moves(&self) -> Result<MoveList, ReshardError> {
+        let mut pages = self
+            .ddb
+            .query()
+            .table_name(&self.table)
+            .key_condition_expression("pk = :p")
+            .expression_attribute_values(":p", s(MOVE_PK))
+            .consistent_read(true)
+            .into_paginator()
+            .items()
+            .send();
+        let mut list = MoveList::default();
+        while let Some(item) = pages.next().await {
+            let item = item.map_err(|e| AwsError::dynamodb("Query", &self.table, e))?;
+            match parse_record(&item) {
+                Ok(record) => list.records.push(record),
+                Err(ReshardError::Malformed { id, reason }) => {
+                    tracing::warn!(table = %self.table, move_id = %id, %reason, "skipping a malformed move record");
+                    list.malformed.push((id, reason));
+                }
+                Err(other) => return Err(other),
+            }
+        }
+        list.records.sort_by_key(|m| m.created_ms);
+        Ok(list)
+    }
+
+    /// The move record `id` (strongly consistent).
+    pub async fn move_record(&self, id: &str) -> Result<MoveRecord, ReshardError> {
+        let out = self
+            .ddb
+            .get_item()
+            .table_name(&self.table)
+            .key("pk", s(MOVE_PK))
+            .key("sk", s(id))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| AwsError::dynamodb("GetItem", &self.table, e))?;
+        let item = out.item.ok_or_else(|| ReshardError::NoSuchMove {
+            id: id.to_owned(),
+            table: self.table.clone(),
+        })?;
+        parse_record(&item)
     }
 
     /// Commits `change` as one `TransactWriteItems`: the map version must still be

@@ -232,7 +232,7 @@ pub async fn verify(router: &Router, acks: &[AckLine]) -> Result<VerifyReport, R
     #[cfg_attr(not(feature = "streams"), allow(unused_mut))]
     let mut gave_away: BTreeMap<u16, BTreeSet<String>> = BTreeMap::new();
     #[cfg(feature = "streams")]
-    for m in super::mover::Mover::list(router.directory()).await? {
+    for m in router.directory().moves().await?.records {
         let loser = match m.phase {
             Phase::Flipped | Phase::Cleaned | Phase::Done => Some(m.from.clone()),
             Phase::RolledBack => Some(m.to.clone()),

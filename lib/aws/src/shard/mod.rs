@@ -66,9 +66,10 @@ pub mod load;
 #[cfg(feature = "streams")]
 #[cfg_attr(docsrs, doc(cfg(feature = "streams")))]
 pub mod mover;
+pub mod record;
 mod router;
 
-pub use directory::{MOVE_PK, ShardDirectory};
+pub use directory::{MOVE_PK, MoveList, ShardDirectory};
 pub use heatsink_core::shard::*;
 pub use router::{Ack, Router, RouterStats};
 

@@ -452,8 +452,12 @@ impl Router {
         {
             return Ok(list.clone());
         }
-        let list: Vec<Attrition> = super::mover::Mover::list(&self.inner.dir)
+        let list: Vec<Attrition> = self
+            .inner
+            .dir
+            .moves()
             .await?
+            .records
             .into_iter()
             .filter(|m| {
                 m.mode == MoveMode::Attrition

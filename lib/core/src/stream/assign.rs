@@ -168,7 +168,7 @@ fn take_quota(me: &str, counts: &[(&str, usize)], assignable: usize) -> usize {
 /// `counts` are the live workers (`me` included) with the leases each holds, `assignable` the
 /// leases to share. With peers in `counts` the rotation starts at `me`'s run: after the free
 /// leases that the workers named before `me` need to reach their slots
-/// ([`take_quota`]), so workers planning from the same read start on disjoint runs whose
+/// (`take_quota`), so workers planning from the same read start on disjoint runs whose
 /// lengths are their needs, and the runs tile the free leases. With no peer in view it starts
 /// at an FNV-1a hash of `me`, so workers started together that cannot see each other yet
 /// usually reach for different rows. Deterministic: the same read gives the same order.
