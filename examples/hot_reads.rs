@@ -20,10 +20,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use heatsink::admission::Gate;
-use heatsink::cache::MicroCache;
 use heatsink::clock::now_secs;
-use heatsink::guard::{AdmissionConfig, Limit};
+use heatsink::hot::Gate;
+use heatsink::hot::cache::MicroCache;
+use heatsink::hot::guard::{AdmissionConfig, Limit};
 use heatsink::hot::{Entry, Snapshot};
 use heatsink_examples::BoxError;
 

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use heatsink::clock::now_secs;
-use heatsink::directory::{CachedDirectory, Directory};
+use heatsink::hot::{CachedDirectory, Directory};
 use heatsink::hot::{Change, Entry};
 use heatsink::keys::{SaltChoice, SaltPolicy, SaltedKey};
 use heatsink::scatter::{Backoff, Item, MergedQuery, batch_get};

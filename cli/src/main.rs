@@ -48,10 +48,10 @@ enum Command {
     Tail(cmd::tail::TailArgs),
     /// Print the hottest keys of a table and its GSIs from Contributor Insights (--enable turns it on).
     Top(cmd::top::TopArgs),
-    /// The shard directory: slot ranges → owner table (init, status, split, merge, load, verify, plan).
-    Shard {
+    /// The slot directory: slot ranges → owner table (init, status, split, merge, load, verify, plan).
+    Slots {
         #[command(subcommand)]
-        command: cmd::shard::ShardCommand,
+        command: cmd::slots::SlotsCommand,
     },
     /// Live moves of slot ranges between tables (start, status, resume, abort, rollback, list).
     Move {
@@ -93,7 +93,7 @@ async fn main() -> ExitCode {
         Command::Rebuild(args) => cmd::rebuild::run(args).await,
         Command::Produce(args) => cmd::produce::run(args).await,
         Command::Reshard { command } => cmd::reshard::run(command).await,
-        Command::Shard { command } => cmd::shard::run(command).await,
+        Command::Slots { command } => cmd::slots::run(command).await,
         Command::Move { command } => cmd::r#move::run(command).await,
     };
     match result {

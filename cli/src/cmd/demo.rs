@@ -855,7 +855,7 @@ pub struct MoveDemoArgs {
 }
 
 async fn move_demo(a: MoveDemoArgs) -> CmdResult {
-    use heatsink::shard::demo::{DemoSpec, run_move_demo};
+    use heatsink::slots::demo::{DemoSpec, run_move_demo};
     if std::env::var("AWS_ENDPOINT_URL_DYNAMODB").is_err() {
         return Err(
             "the demo runs on the local stack: eval \"$(localstack/stack env)\" first".into(),

@@ -8,8 +8,8 @@
 use aws_sdk_dynamodb::types::{AttributeValue, Select};
 use clap::{Args, Subcommand, ValueEnum};
 use heatsink::clock::now_secs;
-use heatsink::directory::{Directory, DirectoryError};
 use heatsink::hot::{Change, Entry, Mode};
+use heatsink::hot::{Directory, DirectoryError};
 use heatsink::schema::{DEFAULT_PREFIX, Schema};
 
 use super::fail::{Failure, Service, Target};

@@ -2,7 +2,7 @@
 
 use clap::{Args, Subcommand};
 use heatsink::error::SchemaError;
-use heatsink::schema::{self, DEFAULT_PREFIX, Outcome, Schema};
+use heatsink::schema::{self, DEFAULT_PREFIX, Existence, Schema};
 use heatsink_photo_app::schema::Schema as PhotoSchema;
 
 use super::fail::{self, Service, Target};
@@ -56,8 +56,8 @@ async fn bootstrap(args: BootstrapArgs) -> CmdResult {
     let mut grid = Grid::headless(&[Align::Left, Align::Left, Align::Left]);
     for line in report {
         let what = match line.outcome {
-            Outcome::Created => "created",
-            Outcome::Exists => "exists, left alone",
+            Existence::Created => "created",
+            Existence::Exists => "exists, left alone",
         };
         grid.row([
             line.kind.to_string(),

@@ -9,10 +9,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Subcommand, ValueEnum};
-use heatsink::shard::mover::{Budget, MoveSpec, Mover};
-use heatsink::shard::{MoveMode, SlotRange};
+use heatsink::slots::mover::{Budget, MoveSpec, Mover};
+use heatsink::slots::{MoveMode, SlotRange};
 
-use super::shard::DirArgs;
+use super::slots::DirArgs;
 use super::{CmdResult, parse_duration, shard_sdk_config};
 
 /// `heatsink move` subcommands.
@@ -70,7 +70,7 @@ pub struct StartArgs {
 }
 
 impl StartArgs {
-    /// The arguments `shard plan --apply` starts one planned move with.
+    /// The arguments `slots plan --apply` starts one planned move with.
     pub fn for_plan(dir: DirArgs, slots: SlotRange, to: String) -> Self {
         Self {
             dir,
@@ -112,7 +112,7 @@ async fn clients() -> (aws_sdk_dynamodb::Client, aws_sdk_dynamodbstreams::Client
     )
 }
 
-fn progress() -> heatsink::shard::mover::Progress {
+fn progress() -> heatsink::slots::mover::MoveProgress {
     Arc::new(|line: &str| eprintln!("{line}"))
 }
 

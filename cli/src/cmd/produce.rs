@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use heatsink::directory::{CachedDirectory, Directory};
+use heatsink::hot::{CachedDirectory, Directory};
 use heatsink::kinesis::{Producer, ProducerConfig, ProducerError, ProducerReport, Salting};
 use heatsink::schema::{DEFAULT_PREFIX, Schema};
 use rand::SeedableRng;

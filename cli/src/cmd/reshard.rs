@@ -14,10 +14,12 @@ use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use clap::{Args, Subcommand};
-use heatsink::directory::{Controller, Directory};
-use heatsink::hot::ControlConfig;
-use heatsink::reshard::plan_types::{Action, Op, Plan, PlanConfig};
-use heatsink::reshard::{ApplyConfig, Journal, Step, apply, hand_off_hot_keys, sample_and_plan};
+use heatsink::hot::Thresholds;
+use heatsink::hot::{Controller, Directory};
+use heatsink::kinesis::reshard::{Action, Op, Plan, PlanConfig};
+use heatsink::kinesis::reshard::{
+    ApplyConfig, Journal, Step, apply, hand_off_hot_keys, sample_and_plan,
+};
 use heatsink::schema::{DEFAULT_PREFIX, Schema};
 use serde_json::{Value, json};
 
@@ -180,7 +182,7 @@ pub async fn run(command: ReshardCommand) -> CmdResult {
                 let ddb = aws_sdk_dynamodb::Client::new(&config);
                 let directory = Directory::from_schema(ddb, &Schema::new(&a.prefix));
                 let table = directory.table().to_owned();
-                let controller = Controller::new(directory, ControlConfig::default());
+                let controller = Controller::new(directory, Thresholds::default());
                 let report =
                     hand_off_hot_keys(&controller, &plan, &PlanConfig::default(), now_ms() / 1_000)
                         .await
@@ -238,7 +240,7 @@ pub async fn run(command: ReshardCommand) -> CmdResult {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use heatsink::reshard::plan_types::{ReshardState, Sample, ShardSample, plan};
+    use heatsink::kinesis::reshard::{ReshardState, Sample, ShardSample, plan};
 
     #[test]
     fn the_json_has_the_documented_shape_with_decimal_hash_keys() {

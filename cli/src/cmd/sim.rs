@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::Args;
-use heatsink::publish::{EventBridgeSink, Publisher};
+use heatsink::detect::{EventBridgeSink, Publisher};
 use heatsink_sim::{Limits, SimConfig, Simulator};
 
 use super::fail::{self, Failure, Service, Target};

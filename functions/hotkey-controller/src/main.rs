@@ -1,13 +1,13 @@
 //! hotkey-controller: on an alarm state change, every minute, or a sampler report, names the hot
 //! keys (Contributor Insights or the report) and updates the hot-key directory with hysteresis.
-//! All logic is in `heatsink::control::ControllerFunction`.
+//! All logic is in `heatsink::hot::ControllerFunction`.
 //!
 //! Environment: `HEATSINK_PREFIX` (default `heatsink-`); `HEATSINK_CONTROLLER_TABLES`, a list of
 //! `<table>:read|write` saying what each watched table's hot keys need (default: the counters
 //! table, read-hot: the celebrity post's count).
 
-use heatsink::control::{ControllerConfig, ControllerFunction};
-use heatsink::directory::{Controller, Directory};
+use heatsink::hot::{Controller, Directory};
+use heatsink::hot::{ControllerConfig, ControllerFunction};
 use heatsink::insights::Insights;
 use heatsink::metrics::Emf;
 use heatsink_photo_app::lambda::{LambdaStart, start_lambda};

@@ -11,9 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_lambda_events::apigw::ApiGatewayV2httpRequest;
-use heatsink::admission::Gate;
-use heatsink::cache::MicroCache;
-use heatsink::directory::{CachedDirectory, Directory};
+use heatsink::hot::Gate;
+use heatsink::hot::cache::MicroCache;
+use heatsink::hot::{CachedDirectory, Directory};
 use heatsink::metrics::Emf;
 use heatsink_photo_app::LikesApi;
 use heatsink_photo_app::api_limits::LikesLimits;

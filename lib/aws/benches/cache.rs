@@ -1,4 +1,4 @@
-//! `heatsink::cache::MicroCache` side by side with `moka` and a `Mutex<HashMap>`, in one run:
+//! `heatsink::hot::cache::MicroCache` side by side with `moka` and a `Mutex<HashMap>`, in one run:
 //!
 //! 1. Store fetches per second reaching the store under 9,000 reads/s on one key through six
 //!    routers (six independent caches) for 10 s, real time, store latency 5 ms: no cache, the
@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use criterion::Criterion;
-use heatsink::cache::MicroCache;
+use heatsink::hot::cache::MicroCache;
 
 const ROUTERS: usize = 6;
 const READS_PER_SEC: u64 = 9_000;
@@ -70,7 +70,7 @@ struct Outcome {
     fetches: u64,
     waited: u64,
     max_latency: Duration,
-    micro: Option<heatsink::cache::StatsSnapshot>,
+    micro: Option<heatsink::hot::cache::StatsSnapshot>,
 }
 
 async fn read_once(router: &Router, variant: Variant, store: &Arc<Store>) -> u64 {
@@ -143,7 +143,7 @@ async fn simulate(variant: Variant, secs: u64) -> Outcome {
     }
     while tasks.join_next().await.is_some() {}
     let micro = (variant == Variant::Micro).then(|| {
-        let mut sum = heatsink::cache::StatsSnapshot::default();
+        let mut sum = heatsink::hot::cache::StatsSnapshot::default();
         for r in routers.iter() {
             if let Router::Micro(c) = r {
                 let s = c.stats().snapshot();

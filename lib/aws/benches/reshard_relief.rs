@@ -1,5 +1,5 @@
 //! Onset to relief on kinesis-mock: from the onset of a 3× hot shard to its children taking
-//! writes, with the real executor (`heatsink::reshard`: sample → plan → split), `BENCH_TRIALS`
+//! writes, with the real executor (`heatsink::kinesis::reshard`: sample → plan → split), `BENCH_TRIALS`
 //! trials (default 3), median and max printed per phase.
 //!
 //! Each trial: a fresh 1-shard stream; at the onset a `heatsink::kinesis::Producer` starts
@@ -29,9 +29,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_kinesis::types::ShardIteratorType;
+use heatsink::kinesis::reshard::{ApplyConfig, apply, sample};
+use heatsink::kinesis::reshard::{PlanConfig, ReshardState, plan};
 use heatsink::kinesis::{Producer, ProducerConfig, open_shard_ranges};
-use heatsink::reshard::plan_types::{PlanConfig, ReshardState, plan};
-use heatsink::reshard::{ApplyConfig, apply, sample};
 use heatsink::schema::{self, StreamSpec};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;

@@ -18,6 +18,10 @@ use crate::error::AwsError;
 
 mod pace;
 mod producer;
+pub mod reshard;
+
+/// The KPL aggregated-record format: aggregation and deaggregation (pure).
+pub use heatsink_core::kpl;
 
 pub use pace::{Pacer, ShardLimits};
 pub use producer::{
@@ -42,7 +46,7 @@ pub enum KinesisError {
     },
     /// The shard map Kinesis returned is not usable (gaps, overlaps, bad numbers).
     #[error("shard map of {stream}: {source}")]
-    ShardMap {
+    SlotMap {
         /// Stream name.
         stream: String,
         /// What is wrong.
@@ -65,7 +69,7 @@ pub async fn open_shard_ranges(
     kinesis: &aws_sdk_kinesis::Client,
     stream: &str,
 ) -> Result<Vec<ShardRange>, KinesisError> {
-    let map_err = |source| KinesisError::ShardMap {
+    let map_err = |source| KinesisError::SlotMap {
         stream: stream.to_owned(),
         source,
     };

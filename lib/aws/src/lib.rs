@@ -10,7 +10,10 @@
 //!
 //! # A tour
 //!
-//! **Spread** a hot key's writes over S sub-keys, and **read it back** with one merged fan-out:
+//! The modules follow what a team does with a hot key, in order.
+//!
+//! **Spread** a hot key's writes over S sub-keys ([`keys`]), and **read it back** with one
+//! merged, bounded fan-out ([`scatter`]):
 //!
 //! ```
 //! use heatsink::keys::SaltedKey;
@@ -19,37 +22,51 @@
 //! # Ok::<(), heatsink::keys::KeyError>(())
 //! ```
 //!
-//! [`scatter`] reads the sub-keys in parallel and merges sorted pages across shards.
+//! **Count** without one write per event ([`counter`]): an aggregator sums a change-stream
+//! batch per key and flushes absolute totals under a conditional write, so a retried batch
+//! never counts twice; the rebuild and the repair correct a counter from the durable events,
+//! only on proof that every writer has passed the events they judge.
 //!
-//! **Count** without one write per event: a `heatsink::counter::aggregate::StreamAggregator` sums a
-//! change-stream batch per key and flushes absolute totals under a conditional write
-//! ([`counter::CounterStore`]), so a retried batch never counts twice; [`counter::rebuild`]
-//! repairs a counter from the durable events.
+//! **Find** the hot key: the client sampler and its reports ([`detect`]) within seconds;
+//! Contributor Insights (`insights`, feature `insights`) from every caller, a minute later.
 //!
-//! **Find** the hot key: `heatsink::insights` reads DynamoDB Contributor Insights; the client sampler
-//! (`heatsink::detect`, a Space-Saving top-K) sees your own requests within seconds.
+//! **Mitigate** without a deploy ([`hot`]): the hot-key directory tells writers which keys to
+//! salt, cache or limit, epoch by epoch; the controller edits it with hysteresis; the
+//! admission gate refuses excess requests with a `Retry-After`; the micro-cache serves hot
+//! reads with single-flight (feature `cache`).
 //!
-//! **Mitigate**: the [`directory`] tells writers which keys to salt, cache or limit, epoch by
-//! epoch; `heatsink::cache` serves hot reads with single-flight; [`admission`] refuses excess writes with
-//! a `Retry-After`.
+//! **Consume** streams in lineage order (`stream`, feature `streams`): parents before children
+//! across splits and merges, leases in DynamoDB, fencing tokens for your writes, KPL
+//! aggregates deaggregated.
 //!
-//! **Consume** streams in lineage order (`heatsink::stream`): parents before children across splits and
-//! merges, leases in DynamoDB, fencing tokens for your writes.
+//! **Produce** to Kinesis (`kinesis`, feature `kinesis`): batching, retry of failed entries
+//! only, per-shard pacing, hot keys salted onto distinct shards, optional KPL aggregation; and
+//! **reshard** a stream by its measured load (`kinesis::reshard`): split a hot shard at the
+//! median of its hash keys, merge cold neighbours, refuse when one key dominates (salt it).
+//!
+//! **Move** slot ranges between tables live ([`slots`]): the slot directory, routers that
+//! follow it, the owners' fence items, and the mover — a persisted, resumable state machine
+//! that copies, tails, fences and flips, and deletes moved data only on proof.
+//!
+//! Underneath: [`schema`] (tables as data), [`metrics`] (EMF and capacity log lines),
+//! `lambda` (cold start and stream-event helpers, feature `lambda`), [`error`] (one
+//! [`error::AwsError`] for every failed call), [`clock`] and [`http`] (a bounded HTTP client).
 //!
 //! # Features
 //!
 //! The DynamoDB pieces are always on; everything else is opt-in, so a service that only salts
-//! its keys does not compile the Kinesis or CloudWatch SDKs.
+//! its keys does not compile the Kinesis or CloudWatch SDKs. Each feature builds alone
+//! (`make features` checks it).
 //!
 //! | feature | what it adds | extra dependencies |
 //! |---|---|---|
-//! | *(always)* | [`schema`], [`counter`] (store, rebuild), [`scatter`], [`directory`], [`admission`], [`control`]'s trigger parsing and signals, [`metrics`], [`publish`]'s encoding, cadence and `Publisher` | `aws-sdk-dynamodb` |
-//! | `kinesis` | `heatsink::kinesis`: where keys land on a stream; Kinesis streams in [`schema`] | `aws-sdk-kinesis` |
-//! | `streams` | `heatsink::stream`: the lineage-ordered consumer (Kinesis and DynamoDB Streams) | `aws-sdk-kinesis`, `aws-sdk-dynamodbstreams` |
-//! | `insights` | `heatsink::insights` (Contributor Insights, alarms, dashboards) and [`control`]'s `ControllerFunction` and `insights_signals` | `aws-sdk-cloudwatch` |
-//! | `publish` | `heatsink::publish::EventBridgeSink`: sampler reports onto EventBridge | `aws-sdk-eventbridge` |
+//! | *(always)* | [`keys`], [`scatter`], [`counter`] (store, rebuild, repair), [`detect`] (sampler, report encoding, `Publisher`), [`hot`] (directory, controller, admission), [`slots`] (directory, router, fences, move records), [`schema`], [`metrics`] | `aws-sdk-dynamodb` |
+//! | `kinesis` | `heatsink::kinesis`: where keys land on a stream, the producer, resharding | `aws-sdk-kinesis` |
+//! | `streams` | `heatsink::stream`: the lineage-ordered consumer (Kinesis and DynamoDB Streams); the slot mover (`slots::mover`) | `aws-sdk-kinesis`, `aws-sdk-dynamodbstreams`, `aws-sdk-sqs` |
+//! | `insights` | `heatsink::insights` (Contributor Insights, alarms, dashboards) and the controller's Lambda entry (`hot::Controller::handle`) | `aws-sdk-cloudwatch` |
+//! | `publish` | `heatsink::detect::EventBridgeSink`: sampler reports onto EventBridge | `aws-sdk-eventbridge` |
 //! | `lambda` | `heatsink::lambda` (cold start, stream-event helpers) and `heatsink::counter::aggregate` | `aws_lambda_events`, `aws-config`, `tracing-subscriber`, `aws-sdk-dynamodbstreams` |
-//! | `cache` | `heatsink::cache`: the micro-cache for hot reads | `moka` |
+//! | `cache` | `heatsink::hot::cache`: the micro-cache for hot reads | `moka` |
 //! | `full` | all of the above | |
 //!
 //! Every adapter takes an SDK client or an `aws_types::SdkConfig`: no adapter reads the
@@ -57,15 +74,11 @@
 //! DynamoDB Local. The one exception is `heatsink::lambda::start`, the cold start a Lambda binary calls.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-pub mod admission;
-#[cfg(feature = "cache")]
-#[cfg_attr(docsrs, doc(cfg(feature = "cache")))]
-pub mod cache;
 pub mod clock;
-pub mod control;
 pub mod counter;
-pub mod directory;
+pub mod detect;
 pub mod error;
+pub mod hot;
 pub mod http;
 #[cfg(feature = "insights")]
 #[cfg_attr(docsrs, doc(cfg(feature = "insights")))]
@@ -77,13 +90,9 @@ pub mod kinesis;
 #[cfg_attr(docsrs, doc(cfg(feature = "lambda")))]
 pub mod lambda;
 pub mod metrics;
-pub mod publish;
-#[cfg(feature = "kinesis")]
-#[cfg_attr(docsrs, doc(cfg(feature = "kinesis")))]
-pub mod reshard;
 pub mod scatter;
 pub mod schema;
-pub mod shard;
+pub mod slots;
 #[cfg(feature = "streams")]
 #[cfg_attr(docsrs, doc(cfg(feature = "streams")))]
 pub mod stream;
@@ -91,15 +100,5 @@ pub mod stream;
 #[doc(hidden)]
 pub mod testing;
 
-/// The client sampler: Space-Saving top-K per partition over sliding windows (pure).
-pub use heatsink_core::detect;
-/// Admission decisions: GCRA buckets per key and tenant (pure).
-pub use heatsink_core::guard;
-/// Hot-key directory entries and the mitigation controller's decision (pure).
-pub use heatsink_core::hot;
 /// Key strategies: salted keys, calculated suffixes, GSI shards, the S planner (pure).
 pub use heatsink_core::keys;
-/// The KPL aggregated-record format: aggregation and deaggregation (pure).
-pub use heatsink_core::kpl;
-/// Merging sorted pages across shards (pure).
-pub use heatsink_core::merge;

@@ -22,6 +22,9 @@
 //! # Ok(()) }
 //! ```
 
+/// Merging sorted pages across shards (pure): the k-way merge and its continuation token.
+pub use heatsink_core::merge;
+
 use std::collections::HashMap;
 use std::future::Future;
 use std::time::Duration;

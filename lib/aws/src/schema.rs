@@ -13,9 +13,9 @@
 //! | logical name | keys | extras | why |
 //! |---|---|---|---|
 //! | `counters` | `pk` / `sk` | | writer, salted and `fix` sub-keys of each counter ([`crate::counter`]) |
-//! | `hotkeys` | `key` | TTL `expires_at` | hot-key directory: key → mitigation, S, epoch ([`crate::directory`]) |
+//! | `hotkeys` | `key` | TTL `expires_at` | hot-key directory: key → mitigation, S, epoch ([`crate::hot::directory`]) |
 //! | `leases` | `app` / `shard_id` | | stream consumer leases and checkpoints |
-//! | `shards` | `pk` / `sk` | | shard directory: slot ranges → owner, epochs, moves ([`crate::shard`]); made by `heatsink shard init`, not in [`Table::ALL`] |
+//! | `shards` | `pk` / `sk` | | slot directory: slot ranges → owner, epochs, moves ([`crate::slots`]); made by `heatsink slots init`, not in [`Table::ALL`] |
 //!
 //! Your own tables are [`TableSpec`]s built the same way:
 //!
@@ -246,13 +246,13 @@ pub enum Table {
     Hotkeys,
     /// Stream consumer leases (`app`, `shard_id`).
     Leases,
-    /// Shard directory: slot ranges → owner table, epochs, moves (`pk`, `sk`; [`crate::shard`]).
-    Shards,
+    /// Slot directory: slot ranges → owner table, epochs, moves (`pk`, `sk`; [`crate::slots`]).
+    Slots,
 }
 
 impl Table {
-    /// Every table of the toolkit a deployment creates, in creation order. [`Table::Shards`] is
-    /// not among them: `heatsink shard init` creates it where live resharding is used.
+    /// Every table of the toolkit a deployment creates, in creation order. [`Table::Slots`] is
+    /// not among them: `heatsink slots init` creates it where live resharding is used.
     pub const ALL: [Table; 3] = [Table::Counters, Table::Hotkeys, Table::Leases];
 
     /// The logical name, the part of the table name after the prefix.
@@ -261,7 +261,7 @@ impl Table {
             Table::Counters => "counters",
             Table::Hotkeys => "hotkeys",
             Table::Leases => "leases",
-            Table::Shards => "shards",
+            Table::Slots => "slots",
         }
     }
 }
@@ -309,7 +309,7 @@ impl Schema {
                 .gsi(GsiSpec::new("touched", KeyAttr::s("touched")).sort_key(KeyAttr::s("pk"))),
             Table::Hotkeys => spec("key").ttl("expires_at"),
             Table::Leases => spec("app").sort_key(KeyAttr::s("shard_id")),
-            Table::Shards => spec("pk").sort_key(KeyAttr::s("sk")),
+            Table::Slots => spec("pk").sort_key(KeyAttr::s("sk")),
         }
     }
 
@@ -441,7 +441,7 @@ impl TableSpec {
 /// What [`ensure_table`] (or `ensure_stream`, feature `kinesis`) did with one resource.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Outcome {
+pub enum Existence {
     /// It did not exist and was created.
     Created,
     /// It existed and matches the definition; it was left alone.
@@ -456,14 +456,14 @@ pub struct Ensured {
     /// Concrete resource name.
     pub name: String,
     /// What happened.
-    pub outcome: Outcome,
+    pub outcome: Existence,
 }
 
 /// Creates one table if missing and waits for it to be ACTIVE; checks it if present.
 pub async fn ensure_table(
     ddb: &aws_sdk_dynamodb::Client,
     spec: &TableSpec,
-) -> Result<Outcome, SchemaError> {
+) -> Result<Existence, SchemaError> {
     match ddb.describe_table().table_name(&spec.name).send().await {
         Ok(out) => {
             let desc = out
@@ -474,7 +474,7 @@ pub async fn ensure_table(
                 detail,
             })?;
             wait_table_active(ddb, &spec.name).await?;
-            return Ok(Outcome::Exists);
+            return Ok(Existence::Exists);
         }
         Err(e)
             if e.as_service_error()
@@ -541,7 +541,7 @@ pub async fn ensure_table(
             .await
             .map_err(|e| SchemaError::dynamo(&spec.name, e))?;
     }
-    Ok(Outcome::Created)
+    Ok(Existence::Created)
 }
 
 /// Creates a Kinesis stream if missing and waits for ACTIVE; checks its shard count if present.
@@ -549,7 +549,7 @@ pub async fn ensure_table(
 pub async fn ensure_stream(
     kinesis: &aws_sdk_kinesis::Client,
     spec: &StreamSpec,
-) -> Result<Outcome, SchemaError> {
+) -> Result<Existence, SchemaError> {
     match kinesis
         .describe_stream_summary()
         .stream_name(&spec.name)
@@ -568,7 +568,7 @@ pub async fn ensure_stream(
                 }
             }
             wait_stream_active(kinesis, &spec.name).await?;
-            return Ok(Outcome::Exists);
+            return Ok(Existence::Exists);
         }
         Err(e)
             if e.as_service_error()
@@ -596,7 +596,7 @@ pub async fn ensure_stream(
         Err(e) => return Err(SchemaError::kinesis(&spec.name, e)),
     }
     wait_stream_active(kinesis, &spec.name).await?;
-    Ok(Outcome::Created)
+    Ok(Existence::Created)
 }
 
 /// Creates every table of `tables` that is missing; existing ones are checked and left alone.

@@ -48,7 +48,7 @@
 //!   ([`Detector::max_footprint_bytes`]); longer keys are rejected with
 //!   [`DetectError::KeyTooLong`], never truncated (truncation would merge distinct keys);
 //! - time is an argument (`now` since any fixed origin), never read: the same calls give the same
-//!   report. Events older than the window are ignored ([`Outcome::TooOld`]).
+//!   report. Events older than the window are ignored ([`Offered::TooOld`]).
 //!
 //! # Why not the `heavykeeper` crate
 //!
@@ -169,7 +169,7 @@ impl<'a> Access<'a> {
 
 /// What [`Detector::offer`] and [`Detector::record`] did with an access.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub enum Offered {
     /// Counted in the current sub-window.
     Recorded,
     /// Not in the 1-in-N sample; nothing changed.
@@ -391,16 +391,16 @@ impl Detector {
         access: Access<'_>,
         draw: u64,
         now: Duration,
-    ) -> Result<Outcome, DetectError> {
+    ) -> Result<Offered, DetectError> {
         self.check_lengths(&access)?;
         if !self.samples(draw) {
-            return Ok(Outcome::NotSampled);
+            return Ok(Offered::NotSampled);
         }
         self.record(access, now)
     }
 
     /// Records a request the caller already sampled 1 in `N`.
-    pub fn record(&mut self, access: Access<'_>, now: Duration) -> Result<Outcome, DetectError> {
+    pub fn record(&mut self, access: Access<'_>, now: Duration) -> Result<Offered, DetectError> {
         self.check_lengths(&access)?;
         let now_nanos = nanos(now);
         let window = match self.partitions.get_mut(access.partition) {
@@ -588,7 +588,7 @@ mod tests {
             let now = secs(i as f64 * 5.0 / events.len() as f64);
             assert_eq!(
                 d.record(Access::write("S2", key), now),
-                Ok(Outcome::Recorded)
+                Ok(Offered::Recorded)
             );
         }
         let report = d.report(secs(5.0), &Ceilings::dynamodb());
@@ -653,7 +653,7 @@ mod tests {
         let mut d = detector(16);
         let mut recorded = 0;
         for draw in 0..1_000u64 {
-            if d.offer(Access::write("S1", "p9"), draw, secs(1.0)) == Ok(Outcome::Recorded) {
+            if d.offer(Access::write("S1", "p9"), draw, secs(1.0)) == Ok(Offered::Recorded) {
                 recorded += 1;
             }
         }
@@ -674,7 +674,7 @@ mod tests {
         assert!(report.hot.iter().all(|h| h.key != "old"));
         assert_eq!(
             d.record(Access::write("S1", "late"), secs(0.5)),
-            Ok(Outcome::TooOld)
+            Ok(Offered::TooOld)
         );
     }
 
@@ -713,7 +713,7 @@ mod tests {
         );
         assert_eq!(
             d.record(Access::write("S5", "k"), secs(6.0)),
-            Ok(Outcome::Recorded)
+            Ok(Offered::Recorded)
         );
         assert_eq!(d.partitions(), 4);
     }

@@ -29,12 +29,12 @@
 //! ```
 //!
 //! ```
-//! use heatsink_core::hot::{decide, ControlConfig, Mode, Signal, Change};
+//! use heatsink_core::hot::{decide, Thresholds, Mode, Signal, Change};
 //! use heatsink_core::detect::Kind;
 //!
 //! // The celebrity post p9 takes 2,400 likes/s against a 1,000 WCU/s partition.
 //! let signals = [Signal::new("p9", Kind::Write, 2_400.0, 1_000.0, "sampler")];
-//! let changes = decide(&signals, &[], 1_000, &ControlConfig::default());
+//! let changes = decide(&signals, &[], 1_000, &Thresholds::default());
 //! let Change::Put { entry, expected_epoch } = &changes[0] else { unreachable!() };
 //! assert_eq!((entry.mode, entry.salts.current(), *expected_epoch), (Mode::Salt, 3, None));
 //! ```
@@ -48,7 +48,7 @@
 mod control;
 mod entry;
 
-pub use control::{Change, ControlConfig, Signal, by_logical_key, decide};
+pub use control::{Change, Signal, Thresholds, by_logical_key, decide};
 pub use entry::{Entry, HotError, Mode, Snapshot};
 
 use crate::keys::SaltState;

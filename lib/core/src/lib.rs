@@ -13,5 +13,5 @@ pub mod keys;
 pub mod kpl;
 pub mod merge;
 pub mod reshard;
-pub mod shard;
+pub mod slots;
 pub mod stream;

@@ -37,7 +37,7 @@
 //! // The split is at the load median, far below the midpoint of the range.
 //! assert!(p.shards[0].split_hash_key.unwrap() < 1u128 << 112);
 //! assert!(p.predicted_max_over_mean <= 1.25);
-//! # Ok::<(), heatsink_core::reshard::ReshardError>(())
+//! # Ok::<(), heatsink_core::reshard::PlanError>(())
 //! ```
 //!
 //! Limits: a plan sees only what was sampled; keys absent from the sample are assumed to be
@@ -50,7 +50,7 @@ mod tests;
 
 pub use ledger::{Ledger, LedgerError, MAX_UPDATE_SHARD_COUNT_CALLS, ROLLING_WINDOW_SECS};
 pub use plan::{
-    Action, HotKeyReport, Op, Plan, PlanConfig, Refusal, ReshardError, ReshardState, Sample,
+    Action, HotKeyReport, Op, Plan, PlanConfig, PlanError, Refusal, ReshardState, Sample,
     ShardPlan, ShardSample, midpoint_max_over_mean, plan, uniform_max_over_mean,
 };
 

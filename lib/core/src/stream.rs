@@ -125,7 +125,8 @@ pub use progress::{
     AT_TIMESTAMP, Checkpoints, LATEST, Position, Progress, SHARD_END, TRIM_HORIZON, eligible,
 };
 pub use round::{
-    Acquire, InitialPosition, MalformedRow, Repair, RoundInput, RoundPlan, first_start, plan_round,
+    Acquire, InitialPosition, LeaseRepair, MalformedRow, RoundInput, RoundPlan, first_start,
+    plan_round,
 };
 
 /// Everything that can go wrong building the shard graph or moving a lease.

@@ -24,12 +24,12 @@ use std::sync::Arc;
 use aws_lambda_events::apigw::{ApiGatewayV2httpRequest, ApiGatewayV2httpResponse};
 use aws_lambda_events::encodings::Body;
 use aws_sdk_dynamodb::types::AttributeValue;
-use heatsink::admission::Gate;
-use heatsink::cache::{CacheError, MicroCache, Source};
 use heatsink::clock::now_ms;
 use heatsink::counter::{CounterKey, CounterStore, CounterStoreError};
 use heatsink::error::AwsError;
-use heatsink::guard::{Decision, Scope};
+use heatsink::hot::Gate;
+use heatsink::hot::cache::{CacheError, MicroCache, Source};
+use heatsink::hot::guard::{Decision, Scope};
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -140,7 +140,7 @@ impl LikesApi {
         self
     }
 
-    /// Serves `GET /posts/{post}` through `cache` ([`heatsink::cache`]; the Lambda uses TTL 1 s,
+    /// Serves `GET /posts/{post}` through `cache` ([`heatsink::hot::cache`]; the Lambda uses TTL 1 s,
     /// stale until 3 s), so a hot post costs about one counter Query per second per instance.
     /// A new like through this API drops that post's entry: no count cached before the like is
     /// served afterwards (the count itself moves when the aggregator flushes the like).
@@ -470,8 +470,8 @@ mod tests {
         let client = mocked!(aws_sdk_dynamodb, get, put);
         // The victim may like once per second: a forged request must not spend that token.
         let gate = Gate::new(
-            heatsink::guard::AdmissionConfig::default()
-                .tenant_limit(heatsink::guard::Limit::per_second(1, 1).unwrap()),
+            heatsink::hot::guard::AdmissionConfig::default()
+                .tenant_limit(heatsink::hot::guard::Limit::per_second(1, 1).unwrap()),
             None,
         )
         .unwrap();
@@ -508,8 +508,8 @@ mod tests {
     async fn a_bad_user_id_is_refused_before_admission_spends_a_token() {
         let (client, _) = ddb();
         let gate = Gate::new(
-            heatsink::guard::AdmissionConfig::default()
-                .key_limit(heatsink::guard::Limit::per_second(1, 1).unwrap()),
+            heatsink::hot::guard::AdmissionConfig::default()
+                .key_limit(heatsink::hot::guard::Limit::per_second(1, 1).unwrap()),
             None,
         )
         .unwrap();

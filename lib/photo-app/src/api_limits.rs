@@ -24,7 +24,7 @@
 //! # Ok::<(), heatsink_photo_app::api_limits::LimitsError>(())
 //! ```
 
-use heatsink::guard::{AdmissionConfig, GuardError, Limit};
+use heatsink::hot::guard::{AdmissionConfig, GuardError, Limit};
 
 /// The variable holding the per-user rate.
 pub const USER_LIKES_PER_SECOND: &str = "HEATSINK_USER_LIKES_PER_SECOND";

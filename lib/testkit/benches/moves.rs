@@ -6,7 +6,7 @@
 //! before the fence, the p99 of writes issued in the max-age after the flip (stale routers
 //! bounced by the fence), the worst write of the run, the mover's own fence → flip
 //! window and where it went, copy throughput (items/s), the catch-up lag, RCU and WCU per moved
-//! item, and the acknowledged writes each move lost (`shard verify`).
+//! item, and the acknowledged writes each move lost (`slots verify`).
 //!
 //! Needs the local stack: `eval "$(localstack/stack env --lane dynoxide)"` then
 //! `cargo bench -p heatsink-testkit --bench moves --profile dev` (env `MOVES_RATES`, default
@@ -22,9 +22,9 @@ use std::time::{Duration, Instant};
 use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
 use heatsink::schema::Table;
 use heatsink::schema::{self, KeyAttr, StreamView, TableSpec};
-use heatsink::shard::load::{AckLine, LoadReport, LoadSpec, Sample, run_load, verify};
-use heatsink::shard::mover::{Budget, MoveRecord, MoveSpec, Mover};
-use heatsink::shard::{MoveMode, Router, ShardDirectory, SlotRange, slot_of};
+use heatsink::slots::load::{AckLine, LoadReport, LoadSpec, Sample, run_load, verify};
+use heatsink::slots::mover::{Budget, MoveRecord, MoveSpec, Mover};
+use heatsink::slots::{MoveMode, Router, SlotDirectory, SlotRange, slot_of};
 use heatsink_testkit::Fixture;
 use heatsink_testkit::bench::env_or;
 
@@ -35,7 +35,7 @@ struct World {
     ddb: aws_sdk_dynamodb::Client,
     a: String,
     b: String,
-    dir: ShardDirectory,
+    dir: SlotDirectory,
     router: Router,
 }
 
@@ -58,12 +58,12 @@ async fn world(items: u32) -> Option<World> {
     let ddb = fx.stack.isolated_ddb();
     let a = table(&fx, "a").await;
     let b = table(&fx, "b").await;
-    let spec = fx.schema.toolkit().table(Table::Shards);
+    let spec = fx.schema.toolkit().table(Table::Slots);
     fx.track_table(&spec.name);
     schema::ensure_table(&fx.stack.ddb, &spec)
         .await
         .expect("directory");
-    let dir = ShardDirectory::new(ddb.clone(), spec.name);
+    let dir = SlotDirectory::new(ddb.clone(), spec.name);
     dir.init(&a, MAX_AGE, false).await.expect("init");
     // `items` rows in the moved slot and half as many elsewhere (the copy scans them all).
     let rows: Vec<String> = (0..items)

@@ -14,9 +14,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use heatsink::control::{ControllerConfig, ControllerFunction};
-use heatsink::directory::{CachedDirectory, Controller, Directory};
-use heatsink::hot::ControlConfig;
+use heatsink::hot::Thresholds;
+use heatsink::hot::{CachedDirectory, Controller, Directory};
+use heatsink::hot::{ControllerConfig, ControllerFunction};
 use heatsink::schema::Table;
 use heatsink_testkit::bench::{Stack, env_or};
 use heatsink_testkit::onset::{self, Onset, OnsetReport};
@@ -58,7 +58,7 @@ async fn main() {
             let (sim, via_sim) = stack.simulator(16).await;
             let poll = Duration::from_millis(poll_ms);
             let function = ControllerFunction::new(
-                Controller::new(directory.clone(), ControlConfig::default()),
+                Controller::new(directory.clone(), Thresholds::default()),
                 None,
                 ControllerConfig::new(vec![]),
             );

@@ -16,9 +16,9 @@ use heatsink::keys::SaltPolicy;
 use serde::Serialize;
 use serde_json::json;
 
-use heatsink::control::{ControlError, ControllerFunction};
-use heatsink::directory::CachedDirectory;
-use heatsink::publish::{SAMPLER_DETAIL_TYPE, SAMPLER_SOURCE};
+use heatsink::detect::{SAMPLER_DETAIL_TYPE, SAMPLER_SOURCE};
+use heatsink::hot::CachedDirectory;
+use heatsink::hot::{ControlError, ControllerFunction};
 use heatsink_sim::Simulator;
 use heatsink_sim::load::{LoadReport, OpenLoop};
 

@@ -5,11 +5,11 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use heatsink::control::{ControllerConfig, ControllerFunction};
 use heatsink::detect::Ceilings;
-use heatsink::directory::{CachedDirectory, Controller, Directory};
-use heatsink::hot::{ControlConfig, Mode};
-use heatsink::publish::{SAMPLER_DETAIL_TYPE, SAMPLER_SOURCE};
+use heatsink::detect::{SAMPLER_DETAIL_TYPE, SAMPLER_SOURCE};
+use heatsink::hot::{CachedDirectory, Controller, Directory};
+use heatsink::hot::{ControllerConfig, ControllerFunction};
+use heatsink::hot::{Mode, Thresholds};
 use heatsink_photo_app::schema::Table;
 use heatsink_sim::{Limits, SimConfig, Simulator};
 use heatsink_testkit::onset::{self, Onset};
@@ -22,7 +22,7 @@ fn function(fx: &Fixture, ceilings: Ceilings) -> ControllerFunction {
     let mut config = ControllerConfig::new(vec![]);
     config.ceilings = ceilings;
     ControllerFunction::new(
-        Controller::new(directory, ControlConfig::default()),
+        Controller::new(directory, Thresholds::default()),
         None,
         config,
     )
@@ -198,7 +198,7 @@ async fn mocked_insights_alarm_trigger_salts_the_named_key_in_the_real_directory
     let directory = Directory::from_schema(fx.stack.ddb.clone(), fx.schema.toolkit());
     let config = ControllerConfig::new(vec![(table.to_owned(), heatsink::detect::Kind::Write)]);
     let f = ControllerFunction::new(
-        Controller::new(directory.clone(), ControlConfig::default()),
+        Controller::new(directory.clone(), Thresholds::default()),
         Some(Insights::from_clients(ddb, cw)),
         config,
     );
@@ -232,7 +232,7 @@ async fn an_oversize_key_is_refused_alone_and_a_report_never_calms_a_key_it_does
     let mut config = ControllerConfig::new(vec![]);
     config.max_entries = 2;
     let f = ControllerFunction::new(
-        Controller::new(directory.clone(), ControlConfig::default()),
+        Controller::new(directory.clone(), Thresholds::default()),
         None,
         config,
     );

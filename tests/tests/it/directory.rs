@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use heatsink::detect::Kind;
-use heatsink::directory::{CachedDirectory, Controller, Directory, DirectoryError};
-use heatsink::hot::{Change, ControlConfig, Entry, Mode, Signal};
+use heatsink::hot::{CachedDirectory, Controller, Directory, DirectoryError};
+use heatsink::hot::{Change, Entry, Mode, Signal, Thresholds};
 use heatsink::keys::SaltPolicy;
 use heatsink_photo_app::schema::Table;
 use heatsink_testkit::{Fixture, fixture};
@@ -118,7 +118,7 @@ async fn a_hand_edited_item_is_reported_not_guessed() {
 async fn controller_salts_a_hot_key_holds_it_in_the_band_and_cools_down_once() {
     let fx = fixture!("controller_salts_a_hot_key_holds_it_in_the_band_and_cools_down_once");
     let dir = directory(&fx).await;
-    let cfg = ControlConfig::default();
+    let cfg = Thresholds::default();
     let controller = Controller::new(dir.clone(), cfg.clone());
     let cached = CachedDirectory::new(dir.clone(), Duration::from_millis(200));
     assert_eq!(cached.snapshot().await.expect("empty").salts("p9"), 1);
@@ -197,13 +197,13 @@ async fn a_controller_that_decided_on_a_stale_view_loses_and_redecides() {
     let dir = directory(&fx).await;
     let signals = [write("p9", 4_000.0)];
     // B decided from an empty directory, then A wrote first.
-    let stale = heatsink::hot::decide(&signals, &[], 50, &ControlConfig::default());
-    let a = Controller::new(dir.clone(), ControlConfig::default());
+    let stale = heatsink::hot::decide(&signals, &[], 50, &Thresholds::default());
+    let a = Controller::new(dir.clone(), Thresholds::default());
     assert_eq!(a.run(&signals, 50).await.expect("a").applied.len(), 1);
     let err = dir.apply(&stale[0]).await.expect_err("stale create");
     assert!(matches!(err, DirectoryError::Conflict { .. }), "{err}");
     // B's run re-reads, finds the same decision in place and writes nothing.
-    let b = Controller::new(dir.clone(), ControlConfig::default());
+    let b = Controller::new(dir.clone(), Thresholds::default());
     let rb = b.run(&signals, 51).await.expect("b");
     assert!(rb.applied.is_empty() && rb.conflicts.is_empty(), "{rb:?}");
     let p9 = dir.get("p9").await.expect("get").expect("entry");

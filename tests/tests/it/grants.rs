@@ -21,15 +21,15 @@ use aws_lambda_events::http::Method;
 use aws_lambda_events::kinesis::KinesisEvent;
 use aws_sdk_dynamodb::types::AttributeValue;
 use base64::Engine;
-use heatsink::admission::Gate;
-use heatsink::control::{ControllerConfig, ControllerFunction};
 use heatsink::counter::CounterStore;
-use heatsink::directory::{CachedDirectory, Controller, Directory};
-use heatsink::guard::{AdmissionConfig, Limit};
-use heatsink::hot::ControlConfig;
+use heatsink::detect::{SAMPLER_DETAIL_TYPE, SAMPLER_SOURCE};
+use heatsink::hot::Gate;
+use heatsink::hot::Thresholds;
+use heatsink::hot::guard::{AdmissionConfig, Limit};
+use heatsink::hot::{CachedDirectory, Controller, Directory};
+use heatsink::hot::{ControllerConfig, ControllerFunction};
 use heatsink::insights::Insights;
 use heatsink::lambda::dynamodb_event;
-use heatsink::publish::{SAMPLER_DETAIL_TYPE, SAMPLER_SOURCE};
 use heatsink_photo_app::schema::Table;
 use heatsink_photo_app::{LikesApi, aggregator};
 use heatsink_testkit::calls::{Call, CallLog};
@@ -368,7 +368,7 @@ async fn smithy_mock_hotkey_controller(fx: &Fixture) {
         .interceptor(recorder.clone()));
     let directory = Directory::from_schema(ddb(fx, &log), fx.schema.toolkit());
     let f = ControllerFunction::new(
-        Controller::new(directory, ControlConfig::default()),
+        Controller::new(directory, Thresholds::default()),
         Some(Insights::from_clients(mocked_ddb, mocked_cw)),
         ControllerConfig::new(vec![(counters, heatsink::detect::Kind::Read)]),
     );

@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
-use heatsink::kpl::{Aggregate, Aggregator, deaggregate};
+use heatsink::kinesis::kpl::{Aggregate, Aggregator, deaggregate};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};

@@ -14,8 +14,8 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
 use heatsink::hot::{Entry, Snapshot};
 use heatsink::keys::{ShardRange, parse_hash_key};
+use heatsink::kinesis::kpl::Deaggregator;
 use heatsink::kinesis::{Producer, ProducerConfig, Salting};
-use heatsink::kpl::Deaggregator;
 use heatsink_testkit::{fixture, kinesis_shard_records};
 use serde_json::{Value, json};
 

@@ -1,4 +1,4 @@
-//! `heatsink::reshard` on kinesis-mock: sampling with AT_TIMESTAMP iterators sees a load that
+//! `heatsink::kinesis::reshard` on kinesis-mock: sampling with AT_TIMESTAMP iterators sees a load that
 //! sits in a narrow hash range, the plan splits at its load median (not the midpoint), apply
 //! carries it out and journals it, and a resume after the call finds it done. A key that
 //! holds most of its shard is refused ("salt it"), handed to the hot-key directory, and the
@@ -8,12 +8,12 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use heatsink::directory::{CachedDirectory, Controller, Directory};
-use heatsink::hot::{ControlConfig, Mode};
+use heatsink::hot::{CachedDirectory, Controller, Directory};
+use heatsink::hot::{Mode, Thresholds};
 use heatsink::keys::kinesis_hash_key;
+use heatsink::kinesis::reshard::{Action, Op, PlanConfig, Refusal, ReshardState, plan};
+use heatsink::kinesis::reshard::{ApplyConfig, Journal, Step, apply, hand_off_hot_keys, sample};
 use heatsink::kinesis::{Producer, ProducerConfig, Salting, ShardLimits, open_shard_ranges};
-use heatsink::reshard::plan_types::{Action, Op, PlanConfig, Refusal, ReshardState, plan};
-use heatsink::reshard::{ApplyConfig, Journal, Step, apply, hand_off_hot_keys, sample};
 use heatsink_photo_app::schema::Table;
 use heatsink_testkit::fixture;
 
@@ -211,7 +211,7 @@ async fn a_key_holding_most_of_its_shard_is_refused_handed_to_the_directory_and_
     );
     let _ = std::fs::remove_dir_all(&dir);
 
-    let controller = Controller::new(directory.clone(), ControlConfig::default());
+    let controller = Controller::new(directory.clone(), Thresholds::default());
     let report = hand_off_hot_keys(&controller, &planned, &cfg, now_ms() / 1_000)
         .await
         .expect("handed off");

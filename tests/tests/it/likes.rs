@@ -296,10 +296,10 @@ async fn a_poison_record_is_reported_and_blocks_nothing_before_it() {
 async fn likes_over_a_limit_from_the_directory_get_429_and_write_nothing() {
     use std::sync::Arc;
 
-    use heatsink::admission::Gate;
     use heatsink::clock::now_secs;
-    use heatsink::directory::{CachedDirectory, Directory};
-    use heatsink::guard::{AdmissionConfig, Limit};
+    use heatsink::hot::Gate;
+    use heatsink::hot::guard::{AdmissionConfig, Limit};
+    use heatsink::hot::{CachedDirectory, Directory};
     use heatsink::hot::{Change, Entry};
 
     let fx = fixture!("likes_over_a_limit_from_the_directory_get_429_and_write_nothing");

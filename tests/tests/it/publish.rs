@@ -6,12 +6,12 @@
 use std::time::{Duration, SystemTime};
 
 use aws_sdk_sqs::types::QueueAttributeName;
-use heatsink::control::{ControllerConfig, ControllerFunction};
 use heatsink::detect::Report;
-use heatsink::directory::{Controller, Directory};
-use heatsink::hot::{ControlConfig, Mode};
-use heatsink::publish::{EventBridgeSink, PublishError, Publisher};
-use heatsink::publish::{SAMPLER_DETAIL_TYPE, SAMPLER_SOURCE};
+use heatsink::detect::{EventBridgeSink, PublishError, Publisher};
+use heatsink::detect::{SAMPLER_DETAIL_TYPE, SAMPLER_SOURCE};
+use heatsink::hot::{Controller, Directory};
+use heatsink::hot::{ControllerConfig, ControllerFunction};
+use heatsink::hot::{Mode, Thresholds};
 use heatsink_photo_app::schema::Table;
 use heatsink_testkit::{fixture, sampled_hot_key};
 use serde_json::{Value, json};
@@ -177,7 +177,7 @@ async fn a_published_report_is_routed_by_the_stacks_rule_and_mitigated_by_the_co
     // The event as delivered drives the controller: p9 salted, p1 cached.
     let directory = Directory::from_schema(fx.stack.ddb.clone(), fx.schema.toolkit());
     let function = ControllerFunction::new(
-        Controller::new(directory.clone(), ControlConfig::default()),
+        Controller::new(directory.clone(), Thresholds::default()),
         None,
         ControllerConfig::new(vec![]),
     );

@@ -157,7 +157,9 @@ async fn a_token_for_another_query_or_edited_by_hand_is_refused() {
     assert!(
         matches!(
             other,
-            Err(ScatterError::Token(heatsink::merge::TokenError::OtherQuery))
+            Err(ScatterError::Token(
+                heatsink::scatter::merge::TokenError::OtherQuery
+            ))
         ),
         "{other:?}"
     );
@@ -171,9 +173,9 @@ async fn a_token_for_another_query_or_edited_by_hand_is_refused() {
     assert!(
         matches!(
             refused,
-            Err(ScatterError::Token(heatsink::merge::TokenError::Malformed(
-                _
-            )))
+            Err(ScatterError::Token(
+                heatsink::scatter::merge::TokenError::Malformed(_)
+            ))
         ),
         "{refused:?}"
     );

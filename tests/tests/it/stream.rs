@@ -1380,7 +1380,7 @@ async fn a_kpl_aggregate_is_deaggregated_and_a_restart_inside_it_neither_skips_n
     let spec = fx.table(Table::Leases).await;
     let table = || LeaseTable::new(fx.stack.ddb.clone(), &spec.name, "kpl-app");
     let k = &fx.stack.kinesis;
-    let mut agg = heatsink::kpl::Aggregator::new();
+    let mut agg = heatsink::kinesis::kpl::Aggregator::new();
     for i in 0..5 {
         assert!(
             agg.try_add(&format!("u{i}"), None, format!("like {i}").as_bytes())
@@ -1486,7 +1486,7 @@ async fn a_corrupt_kpl_aggregate_is_delivered_whole_with_its_reason_and_does_not
     let spec = fx.table(Table::Leases).await;
     let table = || LeaseTable::new(fx.stack.ddb.clone(), &spec.name, "kplbad-app");
     let k = &fx.stack.kinesis;
-    let mut agg = heatsink::kpl::Aggregator::new();
+    let mut agg = heatsink::kinesis::kpl::Aggregator::new();
     for i in 0..3 {
         assert!(
             agg.try_add(&format!("u{i}"), None, format!("like {i}").as_bytes())

@@ -51,8 +51,8 @@ use tokio::time::Instant;
 
 use super::pace::{Pacer, ShardLimits};
 use super::{KinesisError, open_shard_ranges};
-use crate::directory::CachedDirectory;
 use crate::error::AwsError;
+use crate::hot::directory::CachedDirectory;
 use crate::metrics::{Emf, MetricDef};
 
 /// `PutRecords`: at most 500 entries per request.
@@ -71,7 +71,7 @@ const PACED_RECHECK: Duration = Duration::from_millis(20);
 pub enum ProducerError {
     /// Reading the shard map failed.
     #[error(transparent)]
-    ShardMap(#[from] KinesisError),
+    SlotMap(#[from] KinesisError),
     /// A `PutRecords` call failed in a way a retry cannot fix (not found, access denied,
     /// validation). Every user record not written is in `report.failed_records`.
     #[error("{source}; {} user records were not written", report.failed)]

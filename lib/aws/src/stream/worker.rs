@@ -66,8 +66,8 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use heatsink_core::stream::{
-    Acquire, InitialPosition, Lease, LeaseEvent, LeaseState, Position, Progress, ReadAnswer,
-    ReadPace, ReadSize, Repair, RoundInput, RoundPlan, ShardGraph, ShardInfo, plan_round,
+    Acquire, InitialPosition, Lease, LeaseEvent, LeaseRepair, LeaseState, Position, Progress,
+    ReadAnswer, ReadPace, ReadSize, RoundInput, RoundPlan, ShardGraph, ShardInfo, plan_round,
 };
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::JoinSet;
@@ -1161,10 +1161,14 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
         Ok(changed)
     }
 
-    async fn repair_one(&self, repair: &Repair, scan: &LeaseScan) -> Result<bool, StreamError> {
+    async fn repair_one(
+        &self,
+        repair: &LeaseRepair,
+        scan: &LeaseScan,
+    ) -> Result<bool, StreamError> {
         match repair {
-            Repair::Create(lease) => self.leases.create(lease).await,
-            Repair::Replace(lease) => {
+            LeaseRepair::Create(lease) => self.leases.create(lease).await,
+            LeaseRepair::Replace(lease) => {
                 let Some(bad) = scan.malformed_row(&lease.shard_id) else {
                     return Ok(false);
                 };

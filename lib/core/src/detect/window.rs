@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use super::space_saving::SpaceSaving;
-use super::{DetectError, Kind, Outcome};
+use super::{DetectError, Kind, Offered};
 
 /// Epoch marker of a ring slot that was never used.
 const UNUSED: u64 = u64::MAX;
@@ -90,10 +90,10 @@ impl Window {
         key: &str,
         units: u64,
         now_nanos: u64,
-    ) -> Result<Outcome, DetectError> {
+    ) -> Result<Offered, DetectError> {
         let epoch = now_nanos / self.sub_nanos;
         if self.first_epoch != UNUSED && epoch + self.slots() <= self.latest_epoch {
-            return Ok(Outcome::TooOld);
+            return Ok(Offered::TooOld);
         }
         let at = (epoch % self.slots()) as usize;
         let slot = &mut self.ring[at];
@@ -113,7 +113,7 @@ impl Window {
             self.first_epoch = self.first_epoch.min(epoch);
             self.latest_epoch = self.latest_epoch.max(epoch);
         }
-        Ok(Outcome::Recorded)
+        Ok(Offered::Recorded)
     }
 
     /// The sketches of `kind` inside the window that ends at `now_nanos`, and the time they cover.

@@ -71,7 +71,7 @@ impl Signal {
 
 /// The controller's thresholds and timers; shares are fractions of a partition's ceiling.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ControlConfig {
+pub struct Thresholds {
     /// Act when a key's share reaches this. Default 0.8 (the planner's "at or under 80 %").
     pub on_share: f64,
     /// A key is calm below this share. Default 0.5; the band in between holds the state.
@@ -88,7 +88,7 @@ pub struct ControlConfig {
     pub tenant_share: f64,
 }
 
-impl Default for ControlConfig {
+impl Default for Thresholds {
     fn default() -> Self {
         Self {
             on_share: 0.8,
@@ -165,7 +165,7 @@ impl<'a> Load<'a> {
 /// `merge_delay` and at least `min_age` old, a cache or limit entry is removed and a salt entry
 /// starts draining back to S = 1. Expired entries are removed. Signals with a non-finite or
 /// negative rate or a non-positive ceiling are ignored. The result is in key order.
-pub fn decide(signals: &[Signal], current: &[Entry], now: u64, cfg: &ControlConfig) -> Vec<Change> {
+pub fn decide(signals: &[Signal], current: &[Entry], now: u64, cfg: &Thresholds) -> Vec<Change> {
     let signals = by_logical_key(signals);
     let mut loads: BTreeMap<&str, Load> = BTreeMap::new();
     for s in &signals {
@@ -223,7 +223,7 @@ fn decide_key(
     load: &Load,
     entry: Option<&Entry>,
     now: u64,
-    cfg: &ControlConfig,
+    cfg: &Thresholds,
 ) -> Option<Change> {
     let strongest = load.strongest()?;
     let Some(entry) = entry else {
@@ -253,7 +253,7 @@ fn decide_key(
 }
 
 /// The entry a newly hot key gets.
-fn fresh(key: &str, load: &Load, hot: &Signal, now: u64, cfg: &ControlConfig) -> Option<Entry> {
+fn fresh(key: &str, load: &Load, hot: &Signal, now: u64, cfg: &Thresholds) -> Option<Entry> {
     let reason = reason(hot);
     let expires = now + cfg.ttl;
     if hot.tenant {
@@ -294,7 +294,7 @@ fn escalate(entry: &Entry, salts: u16, hot: &Signal, now: u64) -> Option<Change>
 }
 
 /// Still hot: clear the calm mark, and push a cache/limit expiry out once half of it is gone.
-fn refresh(entry: &Entry, now: u64, cfg: &ControlConfig) -> Option<Change> {
+fn refresh(entry: &Entry, now: u64, cfg: &Thresholds) -> Option<Change> {
     let stale_expiry = entry.expires.is_some_and(|e| e <= now + cfg.ttl / 2);
     if entry.calm_since.is_none() && !stale_expiry {
         return None;
@@ -310,7 +310,7 @@ fn refresh(entry: &Entry, now: u64, cfg: &ControlConfig) -> Option<Change> {
 }
 
 /// Calm: mark it, or let go once calm for `merge_delay` and at least `min_age` old.
-fn calm(entry: &Entry, now: u64, cfg: &ControlConfig) -> Option<Change> {
+fn calm(entry: &Entry, now: u64, cfg: &Thresholds) -> Option<Change> {
     let Some(calm_since) = entry.calm_since else {
         return Some(put(
             entry,
@@ -342,7 +342,7 @@ fn calm(entry: &Entry, now: u64, cfg: &ControlConfig) -> Option<Change> {
 
 /// S from the shard-load sizing planner for `hot`'s rate, each sub-key on its own partition; at
 /// most [`MAX_SALTS`] (a rate beyond what 256 sub-keys absorb gets the most there is).
-fn salts_for(hot: &Signal, cfg: &ControlConfig) -> u16 {
+fn salts_for(hot: &Signal, cfg: &Thresholds) -> u16 {
     let shards = usize::from(MAX_SALTS);
     let request = PlanRequest::uniform(hot.rate, hot.ceiling, 0.0, shards).with_target(cfg.target);
     match plan(&request.with_min_salts(2)) {
@@ -427,10 +427,7 @@ mod tests {
 
     fn step(dir: &mut BTreeMap<String, Entry>, signals: &[Signal], now: u64) {
         let current: Vec<Entry> = dir.values().cloned().collect();
-        apply(
-            dir,
-            decide(signals, &current, now, &ControlConfig::default()),
-        );
+        apply(dir, decide(signals, &current, now, &Thresholds::default()));
     }
 
     #[test]
@@ -468,7 +465,7 @@ mod tests {
 
     #[test]
     fn cool_down_waits_for_merge_delay_and_min_age_then_drains_salts() {
-        let cfg = ControlConfig::default();
+        let cfg = Thresholds::default();
         let mut dir = BTreeMap::new();
         step(&mut dir, &[write("p9", 2_400.0), read("p1", 9_000.0)], 0);
         step(&mut dir, &[], 60);
@@ -503,7 +500,7 @@ mod tests {
         step(&mut dir, &[], 11);
         assert!(dir.is_empty());
         let e = Entry::cache("p1", "r", 0, 10);
-        let changes = decide(&[read("p1", 9_000.0)], &[e], 11, &ControlConfig::default());
+        let changes = decide(&[read("p1", 9_000.0)], &[e], 11, &Thresholds::default());
         assert!(matches!(
             &changes[..],
             [Change::Put {
@@ -540,7 +537,7 @@ mod tests {
             Signal::new("p3", Kind::Write, 5_000.0, 0.0, "x"),
             write("", 5_000.0),
         ];
-        assert!(decide(&bad, &[], 0, &ControlConfig::default()).is_empty());
+        assert!(decide(&bad, &[], 0, &Thresholds::default()).is_empty());
     }
 
     proptest! {
@@ -570,7 +567,7 @@ mod tests {
         fn never_flaps_and_always_covers_the_rate(
             trace in prop::collection::vec((0.0f64..3_000.0, 1u64..120), 1..80)
         ) {
-            let cfg = ControlConfig::default();
+            let cfg = Thresholds::default();
             let mut dir = BTreeMap::new();
             let mut now = 0u64;
             let mut last_hot_or_band: Option<u64> = None;

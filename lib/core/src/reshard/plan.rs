@@ -243,7 +243,7 @@ pub struct Plan {
 
 /// Why no plan could be made.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum ReshardError {
+pub enum PlanError {
     /// No shards were given.
     #[error("no shards sampled")]
     NoShards,
@@ -360,12 +360,12 @@ fn split_range(
     Ok(())
 }
 
-fn validate(shards: &[ShardSample]) -> Result<Vec<&ShardSample>, ReshardError> {
+fn validate(shards: &[ShardSample]) -> Result<Vec<&ShardSample>, PlanError> {
     if shards.is_empty() {
-        return Err(ReshardError::NoShards);
+        return Err(PlanError::NoShards);
     }
     for s in shards {
-        let bad = |reason: &str| ReshardError::BadSample {
+        let bad = |reason: &str| PlanError::BadSample {
             shard_id: s.shard_id.clone(),
             reason: reason.to_owned(),
         };
@@ -382,7 +382,7 @@ fn validate(shards: &[ShardSample]) -> Result<Vec<&ShardSample>, ReshardError> {
     sorted.sort_by_key(|s| s.start);
     for w in sorted.windows(2) {
         if w[1].start <= w[0].end {
-            return Err(ReshardError::BadSample {
+            return Err(PlanError::BadSample {
                 shard_id: w[1].shard_id.clone(),
                 reason: format!("its range overlaps {}", w[0].shard_id),
             });
@@ -398,7 +398,7 @@ pub fn plan(
     state: &ReshardState,
     c: &PlanConfig,
     now: u64,
-) -> Result<Plan, ReshardError> {
+) -> Result<Plan, PlanError> {
     let sorted = validate(shards)?;
     let mut lines = Vec::with_capacity(sorted.len());
     let mut ops = Vec::new();

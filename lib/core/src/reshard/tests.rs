@@ -214,13 +214,13 @@ fn the_update_shard_count_ledger_allows_ten_calls_a_day_within_double_and_half()
 fn bad_samples_are_refused() {
     assert_eq!(
         plan(&[], &ReshardState::default(), &PlanConfig::default(), 0),
-        Err(ReshardError::NoShards)
+        Err(PlanError::NoShards)
     );
     let mut s = one_shard(vec![]);
     s.seconds = 0.0;
     assert!(matches!(
         plan(&[s], &ReshardState::default(), &PlanConfig::default(), 0),
-        Err(ReshardError::BadSample { .. })
+        Err(PlanError::BadSample { .. })
     ));
 }
 

@@ -160,14 +160,14 @@ pub fn first_start(graph: &ShardGraph, initial: InitialPosition, now_ms: u64) ->
 
 /// A row to write so every listed shard has a well-formed lease.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Repair {
+pub enum LeaseRepair {
     /// A listed shard has no row: create this one if none exists (`attribute_not_exists`).
     Create(Lease),
     /// A row did not parse: replace it with this one, conditional on the stored counter as found.
     Replace(Lease),
 }
 
-impl Repair {
+impl LeaseRepair {
     /// The row to write.
     pub fn lease(&self) -> &Lease {
         match self {
@@ -201,7 +201,7 @@ impl Acquire {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RoundPlan {
     /// Rows to create or replace first; if any write succeeds, read and plan again.
-    pub repair: Vec<Repair>,
+    pub repair: Vec<LeaseRepair>,
     /// Malformed rows of shards the stream does not list: left alone (worth a warning).
     pub malformed_unlisted: Vec<String>,
     /// Held shards whose row moved to another holder or counter, or vanished: stop reading them.
@@ -324,25 +324,25 @@ fn floor(lease: &Lease, by_id: &BTreeMap<&str, &Lease>) -> u64 {
 
 /// Rows to create for listed shards without one, rows to replace for malformed ones of listed
 /// shards, and the malformed rows of unlisted shards (left alone).
-fn plan_repairs(input: &RoundInput<'_>) -> (Vec<Repair>, Vec<String>) {
+fn plan_repairs(input: &RoundInput<'_>) -> (Vec<LeaseRepair>, Vec<String>) {
     let known: BTreeSet<&str> = input
         .leases
         .iter()
         .map(|l| l.shard_id.as_str())
         .chain(input.malformed.iter().map(|m| m.shard_id.as_str()))
         .collect();
-    let mut repair: Vec<Repair> = if known.is_empty() {
+    let mut repair: Vec<LeaseRepair> = if known.is_empty() {
         // The application's first start: the initial position applies to the current leaves.
         first_start(input.graph, input.initial, input.now_ms)
             .into_iter()
-            .map(Repair::Create)
+            .map(LeaseRepair::Create)
             .collect()
     } else {
         input
             .graph
             .shards()
             .filter(|info| !known.contains(info.shard_id.as_str()))
-            .map(|info| Repair::Create(rebuilt(input, info, 0)))
+            .map(|info| LeaseRepair::Create(rebuilt(input, info, 0)))
             .collect()
     };
     let mut unlisted = Vec::new();
@@ -350,7 +350,7 @@ fn plan_repairs(input: &RoundInput<'_>) -> (Vec<Repair>, Vec<String>) {
         match input.graph.get(&bad.shard_id) {
             Some(info) => {
                 let floor = bad.counter.map_or(0, |c| c.saturating_add(1));
-                repair.push(Repair::Replace(rebuilt(input, info, floor)));
+                repair.push(LeaseRepair::Replace(rebuilt(input, info, floor)));
             }
             None => unlisted.push(bad.shard_id.clone()),
         }

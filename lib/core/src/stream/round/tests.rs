@@ -224,13 +224,13 @@ impl World {
             let lease = repair.lease().clone();
             let id = lease.shard_id.clone();
             match repair {
-                Repair::Create(_) => {
+                LeaseRepair::Create(_) => {
                     if !self.rows.contains_key(&id) && !self.malformed.contains_key(&id) {
                         self.rows.insert(id, lease);
                         changed = true;
                     }
                 }
-                Repair::Replace(_) => {
+                LeaseRepair::Replace(_) => {
                     if self.malformed.remove(&id).is_some() {
                         self.rows.insert(id, lease);
                         changed = true;
@@ -580,7 +580,7 @@ fn a_malformed_row_is_replaced_above_its_counter_unless_unlisted() {
     });
     assert_eq!(plan.repair.len(), 1);
     assert!(
-        matches!(&plan.repair[0], Repair::Replace(l) if l.shard_id == id && l.counter == 9_001)
+        matches!(&plan.repair[0], LeaseRepair::Replace(l) if l.shard_id == id && l.counter == 9_001)
     );
     assert_eq!(plan.malformed_unlisted, vec!["shardId-gone".to_owned()]);
     // Nothing to take before the row is replaced and read again.

@@ -1,4 +1,4 @@
-//! The `shards` table: the map's meta item, one item per range, one per move.
+//! The `slots` table: the map's meta item, one item per range, one per move.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -6,9 +6,9 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::{
     AttributeValue, ConditionCheck, Delete, Put, TransactWriteItem, Update,
 };
-use heatsink_core::shard::{Change, RangeEntry, RangeState, ShardError, ShardMap, SlotRange};
+use heatsink_core::slots::{Change, RangeEntry, RangeState, SlotError, SlotMap, SlotRange};
 
-use super::ReshardError;
+use super::MoveError;
 use super::record::{MoveRecord, parse_record};
 use crate::error::AwsError;
 
@@ -63,9 +63,9 @@ fn get_n<T: std::str::FromStr>(item: &HashMap<String, AttributeValue>, k: &str) 
         .and_then(|v| v.parse().ok())
 }
 
-fn parse_range(item: &HashMap<String, AttributeValue>) -> Result<RangeEntry, ShardError> {
+fn parse_range(item: &HashMap<String, AttributeValue>) -> Result<RangeEntry, SlotError> {
     let sk = get_s(item, "sk").unwrap_or("?").to_owned();
-    let corrupt = |what: &str| ShardError::Corrupt {
+    let corrupt = |what: &str| SlotError::Corrupt {
         detail: format!("range item {sk}: {what}"),
     };
     let first = get_n(item, "first").ok_or_else(|| corrupt("no first"))?;
@@ -93,7 +93,7 @@ fn parse_range(item: &HashMap<String, AttributeValue>) -> Result<RangeEntry, Sha
     Ok(entry)
 }
 
-/// The move records of a directory ([`ShardDirectory::moves`]).
+/// The move records of a directory ([`SlotDirectory::moves`]).
 #[derive(Debug, Clone, Default)]
 pub struct MoveList {
     /// The readable records, oldest first.
@@ -102,15 +102,15 @@ pub struct MoveList {
     pub malformed: Vec<(String, String)>,
 }
 
-/// The shard directory table (`pk`, `sk`): the [`ShardMap`] and the move records.
+/// The slot directory table (`pk`, `sk`): the [`SlotMap`] and the move records.
 #[derive(Clone, Debug)]
-pub struct ShardDirectory {
+pub struct SlotDirectory {
     ddb: aws_sdk_dynamodb::Client,
     table: String,
 }
 
-impl ShardDirectory {
-    /// The directory in table `table` (create it with [`crate::schema::Table::Shards`]).
+impl SlotDirectory {
+    /// The directory in table `table` (create it with [`crate::schema::Table::Slots`]).
     pub fn new(ddb: aws_sdk_dynamodb::Client, table: impl Into<String>) -> Self {
         Self {
             ddb,
@@ -118,9 +118,9 @@ impl ShardDirectory {
         }
     }
 
-    /// The directory of a toolkit schema (`<prefix>shards`).
+    /// The directory of a toolkit schema (`<prefix>slots`).
     pub fn from_schema(ddb: aws_sdk_dynamodb::Client, schema: &crate::schema::Schema) -> Self {
-        Self::new(ddb, schema.table_name(crate::schema::Table::Shards))
+        Self::new(ddb, schema.table_name(crate::schema::Table::Slots))
     }
 
     /// The table name.
@@ -135,15 +135,15 @@ impl ShardDirectory {
 
     /// All slots to `owner` at epoch 1, version 1. Idempotent: when the directory exists with
     /// exactly that layout it returns it unchanged; any other layout is
-    /// [`ReshardError::AlreadyInitialized`].
+    /// [`MoveError::AlreadyInitialized`].
     pub async fn init(
         &self,
         owner: &str,
         max_age: Duration,
         strict: bool,
-    ) -> Result<ShardMap, ReshardError> {
+    ) -> Result<SlotMap, MoveError> {
         let max_age_ms = u64::try_from(max_age.as_millis()).unwrap_or(u64::MAX);
-        let map = ShardMap::initial(owner, max_age_ms, strict);
+        let map = SlotMap::initial(owner, max_age_ms, strict);
         let meta = Put::builder()
             .table_name(&self.table)
             .set_item(Some(HashMap::from([
@@ -155,13 +155,13 @@ impl ShardDirectory {
             ])))
             .condition_expression("attribute_not_exists(pk)")
             .build()
-            .map_err(|e| ReshardError::BadItem(e.to_string()))?;
+            .map_err(|e| MoveError::BadItem(e.to_string()))?;
         let range = Put::builder()
             .table_name(&self.table)
             .set_item(Some(range_item(&map.ranges[0])))
             .condition_expression("attribute_not_exists(pk)")
             .build()
-            .map_err(|e| ReshardError::BadItem(e.to_string()))?;
+            .map_err(|e| MoveError::BadItem(e.to_string()))?;
         let res = self
             .ddb
             .transact_write_items()
@@ -180,7 +180,7 @@ impl ShardDirectory {
                 if found.ranges == map.ranges {
                     Ok(found)
                 } else {
-                    Err(ReshardError::AlreadyInitialized {
+                    Err(MoveError::AlreadyInitialized {
                         table: self.table.clone(),
                         version: found.version,
                     })
@@ -190,7 +190,7 @@ impl ShardDirectory {
     }
 
     /// Reads and checks the whole map (one strongly consistent Query).
-    pub async fn load(&self) -> Result<ShardMap, ReshardError> {
+    pub async fn load(&self) -> Result<SlotMap, MoveError> {
         let mut items = vec![];
         let mut start = None;
         loop {
@@ -212,11 +212,11 @@ impl ShardDirectory {
             }
         }
         let Some(meta) = items.iter().find(|i| get_s(i, "sk") == Some(META_SK)) else {
-            return Err(ReshardError::NotInitialized {
+            return Err(MoveError::NotInitialized {
                 table: self.table.clone(),
             });
         };
-        let version = get_n(meta, "version").ok_or_else(|| ShardError::Corrupt {
+        let version = get_n(meta, "version").ok_or_else(|| SlotError::Corrupt {
             detail: "meta item has no version".into(),
         })?;
         let strict = meta
@@ -231,7 +231,7 @@ impl ShardDirectory {
             .map(parse_range)
             .collect::<Result<Vec<_>, _>>()?;
         ranges.sort_by_key(|r| r.range.first);
-        let map = ShardMap {
+        let map = SlotMap {
             version,
             strict,
             max_age_ms,
@@ -246,7 +246,7 @@ impl ShardDirectory {
     /// cannot be read is not fatal to the others: it is skipped, named in
     /// [`MoveList::malformed`] and logged, so one hand-edited item cannot stop every routed
     /// read.
-    pub async fn moves(&self) -> Result<MoveList, ReshardError> {
+    pub async fn moves(&self) -> Result<MoveList, MoveError> {
         let mut pages = self
             .ddb
             .query()
@@ -262,7 +262,7 @@ impl ShardDirectory {
             let item = item.map_err(|e| AwsError::dynamodb("Query", &self.table, e))?;
             match parse_record(&item) {
                 Ok(record) => list.records.push(record),
-                Err(ReshardError::Malformed { id, reason }) => {
+                Err(MoveError::Malformed { id, reason }) => {
                     tracing::warn!(table = %self.table, move_id = %id, %reason, "skipping a malformed move record");
                     list.malformed.push((id, reason));
                 }
@@ -274,7 +274,7 @@ impl ShardDirectory {
     }
 
     /// The move record `id` (strongly consistent).
-    pub async fn move_record(&self, id: &str) -> Result<MoveRecord, ReshardError> {
+    pub async fn move_record(&self, id: &str) -> Result<MoveRecord, MoveError> {
         let out = self
             .ddb
             .get_item()
@@ -285,7 +285,7 @@ impl ShardDirectory {
             .send()
             .await
             .map_err(|e| AwsError::dynamodb("GetItem", &self.table, e))?;
-        let item = out.item.ok_or_else(|| ReshardError::NoSuchMove {
+        let item = out.item.ok_or_else(|| MoveError::NoSuchMove {
             id: id.to_owned(),
             table: self.table.clone(),
         })?;
@@ -299,12 +299,12 @@ impl ShardDirectory {
         &self,
         change: &Change,
         extra: Vec<TransactWriteItem>,
-    ) -> Result<(), ReshardError> {
-        let bad = |e: aws_sdk_dynamodb::error::BuildError| ReshardError::BadItem(e.to_string());
+    ) -> Result<(), MoveError> {
+        let bad = |e: aws_sdk_dynamodb::error::BuildError| MoveError::BadItem(e.to_string());
         let next = change
             .from_version
             .checked_add(1)
-            .ok_or(ShardError::EpochOverflow)?;
+            .ok_or(SlotError::EpochOverflow)?;
         let mut req = self.ddb.transact_write_items().transact_items(
             TransactWriteItem::builder()
                 .update(
@@ -371,7 +371,7 @@ impl ShardDirectory {
             Err(e) => {
                 let err = AwsError::dynamodb("TransactWriteItems", &self.table, e);
                 if err.code() == Some("TransactionCanceledException") {
-                    Err(ReshardError::Conflict {
+                    Err(MoveError::Conflict {
                         table: self.table.clone(),
                     })
                 } else {
@@ -382,7 +382,7 @@ impl ShardDirectory {
     }
 
     /// [`Self::commit_with`] with nothing extra.
-    pub async fn commit(&self, change: &Change) -> Result<(), ReshardError> {
+    pub async fn commit(&self, change: &Change) -> Result<(), MoveError> {
         self.commit_with(change, vec![]).await
     }
 }

@@ -15,9 +15,9 @@ use aws_sdk_dynamodb::types::{
     WriteRequest,
 };
 use futures::future::try_join_all;
-use heatsink_core::shard::SlotRange;
+use heatsink_core::slots::SlotRange;
 
-use super::ReshardError;
+use super::MoveError;
 use crate::error::AwsError;
 
 /// The `pk` prefix of the toolkit's own items in an owner table.
@@ -59,14 +59,14 @@ impl TableInfo {
     pub async fn describe(
         ddb: &aws_sdk_dynamodb::Client,
         table: &str,
-    ) -> Result<TableInfo, ReshardError> {
+    ) -> Result<TableInfo, MoveError> {
         let out = ddb
             .describe_table()
             .table_name(table)
             .send()
             .await
             .map_err(|e| AwsError::dynamodb("DescribeTable", table, e))?;
-        let bad = |reason: String| ReshardError::BadTable {
+        let bad = |reason: String| MoveError::BadTable {
             table: table.to_owned(),
             reason,
         };
@@ -108,10 +108,10 @@ impl TableInfo {
     }
 
     /// Refuses a table without a NEW_AND_OLD_IMAGES stream (the mover reads both images).
-    pub fn require_stream(&self) -> Result<&str, ReshardError> {
+    pub fn require_stream(&self) -> Result<&str, MoveError> {
         match (&self.stream_arn, &self.view) {
             (Some(arn), Some(StreamViewType::NewAndOldImages)) => Ok(arn),
-            _ => Err(ReshardError::BadTable {
+            _ => Err(MoveError::BadTable {
                 table: self.table.clone(),
                 reason: "it has no NEW_AND_OLD_IMAGES stream; enable one (aws dynamodb update-table --stream-specification StreamEnabled=true,StreamViewType=NEW_AND_OLD_IMAGES)".into(),
             }),
@@ -157,7 +157,7 @@ impl KeySchema {
 
 /// A fence item's content.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Fence {
+pub struct FenceItem {
     /// The table the slot went to.
     pub to: String,
     /// The epoch it is owned at there.
@@ -165,7 +165,7 @@ pub struct Fence {
 }
 
 /// Reads a fence item (`None`: the slot never left, or came back).
-pub fn parse_fence(item: &HashMap<String, AttributeValue>) -> Option<Fence> {
+pub fn parse_fence(item: &HashMap<String, AttributeValue>) -> Option<FenceItem> {
     if item
         .get("st")
         .and_then(|v| v.as_s().ok())
@@ -174,7 +174,7 @@ pub fn parse_fence(item: &HashMap<String, AttributeValue>) -> Option<Fence> {
     {
         return None;
     }
-    Some(Fence {
+    Some(FenceItem {
         to: item.get("to")?.as_s().ok()?.clone(),
         epoch: item.get("ep")?.as_n().ok()?.parse().ok()?,
     })
@@ -184,7 +184,7 @@ async fn batch(
     ddb: &aws_sdk_dynamodb::Client,
     table: &str,
     mut requests: Vec<WriteRequest>,
-) -> Result<(), ReshardError> {
+) -> Result<(), MoveError> {
     // Unprocessed items are retried with a short pause (BatchWriteItem's documented contract).
     for round in 0..20u32 {
         if requests.is_empty() {
@@ -205,7 +205,7 @@ async fn batch(
             tokio::time::sleep(std::time::Duration::from_millis(10 << round.min(6))).await;
         }
     }
-    Err(ReshardError::BadItem(format!(
+    Err(MoveError::BadItem(format!(
         "BatchWriteItem on {table} left items unprocessed after 20 rounds"
     )))
 }
@@ -217,8 +217,8 @@ pub async fn write_fences(
     table: &str,
     keys: &KeySchema,
     slots: SlotRange,
-    fence: &Fence,
-) -> Result<(), ReshardError> {
+    fence: &FenceItem,
+) -> Result<(), MoveError> {
     let requests: Vec<WriteRequest> = (slots.first..=slots.last)
         .filter_map(|slot| {
             let mut item = keys.fence_key(slot);
@@ -239,7 +239,7 @@ pub async fn delete_fences(
     table: &str,
     keys: &KeySchema,
     slots: SlotRange,
-) -> Result<(), ReshardError> {
+) -> Result<(), MoveError> {
     let requests: Vec<WriteRequest> = (slots.first..=slots.last)
         .filter_map(|slot| {
             let del = DeleteRequest::builder()
@@ -259,7 +259,7 @@ pub async fn read_fence(
     table: &str,
     keys: &KeySchema,
     slot: u16,
-) -> Result<Option<Fence>, ReshardError> {
+) -> Result<Option<FenceItem>, MoveError> {
     let out = ddb
         .get_item()
         .table_name(table)

@@ -37,19 +37,15 @@ use heatsink_core::detect::Kind;
 use heatsink_core::hot::Signal;
 use heatsink_core::keys::kinesis_hash_key;
 use heatsink_core::kpl;
-use heatsink_core::reshard::{Op, Plan, PlanConfig, ReshardState, Sample, ShardSample};
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
-use crate::directory::{ControlReport, Controller, DirectoryError, RunBounds};
 use crate::error::AwsError;
+use crate::hot::directory::{ControlReport, Controller, DirectoryError, RunBounds};
 use crate::kinesis::{KinesisError, open_shard_ranges};
 
-/// The pure plan's types, re-exported for callers of the executor.
-pub mod plan_types {
-    pub use heatsink_core::reshard::*;
-}
+pub use heatsink_core::reshard::*;
 
 /// At most this many GetRecords pages are read per shard when sampling.
 pub const MAX_PAGES_PER_SHARD: usize = 200;
@@ -59,13 +55,13 @@ pub const MAX_PAGES_PER_SHARD: usize = 200;
 pub enum ReshardError {
     /// Reading the shard map failed.
     #[error(transparent)]
-    ShardMap(#[from] KinesisError),
+    SlotMap(#[from] KinesisError),
     /// A Kinesis call failed and retrying cannot help.
     #[error(transparent)]
     Aws(#[from] AwsError),
     /// The samples could not be planned.
     #[error(transparent)]
-    Plan(#[from] heatsink_core::reshard::ReshardError),
+    Plan(#[from] heatsink_core::reshard::PlanError),
     /// A wait ran past its deadline.
     #[error("{what} on {stream} did not finish within {secs} s; re-run apply to resume")]
     Deadline {
@@ -494,9 +490,6 @@ async fn wait_active(
         tokio::time::sleep(config.poll).await;
     }
 }
-
-/// The writes one shard takes per second (Kinesis's limit), the unit of a plan's loads.
-const SHARD_RECORDS_PER_SECOND: f64 = 1_000.0;
 
 /// The hot-key controller's signals for the keys `plan` refused to split for ("salt it"):
 /// each key's load in writes per second against the load one key may carry before the plan

@@ -5,7 +5,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use super::ShardError;
+use super::SlotError;
 
 /// How many slots there are. Fixed forever: keys never change slot, only slots change owner.
 pub const SLOTS: u16 = 16_384;
@@ -44,9 +44,9 @@ pub struct SlotRange {
 
 impl SlotRange {
     /// `first..=last`; refuses an empty or out-of-range span.
-    pub fn new(first: u16, last: u16) -> Result<Self, ShardError> {
+    pub fn new(first: u16, last: u16) -> Result<Self, SlotError> {
         if first > last || last > LAST_SLOT {
-            return Err(ShardError::BadRange { first, last });
+            return Err(SlotError::BadRange { first, last });
         }
         Ok(Self { first, last })
     }
@@ -58,7 +58,7 @@ impl SlotRange {
     };
 
     /// One slot.
-    pub fn single(slot: u16) -> Result<Self, ShardError> {
+    pub fn single(slot: u16) -> Result<Self, SlotError> {
         Self::new(slot, slot)
     }
 
@@ -95,11 +95,11 @@ impl fmt::Display for SlotRange {
 }
 
 impl FromStr for SlotRange {
-    type Err = ShardError;
+    type Err = SlotError;
 
     /// `A-B`, or a single slot `A`.
-    fn from_str(text: &str) -> Result<Self, ShardError> {
-        let bad = || ShardError::Parse(text.to_owned());
+    fn from_str(text: &str) -> Result<Self, SlotError> {
+        let bad = || SlotError::Parse(text.to_owned());
         let (a, b) = match text.trim().split_once('-') {
             Some((a, b)) => (a, b),
             None => (text.trim(), text.trim()),

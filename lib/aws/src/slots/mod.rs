@@ -1,17 +1,17 @@
-//! Live resharding on DynamoDB: the shard directory table, the router, the owner's fence, and
+//! Live resharding on DynamoDB: the slot directory table, the router, the owner's fence, and
 //! the mover.
 //!
-//! The decisions are pure and live in `heatsink_core::shard` (re-exported here): slots
-//! ([`slot_of`]), the directory map ([`ShardMap`], a different thing from the hot-key
-//! [`crate::directory`]), the router's [`RetryRule`], the apply rule ([`apply::wins`]), the
+//! The decisions are pure and live in `heatsink_core::slots` (re-exported here): slots
+//! ([`slot_of`]), the directory map ([`SlotMap`], a different thing from the hot-key
+//! [`crate::hot::directory`]), the router's [`RetryRule`], the apply rule ([`apply::wins`]), the
 //! mover's [`Phase`]s and the [`balance`] plan. This module carries them out:
 //!
-//! * [`ShardDirectory`]: the `shards` table (see [`crate::schema::Table::Shards`]): one item per
+//! * [`SlotDirectory`]: the `slots` table (see [`crate::schema::Table::Slots`]): one item per
 //!   range and one for the map (`pk = "dir"`), one per move (`pk = "move"`). Every change is one
 //!   `TransactWriteItems` conditional on the map version and on each range item as it was read,
-//!   so a split, merge or flip decided from an old map fails whole ([`ReshardError::Conflict`]).
+//!   so a split, merge or flip decided from an old map fails whole ([`MoveError::Conflict`]).
 //!   Each range item carries a signature of its fields: an item edited by hand is reported as
-//!   [`ShardError::Corrupt`], never guessed at.
+//!   [`SlotError::Corrupt`], never guessed at.
 //! * [`Router`]: caches the map for at most `max_age`, writes versioned items to their owner
 //!   (plain or fenced, see below), turns MOVED answers into reload-and-retry with the
 //!   [`RetryRule`]. Retries resend the same version, so they are safe to repeat.
@@ -30,19 +30,19 @@
 //! `TransactWriteItems` = `ConditionCheck(fence item: attribute_not_exists(pk) OR (st = owned
 //! AND ep <= :e))` + the versioned `Put`, and a refused one returns the fence item: the MOVED
 //! answer (new owner, epoch). Routers write fenced on ranges marked *moving* and, in a
-//! **strict** directory (`heatsink shard init --strict`), on every range; elsewhere a plain
-//! `PutItem` (1 WCU). The protocol and its proof sketch are in `heatsink_core::shard`; in
+//! **strict** directory (`heatsink slots init --strict`), on every range; elsewhere a plain
+//! `PutItem` (1 WCU). The protocol and its proof sketch are in `heatsink_core::slots`; in
 //! short: the mover marks the range moving, waits `max_age` (so every router that honours it
 //! writes fenced), copies and tails, writes the fence items (the pause begins), drains the
 //! stream through the fence, and flips the directory to epoch + 1 (the pause ends). Strict mode
 //! also refuses a router whose map is older than `max_age`, at twice the write cost.
 //!
 //! ```no_run
-//! # async fn f(ddb: aws_sdk_dynamodb::Client) -> Result<(), heatsink::shard::ReshardError> {
+//! # async fn f(ddb: aws_sdk_dynamodb::Client) -> Result<(), heatsink::slots::MoveError> {
 //! use std::time::Duration;
-//! use heatsink::shard::{Router, ShardDirectory, SlotRange};
+//! use heatsink::slots::{Router, SlotDirectory, SlotRange};
 //!
-//! let dir = ShardDirectory::new(ddb.clone(), "heatsink-shards");
+//! let dir = SlotDirectory::new(ddb.clone(), "heatsink-shards");
 //! dir.init("posts", Duration::from_secs(1), false).await?; // idempotent
 //! let map = dir.load().await?;
 //! let change = map.split(SlotRange::ALL, 8_192)?;
@@ -69,30 +69,30 @@ pub mod mover;
 pub mod record;
 mod router;
 
-pub use directory::{MOVE_PK, MoveList, ShardDirectory};
-pub use heatsink_core::shard::*;
+pub use directory::{MOVE_PK, MoveList, SlotDirectory};
+pub use heatsink_core::slots::*;
 pub use router::{Ack, Router, RouterStats};
 
 use crate::error::AwsError;
 
-/// Errors of the shard directory, the router and the mover.
+/// Errors of the slot directory, the router and the mover.
 #[derive(Debug, thiserror::Error)]
-pub enum ReshardError {
+pub enum MoveError {
     /// A refusal of the pure directory logic (bad range, busy, hand-edited directory, …).
     #[error(transparent)]
-    Shard(#[from] ShardError),
+    Shard(#[from] SlotError),
     /// A transition the move's phase does not allow; carries the recovery command.
     #[error(transparent)]
     Refused(#[from] Refusal),
-    /// `shard init` has not run on this directory table.
-    #[error("the shard directory {table} is empty; run `heatsink shard init --owner TABLE`")]
+    /// `slots init` has not run on this directory table.
+    #[error("the slot directory {table} is empty; run `heatsink slots init --owner TABLE`")]
     NotInitialized {
         /// The directory table.
         table: String,
     },
-    /// `shard init` on a directory that exists with another owner layout.
+    /// `slots init` on a directory that exists with another owner layout.
     #[error(
-        "the shard directory {table} already exists (version {version}); nothing changed (see `heatsink shard status`)"
+        "the slot directory {table} already exists (version {version}); nothing changed (see `heatsink slots status`)"
     )]
     AlreadyInitialized {
         /// The directory table.
@@ -102,7 +102,7 @@ pub enum ReshardError {
     },
     /// The directory changed between read and commit (another split, merge or move).
     #[error(
-        "the shard directory {table} changed while this change was decided; nothing was written: reload and retry"
+        "the slot directory {table} changed while this change was decided; nothing was written: reload and retry"
     )]
     Conflict {
         /// The directory table.

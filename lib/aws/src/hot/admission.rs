@@ -19,7 +19,7 @@ use std::time::Instant;
 
 use heatsink_core::guard::{Admission, AdmissionConfig, Decision, GuardError, Limit, Scope};
 
-use crate::directory::CachedDirectory;
+use crate::hot::directory::CachedDirectory;
 
 /// Requests refused with 429 by the admission gate (emit one per refusal).
 pub const REJECTED: crate::metrics::MetricDef =

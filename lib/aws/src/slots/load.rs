@@ -1,4 +1,4 @@
-//! The load generator and the verifier behind `heatsink shard load` and `heatsink shard verify`.
+//! The load generator and the verifier behind `heatsink slots load` and `heatsink slots verify`.
 //!
 //! [`run_load`] writes versioned items `{pk: <key>, v: <n>}` through a [`Router`] at a fixed
 //! rate and reports each acknowledged write as an [`AckLine`] (what `--ack-log` appends);
@@ -11,17 +11,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 #[cfg(feature = "streams")]
-use heatsink_core::shard::Phase;
-use heatsink_core::shard::slot_of;
+use heatsink_core::slots::Phase;
+use heatsink_core::slots::slot_of;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Mutex, Semaphore};
 use tokio::time::Instant;
 
 use super::fence::{TableInfo, read_fence};
-use super::{ReshardError, Router};
+use super::{MoveError, Router};
 use crate::clock::now_ms;
 
-/// One acknowledged write, as `shard load --ack-log` writes it (one JSON line).
+/// One acknowledged write, as `slots load --ack-log` writes it (one JSON line).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AckLine {
     /// The key.
@@ -193,7 +193,7 @@ impl VerifyReport {
 }
 
 /// Checks `acks` against the tables (through `router`, with a freshly loaded map).
-pub async fn verify(router: &Router, acks: &[AckLine]) -> Result<VerifyReport, ReshardError> {
+pub async fn verify(router: &Router, acks: &[AckLine]) -> Result<VerifyReport, MoveError> {
     router.invalidate().await;
     let map = router.map().await?;
     let mut want: BTreeMap<&str, u64> = BTreeMap::new();

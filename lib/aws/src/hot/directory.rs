@@ -15,16 +15,16 @@
 //! within `max_age` plus one Scan.
 //!
 //! ```no_run
-//! # async fn f(ddb: aws_sdk_dynamodb::Client) -> Result<(), heatsink::directory::DirectoryError> {
+//! # async fn f(ddb: aws_sdk_dynamodb::Client) -> Result<(), heatsink::hot::DirectoryError> {
 //! use std::time::Duration;
 //! use heatsink::detect::Kind;
-//! use heatsink::hot::{ControlConfig, Signal};
+//! use heatsink::hot::{Thresholds, Signal};
 //! use heatsink::keys::SaltPolicy;
 //! use heatsink::clock::now_secs;
-//! use heatsink::directory::{CachedDirectory, Controller, Directory};
+//! use heatsink::hot::{CachedDirectory, Controller, Directory};
 //!
 //! let directory = Directory::new(ddb, "heatsink-hotkeys");
-//! let controller = Controller::new(directory.clone(), ControlConfig::default());
+//! let controller = Controller::new(directory.clone(), Thresholds::default());
 //! let signal = Signal::new("p9", Kind::Write, 2_400.0, 1_000.0, "sampler");
 //! controller.run(&[signal], now_secs()).await?;
 //!
@@ -38,7 +38,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use heatsink_core::hot::{Change, ControlConfig, Entry, HotError, Mode, Signal, Snapshot, decide};
+use heatsink_core::hot::{Change, Entry, HotError, Mode, Signal, Snapshot, Thresholds, decide};
 use heatsink_core::keys::SaltState;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
@@ -401,12 +401,12 @@ impl RunBounds<'_> {
 #[derive(Debug, Clone)]
 pub struct Controller {
     directory: Directory,
-    config: ControlConfig,
+    config: Thresholds,
 }
 
 impl Controller {
     /// A controller over `directory` with `config`'s thresholds and timers.
-    pub fn new(directory: Directory, config: ControlConfig) -> Self {
+    pub fn new(directory: Directory, config: Thresholds) -> Self {
         Self { directory, config }
     }
 

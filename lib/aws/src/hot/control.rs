@@ -17,10 +17,10 @@
 //! # Bounds and trust
 //! Every key a signal names is checked before anything is decided ([`check_key`]: 1 to
 //! [`MAX_KEY_BYTES`] bytes of printable ASCII, no whitespace); a bad key is reported in
-//! [`Outcome::rejected`] and the rest of the run goes on. The directory holds at most
+//! [`Handled::rejected`] and the rest of the run goes on. The directory holds at most
 //! [`ControllerConfig::max_entries`] live entries (default 1,000) and S at most
 //! [`ControllerConfig::max_salts`] (default 64); a change beyond either, or one DynamoDB refuses,
-//! is refused alone ([`Outcome::rejected`]). A key is let go only by a source that covers it: a
+//! is refused alone ([`Handled::rejected`]). A key is let go only by a source that covers it: a
 //! sampler report never calms a key it does not name (one router not seeing a key says nothing
 //! about the others), and a Contributor Insights run calms only entries whose reason names one
 //! of the tables it read. Expired cache and limit entries are removed by any run.
@@ -33,17 +33,17 @@
 use std::time::{Duration, SystemTime};
 
 use heatsink_core::detect::{Ceilings, Kind, Report};
-use heatsink_core::hot::{ControlConfig, Signal};
+use heatsink_core::hot::{Signal, Thresholds};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::directory::DirectoryError;
+use crate::detect::publish::SAMPLER_SOURCE;
+use crate::hot::directory::DirectoryError;
 #[cfg(feature = "insights")]
-use crate::directory::{ControlReport, Controller, RunBounds};
+use crate::hot::directory::{ControlReport, Controller, RunBounds};
 #[cfg(feature = "insights")]
 use crate::insights::{Contributor, Insights, InsightsError, ReportQuery, RuleKind};
 use crate::metrics::MetricDef;
-use crate::publish::SAMPLER_SOURCE;
 #[cfg(feature = "insights")]
 use heatsink_core::hot::Entry;
 
@@ -146,7 +146,7 @@ pub struct ControllerConfig {
     /// Partition ceilings the rates are compared with.
     pub ceilings: Ceilings,
     /// Thresholds and timers of the decision.
-    pub control: ControlConfig,
+    pub control: Thresholds,
     /// Most live directory entries; a new key beyond it is refused. Default 1,000.
     pub max_entries: usize,
     /// Largest S of a salt entry; a change above it is refused. Default 64.
@@ -175,7 +175,7 @@ impl ControllerConfig {
             tables,
             minutes: 5,
             ceilings: Ceilings::dynamodb(),
-            control: ControlConfig::default(),
+            control: Thresholds::default(),
             max_entries: 1_000,
             max_salts: 64,
         }
@@ -218,7 +218,7 @@ pub fn insights_signals(contributors: &[Contributor], kind: Kind, ceiling: f64) 
 
 /// What one invocation did (the function's response and log line).
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Outcome {
+pub struct Handled {
     /// `alarm`, `schedule` or `sampler`.
     pub trigger: &'static str,
     /// Hot keys the signals named.
@@ -260,7 +260,7 @@ impl ControllerFunction {
     }
 
     /// Handles one event at `now`.
-    pub async fn handle(&self, event: &Value, now: SystemTime) -> Result<Outcome, ControlError> {
+    pub async fn handle(&self, event: &Value, now: SystemTime) -> Result<Handled, ControlError> {
         let trigger = Trigger::parse(event)?;
         let (name, signals) = match &trigger {
             Trigger::Sampler(report) => ("sampler", sampler_signals(report, &self.config)),
@@ -345,9 +345,9 @@ fn truncated(key: &str) -> String {
 }
 
 #[cfg(feature = "insights")]
-fn outcome(trigger: &'static str, signals: usize, report: ControlReport) -> Outcome {
+fn outcome(trigger: &'static str, signals: usize, report: ControlReport) -> Handled {
     use heatsink_core::hot::Change;
-    Outcome {
+    Handled {
         trigger,
         signals,
         changes: report
@@ -379,8 +379,8 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::detect::publish::SAMPLER_DETAIL_TYPE;
     use crate::insights::{Datapoint, Target};
-    use crate::publish::SAMPLER_DETAIL_TYPE;
 
     #[test]
     fn the_three_triggers_are_recognised_and_others_are_typed_errors() {

@@ -1,9 +1,9 @@
-//! The shard directory as data: slot ranges → owner table, an epoch per range, a version for
+//! The slot directory as data: slot ranges → owner table, an epoch per range, a version for
 //! the whole map; split, merge, mark and flip as [`Change`]s decided from one version.
 
 use serde::{Deserialize, Serialize};
 
-use super::ShardError;
+use super::SlotError;
 use super::slot::{LAST_SLOT, SlotRange};
 
 /// What a range is doing.
@@ -22,7 +22,7 @@ pub enum RangeState {
 }
 
 impl RangeState {
-    /// `stable` or `moving`, as `shard status` prints it.
+    /// `stable` or `moving`, as `slots status` prints it.
     pub fn name(&self) -> &'static str {
         match self {
             Self::Stable => "stable",
@@ -80,7 +80,7 @@ pub struct Change {
 
 /// The directory: every slot in exactly one range, sorted by first slot.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ShardMap {
+pub struct SlotMap {
     /// Goes up by one with every committed change.
     pub version: u64,
     /// Strict directory: routers check the owner's fence item on every write.
@@ -92,8 +92,8 @@ pub struct ShardMap {
     pub ranges: Vec<RangeEntry>,
 }
 
-impl ShardMap {
-    /// The map `shard init` writes: every slot owned by `owner` at epoch 1, version 1.
+impl SlotMap {
+    /// The map `slots init` writes: every slot owned by `owner` at epoch 1, version 1.
     pub fn initial(owner: impl Into<String>, max_age_ms: u64, strict: bool) -> Self {
         Self {
             version: 1,
@@ -105,8 +105,8 @@ impl ShardMap {
 
     /// Checks the invariants a hand edit can break: ranges sorted, contiguous and covering
     /// every slot, epochs at least 1, owners named.
-    pub fn validate(&self) -> Result<(), ShardError> {
-        let corrupt = |detail: String| Err(ShardError::Corrupt { detail });
+    pub fn validate(&self) -> Result<(), SlotError> {
+        let corrupt = |detail: String| Err(SlotError::Corrupt { detail });
         let mut next: u32 = 0;
         for r in &self.ranges {
             if u32::from(r.range.first) != next {
@@ -143,11 +143,11 @@ impl ShardMap {
     }
 
     /// The entry whose range is exactly `range`.
-    pub fn exact(&self, range: SlotRange) -> Result<&RangeEntry, ShardError> {
+    pub fn exact(&self, range: SlotRange) -> Result<&RangeEntry, SlotError> {
         self.ranges
             .iter()
             .find(|r| r.range == range)
-            .ok_or_else(|| ShardError::UnknownRange {
+            .ok_or_else(|| SlotError::UnknownRange {
                 range,
                 known: self.nearby(range),
             })
@@ -173,10 +173,10 @@ impl ShardMap {
     ///
     /// Both parts keep the owner and epoch (ownership does not change). Refused when `range`
     /// is not exactly one entry, `at` is not inside it, or a move holds it.
-    pub fn split(&self, range: SlotRange, at: u16) -> Result<Change, ShardError> {
+    pub fn split(&self, range: SlotRange, at: u16) -> Result<Change, SlotError> {
         let entry = self.exact(range)?;
         if at <= range.first || at > range.last {
-            return Err(ShardError::BadSplit { range, at });
+            return Err(SlotError::BadSplit { range, at });
         }
         busy(entry)?;
         let left = RangeEntry {
@@ -205,15 +205,15 @@ impl ShardMap {
     }
 
     /// Merges two adjacent ranges of one owner; the result carries the larger epoch.
-    pub fn merge(&self, a: SlotRange, b: SlotRange) -> Result<Change, ShardError> {
+    pub fn merge(&self, a: SlotRange, b: SlotRange) -> Result<Change, SlotError> {
         let (a, b) = if a.first <= b.first { (a, b) } else { (b, a) };
         let left = self.exact(a)?;
         let right = self.exact(b)?;
         if u32::from(a.last) + 1 != u32::from(b.first) {
-            return Err(ShardError::NotAdjacent { a, b });
+            return Err(SlotError::NotAdjacent { a, b });
         }
         if left.owner != right.owner {
-            return Err(ShardError::OwnersDiffer {
+            return Err(SlotError::OwnersDiffer {
                 a,
                 b,
                 owners: (left.owner.clone(), right.owner.clone()),
@@ -245,10 +245,10 @@ impl ShardMap {
 
     /// Splits so that `range` is exactly one entry (no-op edits when it already is). Refused
     /// when `range` crosses two entries.
-    pub fn isolate(&self, range: SlotRange) -> Result<Option<Change>, ShardError> {
+    pub fn isolate(&self, range: SlotRange) -> Result<Option<Change>, SlotError> {
         let entry = self.entry_of(range.first);
         if !entry.range.covers(&range) {
-            return Err(ShardError::UnknownRange {
+            return Err(SlotError::UnknownRange {
                 range,
                 known: self.nearby(range),
             });
@@ -283,7 +283,7 @@ impl ShardMap {
     }
 
     /// Marks the exact range `range` as held by move `move_id`.
-    pub fn mark_moving(&self, range: SlotRange, move_id: &str) -> Result<Change, ShardError> {
+    pub fn mark_moving(&self, range: SlotRange, move_id: &str) -> Result<Change, SlotError> {
         let entry = self.exact(range)?;
         busy(entry)?;
         Ok(self.replace(
@@ -298,7 +298,7 @@ impl ShardMap {
     }
 
     /// Returns the exact range `range` to stable without changing its owner (abort).
-    pub fn unmark(&self, range: SlotRange, move_id: &str) -> Result<Option<Change>, ShardError> {
+    pub fn unmark(&self, range: SlotRange, move_id: &str) -> Result<Option<Change>, SlotError> {
         let entry = self.exact(range)?;
         match &entry.state {
             RangeState::Moving { move_id: m } if m == move_id => Ok(Some(self.replace(
@@ -313,21 +313,18 @@ impl ShardMap {
     }
 
     /// The flip: the range held by `move_id` goes to `to` at epoch + 1, stable.
-    pub fn flip(&self, range: SlotRange, move_id: &str, to: &str) -> Result<Change, ShardError> {
+    pub fn flip(&self, range: SlotRange, move_id: &str, to: &str) -> Result<Change, SlotError> {
         let entry = self.exact(range)?;
         match &entry.state {
             RangeState::Moving { move_id: m } if m == move_id => {}
             _ => {
-                return Err(ShardError::NotMoving {
+                return Err(SlotError::NotMoving {
                     range,
                     move_id: move_id.to_owned(),
                 });
             }
         }
-        let epoch = entry
-            .epoch
-            .checked_add(1)
-            .ok_or(ShardError::EpochOverflow)?;
+        let epoch = entry.epoch.checked_add(1).ok_or(SlotError::EpochOverflow)?;
         Ok(self.replace(
             entry,
             RangeEntry {
@@ -350,12 +347,12 @@ impl ShardMap {
         }
     }
 
-    /// The map after `change`, or [`ShardError::Conflict`] when it was decided from another
+    /// The map after `change`, or [`SlotError::Conflict`] when it was decided from another
     /// version or an edit's `before` no longer holds: what the directory table's transaction
     /// condition checks, as a pure function.
-    pub fn apply(&self, change: &Change) -> Result<ShardMap, ShardError> {
+    pub fn apply(&self, change: &Change) -> Result<SlotMap, SlotError> {
         if change.from_version != self.version {
-            return Err(ShardError::Conflict {
+            return Err(SlotError::Conflict {
                 expected: change.from_version,
                 found: self.version,
             });
@@ -367,7 +364,7 @@ impl ShardMap {
                 (None, None) => {}
                 (Some(b), Some(i)) if &ranges[i] == b => {}
                 _ => {
-                    return Err(ShardError::Conflict {
+                    return Err(SlotError::Conflict {
                         expected: change.from_version,
                         found: self.version,
                     });
@@ -381,11 +378,11 @@ impl ShardMap {
             }
         }
         ranges.sort_by_key(|r| r.range.first);
-        let next = ShardMap {
+        let next = SlotMap {
             version: self
                 .version
                 .checked_add(1)
-                .ok_or(ShardError::EpochOverflow)?,
+                .ok_or(SlotError::EpochOverflow)?,
             ranges,
             ..self.clone()
         };
@@ -394,10 +391,10 @@ impl ShardMap {
     }
 }
 
-fn busy(entry: &RangeEntry) -> Result<(), ShardError> {
+fn busy(entry: &RangeEntry) -> Result<(), SlotError> {
     match &entry.state {
         RangeState::Stable => Ok(()),
-        RangeState::Moving { move_id } => Err(ShardError::Busy {
+        RangeState::Moving { move_id } => Err(SlotError::Busy {
             range: entry.range,
             move_id: move_id.clone(),
         }),
@@ -407,7 +404,7 @@ fn busy(entry: &RangeEntry) -> Result<(), ShardError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shard::slot::SLOTS;
+    use crate::slots::slot::SLOTS;
     use proptest::prelude::*;
 
     fn r(a: u16, b: u16) -> SlotRange {
@@ -416,7 +413,7 @@ mod tests {
 
     #[test]
     fn init_split_merge_round_trip() {
-        let m = ShardMap::initial("t", 1_000, false);
+        let m = SlotMap::initial("t", 1_000, false);
         m.validate().expect("valid");
         let s = m
             .apply(&m.split(SlotRange::ALL, 8_192).expect("split"))
@@ -434,32 +431,32 @@ mod tests {
 
     #[test]
     fn bad_requests_get_typed_errors_and_change_nothing() {
-        let m = ShardMap::initial("t", 1_000, false);
+        let m = SlotMap::initial("t", 1_000, false);
         assert!(matches!(
             m.split(r(0, 10), 5),
-            Err(ShardError::UnknownRange { .. })
+            Err(SlotError::UnknownRange { .. })
         ));
         assert!(matches!(
             m.split(SlotRange::ALL, 0),
-            Err(ShardError::BadSplit { .. })
+            Err(SlotError::BadSplit { .. })
         ));
         let s = m
             .apply(&m.split(SlotRange::ALL, 100).expect("split"))
             .expect("apply");
         assert!(matches!(
             s.merge(r(0, 99), r(0, 99)),
-            Err(ShardError::NotAdjacent { .. })
+            Err(SlotError::NotAdjacent { .. })
         ));
         let moving = s
             .apply(&s.mark_moving(r(0, 99), "m1").expect("mark"))
             .expect("apply");
         assert!(matches!(
             moving.split(r(0, 99), 50),
-            Err(ShardError::Busy { .. })
+            Err(SlotError::Busy { .. })
         ));
         assert!(matches!(
             moving.mark_moving(r(0, 99), "m2"),
-            Err(ShardError::Busy { .. })
+            Err(SlotError::Busy { .. })
         ));
         let flipped = moving
             .apply(&moving.flip(r(0, 99), "m1", "u").expect("flip"))
@@ -467,26 +464,26 @@ mod tests {
         assert_eq!(flipped.entry_of(0).epoch, 2);
         assert!(matches!(
             flipped.merge(r(0, 99), r(100, LAST_SLOT)),
-            Err(ShardError::OwnersDiffer { .. })
+            Err(SlotError::OwnersDiffer { .. })
         ));
         // A change decided from an old version is refused whole.
         let stale = m.split(SlotRange::ALL, 7).expect("split");
-        assert!(matches!(s.apply(&stale), Err(ShardError::Conflict { .. })));
+        assert!(matches!(s.apply(&stale), Err(SlotError::Conflict { .. })));
     }
 
     #[test]
     fn hand_edits_are_caught() {
-        let mut m = ShardMap::initial("t", 1_000, false);
+        let mut m = SlotMap::initial("t", 1_000, false);
         m.ranges[0].range.last = 100;
-        assert!(matches!(m.validate(), Err(ShardError::Corrupt { .. })));
-        let mut m = ShardMap::initial("t", 1_000, false);
+        assert!(matches!(m.validate(), Err(SlotError::Corrupt { .. })));
+        let mut m = SlotMap::initial("t", 1_000, false);
         m.ranges.push(RangeEntry::stable(r(5, 6), "u", 1));
-        assert!(matches!(m.validate(), Err(ShardError::Corrupt { .. })));
+        assert!(matches!(m.validate(), Err(SlotError::Corrupt { .. })));
     }
 
     #[test]
     fn isolate_carves_a_range_out_of_its_entry() {
-        let m = ShardMap::initial("t", 1_000, false);
+        let m = SlotMap::initial("t", 1_000, false);
         let c = m.isolate(r(10, 20)).expect("isolate").expect("change");
         let n = m.apply(&c).expect("apply");
         assert_eq!(n.exact(r(10, 20)).expect("exact").owner, "t");
@@ -516,7 +513,7 @@ mod tests {
     proptest! {
         #[test]
         fn split_and_merge_keep_every_slot_in_exactly_one_range_and_owners_unchanged(ops in ops()) {
-            let mut m = ShardMap::initial("t0", 1_000, false);
+            let mut m = SlotMap::initial("t0", 1_000, false);
             for op in ops {
                 let before = m.clone();
                 let change = match op {

@@ -1,7 +1,7 @@
-//! `heatsink shard init|status|split|merge|load|verify|plan`: the shard directory by hand, and
+//! `heatsink slots init|status|split|merge|load|verify|plan`: the slot directory by hand, and
 //! the load generator and verifier the move runbooks use.
 //!
-//! The directory table is `<prefix>shards` (`--prefix`, default `heatsink-`). Every edit is
+//! The directory table is `<prefix>slots` (`--prefix`, default `heatsink-`). Every edit is
 //! one transaction conditional on the map version and the ranges it was decided from, so two
 //! operators (or an operator and a mover) never both win; the loser gets a one-line error and
 //! runs the command again.
@@ -14,16 +14,16 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use heatsink::schema::{DEFAULT_PREFIX, Schema, Table, ensure_table};
-use heatsink::shard::balance::{BalanceConfig, plan};
-use heatsink::shard::load::{AckLine, LoadSpec, latency_quantile, run_load, verify};
-use heatsink::shard::mover::Mover;
-use heatsink::shard::{RetryRule, Router, ShardDirectory, SlotRange, slot_of};
+use heatsink::slots::balance::{BalanceConfig, plan};
+use heatsink::slots::load::{AckLine, LoadSpec, latency_quantile, run_load, verify};
+use heatsink::slots::mover::Mover;
+use heatsink::slots::{RetryRule, Router, SlotDirectory, SlotRange, slot_of};
 
 use super::{CmdResult, parse_duration, shard_sdk_config};
 
-/// `heatsink shard` subcommands.
+/// `heatsink slots` subcommands.
 #[derive(Debug, Subcommand)]
-pub enum ShardCommand {
+pub enum SlotsCommand {
     /// All slots to TABLE at epoch 1 (creates the directory table; idempotent).
     Init(InitArgs),
     /// Print the directory and its moves.
@@ -43,20 +43,20 @@ pub enum ShardCommand {
 /// Where the directory is.
 #[derive(Debug, Args, Clone)]
 pub struct DirArgs {
-    /// Resource name prefix (the directory is `<prefix>shards`).
+    /// Resource name prefix (the directory is `<prefix>slots`).
     #[arg(long, env = "HEATSINK_PREFIX", default_value = DEFAULT_PREFIX)]
     pub prefix: String,
 }
 
 impl DirArgs {
     /// The directory on the configured endpoint.
-    pub async fn open(&self) -> ShardDirectory {
+    pub async fn open(&self) -> SlotDirectory {
         let ddb = aws_sdk_dynamodb::Client::new(&shard_sdk_config().await);
-        ShardDirectory::from_schema(ddb, &Schema::new(&self.prefix))
+        SlotDirectory::from_schema(ddb, &Schema::new(&self.prefix))
     }
 }
 
-/// Arguments of `shard init`.
+/// Arguments of `slots init`.
 #[derive(Debug, Args)]
 pub struct InitArgs {
     #[command(flatten)]
@@ -72,7 +72,7 @@ pub struct InitArgs {
     strict: bool,
 }
 
-/// Arguments of `shard status`.
+/// Arguments of `slots status`.
 #[derive(Debug, Args)]
 pub struct StatusArgs {
     #[command(flatten)]
@@ -82,12 +82,12 @@ pub struct StatusArgs {
     json: bool,
 }
 
-/// Arguments of `shard split`.
+/// Arguments of `slots split`.
 #[derive(Debug, Args)]
 pub struct SplitArgs {
     #[command(flatten)]
     dir: DirArgs,
-    /// The range, `A-B`, exactly as `shard status` shows it.
+    /// The range, `A-B`, exactly as `slots status` shows it.
     #[arg(long)]
     range: SlotRange,
     /// The first slot of the right part.
@@ -95,7 +95,7 @@ pub struct SplitArgs {
     at: u16,
 }
 
-/// Arguments of `shard merge`.
+/// Arguments of `slots merge`.
 #[derive(Debug, Args)]
 pub struct MergeArgs {
     #[command(flatten)]
@@ -105,7 +105,7 @@ pub struct MergeArgs {
     ranges: String,
 }
 
-/// Arguments of `shard load`.
+/// Arguments of `slots load`.
 #[derive(Debug, Args)]
 pub struct LoadArgs {
     #[command(flatten)]
@@ -133,17 +133,17 @@ pub struct LoadArgs {
     strict: bool,
 }
 
-/// Arguments of `shard verify`.
+/// Arguments of `slots verify`.
 #[derive(Debug, Args)]
 pub struct VerifyArgs {
     #[command(flatten)]
     dir: DirArgs,
-    /// The ack log `shard load` wrote.
+    /// The ack log `slots load` wrote.
     #[arg(long)]
     ack_log: std::path::PathBuf,
 }
 
-/// Arguments of `shard plan`.
+/// Arguments of `slots plan`.
 #[derive(Debug, Args)]
 pub struct PlanArgs {
     #[command(flatten)]
@@ -168,12 +168,12 @@ pub struct PlanArgs {
     apply: bool,
 }
 
-/// Runs one `heatsink shard` subcommand.
-pub async fn run(command: ShardCommand) -> CmdResult {
+/// Runs one `heatsink slots` subcommand.
+pub async fn run(command: SlotsCommand) -> CmdResult {
     match command {
-        ShardCommand::Init(a) => {
+        SlotsCommand::Init(a) => {
             let dir = a.dir.open().await;
-            let spec = Schema::new(&a.dir.prefix).table(Table::Shards);
+            let spec = Schema::new(&a.dir.prefix).table(Table::Slots);
             ensure_table(dir.client(), &spec).await?;
             let map = dir.init(&a.owner, a.max_age, a.strict).await?;
             println!(
@@ -182,8 +182,8 @@ pub async fn run(command: ShardCommand) -> CmdResult {
             );
             Ok(())
         }
-        ShardCommand::Status(a) => status(a).await,
-        ShardCommand::Split(a) => {
+        SlotsCommand::Status(a) => status(a).await,
+        SlotsCommand::Split(a) => {
             let dir = a.dir.open().await;
             let map = dir.load().await?;
             dir.commit(&map.split(a.range, a.at)?).await?;
@@ -195,7 +195,7 @@ pub async fn run(command: ShardCommand) -> CmdResult {
             );
             Ok(())
         }
-        ShardCommand::Merge(a) => {
+        SlotsCommand::Merge(a) => {
             let dir = a.dir.open().await;
             let (x, y) = a
                 .ranges
@@ -207,8 +207,8 @@ pub async fn run(command: ShardCommand) -> CmdResult {
             println!("merged {x} and {y} (directory version {})", map.version + 1);
             Ok(())
         }
-        ShardCommand::Load(a) => load(a).await,
-        ShardCommand::Verify(a) => {
+        SlotsCommand::Load(a) => load(a).await,
+        SlotsCommand::Verify(a) => {
             let dir = a.dir.open().await;
             let text = std::fs::read_to_string(&a.ack_log)
                 .map_err(|e| format!("reading {}: {e}", a.ack_log.display()))?;
@@ -226,7 +226,7 @@ pub async fn run(command: ShardCommand) -> CmdResult {
             }
             Ok(())
         }
-        ShardCommand::Plan(a) => plan_cmd(a).await,
+        SlotsCommand::Plan(a) => plan_cmd(a).await,
     }
 }
 
@@ -341,7 +341,7 @@ async fn plan_cmd(a: PlanArgs) -> CmdResult {
         let slot = v["slot"]
             .as_u64()
             .and_then(|s| u16::try_from(s).ok())
-            .filter(|s| *s < heatsink::shard::SLOTS)
+            .filter(|s| *s < heatsink::slots::SLOTS)
             .or_else(|| v["key"].as_str().map(slot_of));
         let (Some(slot), Some(rate)) = (slot, rate) else {
             return Err(format!(

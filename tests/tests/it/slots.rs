@@ -1,4 +1,4 @@
-//! Live resharding on the local stack (moto and dynoxide lanes): the shard directory's
+//! Live resharding on the local stack (moto and dynoxide lanes): the slot directory's
 //! transactions, and live moves with a load generator writing through routers the whole time.
 //! The emulators give each table's stream one shard; the `sim_` test puts the stream-shape
 //! simulator in front of them for several shards with rollovers.
@@ -10,11 +10,10 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use heatsink::schema::{self, KeyAttr, StreamView, Table, TableSpec};
-use heatsink::shard::load::{AckLine, LoadSpec, run_load, verify};
-use heatsink::shard::mover::{BatchFault, Budget, MoveSpec, Mover, TailFaults};
-use heatsink::shard::{
-    MoveMode, Phase, ReshardError, RetryRule, Router, ShardDirectory, ShardError, SlotRange,
-    slot_of,
+use heatsink::slots::load::{AckLine, LoadSpec, run_load, verify};
+use heatsink::slots::mover::{BatchFault, Budget, MoveSpec, Mover, TailFaults};
+use heatsink::slots::{
+    MoveError, MoveMode, Phase, RetryRule, Router, SlotDirectory, SlotError, SlotRange, slot_of,
 };
 use heatsink_sim::front::StreamShaper;
 use heatsink_sim::shape::{ShapeConfig, SourceKind};
@@ -36,7 +35,7 @@ async fn owner_table(fx: &Fixture, logical: &str) -> String {
     spec.name
 }
 
-async fn directory(fx: &Fixture, owner: &str, strict: bool) -> ShardDirectory {
+async fn directory(fx: &Fixture, owner: &str, strict: bool) -> SlotDirectory {
     directory_on(fx, fx.stack.ddb.clone(), owner, strict).await
 }
 
@@ -45,13 +44,13 @@ async fn directory_on(
     ddb: aws_sdk_dynamodb::Client,
     owner: &str,
     strict: bool,
-) -> ShardDirectory {
-    let spec = fx.schema.toolkit().table(Table::Shards);
+) -> SlotDirectory {
+    let spec = fx.schema.toolkit().table(Table::Slots);
     fx.track_table(&spec.name);
     schema::ensure_table(&fx.stack.ddb, &spec)
         .await
         .expect("directory table");
-    let dir = ShardDirectory::new(ddb, spec.name);
+    let dir = SlotDirectory::new(ddb, spec.name);
     dir.init(owner, MAX_AGE, strict).await.expect("init");
     dir
 }
@@ -64,7 +63,7 @@ struct Scene {
     streams: aws_sdk_dynamodbstreams::Client,
     a: String,
     b: String,
-    dir: ShardDirectory,
+    dir: SlotDirectory,
     router: Router,
 }
 
@@ -127,7 +126,7 @@ fn budget() -> Budget {
 struct Load {
     stop: Arc<AtomicBool>,
     acks: Arc<Mutex<Vec<AckLine>>>,
-    task: tokio::task::JoinHandle<heatsink::shard::load::LoadReport>,
+    task: tokio::task::JoinHandle<heatsink::slots::load::LoadReport>,
 }
 
 fn start_load(router: Router, prefix: &str, keys: u64, rate: f64) -> Load {
@@ -155,7 +154,7 @@ fn start_load(router: Router, prefix: &str, keys: u64, rate: f64) -> Load {
 }
 
 impl Load {
-    async fn finish(self, router: &Router) -> (heatsink::shard::load::LoadReport, Vec<AckLine>) {
+    async fn finish(self, router: &Router) -> (heatsink::slots::load::LoadReport, Vec<AckLine>) {
         self.stop.store(true, Ordering::Relaxed);
         let report = self.task.await.expect("load task");
         let acks = self.acks.lock().expect("acks").clone();
@@ -183,7 +182,7 @@ async fn shard_directory_split_merge_are_one_conditional_transaction() {
     assert_eq!(again.version, 1);
     assert!(matches!(
         dir.init("t-b", MAX_AGE, false).await,
-        Err(ReshardError::AlreadyInitialized { .. })
+        Err(MoveError::AlreadyInitialized { .. })
     ));
     let map = dir.load().await.expect("load");
     let split = map.split(SlotRange::ALL, 8_192).expect("split");
@@ -191,7 +190,7 @@ async fn shard_directory_split_merge_are_one_conditional_transaction() {
     // The same change, decided from version 1, is refused whole by the transaction.
     assert!(matches!(
         dir.commit(&split).await,
-        Err(ReshardError::Conflict { .. })
+        Err(MoveError::Conflict { .. })
     ));
     let map = dir.load().await.expect("load");
     assert_eq!(map.version, 2);
@@ -220,7 +219,7 @@ async fn shard_directory_split_merge_are_one_conditional_transaction() {
         .expect("hand edit");
     let err = dir.load().await.expect_err("hand-edited");
     assert!(
-        matches!(err, ReshardError::Shard(ShardError::Corrupt { .. })),
+        matches!(err, MoveError::Shard(SlotError::Corrupt { .. })),
         "{err}"
     );
 }
@@ -241,7 +240,7 @@ async fn move_bad_requests_get_typed_errors_and_change_nothing() {
     let err = Mover::start(ddb.clone(), streams.clone(), dir.clone(), spec(&a))
         .await
         .expect_err("to the current owner");
-    assert!(matches!(err, ReshardError::BadMove(_)), "{err}");
+    assert!(matches!(err, MoveError::BadMove(_)), "{err}");
     // A target without a stream, and one with another key schema.
     let plain = TableSpec::new(format!("{}plain", fx.schema.prefix()), KeyAttr::s("pk"));
     fx.track_table(&plain.name);
@@ -263,7 +262,7 @@ async fn move_bad_requests_get_typed_errors_and_change_nothing() {
     )
     .await
     .expect_err("key schema");
-    assert!(matches!(err, ReshardError::BadTable { .. }), "{err}");
+    assert!(matches!(err, MoveError::BadTable { .. }), "{err}");
     assert_eq!(
         dir.load().await.expect("load").version,
         1,
@@ -524,7 +523,7 @@ async fn puts_beside_refused_fenced_writes(
     use aws_sdk_dynamodb::types::{
         ConditionCheck, Put, PutRequest, TransactWriteItem, WriteRequest,
     };
-    use heatsink::shard::fence::{Fence, KeySchema, write_fences};
+    use heatsink::slots::fence::{FenceItem, KeySchema, write_fences};
     let keys = KeySchema { sort_key: None };
     // A table of some size (moto copies all of it when a transaction begins).
     for chunk in 0..8 {
@@ -545,7 +544,7 @@ async fn puts_beside_refused_fenced_writes(
             .expect("bulk");
     }
     let moved = SlotRange::single(slot_of("t0")).expect("range");
-    let fence = Fence {
+    let fence = FenceItem {
         to: "elsewhere".into(),
         epoch: 2,
     };
@@ -651,7 +650,7 @@ async fn acknowledged_puts_survive_refused_fenced_writes_on_the_same_table() {
 
 /// The emulator fault itself, for the record: on moto with unbounded concurrency some
 /// acknowledged puts are reverted (about 3% in a 2 s run on this machine). Not part of the
-/// suite; run `cargo test -p heatsink-integration --test it shard::moto_ -- --ignored` on the
+/// suite; run `cargo test -p heatsink-integration --test it slots::moto_ -- --ignored` on the
 /// moto lane.
 #[tokio::test]
 #[ignore = "reproduces a moto fault; run on the moto lane with --ignored"]
@@ -753,15 +752,15 @@ async fn demo_move_moves_p9_and_loses_no_acknowledged_write() {
     for t in ["demo-move-posts", "demo-move-p9", "demo-move-shards"] {
         fx.track_table(&format!("{prefix}{t}"));
     }
-    let spec = heatsink::shard::demo::DemoSpec {
+    let spec = heatsink::slots::demo::DemoSpec {
         prefix,
         rate: 40.0,
         settle: Duration::from_millis(800),
         ..Default::default()
     };
-    let progress: heatsink::shard::mover::Progress = Arc::new(|line: &str| eprintln!("{line}"));
+    let progress: heatsink::slots::mover::MoveProgress = Arc::new(|line: &str| eprintln!("{line}"));
     let ddb = fx.stack.isolated_ddb();
-    let first = heatsink::shard::demo::run_move_demo(
+    let first = heatsink::slots::demo::run_move_demo(
         ddb.clone(),
         fx.stack.streams.clone(),
         &spec,
@@ -779,7 +778,7 @@ async fn demo_move_moves_p9_and_loses_no_acknowledged_write() {
     // p9 now lives on the table of its own, the other posts stayed.
     let router = Router::new(
         ddb.clone(),
-        ShardDirectory::new(ddb.clone(), format!("{}demo-move-shards", spec.prefix)),
+        SlotDirectory::new(ddb.clone(), format!("{}demo-move-shards", spec.prefix)),
         MAX_AGE,
     );
     let (owner, item) = router.get_key("p9").await.expect("read p9");
@@ -789,7 +788,7 @@ async fn demo_move_moves_p9_and_loses_no_acknowledged_write() {
     assert_eq!(owner, first.from);
     // A second run starts from scratch (its tables are recreated) and works the same.
     let again =
-        heatsink::shard::demo::run_move_demo(ddb, fx.stack.streams.clone(), &spec, progress)
+        heatsink::slots::demo::run_move_demo(ddb, fx.stack.streams.clone(), &spec, progress)
             .await
             .expect("demo again");
     assert_eq!(again.lost, 0, "{again:?}");

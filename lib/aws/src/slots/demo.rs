@@ -3,7 +3,7 @@
 //!
 //! Glue only: [`run_load`] writes `{pk: "p0" … "p15", v}` through one [`Router`], a copy-mode
 //! [`Mover`] moves `slot_of("p9")` from the demo's posts table to its p9 table, and [`verify`]
-//! checks every acknowledged write afterwards, as `heatsink shard verify` does. The demo owns
+//! checks every acknowledged write afterwards, as `heatsink slots verify` does. The demo owns
 //! three tables (`<prefix>demo-move-posts`, `<prefix>demo-move-p9` and its own directory
 //! `<prefix>demo-move-shards`) and deletes and recreates them on every run, so it starts from
 //! the same state on a fresh stack and after an earlier (possibly killed) run.
@@ -16,8 +16,8 @@ use aws_sdk_dynamodb::operation::delete_table::DeleteTableError;
 use serde::Serialize;
 
 use super::load::{AckLine, LoadSpec, VerifyReport, latency_quantile, run_load, verify};
-use super::mover::{Budget, DiffReport, MoveSpec, Mover, Progress};
-use super::{MoveMode, ReshardError, Router, ShardDirectory, SlotRange, slot_of};
+use super::mover::{Budget, DiffReport, MoveProgress, MoveSpec, Mover};
+use super::{MoveError, MoveMode, Router, SlotDirectory, SlotRange, slot_of};
 use crate::error::{AwsError, SchemaError};
 use crate::schema::{self, KeyAttr, Schema, StreamView, Table, TableSpec};
 
@@ -26,7 +26,7 @@ use crate::schema::{self, KeyAttr, Schema, StreamView, Table, TableSpec};
 pub enum DemoError {
     /// The directory, router or mover failed.
     #[error(transparent)]
-    Reshard(#[from] ReshardError),
+    Reshard(#[from] MoveError),
     /// A demo table could not be created.
     #[error(transparent)]
     Schema(#[from] SchemaError),
@@ -132,11 +132,11 @@ pub async fn run_move_demo(
     ddb: aws_sdk_dynamodb::Client,
     streams: aws_sdk_dynamodbstreams::Client,
     spec: &DemoSpec,
-    progress: Progress,
+    progress: MoveProgress,
 ) -> Result<DemoReport, DemoError> {
     let from = format!("{}demo-move-posts", spec.prefix);
     let to = format!("{}demo-move-p9", spec.prefix);
-    let mut dir_spec = Schema::new(spec.prefix.clone()).table(Table::Shards);
+    let mut dir_spec = Schema::new(spec.prefix.clone()).table(Table::Slots);
     dir_spec.name = format!("{}demo-move-shards", spec.prefix);
     for t in [&from, &to, &dir_spec.name] {
         drop_table(&ddb, t).await?;
@@ -146,7 +146,7 @@ pub async fn run_move_demo(
         schema::ensure_table(&ddb, &s).await?;
     }
     schema::ensure_table(&ddb, &dir_spec).await?;
-    let dir = ShardDirectory::new(ddb.clone(), dir_spec.name.clone());
+    let dir = SlotDirectory::new(ddb.clone(), dir_spec.name.clone());
     dir.init(&from, spec.max_age, false).await?;
     progress(&format!(
         "demo: {from} owns every slot; p9 takes likes and caption edits"
@@ -194,7 +194,7 @@ pub async fn run_move_demo(
             "demo: moving slot {slot} (p9) to {to}, move {}",
             mover.record().id
         ));
-        Ok::<_, ReshardError>(mover.run().await?.clone())
+        Ok::<_, MoveError>(mover.run().await?.clone())
     }
     .await;
     tokio::time::sleep(spec.settle).await;

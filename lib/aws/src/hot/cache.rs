@@ -45,7 +45,7 @@
 //! # Example
 //! ```
 //! use std::time::Duration;
-//! use heatsink::cache::{MicroCache, Source};
+//! use heatsink::hot::cache::{MicroCache, Source};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {

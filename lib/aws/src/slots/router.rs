@@ -10,14 +10,14 @@ use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{
     AttributeValue, ConditionCheck, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem,
 };
-use heatsink_core::shard::{
-    Answer, MoveMode, Next, Phase, RangeState, RetryRule, ShardMap, SlotRange, slot_of,
+use heatsink_core::slots::{
+    Answer, MoveMode, Next, Phase, RangeState, RetryRule, SlotMap, SlotRange, slot_of,
 };
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 use super::fence::{KeySchema, TOMBSTONE_ATTR, TableInfo, VERSION_ATTR, parse_fence};
-use super::{ReshardError, ShardDirectory};
+use super::{MoveError, SlotDirectory};
 use crate::error::AwsError;
 
 /// A write the owner stored (or had stored: a retry of an applied write).
@@ -48,11 +48,11 @@ pub struct RouterStats {
 
 struct Inner {
     ddb: aws_sdk_dynamodb::Client,
-    dir: ShardDirectory,
+    dir: SlotDirectory,
     max_age: Duration,
     strict: bool,
     rule: RetryRule,
-    cache: Mutex<Option<(Arc<ShardMap>, Instant)>>,
+    cache: Mutex<Option<(Arc<SlotMap>, Instant)>>,
     schemas: Mutex<HashMap<String, KeySchema>>,
     attrition: Mutex<Option<(Arc<Vec<Attrition>>, Instant)>>,
     stats: RouterStats,
@@ -97,14 +97,14 @@ impl Router {
     ///
     /// In a default directory `max_age` must not exceed the directory's own `max_age_ms`
     /// (what movers wait for); in a strict one any age is safe.
-    pub fn new(ddb: aws_sdk_dynamodb::Client, dir: ShardDirectory, max_age: Duration) -> Self {
+    pub fn new(ddb: aws_sdk_dynamodb::Client, dir: SlotDirectory, max_age: Duration) -> Self {
         Self::with(ddb, dir, max_age, false, RetryRule::default())
     }
 
     /// A router with its own strictness (fenced writes on every range) and retry rule.
     pub fn with(
         ddb: aws_sdk_dynamodb::Client,
-        dir: ShardDirectory,
+        dir: SlotDirectory,
         max_age: Duration,
         strict: bool,
         rule: RetryRule,
@@ -130,12 +130,12 @@ impl Router {
     }
 
     /// The directory it reads.
-    pub fn directory(&self) -> &ShardDirectory {
+    pub fn directory(&self) -> &SlotDirectory {
         &self.inner.dir
     }
 
     /// The cached map, reloaded when older than `max_age`.
-    pub async fn map(&self) -> Result<Arc<ShardMap>, ReshardError> {
+    pub async fn map(&self) -> Result<Arc<SlotMap>, MoveError> {
         let mut cache = self.inner.cache.lock().await;
         if let Some((map, at)) = cache.as_ref()
             && at.elapsed() < self.inner.max_age
@@ -152,7 +152,7 @@ impl Router {
     /// it is newer or was read less than `moved_cap` ago (another write of this router just
     /// reloaded: concurrent writes bounced by one fence share one directory read per poll),
     /// else a fresh read.
-    async fn refresh(&self, seen: u64) -> Result<Arc<ShardMap>, ReshardError> {
+    async fn refresh(&self, seen: u64) -> Result<Arc<SlotMap>, MoveError> {
         let mut cache = self.inner.cache.lock().await;
         if let Some((map, at)) = cache.as_ref()
             && (map.version > seen || at.elapsed() < self.inner.rule.moved_cap)
@@ -179,7 +179,7 @@ impl Router {
         slot: u16,
         attempt: u32,
         waited: &mut u32,
-    ) -> Result<Arc<ShardMap>, ReshardError> {
+    ) -> Result<Arc<SlotMap>, MoveError> {
         let rule = self.inner.rule;
         loop {
             let map = self.refresh(seen).await?;
@@ -188,7 +188,7 @@ impl Router {
             }
             *waited = waited.saturating_add(1);
             if *waited >= rule.max_moved {
-                return Err(ReshardError::GaveUp {
+                return Err(MoveError::GaveUp {
                     key: key.to_owned(),
                     slot,
                     attempts: attempt,
@@ -203,7 +203,7 @@ impl Router {
         *self.inner.cache.lock().await = None;
     }
 
-    async fn keys(&self, table: &str) -> Result<KeySchema, ReshardError> {
+    async fn keys(&self, table: &str) -> Result<KeySchema, MoveError> {
         if let Some(k) = self.inner.schemas.lock().await.get(table) {
             return Ok(k.clone());
         }
@@ -222,7 +222,7 @@ impl Router {
         key: &str,
         version: u64,
         mut attrs: HashMap<String, AttributeValue>,
-    ) -> Result<Ack, ReshardError> {
+    ) -> Result<Ack, MoveError> {
         attrs.insert("pk".into(), AttributeValue::S(key.to_owned()));
         attrs.insert(VERSION_ATTR.into(), AttributeValue::N(version.to_string()));
         self.put(attrs).await
@@ -230,17 +230,17 @@ impl Router {
 
     /// Writes a whole item (string `pk`, numeric `v`, the sort key when the owner has one) to
     /// the owner of its slot, following MOVED answers with the [`RetryRule`].
-    pub async fn put(&self, item: HashMap<String, AttributeValue>) -> Result<Ack, ReshardError> {
+    pub async fn put(&self, item: HashMap<String, AttributeValue>) -> Result<Ack, MoveError> {
         let key = item
             .get("pk")
             .and_then(|v| v.as_s().ok())
             .cloned()
-            .ok_or_else(|| ReshardError::BadItem("the item has no string `pk`".into()))?;
+            .ok_or_else(|| MoveError::BadItem("the item has no string `pk`".into()))?;
         let version = version_of(&item).ok_or_else(|| {
-            ReshardError::BadItem(format!("item {key:?} has no numeric version `v`"))
+            MoveError::BadItem(format!("item {key:?} has no numeric version `v`"))
         })?;
         if super::fence::is_internal(&key) {
-            return Err(ReshardError::BadItem(format!(
+            return Err(MoveError::BadItem(format!(
                 "{key:?}: keys starting with {} are reserved",
                 super::fence::INTERNAL_PREFIX
             )));
@@ -280,7 +280,7 @@ impl Router {
                     });
                 }
                 Next::GiveUp => {
-                    return Err(ReshardError::GaveUp {
+                    return Err(MoveError::GaveUp {
                         key,
                         slot,
                         attempts: attempt,
@@ -315,7 +315,7 @@ impl Router {
         &self,
         table: &str,
         key: HashMap<String, AttributeValue>,
-    ) -> Result<Option<HashMap<String, AttributeValue>>, ReshardError> {
+    ) -> Result<Option<HashMap<String, AttributeValue>>, MoveError> {
         let out = self
             .inner
             .ddb
@@ -337,10 +337,10 @@ impl Router {
         slot: u16,
         item: &HashMap<String, AttributeValue>,
         version: u64,
-    ) -> Result<Answer, ReshardError> {
+    ) -> Result<Answer, MoveError> {
         let ddb = &self.inner.ddb;
         let keys = self.keys(owner).await?;
-        let bad = |e: aws_sdk_dynamodb::error::BuildError| ReshardError::BadItem(e.to_string());
+        let bad = |e: aws_sdk_dynamodb::error::BuildError| MoveError::BadItem(e.to_string());
         let cond = "attribute_not_exists(#v) OR #v < :v";
         if !fenced {
             let res = ddb
@@ -445,7 +445,7 @@ impl Router {
     }
 
     /// The attrition moves of the directory, cached for `max_age` like the map.
-    async fn attritions(&self) -> Result<Arc<Vec<Attrition>>, ReshardError> {
+    async fn attritions(&self) -> Result<Arc<Vec<Attrition>>, MoveError> {
         let mut cache = self.inner.attrition.lock().await;
         if let Some((list, at)) = cache.as_ref()
             && at.elapsed() < self.inner.max_age
@@ -476,7 +476,7 @@ impl Router {
 
     /// The table other than `owner` that may hold `slot`'s items: the other side of an
     /// attrition move of the slot, if one names `owner`.
-    async fn other_side(&self, slot: u16, owner: &str) -> Result<Option<String>, ReshardError> {
+    async fn other_side(&self, slot: u16, owner: &str) -> Result<Option<String>, MoveError> {
         let list = self.attritions().await?;
         Ok(list
             .iter()
@@ -499,7 +499,7 @@ impl Router {
         slot: u16,
         owner: &str,
         key: HashMap<String, AttributeValue>,
-    ) -> Result<Option<HashMap<String, AttributeValue>>, ReshardError> {
+    ) -> Result<Option<HashMap<String, AttributeValue>>, MoveError> {
         let mut item = self.read_item(owner, key.clone()).await?;
         if let Some(other) = self.other_side(slot, owner).await? {
             let theirs = self.read_item(&other, key).await?;
@@ -521,11 +521,11 @@ impl Router {
     pub async fn get(
         &self,
         key: HashMap<String, AttributeValue>,
-    ) -> Result<Option<HashMap<String, AttributeValue>>, ReshardError> {
+    ) -> Result<Option<HashMap<String, AttributeValue>>, MoveError> {
         let pk = key
             .get("pk")
             .and_then(|v| v.as_s().ok())
-            .ok_or_else(|| ReshardError::BadItem("the key has no string `pk`".into()))?;
+            .ok_or_else(|| MoveError::BadItem("the key has no string `pk`".into()))?;
         let slot = slot_of(pk);
         let map = self.map().await?;
         let owner = map.entry_of(slot).owner.clone();
@@ -537,7 +537,7 @@ impl Router {
     pub async fn get_key(
         &self,
         key: &str,
-    ) -> Result<(String, Option<HashMap<String, AttributeValue>>), ReshardError> {
+    ) -> Result<(String, Option<HashMap<String, AttributeValue>>), MoveError> {
         let slot = slot_of(key);
         let map = self.map().await?;
         let owner = map.entry_of(slot).owner.clone();

@@ -291,7 +291,7 @@ mod tests {
     use serde_json::Value;
 
     use super::*;
-    use crate::control::Trigger;
+    use crate::hot::control::Trigger;
 
     /// A EventBridge client answering from `rule`.
     fn eventbridge(rule: Rule) -> aws_sdk_eventbridge::Client {

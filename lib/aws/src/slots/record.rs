@@ -1,17 +1,17 @@
 //! The persisted state of a live move: one item per move in the directory table (`pk = "move"`,
 //! `sk` = the move id, the record as JSON in `record`).
 //!
-//! These types are always built: routers read attrition moves from them and `shard verify`
+//! These types are always built: routers read attrition moves from them and `slots verify`
 //! reports moves in flight without the mover (feature `streams`) being compiled.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use heatsink_core::shard::{MoveMode, Phase, SlotRange};
+use heatsink_core::slots::{MoveMode, Phase, SlotRange};
 use serde::{Deserialize, Serialize};
 
-use super::ReshardError;
+use super::MoveError;
 
 /// Rates and targets of one move.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -184,7 +184,7 @@ impl MoveRecord {
 /// Reads one stored move item: the record's JSON, checked against the item's `sk`.
 pub(crate) fn parse_record(
     item: &HashMap<String, AttributeValue>,
-) -> Result<MoveRecord, ReshardError> {
+) -> Result<MoveRecord, MoveError> {
     let id = item
         .get("sk")
         .and_then(|v| v.as_s().ok())
@@ -193,11 +193,11 @@ pub(crate) fn parse_record(
     let json = item
         .get("record")
         .and_then(|v| v.as_s().ok())
-        .ok_or_else(|| ReshardError::Malformed {
+        .ok_or_else(|| MoveError::Malformed {
             id: id.clone(),
             reason: "no record attribute".into(),
         })?;
-    serde_json::from_str(json).map_err(|e| ReshardError::Malformed {
+    serde_json::from_str(json).map_err(|e| MoveError::Malformed {
         id,
         reason: e.to_string(),
     })

@@ -1,27 +1,27 @@
-//! Slots and the shard directory: which table owns a key, and how ownership changes safely.
+//! Slots and the slot directory: which table owns a key, and how ownership changes safely.
 //!
 //! (Not to be confused with the *hot-key* directory, [`crate::hot`]: that one says which keys
-//! to salt or cache. This one, the [`ShardMap`], says which table owns each slot.)
+//! to salt or cache. This one, the [`SlotMap`], says which table owns each slot.)
 //!
 //! # Key → slot → owner
 //!
 //! A key maps to one of 16,384 slots with the Redis Cluster function: CRC16/XMODEM of its hash
 //! tag (the text inside the first non-empty `{…}`, else the whole key), mod 16,384. The slot
-//! of a key never changes. The [`ShardMap`] maps contiguous slot ranges to an owner table;
+//! of a key never changes. The [`SlotMap`] maps contiguous slot ranges to an owner table;
 //! each range has an **epoch** (+1 each time it changes owner: the fencing token of its slots)
 //! and the map has a **version** (+1 with every committed change).
 //!
 //! ```
-//! use heatsink_core::shard::{slot_of, ShardMap, SlotRange};
+//! use heatsink_core::slots::{slot_of, SlotMap, SlotRange};
 //!
 //! assert_eq!(slot_of("post:{p9}"), 12_067);
 //! assert_eq!(slot_of("likes:{p9}:r0"), 12_067); // same tag, same slot, same owner
-//! let map = ShardMap::initial("posts", 1_000, false);
+//! let map = SlotMap::initial("posts", 1_000, false);
 //! let split = map.split(SlotRange::ALL, 8_192)?; // a Change, decided from version 1
 //! let map = map.apply(&split)?;
 //! assert_eq!(map.entry_of(12_067).range, SlotRange::new(8_192, 16_383)?);
 //! assert!(map.apply(&split).is_err()); // decided from version 1; the map is at 2
-//! # Ok::<(), heatsink_core::shard::ShardError>(())
+//! # Ok::<(), heatsink_core::slots::SlotError>(())
 //! ```
 //!
 //! # How an owner refuses a write (the protocol)
@@ -71,9 +71,9 @@
 //! every [`RetryRule::moved_cap`] (10 ms), so it writes to *T* at most that long after the
 //! flip. Reads are not fenced: a router whose map is up to `max_age` old reads the old owner.
 //!
-//! Pure parts here: [`slot_of`] and [`SlotRange`], the [`ShardMap`] and its [`Change`]s, the
+//! Pure parts here: [`slot_of`] and [`SlotRange`], the [`SlotMap`] and its [`Change`]s, the
 //! router's [`RetryRule`], the [`apply`] rule, the mover's [`Phase`]s, and the [`balance`] plan.
-//! The DynamoDB adapters are `heatsink::shard`.
+//! The DynamoDB adapters are `heatsink::slots`.
 
 pub mod apply;
 pub mod balance;
@@ -82,14 +82,14 @@ mod phase;
 mod route;
 mod slot;
 
-pub use map::{Change, Edit, RangeEntry, RangeState, ShardMap};
+pub use map::{Change, Edit, RangeEntry, RangeState, SlotMap};
 pub use phase::{MoveMode, Phase, Refusal, check_abort, check_resume, check_rollback};
 pub use route::{Answer, Next, RetryRule};
 pub use slot::{LAST_SLOT, SLOTS, SlotRange, hash_tag, slot_of};
 
 /// Refusals of the pure directory logic: each says what was wrong and nothing was changed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ShardError {
+pub enum SlotError {
     /// Not a slot range (`first > last`, or past slot 16,383).
     #[error("{first}-{last} is not a slot range (0-16383, first <= last)")]
     BadRange {
@@ -103,7 +103,7 @@ pub enum ShardError {
     Parse(String),
     /// The range is not one entry of the directory.
     #[error(
-        "{range} is not a range of the directory (ranges there: {known:?}); see `heatsink shard status`"
+        "{range} is not a range of the directory (ranges there: {known:?}); see `heatsink slots status`"
     )]
     UnknownRange {
         /// What was asked for.
@@ -165,7 +165,7 @@ pub enum ShardError {
     },
     /// The stored directory breaks an invariant (edited by hand?).
     #[error(
-        "the shard directory is inconsistent: {detail} (edited by hand? restore it from `heatsink shard status --json` output)"
+        "the slot directory is inconsistent: {detail} (edited by hand? restore it from `heatsink slots status --json` output)"
     )]
     Corrupt {
         /// The first broken invariant.

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::map::ShardMap;
+use super::map::SlotMap;
 use super::slot::SlotRange;
 
 /// When an owner is too hot, and how far under the line a move must leave its destination.
@@ -88,7 +88,7 @@ fn range_load(range: SlotRange, load: &BTreeMap<u16, f64>) -> f64 {
 /// tests check that the plan never overfills a destination, conserves load, and that
 /// planning again on its result plans nothing (no flapping).
 pub fn plan(
-    map: &ShardMap,
+    map: &SlotMap,
     spare: &[String],
     load: &BTreeMap<u16, f64>,
     cfg: &BalanceConfig,
@@ -207,11 +207,11 @@ pub fn plan(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shard::map::{Change, Edit, RangeEntry};
+    use crate::slots::map::{Change, Edit, RangeEntry};
     use proptest::prelude::*;
 
     /// The map after carrying out `plan` (isolate + flip for each move), as the mover would.
-    fn carry_out(map: &ShardMap, plan: &BalancePlan) -> ShardMap {
+    fn carry_out(map: &SlotMap, plan: &BalancePlan) -> SlotMap {
         let mut m = map.clone();
         for mv in &plan.moves {
             if let Some(c) = m.isolate(mv.slots).expect("isolate") {
@@ -233,7 +233,7 @@ mod tests {
 
     #[test]
     fn a_hot_shard_is_split_at_its_load_median_not_its_midpoint() {
-        let map = ShardMap::initial("a", 1_000, false);
+        let map = SlotMap::initial("a", 1_000, false);
         // All the load sits in slots 12,000..12,003: the median is there, not at 8,192.
         let load: BTreeMap<u16, f64> = [
             (12_000, 300.0),
@@ -258,7 +258,7 @@ mod tests {
 
     #[test]
     fn one_slot_hotter_than_any_owner_is_reported_stuck() {
-        let map = ShardMap::initial("a", 1_000, false);
+        let map = SlotMap::initial("a", 1_000, false);
         let load: BTreeMap<u16, f64> = [(5, 2_000.0)].into();
         let p = plan(&map, &["b".into()], &load, &BalanceConfig::default());
         assert!(p.moves.is_empty());
@@ -273,7 +273,7 @@ mod tests {
             wobble in -0.05f64..0.05,
         ) {
             let cfg = BalanceConfig::default();
-            let map = ShardMap::initial("t0", 1_000, false);
+            let map = SlotMap::initial("t0", 1_000, false);
             let spare: Vec<String> = (1..=spares).map(|i| format!("t{i}")).collect();
             let p = plan(&map, &spare, &loads, &cfg);
             let total: f64 = loads.values().sum();

@@ -4,7 +4,7 @@
 //! Each call of [`Mover::step`] does the work of one [`Phase`] and persists the move record
 //! (pk `move`, sk = id in the directory table, written under a revision condition so two movers
 //! of one move cannot both proceed). Every step is idempotent: the copy and the tail write
-//! with the apply rule ([`apply::wins`](heatsink_core::shard::apply::wins), as condition expressions), fences and cleanup are
+//! with the apply rule ([`apply::wins`](heatsink_core::slots::apply::wins), as condition expressions), fences and cleanup are
 //! plain re-doable writes, and the directory changes are conditional on the version and epochs
 //! they were decided from. A mover killed anywhere is resumed with [`Mover::open`] + [`Mover::run`].
 //!
@@ -20,7 +20,7 @@
 //! | `cleaned` | soak (forward and reverse tails), then delete the source copy at the WCU budget | deletes |
 //!
 //! Limits: one reader per stream shard (DynamoDB Streams allows 2 per shard: keep at most one
-//! other, e.g. the aggregator); a position older than 24 h is [`ReshardError::PositionExpired`];
+//! other, e.g. the aggregator); a position older than 24 h is [`MoveError::PositionExpired`];
 //! the copy scans the whole source table (slots are hashes, so no key range selects them); the
 //! diff holds the moved slots' keys in memory; items must carry a numeric version `v` that
 //! rises with each change (items without one count as version 0 and are copied once).
@@ -47,8 +47,8 @@ use aws_sdk_dynamodbstreams::types::{
 };
 use futures::StreamExt;
 use futures::future::try_join_all;
-use heatsink_core::shard::apply::Version;
-use heatsink_core::shard::{
+use heatsink_core::slots::apply::Version;
+use heatsink_core::slots::{
     MoveMode, Phase, RangeState, SlotRange, check_abort, check_resume, check_rollback, slot_of,
 };
 use serde::{Deserialize, Serialize};
@@ -56,11 +56,11 @@ use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 use super::fence::{
-    Fence, KeySchema, TOMBSTONE_ATTR, TableInfo, VERSION_ATTR, delete_fences, is_internal,
+    FenceItem, KeySchema, TOMBSTONE_ATTR, TableInfo, VERSION_ATTR, delete_fences, is_internal,
     write_fences,
 };
 pub use super::record::{Budget, DiffReport, MoveRecord, ShardPos, Tail};
-use super::{MOVE_PK, ReshardError, ShardDirectory};
+use super::{MOVE_PK, MoveError, SlotDirectory};
 use crate::clock::now_ms;
 use crate::error::AwsError;
 
@@ -120,22 +120,22 @@ pub enum BatchFault {
 }
 
 /// Lines of progress, one per event worth telling an operator.
-pub type Progress = Arc<dyn Fn(&str) + Send + Sync>;
+pub type MoveProgress = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// A live move (see the module docs).
 pub struct Mover {
     ddb: aws_sdk_dynamodb::Client,
     streams: aws_sdk_dynamodbstreams::Client,
-    dir: ShardDirectory,
+    dir: SlotDirectory,
     record: MoveRecord,
     src: TableInfo,
     dst: TableInfo,
     faults: Option<Arc<dyn TailFaults>>,
-    progress: Option<Progress>,
+    progress: Option<MoveProgress>,
     batches: u64,
     /// The map read just before the fence, so the flip does not read it inside the pause (a
     /// change since then makes the flip's transaction fail, and the flip reads it again).
-    map_at_fence: Option<heatsink_core::shard::ShardMap>,
+    map_at_fence: Option<heatsink_core::slots::SlotMap>,
     /// Per tail (forward, reverse): when its shards were last listed and how many of them were
     /// closed then (a shard closing since makes the next poll list again, whatever the time).
     listed: [Option<(Instant, usize)>; 2],
@@ -270,7 +270,7 @@ async fn apply_to(
     keys: &KeySchema,
     item: &HashMap<String, AttributeValue>,
     version: Version,
-) -> Result<bool, ReshardError> {
+) -> Result<bool, MoveError> {
     let (body, cond) = match version {
         Version::Live(_) => (item.clone(), "attribute_not_exists(#v) OR #v < :v"),
         Version::Tombstone(v) => {
@@ -320,7 +320,7 @@ async fn delete_upto(
     table: &str,
     key: HashMap<String, AttributeValue>,
     v: u64,
-) -> Result<bool, ReshardError> {
+) -> Result<bool, MoveError> {
     match ddb
         .delete_item()
         .table_name(table)
@@ -369,32 +369,32 @@ impl Mover {
     pub async fn start(
         ddb: aws_sdk_dynamodb::Client,
         streams: aws_sdk_dynamodbstreams::Client,
-        dir: ShardDirectory,
+        dir: SlotDirectory,
         spec: MoveSpec,
-    ) -> Result<Mover, ReshardError> {
+    ) -> Result<Mover, MoveError> {
         let map = dir.load().await?;
         if spec.strict && !map.strict {
-            return Err(ReshardError::BadMove(format!(
-                "--strict asks for a strict directory, and {} is not; run `heatsink shard init --owner {} --strict` first",
+            return Err(MoveError::BadMove(format!(
+                "--strict asks for a strict directory, and {} is not; run `heatsink slots init --owner {} --strict` first",
                 dir.table(),
                 map.entry_of(spec.slots.first).owner
             )));
         }
         let entry = map.entry_of(spec.slots.first).clone();
         if !entry.range.covers(&spec.slots) {
-            return Err(ReshardError::BadMove(format!(
-                "slots {} span more than one directory range (owners differ or a move holds part); move each range separately (see `heatsink shard status`)",
+            return Err(MoveError::BadMove(format!(
+                "slots {} span more than one directory range (owners differ or a move holds part); move each range separately (see `heatsink slots status`)",
                 spec.slots
             )));
         }
         if let RangeState::Moving { move_id } = &entry.state {
-            return Err(ReshardError::BadMove(format!(
+            return Err(MoveError::BadMove(format!(
                 "slots {} are held by move {move_id}; one move per slot at a time (see `heatsink move status {move_id}`)",
                 spec.slots
             )));
         }
         if entry.owner == spec.to {
-            return Err(ReshardError::BadMove(format!(
+            return Err(MoveError::BadMove(format!(
                 "{} already owns slots {}: nothing to move",
                 spec.to, spec.slots
             )));
@@ -402,7 +402,7 @@ impl Mover {
         let src = TableInfo::describe(&ddb, &entry.owner).await?;
         let dst = TableInfo::describe(&ddb, &spec.to).await?;
         if src.keys != dst.keys {
-            return Err(ReshardError::BadTable {
+            return Err(MoveError::BadTable {
                 table: spec.to.clone(),
                 reason: format!(
                     "its key schema ({:?}) differs from {}'s ({:?})",
@@ -464,7 +464,7 @@ impl Mover {
     fn with_parts(
         ddb: aws_sdk_dynamodb::Client,
         streams: aws_sdk_dynamodbstreams::Client,
-        dir: ShardDirectory,
+        dir: SlotDirectory,
         record: MoveRecord,
         src: TableInfo,
         dst: TableInfo,
@@ -488,9 +488,9 @@ impl Mover {
     pub async fn open(
         ddb: aws_sdk_dynamodb::Client,
         streams: aws_sdk_dynamodbstreams::Client,
-        dir: ShardDirectory,
+        dir: SlotDirectory,
         id: &str,
-    ) -> Result<Mover, ReshardError> {
+    ) -> Result<Mover, MoveError> {
         let record = dir.move_record(id).await?;
         let src = TableInfo::describe(&ddb, &record.from).await?;
         let dst = TableInfo::describe(&ddb, &record.to).await?;
@@ -498,7 +498,7 @@ impl Mover {
     }
 
     /// Every move of the directory, oldest first.
-    pub async fn list(dir: &ShardDirectory) -> Result<Vec<MoveRecord>, ReshardError> {
+    pub async fn list(dir: &SlotDirectory) -> Result<Vec<MoveRecord>, MoveError> {
         Ok(dir.moves().await?.records)
     }
 
@@ -509,7 +509,7 @@ impl Mover {
     }
 
     /// Reports progress lines to `progress`.
-    pub fn with_progress(mut self, progress: Progress) -> Self {
+    pub fn with_progress(mut self, progress: MoveProgress) -> Self {
         self.progress = Some(progress);
         self
     }
@@ -525,9 +525,9 @@ impl Mover {
         }
     }
 
-    fn record_put(&self, prev: u64) -> Result<TransactWriteItem, ReshardError> {
-        let json = serde_json::to_string(&self.record)
-            .map_err(|e| ReshardError::BadItem(e.to_string()))?;
+    fn record_put(&self, prev: u64) -> Result<TransactWriteItem, MoveError> {
+        let json =
+            serde_json::to_string(&self.record).map_err(|e| MoveError::BadItem(e.to_string()))?;
         let mut put = Put::builder()
             .table_name(self.dir.table())
             .item("pk", AttributeValue::S(MOVE_PK.into()))
@@ -542,15 +542,12 @@ impl Mover {
                 .expression_attribute_values(":r", AttributeValue::N(prev.to_string()))
         };
         Ok(TransactWriteItem::builder()
-            .put(
-                put.build()
-                    .map_err(|e| ReshardError::BadItem(e.to_string()))?,
-            )
+            .put(put.build().map_err(|e| MoveError::BadItem(e.to_string()))?)
             .build())
     }
 
     /// Persists the record (revision-conditional: a second mover of this move loses).
-    async fn save(&mut self) -> Result<(), ReshardError> {
+    async fn save(&mut self) -> Result<(), MoveError> {
         let prev = self.record.rev;
         self.record.rev += 1;
         let Some(put) = self.record_put(prev)?.put else {
@@ -570,7 +567,7 @@ impl Mover {
             Err(e) => {
                 let err = AwsError::dynamodb("PutItem", self.dir.table(), e);
                 if err.is_conditional_check_failed() {
-                    Err(ReshardError::BadMove(format!(
+                    Err(MoveError::BadMove(format!(
                         "move {} was changed by another mover (revision {prev} is stale); run `heatsink move status {}`",
                         self.record.id, self.record.id
                     )))
@@ -581,7 +578,7 @@ impl Mover {
         }
     }
 
-    async fn enter(&mut self, phase: Phase, started: Instant) -> Result<(), ReshardError> {
+    async fn enter(&mut self, phase: Phase, started: Instant) -> Result<(), MoveError> {
         self.record.phase = phase;
         self.record.phase_ms.insert(
             phase.name().to_owned(),
@@ -593,7 +590,7 @@ impl Mover {
     }
 
     /// Runs the steps until the move is done.
-    pub async fn run(&mut self) -> Result<&MoveRecord, ReshardError> {
+    pub async fn run(&mut self) -> Result<&MoveRecord, MoveError> {
         check_resume(&self.record.id, self.record.phase)?;
         while !self.record.phase.is_final() {
             self.step().await?;
@@ -602,7 +599,7 @@ impl Mover {
     }
 
     /// Does the work of the next phase and persists it; returns the phase reached.
-    pub async fn step(&mut self) -> Result<Phase, ReshardError> {
+    pub async fn step(&mut self) -> Result<Phase, MoveError> {
         check_resume(&self.record.id, self.record.phase)?;
         let Some(next) = self.record.phase.next(self.record.mode) else {
             return Ok(self.record.phase);
@@ -629,7 +626,7 @@ impl Mover {
 
     /// Every shard id of the stream, from all `DescribeStream` pages (a table's stream lists
     /// every shard of the last 24 h: more than one page of 100 on a large or old table).
-    async fn list_shards(&self, arn: &str) -> Result<Vec<String>, ReshardError> {
+    async fn list_shards(&self, arn: &str) -> Result<Vec<String>, MoveError> {
         let mut out = vec![];
         let mut start: Option<String> = None;
         loop {
@@ -660,10 +657,7 @@ impl Mover {
     /// A LATEST iterator for every listed shard. Every shard gets one, closed or not: dynoxide
     /// lists its open shard with an `EndingSequenceNumber`, so that field cannot tell a closed
     /// shard here; a closed shard's first GetRecords ends it.
-    async fn latest_positions(
-        &self,
-        arn: &str,
-    ) -> Result<BTreeMap<String, ShardPos>, ReshardError> {
+    async fn latest_positions(&self, arn: &str) -> Result<BTreeMap<String, ShardPos>, MoveError> {
         let mut out = BTreeMap::new();
         for id in self.list_shards(arn).await? {
             let it = self
@@ -687,14 +681,14 @@ impl Mover {
         Ok(out)
     }
 
-    async fn record_positions(&mut self) -> Result<(), ReshardError> {
+    async fn record_positions(&mut self) -> Result<(), MoveError> {
         let arn = self.record.forward.stream_arn.clone();
         self.record.forward.shards = self.latest_positions(&arn).await?;
         Ok(())
     }
 
     /// The parallel Scan: every item of the slots, written to the target as a snapshot row.
-    async fn copy(&mut self) -> Result<(), ReshardError> {
+    async fn copy(&mut self) -> Result<(), MoveError> {
         let segments = self.record.scan.len();
         let state = Arc::new(Mutex::new(self.record.clone()));
         let rcu = Arc::new(Mutex::new(Pace::new(self.record.budget.rcu_per_sec)));
@@ -716,7 +710,7 @@ impl Mover {
                     )
                 };
                 if done {
-                    return Ok::<(), ReshardError>(());
+                    return Ok::<(), MoveError>(());
                 }
                 loop {
                     let out = ddb
@@ -797,7 +791,7 @@ impl Mover {
     ///
     /// It lists the stream's shards when [`Self::listing_due`] says so, and otherwise reads
     /// the shards it knows.
-    async fn poll(&mut self, way: Way) -> Result<(u64, Option<u64>, bool), ReshardError> {
+    async fn poll(&mut self, way: Way) -> Result<(u64, Option<u64>, bool), MoveError> {
         let due = self.listing_due(way);
         self.poll_with(way, due).await
     }
@@ -827,7 +821,7 @@ impl Mover {
         &mut self,
         way: Way,
         discover: bool,
-    ) -> Result<(u64, Option<u64>, bool), ReshardError> {
+    ) -> Result<(u64, Option<u64>, bool), MoveError> {
         let mut tail = match way {
             Way::Forward => self.record.forward.clone(),
             Way::Reverse => self.record.reverse.clone().unwrap_or_default(),
@@ -884,7 +878,7 @@ impl Mover {
                         Err(e) => {
                             let err = AwsError::new(STREAMS, "GetShardIterator", &shard, e);
                             if err.code() == Some("TrimmedDataAccessException") {
-                                return Err(ReshardError::PositionExpired {
+                                return Err(MoveError::PositionExpired {
                                     id: self.record.id.clone(),
                                     shard,
                                 });
@@ -918,7 +912,7 @@ impl Mover {
                         continue;
                     }
                     if err.code() == Some("TrimmedDataAccessException") {
-                        return Err(ReshardError::PositionExpired {
+                        return Err(MoveError::PositionExpired {
                             id: self.record.id.clone(),
                             shard,
                         });
@@ -1022,7 +1016,7 @@ impl Mover {
             self.record.skipped += superseded as u64;
             let ops: Vec<Op> = last.into_values().collect();
             // The apply rule makes the order of applies irrelevant: run them concurrently.
-            let results: Vec<Result<bool, ReshardError>> =
+            let results: Vec<Result<bool, MoveError>> =
                 futures::stream::iter(ops.into_iter().map(|op| {
                     let (ddb, target, keys) = (self.ddb.clone(), target.clone(), keys.clone());
                     async move {
@@ -1063,7 +1057,7 @@ impl Mover {
 
     /// Polls until a round reaches the head of every shard (no shard returned a full batch)
     /// with the newest record at most `lag_target` old, persisting the checkpoint each round.
-    async fn catch_up(&mut self, way: Way) -> Result<(), ReshardError> {
+    async fn catch_up(&mut self, way: Way) -> Result<(), MoveError> {
         let target = u64::try_from(self.record.budget.lag_target.as_millis()).unwrap_or(u64::MAX);
         for _ in 0..10_000 {
             let (seen, age, full) = self.poll(way).await?;
@@ -1083,7 +1077,7 @@ impl Mover {
     async fn scan_slots(
         &self,
         table: &str,
-    ) -> Result<BTreeMap<String, HashMap<String, AttributeValue>>, ReshardError> {
+    ) -> Result<BTreeMap<String, HashMap<String, AttributeValue>>, MoveError> {
         let keys = &self.src.keys;
         let mut out = BTreeMap::new();
         let mut pace = Pace::new(self.record.budget.rcu_per_sec);
@@ -1120,7 +1114,7 @@ impl Mover {
         &self,
         table: &str,
         key: &str,
-    ) -> Result<Option<HashMap<String, AttributeValue>>, ReshardError> {
+    ) -> Result<Option<HashMap<String, AttributeValue>>, MoveError> {
         let Some(k) = decode_key(key) else {
             return Ok(None);
         };
@@ -1138,7 +1132,7 @@ impl Mover {
 
     /// Compares both sides; differences are re-read after catching up again (live writes
     /// make a one-pass diff of a moving table noisy), up to 5 rounds.
-    async fn diff(&mut self) -> Result<(), ReshardError> {
+    async fn diff(&mut self) -> Result<(), MoveError> {
         let source = self.scan_slots(&self.src.table.clone()).await?;
         let target = self.scan_slots(&self.dst.table.clone()).await?;
         let mut report = DiffReport {
@@ -1211,7 +1205,7 @@ impl Mover {
         self.record.diff = Some(report.clone());
         if !clean {
             self.save().await?;
-            return Err(ReshardError::DiffFailed {
+            return Err(MoveError::DiffFailed {
                 id: self.record.id.clone(),
                 missing: report.missing,
                 extra: report.extra,
@@ -1224,7 +1218,7 @@ impl Mover {
 
     /// Waits out `max_age` since the mark (every router that honours it writes the range
     /// fenced), then writes the source's fence items: the pause starts.
-    async fn fence(&mut self) -> Result<(), ReshardError> {
+    async fn fence(&mut self) -> Result<(), MoveError> {
         let ready = self
             .record
             .marked_ms
@@ -1255,7 +1249,7 @@ impl Mover {
             .record
             .epoch
             .checked_add(1)
-            .ok_or(heatsink_core::shard::ShardError::EpochOverflow)?;
+            .ok_or(heatsink_core::slots::SlotError::EpochOverflow)?;
         self.record.fenced_ms = Some(now_ms());
         let t = Instant::now();
         write_fences(
@@ -1263,7 +1257,7 @@ impl Mover {
             &self.src.table,
             &self.src.keys,
             self.record.slots,
-            &Fence {
+            &FenceItem {
                 to: self.dst.table.clone(),
                 epoch,
             },
@@ -1281,7 +1275,7 @@ impl Mover {
     }
 
     /// Records the target's stream position for reverse replication, once.
-    async fn record_reverse(&mut self) -> Result<(), ReshardError> {
+    async fn record_reverse(&mut self) -> Result<(), MoveError> {
         if self.record.reverse.is_none() {
             let arn = self.dst.require_stream()?.to_owned();
             let shards = self.latest_positions(&arn).await?;
@@ -1296,7 +1290,7 @@ impl Mover {
 
     /// Drains the source stream through the fence records, records the target's stream for
     /// reverse replication, and flips the directory in one transaction with the record.
-    async fn flip(&mut self) -> Result<(), ReshardError> {
+    async fn flip(&mut self) -> Result<(), MoveError> {
         let t = Instant::now();
         if self.record.mode == MoveMode::Copy {
             // Poll tightly (the stream shards are known: no DescribeStream in the pause) until
@@ -1365,7 +1359,7 @@ impl Mover {
             match self.dir.commit_with(&change, vec![put]).await {
                 Ok(()) => break,
                 // The map read before the fence went stale: decide again from a fresh read.
-                Err(ReshardError::Conflict { .. }) if !fresh => {
+                Err(MoveError::Conflict { .. }) if !fresh => {
                     self.record.rev = prev;
                     self.record.phase = Phase::Fenced;
                     fresh = true;
@@ -1391,7 +1385,7 @@ impl Mover {
         table: &str,
         keys: &KeySchema,
         only_tombstones: bool,
-    ) -> Result<(), ReshardError> {
+    ) -> Result<(), MoveError> {
         let mut pace = Pace::new(self.record.budget.wcu_per_sec);
         let mut start = None;
         loop {
@@ -1444,7 +1438,7 @@ impl Mover {
 
     /// Soak: both tails run (late source records forward, target writes back to the source
     /// so a rollback loses nothing); then the source copy is deleted at the WCU budget.
-    async fn soak_and_clean(&mut self) -> Result<(), ReshardError> {
+    async fn soak_and_clean(&mut self) -> Result<(), MoveError> {
         let until = Instant::now() + self.record.budget.soak;
         while Instant::now() < until {
             self.poll(Way::Forward).await?;
@@ -1463,7 +1457,7 @@ impl Mover {
         self.purge(&dst, &keys, true).await
     }
 
-    async fn finish(&mut self) -> Result<(), ReshardError> {
+    async fn finish(&mut self) -> Result<(), MoveError> {
         if self.record.mode == MoveMode::Attrition {
             let map = self.dir.load().await?;
             let entry = map.entry_of(self.record.slots.first);
@@ -1477,15 +1471,14 @@ impl Mover {
 
     /// Abandons the move before the flip: removes the fence, unmarks the range and deletes
     /// what was copied to the target. Refused after the flip (use [`Mover::rollback`]).
-    pub async fn abort(&mut self) -> Result<(), ReshardError> {
+    pub async fn abort(&mut self) -> Result<(), MoveError> {
         check_abort(&self.record.id, self.record.phase)?;
         let map = self.dir.load().await?;
         if map.entry_of(self.record.slots.first).owner == self.dst.table {
             // The flip committed but the record did not say so (a crash between the two).
-            return Err(check_abort(&self.record.id, Phase::Flipped).err().map_or(
-                ReshardError::BadMove("flipped".into()),
-                ReshardError::Refused,
-            ));
+            return Err(check_abort(&self.record.id, Phase::Flipped)
+                .err()
+                .map_or(MoveError::BadMove("flipped".into()), MoveError::Refused));
         }
         delete_fences(
             &self.ddb,
@@ -1511,13 +1504,13 @@ impl Mover {
     /// Returns the slots to the source after the flip: the same move in reverse (mark, wait
     /// `max_age`, catch up the reverse tail, fence the target, drain, flip to epoch + 2),
     /// then deletes the target's copy. Refused before the flip and after cleanup.
-    pub async fn rollback(&mut self) -> Result<(), ReshardError> {
+    pub async fn rollback(&mut self) -> Result<(), MoveError> {
         check_rollback(&self.record.id, self.record.phase)?;
         let back = self
             .record
             .epoch
             .checked_add(2)
-            .ok_or(heatsink_core::shard::ShardError::EpochOverflow)?;
+            .ok_or(heatsink_core::slots::SlotError::EpochOverflow)?;
         let map = self.dir.load().await?;
         let entry = map.entry_of(self.record.slots.first).clone();
         if entry.owner == self.dst.table {
@@ -1542,7 +1535,7 @@ impl Mover {
                 &self.dst.table,
                 &self.dst.keys,
                 self.record.slots,
-                &Fence {
+                &FenceItem {
                     to: self.src.table.clone(),
                     epoch: back,
                 },
