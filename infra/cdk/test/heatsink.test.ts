@@ -5,7 +5,7 @@ import * as path from 'path';
 import { LikeEventsSource } from '../lib/heatsink-stack';
 import { EMF_METRICS, EMF_NAMESPACE, EMF_PROCESSES } from '../lib/observability';
 import { FUNCTION_NAMES, TABLES } from '../lib/schema';
-import { resources, synth, Synth } from './helpers';
+import { policyOwner, resources, synth, Synth } from './helpers';
 
 let s: Synth;
 beforeAll(() => {
@@ -84,7 +84,7 @@ describe.each<[LikeEventsSource, boolean]>([
   });
   const aggregatorStatements = () =>
     Object.entries(resources(t, 'AWS::IAM::Policy'))
-      .filter(([id]) => id.startsWith('Rolelikesaggregator'))
+      .filter(([, p]) => policyOwner(t, p) === 'likesaggregator')
       .flatMap(([, p]) => p.Properties.PolicyDocument.Statement);
 
   test('exactly one event source mapping for the aggregator, with partial batch failures', () => {
@@ -235,7 +235,9 @@ describe('functions', () => {
 
   test('hotkey-controller on sampler reports from the control bus, allowed to be invoked by that rule', () => {
     const rules = resources(s.template, 'AWS::Events::Rule');
-    const [ruleId, rule] = Object.entries(rules).find(([id]) => id.startsWith('HotkeyControllerSamplerReports'))!;
+    const [ruleId, rule] = Object.entries(rules).find(
+      ([, r]) => r.Properties.Name === 'heatsink-hotkey-controller-sampler-reports',
+    )!;
     expect(rule.Properties.Name).toBe('heatsink-hotkey-controller-sampler-reports');
     const [busId, bus] = Object.entries(resources(s.template, 'AWS::Events::EventBus'))[0];
     expect(bus.Properties.Name).toBe('heatsink-control');
@@ -271,8 +273,8 @@ describe('functions', () => {
 
 describe('least privilege', () => {
   const statements = () =>
-    Object.entries(resources(s.template, 'AWS::IAM::Policy')).flatMap(([id, p]) =>
-      p.Properties.PolicyDocument.Statement.map((st: any) => ({ id, ...st })),
+    Object.values(resources(s.template, 'AWS::IAM::Policy')).flatMap((p) =>
+      p.Properties.PolicyDocument.Statement.map((st: any) => ({ id: policyOwner(s.template, p), ...st })),
     );
   const managedStatements = () =>
     Object.values(resources(s.template, 'AWS::IAM::ManagedPolicy')).flatMap(
@@ -344,7 +346,7 @@ describe('least privilege', () => {
       if (![st.Action].flat().some((a: string) => writes.includes(a))) continue;
       for (const res of [st.Resource].flat()) {
         const table = tableIds[res?.['Fn::GetAtt']?.[0]];
-        if (table) (writable[st.id.replace(/^Role|DefaultPolicy.*$/g, '')] ??= new Set()).add(table);
+        if (table) (writable[st.id] ??= new Set()).add(table);
       }
     }
     const sorted = Object.fromEntries(Object.entries(writable).map(([k, v]) => [k, [...v].sort()]));
@@ -361,7 +363,7 @@ describe('least privilege', () => {
       Object.entries(resources(s.template, 'AWS::DynamoDB::GlobalTable')).map(([id, r]) => [id, r.Properties.TableName]),
     );
     const granted: Record<string, string[]> = {};
-    for (const st of statements().filter((st) => st.id.replace(/^Role|DefaultPolicy.*$/g, '') === 'countrebuilder')) {
+    for (const st of statements().filter((st) => st.id === 'countrebuilder')) {
       for (const res of [st.Resource].flat()) {
         const table = tableIds[res?.['Fn::GetAtt']?.[0]];
         if (table) granted[table] = [...(granted[table] ?? []), ...[st.Action].flat()].sort();

@@ -34,3 +34,16 @@ export function synth(props: Partial<HeatsinkStackProps> = {}, nag = false): Syn
 export function resources(template: Template, type: string): Record<string, any> {
   return template.findResources(type);
 }
+
+/**
+ * The function (or role name) a policy resource belongs to, from its role's description
+ * (`<prefix><function>: least-privilege execution role`) or name, without prefix and dashes
+ * (`likesapi`): what the tests key grants by, whatever the construct tree.
+ */
+export function policyOwner(template: Template, policy: any, prefix = 'heatsink-'): string {
+  const roles = template.findResources('AWS::IAM::Role');
+  const ref = policy.Properties.Roles[0].Ref;
+  const role = roles[ref].Properties;
+  const name = String(role.Description ?? '').split(':')[0] || String(role.RoleName ?? ref);
+  return name.replace(prefix, '').replace(/-/g, '');
+}
