@@ -14,21 +14,21 @@ output "like_events_stream_arn" {
 
 output "alarm_topic_arn" {
   description = "Subscribe people or pagers here; every heatsink alarm publishes to it."
-  value       = aws_sns_topic.alarms.arn
+  value       = module.alarm_topic.topic_arn
 }
 
 output "function_names" {
-  value = { for k, f in aws_lambda_function.function : k => f.function_name }
+  value = merge({ "likes-api" = module.likes_api.function_name, "hotkey-controller" = module.guard.function_name }, module.counter.function_names)
 }
 
 output "sampler_publisher_role_arn" {
   description = "Routers assume this role to publish sampler reports to the control bus."
-  value       = aws_iam_role.sampler_publisher.arn
+  value       = module.guard.sampler_publisher_role_arn
 }
 
 output "control_bus_name" {
   description = "The event bus routers publish sampler reports to (EventBridgeSink bus)."
-  value       = aws_cloudwatch_event_bus.control.name
+  value       = module.guard.control_bus_name
 }
 
 output "user_pool_id" {

@@ -1,5 +1,6 @@
-# The tables and the stream of heatsink::schema (`heatsink schema --json`); test_module.py fails when
-# they disagree. Contributor Insights is enabled on every table and GSI (contributor_insights.tf).
+# The photo app's tables and stream (heatsink::schema, `heatsink schema --json`; test_module.py fails
+# when they disagree); the blocks (main.tf) create counters, hotkeys and leases. Contributor Insights
+# on every table and GSI comes from modules/hot-key-guard.
 
 # Shards and mode from infra/esm.json (esm.tf): 13 provisioned shards carry 10,000 likes/s at 77 %
 # of a shard's 1,000 records/s.
@@ -70,95 +71,8 @@ resource "aws_dynamodb_kinesis_streaming_destination" "liked" {
   stream_arn = aws_kinesis_stream.like_events.arn
 }
 
-resource "aws_dynamodb_table" "counters" {
-  name         = "${var.prefix}counters"
-  billing_mode = "PAY_PER_REQUEST"
-  hash_key     = "pk"
-  range_key    = "sk"
 
-  attribute {
-    name = "pk"
-    type = "S"
-  }
 
-  attribute {
-    name = "sk"
-    type = "S"
-  }
-
-  attribute {
-    name = "touched"
-    type = "S"
-  }
-
-  # Writer sub-keys by their newest time bucket, write-sharded: what changed since a rebuild.
-  global_secondary_index {
-    name            = "touched"
-    hash_key        = "touched"
-    range_key       = "pk"
-    projection_type = "ALL"
-  }
-
-  point_in_time_recovery {
-    enabled = true
-  }
-
-  # A destroy or a replacement must not take the data with it.
-  deletion_protection_enabled = true
-
-  tags = var.tags
-}
-
-resource "aws_dynamodb_table" "hotkeys" {
-  name         = "${var.prefix}hotkeys"
-  billing_mode = "PAY_PER_REQUEST"
-  hash_key     = "key"
-
-  attribute {
-    name = "key"
-    type = "S"
-  }
-
-  ttl {
-    attribute_name = "expires_at"
-    enabled        = true
-  }
-
-  point_in_time_recovery {
-    enabled = true
-  }
-
-  # A destroy or a replacement must not take the data with it.
-  deletion_protection_enabled = true
-
-  tags = var.tags
-}
-
-resource "aws_dynamodb_table" "leases" {
-  name         = "${var.prefix}leases"
-  billing_mode = "PAY_PER_REQUEST"
-  hash_key     = "app"
-  range_key    = "shard_id"
-
-  attribute {
-    name = "app"
-    type = "S"
-  }
-
-  attribute {
-    name = "shard_id"
-    type = "S"
-  }
-
-  point_in_time_recovery {
-    enabled = true
-  }
-
-  # A destroy or a replacement must not take the data with it.
-  deletion_protection_enabled = true
-
-  tags = var.tags
-}
 
 resource "aws_dynamodb_table" "posts" {
   name         = "${var.prefix}posts"
@@ -198,18 +112,12 @@ resource "aws_dynamodb_table" "posts" {
 }
 
 locals {
+  # The five tables of heatsink::schema: the photo app's own two and the blocks' three.
   tables = {
-    liked    = aws_dynamodb_table.liked
-    counters = aws_dynamodb_table.counters
-    hotkeys  = aws_dynamodb_table.hotkeys
-    leases   = aws_dynamodb_table.leases
-    posts    = aws_dynamodb_table.posts
+    liked    = { name = aws_dynamodb_table.liked.name, arn = aws_dynamodb_table.liked.arn }
+    counters = { name = module.counter.counters_table_name, arn = module.counter.counters_table_arn }
+    hotkeys  = { name = module.guard.directory_table_name, arn = module.guard.directory_table_arn }
+    leases   = { name = module.leases.table_name, arn = module.leases.table_arn }
+    posts    = { name = aws_dynamodb_table.posts.name, arn = aws_dynamodb_table.posts.arn }
   }
-  # (table, index) pairs: every table plus every GSI.
-  table_targets = merge(
-    { for k, t in local.tables : k => { table = t.name, index = null } },
-    { "posts-by-creator" = { table = aws_dynamodb_table.posts.name, index = "by-creator" } },
-    { "liked-by-post" = { table = aws_dynamodb_table.liked.name, index = "by-post" } },
-    { "counters-touched" = { table = aws_dynamodb_table.counters.name, index = "touched" } },
-  )
 }

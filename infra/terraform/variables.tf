@@ -84,3 +84,9 @@ variable "controller_tables" {
   type        = map(string)
   default     = { counters = "read" }
 }
+
+variable "contributor_insights_mode" {
+  description = "DynamoDB Contributor Insights mode of every table and GSI (ACCESSED_AND_THROTTLED_KEYS or THROTTLED_KEYS); null: each table's default in modules/hot-key-guard."
+  type        = string
+  default     = null
+}

@@ -12,8 +12,9 @@ import re
 import subprocess
 from pathlib import Path
 
-import hcl2
 import pytest
+
+from hcl import Mod, clean, unq
 
 MODULE = Path(__file__).resolve().parent.parent
 REPO = MODULE.parent.parent
@@ -30,54 +31,33 @@ def load_schema():
 
 
 SCHEMA = load_schema()
-FILES = {p.name: p for p in sorted(MODULE.glob("*.tf"))}
+ROOT = Mod(MODULE)
+COUNTER = ROOT.call("counter")
+GUARD = ROOT.call("guard")
+LEASES = ROOT.call("leases")
+BLOCKS = {"": ROOT, "counter": COUNTER, "guard": GUARD, "leases": LEASES}
+FILES = ROOT.files
+PARSED = ROOT.parsed
+# Resources of the root and of every block the root calls, by (type, name); the blocks' own
+# functions and queues are `../function` and `../failure-queue` calls.
+RESOURCES = {
+    (rtype, f"{block}.{rname}" if block else rname): body
+    for block, mod in BLOCKS.items()
+    for (rtype, rname), body in mod.resources.items()
+}
 
 
-def unq(value):
-    """python-hcl2 keeps string quotes: '"abc"' -> 'abc'."""
-    if isinstance(value, str) and len(value) >= 2 and value[0] == value[-1] == '"':
-        return value[1:-1]
-    return value
-
-
-def parse(name):
-    with open(FILES[name]) as f:
-        return hcl2.load(f)
-
-
-PARSED = {name: parse(name) for name in FILES}
-
-
-def resources():
-    """{(type, name): body} over every file."""
-    out = {}
-    for doc in PARSED.values():
-        for block in doc.get("resource", []):
-            for rtype, named in block.items():
-                for rname, body in named.items():
-                    out[(unq(rtype), unq(rname))] = body
-    return out
-
-
-RESOURCES = resources()
+def block_of(key):
+    """The module instance a RESOURCES key belongs to."""
+    return BLOCKS[key.split(".")[0]] if "." in key else ROOT
 
 
 def variable_default(name):
-    for doc in PARSED.values():
-        for block in doc.get("variable", []):
-            for vname, body in block.items():
-                if unq(vname) == name:
-                    return unq(body.get("default"))
-    raise KeyError(name)
+    return ROOT.var_value(name)
 
 
 def variable_body(name):
-    for doc in PARSED.values():
-        for block in doc.get("variable", []):
-            for vname, body in block.items():
-                if unq(vname) == name:
-                    return body
-    raise KeyError(name)
+    return ROOT.variables[name]
 
 
 LIKE_EVENTS_SOURCES = ["kinesis", "dynamodb-streams"]
@@ -97,14 +77,15 @@ def instances(body, source):
     return 1 if m.group(1) == source else 0
 
 
-def named(template):
-    """Resolve the prefix the way Terraform would with the schema's prefix."""
-    return unq(template).replace("${var.prefix}", SCHEMA["prefix"])
+def named(template, mod=ROOT):
+    """A name as Terraform would make it with the schema's prefix (the root's default)."""
+    return mod.text(template)
 
 
 def test_every_file_parses_and_module_is_not_empty():
-    assert {"tables.tf", "functions.tf", "iam.tf", "alarms.tf", "dashboard.tf"} <= set(FILES)
+    assert {"tables.tf", "functions.tf", "main.tf", "alarms.tf", "dashboard.tf"} <= set(FILES)
     assert len(RESOURCES) > 30
+    assert sorted(ROOT.calls) == ["alarm_topic", "async_failures", "counter", "guard", "leases", "likes_api"]
 
 
 def test_prefix_default_is_the_schema_prefix():
@@ -112,14 +93,14 @@ def test_prefix_default_is_the_schema_prefix():
 
 
 def test_exactly_the_schema_tables():
-    tables = {named(body["name"]) for (rtype, _), body in RESOURCES.items() if rtype == "aws_dynamodb_table"}
+    tables = {named(body["name"], block_of(k)) for (rtype, k), body in RESOURCES.items() if rtype == "aws_dynamodb_table"}
     assert tables == {t["name"] for t in SCHEMA["tables"]}
 
 
 def table_body(schema_table):
-    for (rtype, rname), body in RESOURCES.items():
-        if rtype == "aws_dynamodb_table" and named(body["name"]) == schema_table["name"]:
-            return rname, body
+    for (rtype, key), body in RESOURCES.items():
+        if rtype == "aws_dynamodb_table" and named(body["name"], block_of(key)) == schema_table["name"]:
+            return key.split(".")[-1], body
     raise KeyError(schema_table["name"])
 
 
@@ -215,28 +196,30 @@ def test_liked_changes_flow_to_like_events_only_with_the_kinesis_source(source):
 
 
 def test_contributor_insights_on_every_table_and_gsi():
-    ci = RESOURCES[("aws_dynamodb_contributor_insights", "tables")]
-    assert unq(ci["for_each"]) == "${local.table_targets}"
-    text = FILES["tables.tf"].read_text()
-    for table in SCHEMA["tables"]:
-        assert f"{table['table']} = aws_dynamodb_table.{table['table']}" in re.sub(r"\s+", " ", text)
-        for g in table["gsis"]:
-            assert f'"{table["table"]}-{g["name"]}" = {{ table = aws_dynamodb_table.{table["table"]}.name, index = "{g["name"]}" }}' in text
+    ci = GUARD.resources[("aws_dynamodb_contributor_insights", "this")]
+    assert unq(ci["for_each"]) == '${{for k, t in local.targets : k => t if t.mode != ""}}'
+    # Every table and GSI of the schema is watched: the guard's own directory plus the tables it is given.
+    tables = {GUARD.caller.text(t["name"]): t.get("indexes", []) for t in GUARD.tables().values()}
+    tables[GUARD.text(GUARD.resources[("aws_dynamodb_table", "hotkeys")]["name"])] = []
+    assert tables == {t["name"]: [g["name"] for g in t["gsis"]] for t in SCHEMA["tables"]}
+    targets = unq(GUARD.locals["targets"])
+    assert "for i in t.indexes" in targets and "for k, t in local.tables" in targets
 
 
-# The CDK app's resources (infra/cdk/test/heatsink.test.ts), as Terraform resource types.
+# The CDK app's resources (infra/cdk/test/heatsink.test.ts), as Terraform resource blocks, counted
+# over the root and every module instance it creates (a for_each block counts once).
 SAME_AS_CDK = {
-    "aws_dynamodb_table": 5,  # AWS::DynamoDB::GlobalTable x5
+    "aws_dynamodb_table": 5,  # AWS::DynamoDB::GlobalTable x5 (liked, posts; counters, hotkeys, leases in the blocks)
     "aws_dynamodb_kinesis_streaming_destination": 1,  # KinesisStreamSpecification on liked
     "aws_dynamodb_contributor_insights": 1,  # ContributorInsightsSpecification (for_each: tables + GSIs)
     "aws_kinesis_stream": 1,
-    "aws_lambda_function": 1,  # for_each over the four functions
-    "aws_cloudwatch_log_group": 2,  # functions (for_each) + API access logs
-    "aws_iam_role": 2,  # for_each + the sampler publisher role
-    "aws_iam_role_policy": 2,  # for_each + the sampler publisher's
-    "aws_lambda_event_source_mapping": 2,  # two conditional blocks, exactly one instance (var.like_events_source)
-    "aws_lambda_function_event_invoke_config": 1,  # for_each: count-rebuilder, hotkey-controller
-    "aws_sqs_queue": 2,  # stream-failures, async-failures
+    "aws_lambda_function": 4,  # one ../function instance per function
+    "aws_cloudwatch_log_group": 5,  # the four functions + API access logs
+    "aws_iam_role": 5,  # the four functions + the sampler publisher role
+    "aws_iam_role_policy": 6,  # the four functions, the sampler publisher; leases' consumer policy (for_each, none here)
+    "aws_lambda_event_source_mapping": 1,  # exactly one, on var.like_events_source
+    "aws_lambda_function_event_invoke_config": 2,  # count-rebuilder, hotkey-controller
+    "aws_sqs_queue": 2,  # stream-failures, async-failures (the blocks' own async queues are off: the root shares one)
     "aws_sqs_queue_policy": 2,
     "aws_cloudwatch_event_bus": 1,  # heatsink-control
     "aws_cloudwatch_event_bus_policy": 1,
@@ -245,149 +228,148 @@ SAME_AS_CDK = {
     "aws_apigatewayv2_authorizer": 1,
     "aws_kms_key": 1,
     "aws_kms_alias": 1,
-    "aws_cloudwatch_event_rule": 4,  # count-rebuilder schedule; hotkey-controller alarms, schedule, sampler reports
-    "aws_cloudwatch_event_target": 1,  # for_each over the four rules
-    "aws_lambda_permission": 2,  # events (for_each) + API
+    "aws_cloudwatch_event_rule": 4,  # count-rebuilder schedule; hotkey-controller schedule, alarms, sampler reports
+    "aws_cloudwatch_event_target": 2,  # the rebuilder's; the controller's (for_each over its three rules)
+    "aws_lambda_permission": 3,  # rebuilder, controller (for_each), API
     "aws_apigatewayv2_api": 1,
     "aws_apigatewayv2_integration": 1,
     "aws_apigatewayv2_route": 2,
     "aws_apigatewayv2_stage": 1,
     "aws_cloudwatch_contributor_insight_rule": 1,  # for_each over the rules
-    # hot, throttled, function (errors/throttles), kinesis (for_each each); iterator age, stream
-    # throttled, stream failures, async failures, corrections, two heartbeats, API 5xx and p99
-    "aws_cloudwatch_metric_alarm": 13,
+    # the counter's (for_each); the guard's hot, throttled, controller (for_each each); the app's
+    # own (for_each) and the API's p99
+    "aws_cloudwatch_metric_alarm": 6,
     "aws_sns_topic": 1,
     "aws_sns_topic_policy": 1,
     "aws_cloudwatch_dashboard": 1,
 }
 
 
-def test_same_resource_list_as_the_cdk_app():
+def instantiated(mod):
+    """Resource blocks of a module instance and of every module it calls (a call with `count` that
+    the caller's arguments switch off, the blocks' own async queues here, counts as none)."""
     counts = {}
-    for rtype, _ in RESOURCES:
+    for rtype, _ in mod.resources:
         counts[rtype] = counts.get(rtype, 0) + 1
-    assert counts == SAME_AS_CDK
+    for name, body in mod.calls.items():
+        if "count" in body:
+            assert unq(body["count"]) == "${local.own_async ? 1 : 0}", body["count"]
+            if mod.var("async_failures_queue")[1] is not None:
+                continue
+        for rtype, n in instantiated(mod.call(name)).items():
+            counts[rtype] = counts.get(rtype, 0) + n
+    return counts
+
+
+def test_same_resource_list_as_the_cdk_app():
+    assert instantiated(ROOT) == SAME_AS_CDK
+
+
+def function_calls():
+    """(scope, call body) of every `../function` instance, by binary."""
+    out = {}
+    for mod in BLOCKS.values():
+        for name, body in mod.calls.items():
+            if unq(body["source"]).endswith("function"):
+                out[unq(body["binary"])] = (mod, clean(body))
+    return out
 
 
 def test_four_functions_arm64_by_default():
-    text = FILES["functions.tf"].read_text()
-    names = re.search(r"function_names\s*=\s*\[([^\]]*)\]", text).group(1)
-    assert [n.strip().strip('"') for n in names.split(",")] == [
-        "likes-api",
-        "likes-aggregator",
-        "count-rebuilder",
-        "hotkey-controller",
-    ]
-    fn = RESOURCES[("aws_lambda_function", "function")]
+    assert sorted(function_calls()) == sorted(["likes-api", "likes-aggregator", "count-rebuilder", "hotkey-controller"])
+    fn = Mod(MODULE / "modules" / "function").resources[("aws_lambda_function", "this")]
     assert unq(fn["runtime"]) == "provided.al2023"
     assert unq(fn["handler"]) == "bootstrap"
     assert fn["architectures"] == ["${var.architecture}"]
+    assert unq(fn["filename"]) == "${var.lambda_dir}/${var.binary}/bootstrap.zip"
     assert variable_default("architecture") == "arm64"
-    assert unq(fn["filename"]) == "${var.lambda_dir}/${each.key}/bootstrap.zip"
+    for binary, (mod, body) in function_calls().items():
+        assert mod.value(body["architecture"]) == "arm64", binary
+        assert mod.text(body["function_name"]) == f"{SCHEMA['prefix']}{binary}"
 
 
-AGGREGATOR_SOURCE = {
-    "kinesis": ("like_events", "${aws_kinesis_stream.like_events.arn}"),
-    "dynamodb-streams": ("liked_stream", "${aws_dynamodb_table.liked.stream_arn}"),
-}
+def esm_of(source):
+    """The aggregator's event source mappings: the counter's one mapping, its ARN resolved for `source`."""
+    root = Mod(MODULE, root_vars={"like_events_source": source})
+    counter = root.call("counter")
+    mappings = {k: b for (t, k), b in counter.resources.items() if t == "aws_lambda_event_source_mapping"}
+    return counter, mappings
 
 
 @pytest.mark.parametrize("source", [variable_default("like_events_source"), *LIKE_EVENTS_SOURCES])
 def test_aggregator_has_exactly_one_event_source_mapping(source):
     """The table's stream and like-events carry the same changes: two mappings would count every like twice."""
-    mappings = {
-        rname: body
-        for (rtype, rname), body in RESOURCES.items()
-        if rtype == "aws_lambda_event_source_mapping"
-        and unq(body["function_name"]) == '${aws_lambda_function.function["likes-aggregator"].arn}'
-    }
-    created = [rname for rname, body in mappings.items() if instances(body, source) == 1]
-    expected_name, expected_arn = AGGREGATOR_SOURCE[source]
-    assert created == [expected_name]
-    assert unq(mappings[expected_name]["event_source_arn"]) == expected_arn
+    counter, mappings = esm_of(source)
+    assert list(mappings) == ["aggregator"]
+    body = mappings["aggregator"]
+    assert "count" not in body and "for_each" not in body
+    assert unq(body["function_name"]) == "${module.aggregator.arn}"
+    expected = {"kinesis": ["stream/like-events"], "dynamodb-streams": ["table/liked/stream"]}[source]
+    assert counter.logical(body["event_source_arn"], SCHEMA["prefix"]) == expected
 
 
 def test_default_source_is_kinesis_with_one_mapping():
     default = variable_default("like_events_source")
     assert default == "kinesis"
-    created = [
-        rname
-        for (rtype, rname), body in RESOURCES.items()
-        if rtype == "aws_lambda_event_source_mapping" and instances(body, default) == 1
-    ]
-    assert created == ["like_events"]
-
-
-def iam_locals():
-    for block in PARSED["iam.tf"].get("locals", []):
-        if "policies" in block:
-            return block
-    raise KeyError("locals with policies")
+    counter, mappings = esm_of(default)
+    assert counter.var_value("source_kind") == "kinesis"
+    assert len(mappings) == 1
 
 
 @pytest.mark.parametrize("source", LIKE_EVENTS_SOURCES)
 def test_aggregator_reads_only_the_chosen_source(source):
-    block = iam_locals()
-    statements = []
-    for st in block["policies"]['"likes-aggregator"']:
-        if isinstance(st, str):
-            assert unq(st) == "${local.aggregator_source_statement[var.like_events_source]}"
-            st = block["aggregator_source_statement"][f'"{source}"']
-        statements.append(st)
-    actions = [unq(a) for st in statements for a in st["Action"]]
+    counter, _ = esm_of(source)
+    statements = counter.function_statements("aggregator")
+    actions = [a for st in statements for a in st["Action"]]
     kinesis_reads = [a for a in actions if a.startswith("kinesis:")]
     stream_reads = [a for a in actions if a in ("dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator", "dynamodb:ListStreams")]
-    resources_read = {unq(st["Resource"]) for st in statements if any(unq(a) in kinesis_reads + stream_reads for a in st["Action"])}
+    resources_read = {
+        r for st in statements if any(a in kinesis_reads + stream_reads for a in st["Action"]) for r in counter.logical(st["Resource"], SCHEMA["prefix"])
+    }
     if source == "kinesis":
         assert {"kinesis:GetRecords", "kinesis:GetShardIterator"} <= set(kinesis_reads)
         assert stream_reads == []
-        assert resources_read == {"${aws_kinesis_stream.like_events.arn}"}
+        assert resources_read == {"stream/like-events"}
     else:
         assert {"dynamodb:GetRecords", "dynamodb:GetShardIterator"} <= set(stream_reads)
         assert kinesis_reads == []
-        assert resources_read == {"${aws_dynamodb_table.liked.stream_arn}"}
+        assert resources_read == {"table/liked/stream"}
 
 
-@pytest.mark.parametrize("mapping", ["liked_stream", "like_events"])
-def test_aggregator_event_sources(mapping):
-    esm = RESOURCES[("aws_lambda_event_source_mapping", mapping)]
-    assert unq(esm["function_name"]) == '${aws_lambda_function.function["likes-aggregator"].arn}'
-    assert [unq(t) for t in esm["function_response_types"]] == ["ReportBatchItemFailures"]
+def test_aggregator_event_source():
+    esm = clean(COUNTER.resources[("aws_lambda_event_source_mapping", "aggregator")])
+    assert esm["function_name"] == "${module.aggregator.arn}"
+    assert esm["function_response_types"] == ["ReportBatchItemFailures"]
     assert esm["bisect_batch_on_function_error"] is True
     assert esm["parallelization_factor"] == 1
-    assert resolve_esm(esm["batch_size"]) == ESM["batch_size"]
-    assert resolve_esm(esm["maximum_batching_window_in_seconds"]) == ESM["window_seconds"]
-    assert esm["destination_config"][0]["on_failure"][0]["destination_arn"]
-    source = unq(esm["event_source_arn"])
-    assert source == {"liked_stream": "${aws_dynamodb_table.liked.stream_arn}", "like_events": "${aws_kinesis_stream.like_events.arn}"}[mapping]
+    # Batch size and window come from infra/esm.json through the root's call.
+    assert resolve_esm(ROOT.calls["counter"]["batch_size"]) == ESM["batch_size"]
+    assert resolve_esm(ROOT.calls["counter"]["window_seconds"]) == ESM["window_seconds"]
+    assert COUNTER.logical(esm["destination_config"][0]["on_failure"][0]["destination_arn"], SCHEMA["prefix"]) == ["queue/stream-failures"]
 
 
 def test_schedules_and_alarm_rule():
-    assert unq(RESOURCES[("aws_cloudwatch_event_rule", "count_rebuilder_schedule")]["schedule_expression"]) == "rate(5 minutes)"
-    assert RESOURCES[("aws_cloudwatch_event_rule", "hotkey_controller_schedule")]["schedule_expression"]
-    pattern = unq(RESOURCES[("aws_cloudwatch_event_rule", "hotkey_controller_alarms")]["event_pattern"])
+    assert unq(COUNTER.resources[("aws_cloudwatch_event_rule", "schedule")]["schedule_expression"]) == "rate(5 minutes)"
+    assert GUARD.resources[("aws_cloudwatch_event_rule", "schedule")]["schedule_expression"]
+    pattern = unq(GUARD.resources[("aws_cloudwatch_event_rule", "alarms")]["event_pattern"])
     # Exact alarm names, never a prefix (`heatsink-` would also match `heatsink-staging-`).
     assert "CloudWatch Alarm State Change" in pattern and "aws.cloudwatch" in pattern
     assert "alarmName = local.hot_key_alarm_names" in pattern and "prefix" not in pattern
 
 
-def plain_locals():
+def plain_locals(mod=GUARD):
     """Module locals whose value is a plain string literal, by name."""
-    out = {}
-    for doc in PARSED.values():
-        for block in doc.get("locals", []):
-            for name, value in block.items():
-                if isinstance(value, str) and value.startswith('"') and "${" not in value:
-                    out[name] = unq(value)
-    return out
+    return {name: unq(v) for name, v in mod.locals.items() if isinstance(v, str) and v.startswith('"') and "${" not in v}
 
 
-def jsonencoded(expression):
+def jsonencoded(expression, mod=GUARD):
     """The value of a `jsonencode({...})` attribute, keys and strings unquoted, `local.x` literals resolved."""
+    import hcl2
+
     text = unq(expression)
     assert text.startswith("${jsonencode(") and text.endswith(")}"), text
     value = hcl2.loads("v = " + text[len("${jsonencode(") : -len(")}")])["v"]
-    known = plain_locals()
+    known = plain_locals(mod)
 
     def norm(v):
         if isinstance(v, dict):
@@ -403,28 +385,27 @@ def jsonencoded(expression):
 
 
 def test_sampler_reports_rule_on_the_control_bus_targets_the_controller():
-    rule = RESOURCES[("aws_cloudwatch_event_rule", "hotkey_controller_sampler_reports")]
-    assert named(rule["name"]) == f"{SCHEMA['prefix']}hotkey-controller-sampler-reports"
+    rule = GUARD.resources[("aws_cloudwatch_event_rule", "sampler_reports")]
+    assert named(rule["name"], GUARD) == f"{SCHEMA['prefix']}hotkey-controller-sampler-reports"
     assert unq(rule["event_bus_name"]) == "${aws_cloudwatch_event_bus.control.name}"  # never the default bus
-    assert named(RESOURCES[("aws_cloudwatch_event_bus", "control")]["name"]) == f"{SCHEMA['prefix']}control"
+    assert named(GUARD.resources[("aws_cloudwatch_event_bus", "control")]["name"], GUARD) == f"{SCHEMA['prefix']}control"
     assert jsonencoded(rule["event_pattern"]) == {
         "source": ["heatsink.sampler"],
         "detail-type": ["heatsink hot-key report"],
     }
-    # Target and invoke permission both come from local.event_targets.
-    targets = next(b["event_targets"] for b in PARSED["functions.tf"]["locals"] if "event_targets" in b)
-    assert {k: unq(v) for k, v in targets["hotkey_controller_sampler_reports"].items()} == {
-        "rule": "${aws_cloudwatch_event_rule.hotkey_controller_sampler_reports.name}",
-        "fn": "hotkey-controller",
-        "arn": "${aws_cloudwatch_event_rule.hotkey_controller_sampler_reports.arn}",
+    # Target and invoke permission both come from local.event_rules.
+    rules = clean(GUARD.locals["event_rules"])
+    assert rules["sampler_reports"] == {
+        "name": "${aws_cloudwatch_event_rule.sampler_reports.name}",
+        "arn": "${aws_cloudwatch_event_rule.sampler_reports.arn}",
         "bus": "${aws_cloudwatch_event_bus.control.name}",
     }
-    target = RESOURCES[("aws_cloudwatch_event_target", "function")]
-    assert unq(target["for_each"]) == "${local.event_targets}"
-    assert unq(target["arn"]) == "${aws_lambda_function.function[each.value.fn].arn}"
+    target = GUARD.resources[("aws_cloudwatch_event_target", "controller")]
+    assert unq(target["for_each"]) == "${local.event_rules}"
+    assert unq(target["arn"]) == "${module.controller.arn}"
     assert unq(target["event_bus_name"]) == "${each.value.bus}"
-    permission = RESOURCES[("aws_lambda_permission", "events")]
-    assert unq(permission["for_each"]) == "${local.event_targets}"
+    permission = GUARD.resources[("aws_lambda_permission", "controller")]
+    assert unq(permission["for_each"]) == "${local.event_rules}"
     assert unq(permission["action"]) == "lambda:InvokeFunction"
     assert unq(permission["principal"]) == "events.amazonaws.com"
     assert unq(permission["source_arn"]) == "${each.value.arn}"
@@ -432,9 +413,9 @@ def test_sampler_reports_rule_on_the_control_bus_targets_the_controller():
 
 def test_sampler_publisher_role_may_put_on_the_control_bus_for_the_sampler_source_only():
     assert not [t for (t, _) in RESOURCES if t == "aws_iam_policy"]
-    role = RESOURCES[("aws_iam_role", "sampler_publisher")]
-    assert named(role["name"]) == f"{SCHEMA['prefix']}sampler-publisher"
-    policy = RESOURCES[("aws_iam_role_policy", "sampler_publisher")]
+    role = GUARD.resources[("aws_iam_role", "sampler_publisher")]
+    assert named(role["name"], GUARD) == f"{SCHEMA['prefix']}sampler-publisher"
+    policy = GUARD.resources[("aws_iam_role_policy", "sampler_publisher")]
     assert unq(policy["role"]) == "${aws_iam_role.sampler_publisher.id}"
     assert jsonencoded(policy["policy"]) == {
         "Version": "2012-10-17",
@@ -447,12 +428,12 @@ def test_sampler_publisher_role_may_put_on_the_control_bus_for_the_sampler_sourc
             }
         ],
     }
-    outputs = {unq(k): v for block in PARSED["outputs.tf"]["output"] for k, v in block.items()}
-    assert unq(outputs["sampler_publisher_role_arn"]["value"]) == "${aws_iam_role.sampler_publisher.arn}"
+    assert unq(ROOT.outputs["sampler_publisher_role_arn"]["value"]) == "${module.guard.sampler_publisher_role_arn}"
+    assert unq(GUARD.outputs["sampler_publisher_role_arn"]["value"]) == "${aws_iam_role.sampler_publisher.arn}"
 
 
 def test_the_control_bus_denies_put_events_to_every_principal_but_the_publisher_role():
-    policy = RESOURCES[("aws_cloudwatch_event_bus_policy", "control")]
+    policy = GUARD.resources[("aws_cloudwatch_event_bus_policy", "control")]
     assert unq(policy["event_bus_name"]) == "${aws_cloudwatch_event_bus.control.name}"
     assert jsonencoded(policy["policy"]) == {
         "Version": "2012-10-17",
@@ -471,15 +452,16 @@ def test_the_control_bus_denies_put_events_to_every_principal_but_the_publisher_
 
 def test_count_rebuilder_may_call_exactly_what_rebuild_calls():
     # Same table-level grant as the CDK stack's (the index Queries are checked by test_grants.py):
-    # GetItem/Query/PutItem/DeleteItem of counters (touched rows' buckets, watermarks, lease,
-    # cursor, fixes); no Scan of either table.
-    text = FILES["iam.tf"].read_text()
-    block = re.search(r'"count-rebuilder" = \[(.*?)\n    \]', text, re.S).group(1)
-    grants = {
-        table: sorted(re.findall(r'"(dynamodb:\w+)"', actions))
-        for actions, table in re.findall(r"Action = \[([^\]]*)\], Resource = aws_dynamodb_table\.(\w+)\.arn", block)
+    # GetItem/Query/PutItem/UpdateItem/DeleteItem of counters (touched rows' buckets, watermarks,
+    # lease, cursor, fixes); no Scan of either table.
+    grants = {}
+    for st in COUNTER.function_statements("rebuilder"):
+        for res in COUNTER.logical(st["Resource"], SCHEMA["prefix"]):
+            if res.startswith("table/") and "/index/" not in res:
+                grants.setdefault(res, []).extend(st["Action"])
+    assert {k: sorted(v) for k, v in grants.items()} == {
+        "table/counters": ["dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem"]
     }
-    assert grants == {"counters": ["dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem"]}
 
 
 def test_http_api_routes():
@@ -487,52 +469,81 @@ def test_http_api_routes():
     assert routes == ["GET /posts/{post}", "POST /posts/{post}/likes"]
 
 
+def all_statements():
+    """Every statement of every function role and of the lease consumer's policy."""
+    out = [st for mod, body in function_calls().values() for st in mod.function_statements(next(k for k, b in mod.calls.items() if clean(b) == body))]
+    out += clean(LEASES.locals["consumer_statements"]) if isinstance(LEASES.locals["consumer_statements"], list) else []
+    return out
+
+
 def test_no_wildcard_actions_and_no_star_resource():
-    text = FILES["iam.tf"].read_text()
-    statements = re.findall(r"\{ Effect = \"Allow\", Action = \[([^\]]*)\], Resource = ([^}]*)\}", text)
+    statements = all_statements()
     assert len(statements) >= 12
-    for actions, resource in statements:
-        acts = [a.strip().strip('"') for a in actions.split(",")]
-        assert all("*" not in a for a in acts), acts
-        assert resource.strip() != '"*"', acts
+    for st in statements:
+        assert all("*" not in a for a in st["Action"]), st
+        assert st["Resource"] != "*", st
+    text = (MODULE / "modules" / "stream-leases" / "main.tf").read_text()
+    assert '"*"' not in text
 
 
 def test_alarms_on_insight_rule_max_contributor_and_throttle_reasons():
-    hot = RESOURCES[("aws_cloudwatch_metric_alarm", "hot_partition")]
+    hot = GUARD.resources[("aws_cloudwatch_metric_alarm", "hot_partition")]
     expression = unq(hot["metric_query"][0]["expression"])
     assert "INSIGHT_RULE_METRIC('${each.key}', 'MaxContributorValue')" in expression
     assert unq(hot["threshold"]) == "${var.hot_partition_fraction * each.value.ceiling}"
-    text = FILES["alarms.tf"].read_text()
+    assert unq(GUARD.calls and ROOT.calls["guard"]["hot_partition_fraction"]) == "${var.hot_partition_fraction}"
+    text = GUARD.files["alarms.tf"].read_text()
     for metric in ("ReadKeyRangeThroughputThrottleEvents", "WriteKeyRangeThroughputThrottleEvents", "WriteAccountLimitThrottleEvents"):
         assert metric in text
 
 
+def dashboard_text():
+    return "\n".join(p.read_text() for p in [FILES["dashboard.tf"], GUARD.files["outputs.tf"], COUNTER.files["outputs.tf"], COUNTER.files["main.tf"]])
+
+
 def test_dashboard_widgets():
-    text = FILES["dashboard.tf"].read_text()
+    text = dashboard_text()
     for needle in ("MaxContributorValue", "per-partition ceiling", "insightRule", "CounterLagEvents", "IteratorAge", "LeasesHeld", "CounterCorrectionLikes"):
         assert needle in text
+    body = unq(ROOT.resources[("aws_cloudwatch_dashboard", "overview")]["dashboard_body"])
+    for part in ("module.guard.dashboard_widgets", "module.counter.dashboard_widgets", "local.app_widgets", "local.alarm_widget"):
+        assert part in body
 
 
-def dashboard_locals():
-    for block in PARSED["dashboard.tf"].get("locals", []):
-        if "stream_widgets" in block:
-            return block
-    raise KeyError("locals with stream_widgets")
+def series(mod, widgets):
+    """The series of widgets (a list of objects), `${local.x.y}` references resolved in `mod`."""
+    out = {}
+    for w in widgets:
+        metrics = w["properties"].get("metrics")
+        if isinstance(metrics, str) and re.fullmatch(r"\$\{local\.\w+\}", metrics):
+            metrics = mod.locals[metrics[len("${local.") : -1]]
+        if not isinstance(metrics, list):
+            continue
+        rows = []
+        for m in metrics:
+            if isinstance(m, str):
+                path = unq(m).removeprefix("${local.").removesuffix("}").split(".")
+                m = mod.locals
+                for key in path:
+                    m = m[key]
+            rows.append([unq(v) if isinstance(v, str) else {k: unq(x) for k, x in v.items()} for v in m])
+        out[unq(w["properties"]["title"])] = rows
+    return out
 
 
 def widget_series(title):
-    """The series of the stream widget titled `title`, with `${local.x.y}` references resolved."""
-    block = dashboard_locals()
-    widget = next(w for w in block["stream_widgets"] if unq(w["properties"]["title"]) == title)
-    out = []
-    for m in widget["properties"]["metrics"]:
-        if isinstance(m, str):
-            path = unq(m).removeprefix("${local.").removesuffix("}").split(".")
-            m = block
-            for key in path:
-                m = m[key]
-        out.append([unq(v) if isinstance(v, str) else {k: unq(x) for k, x in v.items()} for v in m])
-    return out
+    """The series of the widget titled `title`, wherever it is defined (the app or a block)."""
+    found = {}
+    found.update(series(ROOT, ROOT.locals["app_widgets"]))
+    found.update(series(COUNTER, COUNTER.outputs["dashboard_widgets"]["value"]))
+    guard_widgets = GUARD.outputs["dashboard_widgets"]["value"]
+    if isinstance(guard_widgets, str):
+        import hcl2
+
+        inner = unq(guard_widgets)
+        last = inner[inner.rindex("[{") : inner.rindex("}]") + 2]
+        found.update(series(GUARD, hcl2.loads("v = " + last)["v"]))
+    return found[title]
 
 
 def test_dashboard_leases_come_from_stream_consumers():
@@ -551,18 +562,18 @@ def test_dashboard_hot_keys_vs_sampler_reports_the_rule_matched():
             "AWS/Events",
             "MatchedEvents",
             "RuleName",
-            "${aws_cloudwatch_event_rule.hotkey_controller_sampler_reports.name}",
+            "${aws_cloudwatch_event_rule.sampler_reports.name}",
             {"stat": "Sum", "label": "sampler reports delivered", "yAxis": "right"},
         ],
     ]
-    text = FILES["dashboard.tf"].read_text()
+    text = dashboard_text()
     assert "SampledHotKeys" not in text
     # count-rebuilder is graphed for its own corrections only, never for hot keys.
     rebuilder_series = [line for line in text.splitlines() if '"Function", "count-rebuilder"' in line]
-    assert [re.search(r'"heatsink", "(\w+)"', line).group(1) for line in rebuilder_series] == [
+    assert sorted(re.search(r'"heatsink", "(\w+)"', line).group(1) for line in rebuilder_series) == [
         "CounterCorrectionLikes",
-        "CountersCorrected",
         "CounterRebuildCompleted",
+        "CountersCorrected",
         "CountersUnsettled",
     ]
 
@@ -576,40 +587,39 @@ def test_dashboard_counter_corrections_per_rebuilder_run():
         ["heatsink", "CountersUnsettled", "Function", "count-rebuilder", {"stat": "Maximum", "label": "counters unsettled", "yAxis": "right"}],
         ["heatsink", "CounterRebuildCompleted", "Function", "count-rebuilder", {"stat": "Sum", "label": "runs completed", "yAxis": "right"}],
     ]
-    widget = next(w for w in dashboard_locals()["stream_widgets"] if unq(w["properties"]["title"]) == title)
+    widget = next(w for w in COUNTER.outputs["dashboard_widgets"]["value"] if unq(w["properties"]["title"]) == title)
     assert widget["properties"]["period"] == 300
 
 
+def alarm_entry(mod, local, key):
+    """One entry of a module's alarm map (`local.<local>`)."""
+    table = clean(mod.locals[local])
+    return table[key]
+
+
 def test_counter_corrections_alarm_fires_on_any_correction():
-    alarm = RESOURCES[("aws_cloudwatch_metric_alarm", "counter_corrections")]
-    assert named(alarm["alarm_name"]) == f"{SCHEMA['prefix']}counter-corrections"
-    assert {k: unq(alarm[k]) for k in ("namespace", "metric_name", "statistic", "comparison_operator", "treat_missing_data")} == {
+    alarm = alarm_entry(COUNTER, "counter_alarms", "counter-corrections")
+    assert {k: alarm[k] for k in ("namespace", "metric", "stat", "comparison", "missing")} == {
         "namespace": "heatsink",
-        "metric_name": "CounterCorrectionLikes",
-        "statistic": "Sum",
-        "comparison_operator": "GreaterThanThreshold",
-        "treat_missing_data": "notBreaching",
+        "metric": "CounterCorrectionLikes",
+        "stat": "Sum",
+        "comparison": "GreaterThanThreshold",
+        "missing": "notBreaching",
     }
-    assert {unq(k): unq(v) for k, v in alarm["dimensions"].items()} == {"Function": "count-rebuilder"}
-    assert (alarm["period"], alarm["evaluation_periods"], alarm["threshold"]) == (300, 1, 0)
-    assert "datapoints_to_alarm" not in alarm
-    assert [unq(a) for a in alarm["alarm_actions"]] == ["${aws_sns_topic.alarms.arn}"]
-    assert [unq(a) for a in alarm["ok_actions"]] == ["${aws_sns_topic.alarms.arn}"]
-    assert unq(alarm["alarm_description"]).endswith('Runbook: README \\"Alarms\\".')
+    assert alarm["dims"] == {"Function": "count-rebuilder"}
+    assert (alarm["period"], alarm["evaluation"], alarm["threshold"], alarm["datapoints"]) == (300, 1, 0, 1)
+    resource = clean(COUNTER.resources[("aws_cloudwatch_metric_alarm", "this")])
+    assert resource["alarm_actions"] == ["${var.alarm_topic_arn}"] and resource["ok_actions"] == ["${var.alarm_topic_arn}"]
+    assert ROOT.calls["counter"]["alarm_topic_arn"] == "${module.alarm_topic.topic_arn}"
+    assert resource["alarm_description"].endswith('Runbook: README \\"Alarms\\".')
+    assert "${var.prefix}${k}" in unq(COUNTER.locals["alarms"])
     # On the dashboard's alarm status widget with the others.
-    alarms = unq(dashboard_alarm_widget()["properties"]["alarms"])
-    assert "aws_cloudwatch_metric_alarm.counter_corrections.arn" in alarms
-
-
-def dashboard_alarm_widget():
-    for block in PARSED["dashboard.tf"].get("locals", []):
-        if "alarm_widget" in block:
-            return block["alarm_widget"]
-    raise KeyError("locals with alarm_widget")
+    assert "module.counter.alarm_arns" in str(ROOT.locals["alarm_widget"])
 
 
 def test_no_function_reads_or_writes_the_leases_table():
     """Leases are held by stream consumers outside the module, never by a function."""
-    for fn, statements in iam_locals()["policies"].items():
-        for st in statements:
-            assert "aws_dynamodb_table.leases" not in json.dumps(st), (unq(fn), st)
+    for binary, (mod, body) in function_calls().items():
+        call = next(k for k, b in mod.calls.items() if clean(b) == body)
+        for st in mod.function_statements(call):
+            assert "table/leases" not in mod.logical(st["Resource"], SCHEMA["prefix"]), (binary, st)

@@ -2,7 +2,10 @@
 
 import re
 
-from test_module import FILES, PARSED, REPO, RESOURCES, SCHEMA, jsonencoded, named, unq, variable_default
+from hcl import clean
+from test_module import COUNTER, FILES, GUARD, MODULE, PARSED, REPO, RESOURCES, ROOT, SCHEMA, jsonencoded, named, unq, variable_default
+
+TOPIC = ROOT.call("alarm_topic")
 
 
 def test_every_route_has_the_jwt_authorizer():
@@ -32,52 +35,63 @@ def test_a_user_pool_by_default_an_external_issuer_when_given():
 
 
 def test_the_alarm_topic_key_lets_cloudwatch_encrypt():
-    topic = RESOURCES[("aws_sns_topic", "alarms")]
-    assert unq(topic["kms_master_key_id"]) == "${aws_kms_key.alarms.arn}"
-    assert '"alias/aws/sns"' not in FILES["alarms.tf"].read_text()
-    key = RESOURCES[("aws_kms_key", "alarms")]
+    topic = TOPIC.resources[("aws_sns_topic", "this")]
+    assert unq(topic["kms_master_key_id"]) == "${aws_kms_key.this.arn}"
+    assert ROOT.text(ROOT.calls["alarm_topic"]["topic_name"]) == f"{SCHEMA['prefix']}alarms"
+    for p in list(FILES.values()) + list(TOPIC.files.values()):
+        assert '"alias/aws/sns"' not in p.read_text()
+    key = TOPIC.resources[("aws_kms_key", "this")]
     assert key["enable_key_rotation"] is True
-    statements = jsonencoded(key["policy"])["Statement"]
+    statements = jsonencoded(key["policy"], TOPIC)["Statement"]
     cloudwatch = [s for s in statements if s["Principal"] == {"Service": "cloudwatch.amazonaws.com"}]
     assert len(cloudwatch) == 1
     assert cloudwatch[0]["Effect"] == "Allow"
     assert sorted(cloudwatch[0]["Action"]) == ["kms:Decrypt", "kms:GenerateDataKey*"]
-    topic_policy = jsonencoded(RESOURCES[("aws_sns_topic_policy", "alarms")]["policy"])["Statement"]
+    topic_policy = jsonencoded(TOPIC.resources[("aws_sns_topic_policy", "this")]["policy"], TOPIC)["Statement"]
     publish = [s for s in topic_policy if s.get("Principal") == {"Service": "cloudwatch.amazonaws.com"}]
     assert publish and publish[0]["Action"] == "sns:Publish"
 
 
-def alarm_locals(name):
-    for block in PARSED["alarms.tf"]["locals"]:
-        if name in block:
-            return block[name]
-    raise KeyError(name)
+def alarm_maps():
+    """Every alarm entry of the simple (one metric) alarm maps, by its key as written."""
+    return {
+        "counter": clean(COUNTER.locals["counter_alarms"]),
+        "guard": clean(GUARD.locals["controller_alarms"]),
+        "photo": clean(ROOT.locals["photo_alarms"]),
+    }
 
 
 def test_errors_throttles_heartbeats_api_and_kinesis_alarms():
-    fn = RESOURCES[("aws_cloudwatch_metric_alarm", "function")]
-    assert unq(fn["namespace"]) == "AWS/Lambda" and unq(fn["metric_name"]) == "${each.value.metric}"
-    text = FILES["alarms.tf"].read_text()
-    assert '"${name}-errors"    = { fn = name, metric = "Errors"' in text
-    assert '"${name}-throttles" = { fn = name, metric = "Throttles"' in text
-    for name, fn, metric in (
-        ("heartbeat_controller", "hotkey-controller", "HotKeys"),
-        ("heartbeat_rebuilder", "count-rebuilder", "CounterRebuildCompleted"),
+    counter_text = COUNTER.files["alarms.tf"].read_text()
+    # Errors and Throttles on each of the counter's functions, the controller and likes-api.
+    assert re.search(r'"\$\{name\}-errors"\s+= \{ namespace = "AWS/Lambda", metric = "Errors"', counter_text)
+    assert re.search(r'"\$\{name\}-throttles"\s+= \{ namespace = "AWS/Lambda", metric = "Throttles"', counter_text)
+    assert 'for name, fn in { "likes-aggregator" = module.aggregator, "count-rebuilder" = module.rebuilder }' in counter_text
+    guard = alarm_maps()["guard"]
+    assert guard["${var.prefix}hotkey-controller-errors"]["metric"] == "Errors"
+    assert guard["${var.prefix}hotkey-controller-throttles"]["metric"] == "Throttles"
+    photo = alarm_maps()["photo"]
+    assert (photo["likes-api-errors"]["metric"], photo["likes-api-throttles"]["metric"]) == ("Errors", "Throttles")
+    # Heartbeats breach on missing data.
+    for entry, fn, metric in (
+        (guard["${var.prefix}hotkey-controller-heartbeat"], "hotkey-controller", "HotKeys"),
+        (clean(COUNTER.locals["counter_alarms"])["count-rebuilder-heartbeat"], "count-rebuilder", "CounterRebuildCompleted"),
     ):
-        hb = RESOURCES[("aws_cloudwatch_metric_alarm", name)]
-        assert unq(hb["metric_name"]) == metric and unq(hb["namespace"]) == "heatsink"
-        assert unq(hb["treat_missing_data"]) == "breaching"
-        assert unq(hb["statistic"]) == "SampleCount" and unq(hb["comparison_operator"]) == "LessThanThreshold"
-        assert named(hb["alarm_name"]) == f"{SCHEMA['prefix']}{fn}-heartbeat"
-    assert unq(RESOURCES[("aws_cloudwatch_metric_alarm", "api_5xx")]["metric_name"]) == "5xx"
-    assert unq(RESOURCES[("aws_cloudwatch_metric_alarm", "api_p99_latency")]["extended_statistic"]) == "p99"
+        assert (entry["metric"], entry["namespace"], entry["missing"]) == (metric, "heatsink", "breaching")
+        assert entry["stat"] == "SampleCount" and entry["comparison"] == "LessThanThreshold"
+        assert entry["dims"] == {"Function": fn}
+    assert photo["likes-api-5xx"]["metric"] == "5xx"
+    assert unq(ROOT.resources[("aws_cloudwatch_metric_alarm", "api_p99_latency")]["extended_statistic"]) == "p99"
     for metric in ("AgeOfOldestUnreplicatedRecord", "FailedToReplicateRecordCount", "GetRecords.IteratorAgeMilliseconds"):
-        assert metric in text
+        assert metric in counter_text
     # Every alarm pages on ALARM and OK.
-    for (t, name), body in RESOURCES.items():
-        if t == "aws_cloudwatch_metric_alarm":
-            assert body["alarm_actions"] == ["${aws_sns_topic.alarms.arn}"], name
-            assert body["ok_actions"] == ["${aws_sns_topic.alarms.arn}"], name
+    for mod, topic in ((ROOT, "${module.alarm_topic.topic_arn}"), (COUNTER, "${var.alarm_topic_arn}"), (GUARD, "${var.alarm_topic_arn}")):
+        for (t, name), body in mod.resources.items():
+            if t == "aws_cloudwatch_metric_alarm":
+                assert body["alarm_actions"] == [topic], name
+                assert body["ok_actions"] == [topic], name
+    for call in ("counter", "guard"):
+        assert ROOT.calls[call]["alarm_topic_arn"] == "${module.alarm_topic.topic_arn}"
 
 
 def test_every_alarm_name_has_a_runbook_row():
@@ -90,64 +104,69 @@ def test_every_alarm_name_has_a_runbook_row():
         return re.compile("^" + "".join("(-[a-z-]+)?" if p.startswith("[-<") else "[a-z-]+" if p.startswith("<") else re.escape(p) for p in parts) + "$")
 
     patterns = [pattern(r) for r in rows]
-    names = []
-    for (t, name), body in RESOURCES.items():
-        if t != "aws_cloudwatch_metric_alarm":
-            continue
-        n = unq(body["alarm_name"])
-        if n in ("${each.key}", "${each.key}-hot"):  # hot_partition / throttled: keys already carry the prefix
-            names += {"hot_partition": ["${var.prefix}liked-partition-wcu-hot"], "throttled": ["${var.prefix}posts-by-creator-throttled-key-range", "${var.prefix}liked-throttled-quota"]}[name]
-        elif n == "${var.prefix}${each.key}":
-            keys = {"function": [f"{f}-{k}" for f in ("likes-api", "hotkey-controller") for k in ("errors", "throttles")],
-                    "kinesis": ["liked-kinesis-replication-lag", "liked-kinesis-replication-failed", "like-events-iterator-age"]}[name]
-            names += ["${var.prefix}" + k for k in keys]
-        else:
-            names.append(n)
+    p = "${var.prefix}"
+    names = [p + k for k in alarm_maps()["photo"]]
+    names += [p + "likes-api-p99-latency"]
+    names += [p + k for k in clean(COUNTER.locals["counter_alarms"])]
+    names += [p + f"{fn}-{kind}" for fn in ("likes-aggregator", "count-rebuilder") for kind in ("errors", "throttles")]
+    names += list(alarm_maps()["guard"])
+    # The kinesis source's alarms carry the table's and stream's names; the guard's, each table's.
+    names += [p + "like-events-write-throttled", p + "liked-kinesis-replication-lag", p + "liked-kinesis-replication-failed", p + "like-events-iterator-age"]
+    names += [p + "liked-partition-wcu-hot", p + "posts-by-creator-throttled-key-range", p + "liked-throttled-quota"]
+    kinesis = clean(COUNTER.locals["kinesis_alarms"]) if isinstance(COUNTER.locals["kinesis_alarms"], dict) else unq(COUNTER.locals["kinesis_alarms"])
+    for suffix in ("-write-throttled", "-kinesis-replication-lag", "-kinesis-replication-failed", "-iterator-age"):
+        assert suffix in str(kinesis), suffix
     for n in names:
-        assert n.startswith("${var.prefix}"), n
-        short = n[len("${var.prefix}") :]
-        assert any(p.match(short) for p in patterns), f"{short} has no row in the runbook (infra/README.md)"
+        assert n.startswith(p), n
+        short = n[len(p) :]
+        assert any(pat.match(short) for pat in patterns), f"{short} has no row in the runbook (infra/README.md)"
 
 
 def test_resilience_settings():
-    fn = RESOURCES[("aws_lambda_function", "function")]
-    assert unq(fn["reserved_concurrent_executions"]) == "${var.concurrency[each.key]}"
     assert variable_default("concurrency") == {
         "likes-api": 50,
         "likes-aggregator": 20,
         "count-rebuilder": 1,
         "hotkey-controller": 1,
-    } or {unq(k): v for k, v in variable_default("concurrency").items()} == {
-        "likes-api": 50,
-        "likes-aggregator": 20,
-        "count-rebuilder": 1,
-        "hotkey-controller": 1,
     }
-    invoke = RESOURCES[("aws_lambda_function_event_invoke_config", "async")]
-    assert invoke["maximum_retry_attempts"] == 0
-    assert sorted(unq(k) for k in invoke["for_each"]) == ["count-rebuilder", "hotkey-controller"] if isinstance(invoke["for_each"], dict) else "count-rebuilder" in invoke["for_each"]
-    assert unq(invoke["destination_config"][0]["on_failure"][0]["destination"]) == "${aws_sqs_queue.async_failures.arn}"
-    target = RESOURCES[("aws_cloudwatch_event_target", "function")]
-    assert unq(target["dead_letter_config"][0]["arn"]) == "${aws_sqs_queue.async_failures.arn}"
+    calls = ROOT.calls
+    assert calls["likes_api"]["reserved_concurrency"] == '${var.concurrency["likes-api"]}'
+    assert calls["counter"]["concurrency"] == {"aggregator": '${var.concurrency["likes-aggregator"]}', "rebuilder": '${var.concurrency["count-rebuilder"]}'}
+    assert calls["guard"]["concurrency"] == '${var.concurrency["hotkey-controller"]}'
+    fn = ROOT.call("likes_api").resources[("aws_lambda_function", "this")]
+    assert unq(fn["reserved_concurrent_executions"]) == "${var.reserved_concurrency}"
+    for mod, name in ((COUNTER, "rebuilder"), (GUARD, "controller")):
+        invoke = clean(mod.resources[("aws_lambda_function_event_invoke_config", name)])
+        assert invoke["maximum_retry_attempts"] == 0
+        assert mod.logical(invoke["destination_config"][0]["on_failure"][0]["destination"], SCHEMA["prefix"]) == ["queue/async-failures"]
+    for mod, name in ((COUNTER, "schedule"), (GUARD, "controller")):
+        target = clean(mod.resources[("aws_cloudwatch_event_target", name)])
+        assert mod.logical(target["dead_letter_config"][0]["arn"], SCHEMA["prefix"]) == ["queue/async-failures"]
     for (t, name), body in RESOURCES.items():
         if t == "aws_dynamodb_table":
             assert body["deletion_protection_enabled"] is True, name
 
 
 def test_no_name_prefix_in_event_patterns_or_iam():
-    for f in ("functions.tf", "iam.tf", "control.tf"):
-        text = FILES[f].read_text()
-        assert "prefix = var.prefix" not in text, f
+    files = [FILES["functions.tf"], FILES["main.tf"], GUARD.files["main.tf"], GUARD.files["control.tf"], COUNTER.files["main.tf"], MODULE / "modules" / "function" / "main.tf"]
+    for f in files:
+        text = f.read_text()
+        assert "prefix = var.prefix" not in text or f.name == "main.tf", f
         # The only IAM wildcard: the creation timestamp of DynamoDB's managed rule names.
         for m in re.findall(r'"[^"\n]*\*[^"\n]*"', text):
             allowed = ('"*"', '"sqs:*"', '"kms:GenerateDataKey*"', '"${aws_apigatewayv2_api.likes.execution_arn}/*/*/posts/*"',
                        # the streams of the function's own log group
-                       '"${aws_cloudwatch_log_group.function[name].arn}:*"')
-            assert m in allowed or m.endswith('${t}-*"'), (f, m)
+                       '"${aws_cloudwatch_log_group.this.arn}:*"')
+            assert m in allowed or m.endswith('${t.name}-*"'), (f, m)
+    pattern = unq(GUARD.resources[("aws_cloudwatch_event_rule", "alarms")]["event_pattern"])
+    assert "prefix" not in pattern
 
 
 def test_capacity_log_is_sampled_and_hashes_the_liked_table():
-    text = FILES["functions.tf"].read_text()
+    text = FILES["main.tf"].read_text()
+    # Every function of the app gets the capacity log's settings.
+    for call in ("likes_api", "counter", "guard"):
+        assert "local.capacity_log" in str(ROOT.calls[call]["environment"]), call
     assert 'HEATSINK_CAPACITY_LOG_SAMPLE       = "100"' in text
     clear = re.search(r'HEATSINK_CAPACITY_LOG_CLEAR_TABLES = join\(",", \[for t in \[([^\]]*)\]', text).group(1)
     assert sorted(t.strip().strip('"') for t in clear.split(",")) == ["counters", "hotkeys", "leases", "posts"]
