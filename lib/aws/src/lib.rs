@@ -76,6 +76,7 @@
 
 pub mod clock;
 pub mod counter;
+mod ddb;
 pub mod detect;
 pub mod error;
 pub mod hot;
