@@ -29,15 +29,55 @@ use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use heatsink_core::stream::{Announcement, Lease, LeaseEvent, LeaseState, MalformedRow, Progress};
+use serde::{Deserialize, Serialize};
 
 use super::StreamError;
 use crate::clock::now_ms;
+use crate::ddb::{Condition, KeyCondition, OnlyIf, QueryKey, Update, Updating, get_n, get_s, n, s};
 use crate::schema::{Schema, Table};
 
 const SERVICE: &str = "DynamoDB";
 
 /// Sort-key prefix of announcement rows: `#` is in no shard id, so no lease row starts with it.
 pub const WORKER_ROW_PREFIX: &str = "#worker#";
+
+/// Rows of one application a scan reads at most (leases and announcements): a stream's shards
+/// within retention, many times over; past it the scan is refused, not cut short.
+const MAX_ROWS: usize = 1_000_000;
+
+/// A lease row as stored (see the module doc).
+#[derive(Debug, Serialize, Deserialize)]
+struct LeaseRow {
+    #[serde(default)]
+    app: String,
+    shard_id: String,
+    state: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    owner: Option<String>,
+    counter: u64,
+    #[serde(default)]
+    expires_at_ms: u64,
+    #[serde(default)]
+    heartbeat_ms: u64,
+    checkpoint: String,
+    #[serde(default)]
+    parents: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    stream: Option<String>,
+}
+
+/// A worker's announcement row as stored (see the module doc).
+#[derive(Debug, Serialize, Deserialize)]
+struct AnnouncementRow {
+    #[serde(default)]
+    app: String,
+    #[serde(default)]
+    shard_id: String,
+    worker_id: String,
+    heartbeat_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    stream: Option<String>,
+}
 
 /// A row that could not be read back as a lease, kept raw enough to replace it conditionally.
 #[derive(Clone, Debug, PartialEq)]
@@ -97,17 +137,7 @@ pub struct LeaseTable {
 
 /// True for an announcement row (its sort key starts with [`WORKER_ROW_PREFIX`]).
 fn is_worker_row(item: &HashMap<String, AttributeValue>) -> bool {
-    item.get("shard_id")
-        .and_then(|v| v.as_s().ok())
-        .is_some_and(|k| k.starts_with(WORKER_ROW_PREFIX))
-}
-
-fn s(v: impl Into<String>) -> AttributeValue {
-    AttributeValue::S(v.into())
-}
-
-fn n(v: u64) -> AttributeValue {
-    AttributeValue::N(v.to_string())
+    get_s(item, "shard_id").is_some_and(|k| k.starts_with(WORKER_ROW_PREFIX))
 }
 
 fn parse_state(name: &str) -> Option<LeaseState> {
@@ -132,76 +162,43 @@ fn malformed(bad: MalformedLease) -> StreamError {
 
 /// Reads an announcement row; `None` if a field is missing.
 fn parse_announcement(item: &HashMap<String, AttributeValue>) -> Option<Announcement> {
-    let worker_id = item.get("worker_id")?.as_s().ok()?.clone();
-    let heartbeat_ms = item.get("heartbeat_ms")?.as_n().ok()?.parse().ok()?;
+    let row: AnnouncementRow = crate::ddb::row::from_item(item.clone()).ok()?;
     Some(Announcement {
-        worker_id,
-        heartbeat_ms,
+        worker_id: row.worker_id,
+        heartbeat_ms: row.heartbeat_ms,
     })
 }
 
 /// Reads one row; `Err` carries what is needed to replace it.
 fn parse_row(item: &HashMap<String, AttributeValue>) -> Result<Lease, MalformedLease> {
-    let shard_id = item
-        .get("shard_id")
-        .and_then(|v| v.as_s().ok())
-        .cloned()
-        .unwrap_or_default();
     let raw_counter = item.get("counter").cloned();
-    let counter = raw_counter
-        .as_ref()
-        .and_then(|v| v.as_n().ok())
-        .and_then(|v| v.parse::<u64>().ok());
     let bad = |reason: &str| MalformedLease {
-        shard_id: shard_id.clone(),
-        counter,
+        shard_id: get_s(item, "shard_id").unwrap_or_default().to_owned(),
+        counter: get_n(item, "counter"),
         raw_counter: raw_counter.clone(),
         reason: reason.to_owned(),
     };
-    let get_s = |name: &str| item.get(name).and_then(|v| v.as_s().ok());
-    let get_n = |name: &str| {
-        item.get(name)
-            .and_then(|v| v.as_n().ok())
-            .and_then(|v| v.parse::<u64>().ok())
-    };
-    let state = get_s("state")
-        .and_then(|v| parse_state(v))
-        .ok_or_else(|| bad("state missing or unknown"))?;
-    let counter = counter.ok_or_else(|| bad("counter missing or not a number"))?;
-    let checkpoint = get_s("checkpoint")
-        .ok_or_else(|| bad("checkpoint missing"))
-        .and_then(|c| Progress::from_checkpoint(c).map_err(|e| bad(&e.to_string())))?;
-    let owner = match item.get("owner") {
-        None => None,
-        Some(AttributeValue::S(o)) if !o.is_empty() => Some(o.clone()),
-        Some(_) => return Err(bad("owner is not a non-empty string")),
-    };
-    let parents = match item.get("parents") {
-        None => Vec::new(),
-        Some(AttributeValue::L(list)) => list
-            .iter()
-            .map(|p| {
-                p.as_s()
-                    .cloned()
-                    .map_err(|_| bad("parents holds a non-string"))
-            })
-            .collect::<Result<_, _>>()?,
-        Some(_) => return Err(bad("parents is not a list")),
-    };
-    if shard_id.is_empty() {
+    let row: LeaseRow =
+        crate::ddb::row::from_item(item.clone()).map_err(|e| bad(&e.to_string()))?;
+    let state = parse_state(&row.state).ok_or_else(|| bad("state unknown"))?;
+    let checkpoint = Progress::from_checkpoint(&row.checkpoint).map_err(|e| bad(&e.to_string()))?;
+    if row.owner.as_deref() == Some("") {
+        return Err(bad("owner is not a non-empty string"));
+    }
+    if row.shard_id.is_empty() {
         return Err(bad("shard_id missing"));
     }
-    if owner.is_some() != matches!(state, LeaseState::Leased | LeaseState::Processing) {
+    if row.owner.is_some() != matches!(state, LeaseState::Leased | LeaseState::Processing) {
         return Err(bad("owner does not match state"));
     }
     Ok(Lease {
-        shard_id,
+        shard_id: row.shard_id,
         state,
-        owner,
-        counter,
-        expires_at_ms: get_n("expires_at_ms").unwrap_or(0),
+        owner: row.owner,
+        counter: row.counter,
+        expires_at_ms: row.expires_at_ms,
         checkpoint,
-        parents,
+        parents: row.parents,
     })
 }
 
@@ -259,17 +256,13 @@ impl LeaseTable {
         let Some(expected) = &self.stream else {
             return Ok(());
         };
-        let shard_id = item
-            .get("shard_id")
-            .and_then(|v| v.as_s().ok())
-            .cloned()
-            .unwrap_or_default();
-        match item.get("stream").and_then(|v| v.as_s().ok()) {
+        let shard_id = get_s(item, "shard_id").unwrap_or_default().to_owned();
+        match get_s(item, "stream") {
             Some(found) if found == expected => Ok(()),
             Some(found) => Err(StreamError::ForeignLease {
                 app: self.app.clone(),
                 shard_id,
-                found: found.clone(),
+                found: found.to_owned(),
                 expected: expected.clone(),
             }),
             None => Err(StreamError::UnnamedLease {
@@ -325,39 +318,38 @@ impl LeaseTable {
     /// them the workers' announcements of this table's stream ([`LeaseScan::workers`]; those
     /// of another stream are dropped, not refused).
     pub async fn scan(&self) -> Result<LeaseScan, StreamError> {
+        let pages = self
+            .ddb
+            .query()
+            .table_name(&self.table)
+            .query_key(&KeyCondition::partition("app", s(&self.app)))
+            .consistent_read(true)
+            .into_paginator()
+            .items()
+            .send();
+        let items = crate::ddb::read_all(pages, MAX_ROWS).await.map_err(|e| {
+            e.into_error(
+                |e| self.err("Query", e),
+                |_| StreamError::Unsupported {
+                    source_kind: "the lease table",
+                    what: "more than 1,000,000 rows in one application",
+                },
+            )
+        })?;
         let mut out = LeaseScan::default();
-        let mut start: Option<HashMap<String, AttributeValue>> = None;
-        loop {
-            let page = self
-                .ddb
-                .query()
-                .table_name(&self.table)
-                .key_condition_expression("#a = :a")
-                .expression_attribute_names("#a", "app")
-                .expression_attribute_values(":a", s(&self.app))
-                .consistent_read(true)
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(|e| self.err("Query", e))?;
-            for item in page.items() {
-                if is_worker_row(item) {
-                    if self.is_own_stream(item)
-                        && let Some(announcement) = parse_announcement(item)
-                    {
-                        out.workers.push(announcement);
-                    }
-                    continue;
+        for item in &items {
+            if is_worker_row(item) {
+                if self.is_own_stream(item)
+                    && let Some(announcement) = parse_announcement(item)
+                {
+                    out.workers.push(announcement);
                 }
-                self.check_stream(item)?;
-                match parse_row(item) {
-                    Ok(lease) => out.leases.push(lease),
-                    Err(bad) => out.malformed.push(bad),
-                }
+                continue;
             }
-            match page.last_evaluated_key() {
-                Some(key) if !key.is_empty() => start = Some(key.clone()),
-                _ => break,
+            self.check_stream(item)?;
+            match parse_row(item) {
+                Ok(lease) => out.leases.push(lease),
+                Err(bad) => out.malformed.push(bad),
             }
         }
         out.leases.sort_by(|a, b| a.shard_id.cmp(&b.shard_id));
@@ -368,7 +360,7 @@ impl LeaseTable {
     fn is_own_stream(&self, item: &HashMap<String, AttributeValue>) -> bool {
         match &self.stream {
             None => true,
-            Some(expected) => item.get("stream").and_then(|v| v.as_s().ok()) == Some(expected),
+            Some(expected) => get_s(item, "stream") == Some(expected.as_str()),
         }
     }
 
@@ -382,15 +374,13 @@ impl LeaseTable {
     /// it as live for one lease duration ([`Announcement::is_live`]). Unconditional (a row
     /// only this worker writes); one PutItem.
     pub async fn announce(&self, worker_id: &str) -> Result<(), StreamError> {
-        let mut item = HashMap::from([
-            ("app".to_owned(), s(&self.app)),
-            ("shard_id".to_owned(), s(self.worker_key(worker_id))),
-            ("worker_id".to_owned(), s(worker_id)),
-            ("heartbeat_ms".to_owned(), n(now_ms())),
-        ]);
-        if let Some(stream) = &self.stream {
-            item.insert("stream".to_owned(), s(stream));
-        }
+        let item = row_item(&AnnouncementRow {
+            app: self.app.clone(),
+            shard_id: self.worker_key(worker_id),
+            worker_id: worker_id.to_owned(),
+            heartbeat_ms: now_ms(),
+            stream: self.stream.clone(),
+        })?;
         self.ddb
             .put_item()
             .table_name(&self.table)
@@ -423,9 +413,7 @@ impl LeaseTable {
             .table_name(&self.table)
             .key("app", s(&self.app))
             .key("shard_id", s(sort_key))
-            .condition_expression("#a = :a")
-            .expression_attribute_names("#a", attr)
-            .expression_attribute_values(":a", n(expected))
+            .only_if(&Condition::eq(attr, n(expected)))
             .send()
             .await;
         match out {
@@ -524,27 +512,19 @@ impl LeaseTable {
             .await
     }
 
-    fn full_item(&self, lease: &Lease) -> HashMap<String, AttributeValue> {
-        let mut item = HashMap::from([
-            ("app".to_owned(), s(&self.app)),
-            ("shard_id".to_owned(), s(&lease.shard_id)),
-            ("state".to_owned(), s(lease.state.to_string())),
-            ("counter".to_owned(), n(lease.counter)),
-            ("expires_at_ms".to_owned(), n(lease.expires_at_ms)),
-            ("heartbeat_ms".to_owned(), n(now_ms())),
-            ("checkpoint".to_owned(), s(lease.checkpoint.to_checkpoint())),
-            (
-                "parents".to_owned(),
-                AttributeValue::L(lease.parents.iter().map(s).collect()),
-            ),
-        ]);
-        if let Some(owner) = &lease.owner {
-            item.insert("owner".to_owned(), s(owner));
-        }
-        if let Some(stream) = &self.stream {
-            item.insert("stream".to_owned(), s(stream));
-        }
-        item
+    fn full_item(&self, lease: &Lease) -> Result<HashMap<String, AttributeValue>, StreamError> {
+        row_item(&LeaseRow {
+            app: self.app.clone(),
+            shard_id: lease.shard_id.clone(),
+            state: lease.state.to_string(),
+            owner: lease.owner.clone(),
+            counter: lease.counter,
+            expires_at_ms: lease.expires_at_ms,
+            heartbeat_ms: now_ms(),
+            checkpoint: lease.checkpoint.to_checkpoint(),
+            parents: lease.parents.clone(),
+            stream: self.stream.clone(),
+        })
     }
 
     /// Creates a lease row if none exists (`attribute_not_exists`); `false` if one already did.
@@ -553,9 +533,8 @@ impl LeaseTable {
             .ddb
             .put_item()
             .table_name(&self.table)
-            .set_item(Some(self.full_item(lease)))
-            .condition_expression("attribute_not_exists(#k)")
-            .expression_attribute_names("#k", "shard_id")
+            .set_item(Some(self.full_item(lease)?))
+            .only_if(&Condition::not_exists("shard_id"))
             .send()
             .await;
         match out {
@@ -571,18 +550,16 @@ impl LeaseTable {
         found: &MalformedLease,
         lease: &Lease,
     ) -> Result<bool, StreamError> {
-        let mut put = self
+        let unchanged = match &found.raw_counter {
+            Some(raw) => Condition::eq("counter", raw.clone()),
+            None => Condition::not_exists("counter"),
+        };
+        let put = self
             .ddb
             .put_item()
             .table_name(&self.table)
-            .set_item(Some(self.full_item(lease)))
-            .expression_attribute_names("#c", "counter");
-        put = match &found.raw_counter {
-            Some(raw) => put
-                .condition_expression("#c = :c")
-                .expression_attribute_values(":c", raw.clone()),
-            None => put.condition_expression("attribute_not_exists(#c)"),
-        };
+            .set_item(Some(self.full_item(lease)?))
+            .only_if(&unchanged);
         match put.send().await {
             Ok(_) => Ok(true),
             Err(e) if Self::is_conflict(&e) => Ok(false),
@@ -606,60 +583,66 @@ impl LeaseTable {
         floor: u64,
     ) -> Result<Lease, StreamError> {
         let mut next = current.apply(event)?;
-        let mut set: Vec<(&str, AttributeValue)> = Vec::new();
-        let mut remove: Vec<&str> = Vec::new();
+        let now = now_ms();
         // Conditions on the row as `current` saw it.
-        let mut conds: Vec<&str> = vec!["#counter = :prev_counter"];
-        let mut values: Vec<(String, AttributeValue)> =
-            vec![(":prev_counter".to_owned(), n(current.counter))];
-        let holder = |conds: &mut Vec<&str>, values: &mut Vec<(String, AttributeValue)>| {
-            conds.push("#owner = :prev_owner");
-            values.push((
-                ":prev_owner".to_owned(),
+        let unchanged = Condition::eq("counter", n(current.counter));
+        let held = || {
+            unchanged.clone().and(Condition::eq(
+                "owner",
                 s(current.owner.clone().unwrap_or_default()),
-            ));
+            ))
         };
-        match event {
+        let state = s(next.state.to_string());
+        let (condition, update) = match event {
             LeaseEvent::Take { .. } | LeaseEvent::Steal { .. } => {
                 next.counter = next.counter.max(floor);
-                if matches!(event, LeaseEvent::Take { .. }) {
+                let condition = if matches!(event, LeaseEvent::Take { .. }) {
                     // A renewal between our read and this write keeps the holder's lease.
-                    conds.push("(attribute_not_exists(#expires) OR #expires = :prev_expires)");
-                    values.push((":prev_expires".to_owned(), n(current.expires_at_ms)));
-                }
-                set.push(("#owner", s(next.owner.clone().unwrap_or_default())));
-                set.push(("#counter", n(next.counter)));
-                set.push(("#expires", n(next.expires_at_ms)));
-                set.push(("#heartbeat", n(now_ms())));
-                set.push(("#state", s(next.state.to_string())));
+                    unchanged.clone().and(
+                        Condition::not_exists("expires_at_ms")
+                            .or(Condition::eq("expires_at_ms", n(current.expires_at_ms))),
+                    )
+                } else {
+                    unchanged.clone()
+                };
+                let update = Update::new()
+                    .set("owner", s(next.owner.clone().unwrap_or_default()))
+                    .set("counter", n(next.counter))
+                    .set("expires_at_ms", n(next.expires_at_ms))
+                    .set("heartbeat_ms", n(now))
+                    .set("state", state);
+                (condition, update)
             }
-            LeaseEvent::Renew { .. } => {
-                holder(&mut conds, &mut values);
-                set.push(("#expires", n(next.expires_at_ms)));
-                set.push(("#heartbeat", n(now_ms())));
-            }
-            LeaseEvent::Checkpoint { .. } => {
-                holder(&mut conds, &mut values);
-                set.push(("#checkpoint", s(next.checkpoint.to_checkpoint())));
-                set.push(("#state", s(next.state.to_string())));
-            }
+            LeaseEvent::Renew { .. } => (
+                held(),
+                Update::new()
+                    .set("expires_at_ms", n(next.expires_at_ms))
+                    .set("heartbeat_ms", n(now)),
+            ),
+            LeaseEvent::Checkpoint { .. } => (
+                held(),
+                Update::new()
+                    .set("checkpoint", s(next.checkpoint.to_checkpoint()))
+                    .set("state", state),
+            ),
             LeaseEvent::Release { .. } | LeaseEvent::ReachShardEnd { .. } => {
-                holder(&mut conds, &mut values);
-                set.push(("#counter", n(next.counter)));
-                set.push(("#expires", n(0)));
+                let mut update = Update::new()
+                    .set("counter", n(next.counter))
+                    .set("expires_at_ms", n(0u64));
                 if matches!(event, LeaseEvent::ReachShardEnd { .. }) {
                     // A release never writes a checkpoint: the copy it was computed from may be
                     // older than the stored one, and writing it would move the checkpoint back.
-                    set.push(("#checkpoint", s(next.checkpoint.to_checkpoint())));
+                    update = update.set("checkpoint", s(next.checkpoint.to_checkpoint()));
                 }
-                set.push(("#state", s(next.state.to_string())));
-                remove.push("#owner");
+                (held(), update.set("state", state).remove("owner"))
             }
             LeaseEvent::CreateChildren | LeaseEvent::Trim => {
-                set.push(("#state", s(next.state.to_string())));
-                if matches!(event, LeaseEvent::Trim) {
-                    remove.push("#owner");
-                }
+                let update = Update::new().set("state", state);
+                let update = match event {
+                    LeaseEvent::Trim => update.remove("owner"),
+                    _ => update,
+                };
+                (unchanged.clone(), update)
             }
             LeaseEvent::Delete => {
                 let out = self
@@ -668,9 +651,7 @@ impl LeaseTable {
                     .table_name(&self.table)
                     .key("app", s(&self.app))
                     .key("shard_id", s(&current.shard_id))
-                    .condition_expression("#counter = :prev_counter")
-                    .expression_attribute_names("#counter", "counter")
-                    .expression_attribute_values(":prev_counter", n(current.counter))
+                    .only_if(&unchanged)
                     .send()
                     .await;
                 return match out {
@@ -679,47 +660,18 @@ impl LeaseTable {
                     Err(e) => Err(self.err("DeleteItem", e)),
                 };
             }
-        }
-        let mut expression = String::from("SET ");
-        for (i, (name, value)) in set.iter().enumerate() {
-            if i > 0 {
-                expression.push_str(", ");
-            }
-            let placeholder = format!(":new_{}", &name[1..]);
-            expression.push_str(&format!("{name} = {placeholder}"));
-            values.push((placeholder, value.clone()));
-        }
-        if !remove.is_empty() {
-            expression.push_str(" REMOVE ");
-            expression.push_str(&remove.join(", "));
-        }
-        let condition = conds.join(" AND ");
-        let mut req = self
+        };
+        let out = self
             .ddb
             .update_item()
             .table_name(&self.table)
             .key("app", s(&self.app))
-            .key("shard_id", s(&current.shard_id));
-        // DynamoDB refuses names that neither expression uses.
-        for (name, attr) in [
-            ("#owner", "owner"),
-            ("#counter", "counter"),
-            ("#expires", "expires_at_ms"),
-            ("#heartbeat", "heartbeat_ms"),
-            ("#checkpoint", "checkpoint"),
-            ("#state", "state"),
-        ] {
-            if expression.contains(name) || condition.contains(name) {
-                req = req.expression_attribute_names(name, attr);
-            }
-        }
-        req = req
-            .update_expression(expression)
-            .condition_expression(condition);
-        for (name, value) in values {
-            req = req.expression_attribute_values(name, value);
-        }
-        match req.send().await {
+            .key("shard_id", s(&current.shard_id))
+            .only_if(&condition)
+            .updating(&update)
+            .send()
+            .await;
+        match out {
             Ok(_) => Ok(next),
             Err(e) if Self::is_conflict(&e) => Err(self.conflict(current)),
             Err(e) => Err(self.err("UpdateItem", e)),
@@ -798,6 +750,11 @@ impl LeaseTable {
         };
         self.apply(current, &event).await
     }
+}
+
+/// A row as an item (a row of fixed shape always converts; a failure would be a bug here).
+fn row_item<T: Serialize>(row: &T) -> Result<HashMap<String, AttributeValue>, StreamError> {
+    crate::ddb::row::to_item(row).map_err(|e| StreamError::Processor(Box::new(e)))
 }
 
 /// A new lease row for a shard, its counter starting at the creation time in ms (see module doc
