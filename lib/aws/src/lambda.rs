@@ -23,8 +23,6 @@
 //! # }
 //! ```
 
-use std::collections::HashMap;
-
 use aws_lambda_events::dynamodb::Event as DynamoDbEvent;
 use aws_lambda_events::streams::{DynamoDbBatchItemFailure, KinesisBatchItemFailure};
 use serde_json::{Value, json};
@@ -163,24 +161,22 @@ pub fn event_source(event: &Value) -> Option<&str> {
 
 /// Builds the Lambda event Lambda would deliver for `records` read from the stream `arn`, so
 /// demos, tests and replays drive a handler (e.g.
-/// [`crate::counter::aggregate::StreamAggregator::handle_dynamodb`]) with exactly what AWS sends.
+/// [`crate::counter::aggregate::StreamAggregator::handle_dynamodb`]) with exactly what AWS sends:
+/// every attribute type as Lambda delivers it, binary as base64. An attribute of a type the
+/// SDK does not know fails the conversion (`Err`), never reads as `NULL`.
 pub fn dynamodb_event(
     arn: &str,
     records: &[aws_sdk_dynamodbstreams::types::Record],
 ) -> Result<DynamoDbEvent, serde_json::Error> {
+    use crate::ddb::json::stream_image_json;
     let records: Vec<Value> = records
         .iter()
         .map(|r| {
             let change = r.dynamodb();
-            let image =
-                |m: Option<&HashMap<String, aws_sdk_dynamodbstreams::types::AttributeValue>>| {
-                    Value::Object(
-                        m.into_iter()
-                            .flatten()
-                            .map(|(k, v)| (k.clone(), stream_attr_json(v)))
-                            .collect(),
-                    )
-                };
+            // An absent image is an empty map, as Lambda delivers it.
+            let image = |m: Option<&std::collections::HashMap<_, _>>| {
+                stream_image_json(Some(m.unwrap_or(&std::collections::HashMap::new())))
+            };
             json!({
                 "eventID": r.event_id().unwrap_or_default(),
                 "eventName": r.event_name().map(|n| n.as_str()).unwrap_or_default(),
@@ -209,23 +205,6 @@ pub fn dynamodb_event(
     serde_json::from_value(json!({ "Records": records }))
 }
 
-fn stream_attr_json(v: &aws_sdk_dynamodbstreams::types::AttributeValue) -> Value {
-    use aws_sdk_dynamodbstreams::types::AttributeValue as A;
-    match v {
-        A::S(s) => json!({ "S": s }),
-        A::N(n) => json!({ "N": n }),
-        A::Bool(b) => json!({ "BOOL": b }),
-        A::Null(b) => json!({ "NULL": b }),
-        A::Ss(v) => json!({ "SS": v }),
-        A::Ns(v) => json!({ "NS": v }),
-        A::L(l) => json!({ "L": l.iter().map(stream_attr_json).collect::<Vec<_>>() }),
-        A::M(m) => {
-            json!({ "M": m.iter().map(|(k, v)| (k.clone(), stream_attr_json(v))).collect::<serde_json::Map<_, _>>() })
-        }
-        _ => json!({ "NULL": true }),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -247,6 +226,41 @@ mod tests {
             "RUST_LOG wins"
         );
         assert_eq!(log_settings(None, None, Some("loud")).1, "info");
+    }
+
+    /// Lambda delivers a binary key as base64 and the event holds its bytes; this conversion
+    /// once turned it into `NULL`.
+    #[test]
+    fn a_binary_key_reaches_the_event_as_its_bytes_not_null() {
+        use aws_sdk_dynamodbstreams::types::{AttributeValue, OperationType, StreamRecord};
+        let bytes = vec![0u8, 7, 255];
+        let record = aws_sdk_dynamodbstreams::types::Record::builder()
+            .event_id("e1")
+            .event_name(OperationType::Insert)
+            .dynamodb(
+                StreamRecord::builder()
+                    .keys("id", AttributeValue::B(bytes.clone().into()))
+                    .new_image("id", AttributeValue::B(bytes.clone().into()))
+                    .new_image(
+                        "tags",
+                        AttributeValue::Bs(vec![bytes.clone().into(), vec![1u8].into()]),
+                    )
+                    .sequence_number("100")
+                    .build(),
+            )
+            .build();
+        let event = dynamodb_event("arn:aws:dynamodb:us-east-1:1:table/t/stream/x", &[record])
+            .expect("every type converts");
+        let change = &event.records[0].change;
+        assert_eq!(
+            change.keys.get("id"),
+            Some(&serde_dynamo::AttributeValue::B(bytes.clone()))
+        );
+        assert_eq!(
+            change.new_image.get("tags"),
+            Some(&serde_dynamo::AttributeValue::Bs(vec![bytes, vec![1]]))
+        );
+        assert!(change.old_image.is_empty());
     }
 
     #[test]

@@ -1,12 +1,12 @@
 //! `DynamoDbStreamsSource`: DescribeStream, GetShardIterator and GetRecords on a table's stream.
 
-use aws_sdk_dynamodbstreams::types::{AttributeValue, ShardIteratorType};
+use aws_sdk_dynamodbstreams::types::ShardIteratorType;
 use bytes::Bytes;
 use heatsink_core::stream::ShardInfo;
-use serde_json::{Map, Value};
 
 use super::source::parse_seq;
 use super::{RecordBatch, ShardSource, StartAt, StreamError, StreamRecord, Timeouts};
+use crate::ddb::json::stream_image_json;
 
 const SERVICE: &str = "DynamoDB Streams";
 
@@ -14,7 +14,8 @@ const SERVICE: &str = "DynamoDB Streams";
 ///
 /// Each record's `partition_key` is the item's keys as DynamoDB JSON with sorted attribute
 /// names (so one item always has one key), and `data` is
-/// `{"eventName", "keys", "newImage", "oldImage"}` as DynamoDB JSON.
+/// `{"eventName", "keys", "newImage", "oldImage"}` as DynamoDB JSON (names sorted, binary as
+/// base64; an attribute of a type the SDK does not know as `{"UNKNOWN": null}`).
 ///
 /// DescribeStream allows 10 calls per second per account and region, and a stream that rolls its
 /// shards every few hours lists thousands of closed ones within its 24 h retention. So the
@@ -96,36 +97,6 @@ impl DynamoDbStreamsSource {
                 _ => return Ok(shards),
             }
         }
-    }
-}
-
-/// An attribute value as DynamoDB JSON (`{"S": "x"}`, `{"N": "1"}`, …); binary as base64.
-fn to_json(value: &AttributeValue) -> Value {
-    use base64::Engine;
-    let b64 = |b: &[u8]| Value::String(base64::engine::general_purpose::STANDARD.encode(b));
-    let (tag, inner) = match value {
-        AttributeValue::S(s) => ("S", Value::String(s.clone())),
-        AttributeValue::N(n) => ("N", Value::String(n.clone())),
-        AttributeValue::B(b) => ("B", b64(b.as_ref())),
-        AttributeValue::Bool(b) => ("BOOL", Value::Bool(*b)),
-        AttributeValue::Null(b) => ("NULL", Value::Bool(*b)),
-        AttributeValue::Ss(v) => ("SS", v.iter().cloned().map(Value::String).collect()),
-        AttributeValue::Ns(v) => ("NS", v.iter().cloned().map(Value::String).collect()),
-        AttributeValue::Bs(v) => ("BS", v.iter().map(|b| b64(b.as_ref())).collect()),
-        AttributeValue::L(v) => ("L", v.iter().map(to_json).collect()),
-        AttributeValue::M(m) => ("M", map_json(Some(m))),
-        _ => ("UNKNOWN", Value::Null),
-    };
-    let mut out = Map::new();
-    out.insert(tag.to_owned(), inner);
-    Value::Object(out)
-}
-
-fn map_json(map: Option<&std::collections::HashMap<String, AttributeValue>>) -> Value {
-    match map {
-        None => Value::Null,
-        // serde_json's Map is ordered by key, so the rendering is deterministic.
-        Some(m) => Value::Object(m.iter().map(|(k, v)| (k.clone(), to_json(v))).collect()),
     }
 }
 
@@ -240,12 +211,12 @@ impl ShardSource for DynamoDbStreamsSource {
         for r in out.records() {
             let Some(change) = r.dynamodb() else { continue };
             let raw = change.sequence_number().unwrap_or_default();
-            let keys = map_json(change.keys());
+            let keys = stream_image_json(change.keys());
             let data = serde_json::json!({
                 "eventName": r.event_name().map(|e| e.as_str()),
                 "keys": keys,
-                "newImage": map_json(change.new_image()),
-                "oldImage": map_json(change.old_image()),
+                "newImage": stream_image_json(change.new_image()),
+                "oldImage": stream_image_json(change.old_image()),
             });
             records.push(StreamRecord {
                 seq: parse_seq(raw)?,
@@ -329,5 +300,46 @@ mod tests {
         assert_eq!(ids, ["s0", "s1", "a1", "s2", "a2"]);
         assert!(second[2].is_closed(), "a1's rollover seen");
         assert_eq!((full.num_calls(), incremental.num_calls()), (1, 1));
+    }
+
+    /// A two-attribute binary key has one text, names sorted and bytes as base64, whatever
+    /// order the SDK's map holds it in.
+    #[tokio::test]
+    async fn smithy_mock_a_record_key_has_one_sorted_text_with_binary_as_base64() {
+        use aws_sdk_dynamodbstreams::operation::get_records::GetRecordsOutput;
+        use aws_sdk_dynamodbstreams::types::{AttributeValue, OperationType, Record};
+        let record = |keys: &[(&str, AttributeValue)]| {
+            let mut change =
+                aws_sdk_dynamodbstreams::types::StreamRecord::builder().sequence_number("100");
+            for (name, value) in keys {
+                change = change.keys(*name, value.clone());
+            }
+            Record::builder()
+                .event_name(OperationType::Insert)
+                .dynamodb(change.build())
+                .build()
+        };
+        let pk = ("pk", AttributeValue::S("a".into()));
+        let sk = ("sk", AttributeValue::B(vec![0u8, 7].into()));
+        let (one, two) = (
+            record(&[pk.clone(), sk.clone()]),
+            record(&[sk.clone(), pk.clone()]),
+        );
+        let get = mock!(aws_sdk_dynamodbstreams::Client::get_records).then_output(move || {
+            GetRecordsOutput::builder()
+                .records(one.clone())
+                .records(two.clone())
+                .build()
+        });
+        let client = crate::mocked!(aws_sdk_dynamodbstreams, get);
+        let source =
+            DynamoDbStreamsSource::new(client, "arn:aws:dynamodb:us-east-1:1:table/t/stream/x");
+        let batch = source.get_records("it", 10).await.expect("records");
+        let expected = r#"{"pk":{"S":"a"},"sk":{"B":"AAc="}}"#;
+        for r in &batch.records {
+            assert_eq!(r.partition_key, expected);
+            let data: serde_json::Value = serde_json::from_slice(&r.data).expect("json");
+            assert_eq!(data["keys"]["sk"]["B"], "AAc=");
+        }
     }
 }
