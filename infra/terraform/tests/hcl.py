@@ -143,8 +143,8 @@ class Mod:
         return text
 
     def short(self, name, prefix):
-        assert name.startswith(prefix), (name, prefix)
-        return name[len(prefix) :]
+        """A deployment's name without its prefix (a user's own table keeps its whole name)."""
+        return name[len(prefix) :] if name.startswith(prefix) else name
 
     # ---- ARNs as logical resources ----------------------------------------------------------------
     def logical(self, expr, prefix):
@@ -176,7 +176,7 @@ class Mod:
             scope, e = self.var("async_failures_queue")
             if e is None:
                 mod = self.call("own_async_failures")
-                return [f"queue/{self.short(mod.text(mod.args['name']), prefix)}"]
+                return [f"queue/{self.short(self.text(mod.args['name']), prefix)}"]
             return scope.logical(e["arn"], prefix)
         if text == "${concat(local.watched_arns, local.watched_index_arns)}":
             return self.logical_local("watched_arns", prefix) + self.logical_local("watched_index_arns", prefix)

@@ -28,22 +28,27 @@ CALLS = {
 }
 
 
-def expected(fn, mode, rename=None):
+def expected(fn, mode, example=None):
+    """What a role must hold in `mode` (for an example: under its names, infra/grants.json `examples`)."""
+    example = example or {}
+    prefix = example.get("prefix", PREFIX)
+    rename = {**example.get("rename", {}), **example.get("rename_by_function", {}).get(fn, {})}
     entries = MANIFEST["calls"].get(fn, []) + MANIFEST["platform"].get(fn, [])
     out = set()
     for g in entries:
         if mode not in g.get("modes", [mode]):
             continue
-        resource = g["resource"].replace("<prefix>", PREFIX)
-        for old, new in (rename or {}).items():
+        resource = g["resource"].replace("<prefix>", prefix)
+        for old in sorted(rename, key=len, reverse=True):
             if resource == old or resource.startswith(old + "/"):
-                resource = new + resource[len(old) :]
+                resource = rename[old] + resource[len(old) :]
+                break
         out.add(f'{g["action"]} {resource}')
     return sorted(out)
 
 
-def granted(root, fn, prefix=PREFIX):
-    path, call = CALLS[fn]
+def granted(root, fn, prefix=PREFIX, calls=None):
+    path, call = (calls or CALLS)[fn]
     scope = root
     for name in path:
         scope = scope.call(name)
@@ -59,6 +64,28 @@ def test_grants_are_exactly_the_calls(fn, mode):
         "missing": [],
         "unused": [],
     }
+
+
+EXAMPLE = MANIFEST["examples"]["orders"]
+# The orders example (examples/orders): its module calls for each function.
+EXAMPLE_CALLS = {
+    "likes-aggregator": (["orders_per_customer"], "aggregator"),
+    "count-rebuilder": (["orders_per_customer"], "rebuilder"),
+    "hotkey-controller": (["guard"], "controller"),
+}
+
+
+@pytest.mark.parametrize("fn", EXAMPLE["functions"])
+def test_the_orders_example_grants_are_exactly_the_calls(fn):
+    """The blocks deployed for a user's own table hold the same calls, under the example's names."""
+    root = Mod(MODULE / "examples" / "orders")
+    want = expected(fn, EXAMPLE["source"], EXAMPLE)
+    have = granted(root, fn, EXAMPLE["prefix"], EXAMPLE_CALLS)
+    assert {"missing": [g for g in want if g not in have], "unused": [g for g in have if g not in want]} == {
+        "missing": [],
+        "unused": [],
+    }
+    assert sorted(EXAMPLE_CALLS) == sorted(EXAMPLE["functions"])
 
 
 def test_every_role_policy_is_its_log_stream_plus_the_statements():
