@@ -42,13 +42,120 @@ pub use heatsink_core::counter::*;
 
 use std::collections::{BTreeMap, HashMap};
 
-use aws_sdk_dynamodb::types::AttributeValue;
+use serde::{Deserialize, Serialize};
 
+use crate::ddb::{
+    Condition, KeyCondition, OnlyIf, QueryKey, Update, Updating, flag, get_flag, get_n, get_s, n, s,
+};
 use crate::error::AwsError;
 use crate::scatter::{Backoff, Item, ScatterError, batch_get_with};
 
 /// Rounds of re-read and re-plan for keys whose conditional put lost a race.
 pub const MAX_ROUNDS: usize = 5;
+
+/// Items of one counter partition a read takes at most (writer sub-keys of every stream shard
+/// not yet compacted, salts, `fix`, `settled`); past it the read is refused, not cut short.
+const MAX_PARTITION_ITEMS: usize = 100_000;
+
+/// A counter sub-key as stored: a writer's (`total`, `seq`, time buckets, dedupe window), a
+/// salt's (`total`), the `fix` (`total`, buckets, `ver`) or `settled`; a kind's absent fields
+/// are absent from its item. Compaction's own attributes (`folded`, `rev`) are read apart.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct SubKeyRow {
+    pk: String,
+    sk: String,
+    total: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    seq: Option<String>,
+    /// Time buckets: start (ms, as text: a map key) → `[net, events]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    bk: Option<BTreeMap<String, (i64, u64)>>,
+    /// The lowest complete bucket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    bl: Option<u64>,
+    /// The bucket width.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    bw: Option<u64>,
+    /// The fix's version (conditional writes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    ver: Option<u64>,
+    /// The [`TOUCHED_INDEX`] key of a writer sub-key's newest bucket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    touched: Option<String>,
+    /// The dedupe window ([`DedupeWindow::encode`]), binary.
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "serde_bytes")]
+    recent: Option<Vec<u8>>,
+}
+
+impl SubKeyRow {
+    /// The row `item` holds; a field of the wrong type is [`CounterStoreError::Malformed`].
+    fn read(item: &Item, pk: &str) -> Result<Self, CounterStoreError> {
+        crate::ddb::row::from_item(item.clone()).map_err(|e| CounterStoreError::Malformed {
+            pk: pk.to_owned(),
+            sk: get_s(item, "sk").unwrap_or_default().to_owned(),
+            reason: e.to_string(),
+        })
+    }
+
+    fn malformed(&self, reason: &str) -> CounterStoreError {
+        CounterStoreError::Malformed {
+            pk: self.pk.clone(),
+            sk: self.sk.clone(),
+            reason: reason.to_owned(),
+        }
+    }
+
+    /// The stored total and seq of a writer sub-key.
+    fn stored(&self) -> Result<Stored, CounterStoreError> {
+        let seq = self
+            .seq
+            .as_deref()
+            .ok_or_else(|| self.malformed("no string `seq`"))?;
+        let seq = Seq::parse(seq).map_err(|e| self.malformed(&e.to_string()))?;
+        Ok(Stored {
+            total: self.total,
+            seq,
+        })
+    }
+
+    /// The time buckets (`bk`, `bl`); a row written before buckets existed has none (low
+    /// `u64::MAX`, empty: it claims nothing it does not hold, see [`Partition::knows`]). A
+    /// malformed bucket is reported, never read as 0.
+    fn buckets(&self) -> Result<Buckets, CounterStoreError> {
+        let Some(bk) = &self.bk else {
+            // No buckets yet: nothing of any bucket is known to be here, so nothing may be judged.
+            return Ok(Buckets::from_parts(u64::MAX, BTreeMap::new()));
+        };
+        let low = self.bl.ok_or_else(|| self.malformed("`bk` without `bl`"))?;
+        let mut map = BTreeMap::new();
+        for (start, pair) in bk {
+            let start: u64 = start
+                .parse()
+                .map_err(|_| self.malformed("a `bk` key is not a bucket start"))?;
+            map.insert(start, *pair);
+        }
+        Ok(Buckets::from_parts(low, map))
+    }
+
+    /// `buckets` as the row's `bk` and `bl`.
+    fn with_buckets(self, buckets: &Buckets) -> Self {
+        Self {
+            bk: Some(
+                buckets
+                    .iter()
+                    .map(|(start, pair)| (start.to_string(), pair))
+                    .collect(),
+            ),
+            bl: Some(buckets.low()),
+            ..self
+        }
+    }
+
+    /// The row as an item.
+    fn item(&self) -> Result<Item, CounterStoreError> {
+        crate::ddb::row::to_item(self).map_err(|e| self.malformed(&e.to_string()))
+    }
+}
 
 /// Errors of the counter store.
 #[derive(Debug, thiserror::Error)]
@@ -188,22 +295,6 @@ impl Partition {
     }
 }
 
-fn s(v: impl Into<String>) -> AttributeValue {
-    AttributeValue::S(v.into())
-}
-
-fn get_s<'a>(item: &'a Item, attr: &str) -> Option<&'a str> {
-    item.get(attr)
-        .and_then(|v| v.as_s().ok())
-        .map(String::as_str)
-}
-
-fn get_n(item: &Item, attr: &str) -> Option<i64> {
-    item.get(attr)
-        .and_then(|v| v.as_n().ok())
-        .and_then(|n| n.parse().ok())
-}
-
 impl CounterStore {
     /// A store on `table` (the schema's `counters` table).
     pub fn new(ddb: aws_sdk_dynamodb::Client, table: impl Into<String>) -> Self {
@@ -280,23 +371,15 @@ impl CounterStore {
         for item in items {
             let pk = get_s(&item, "pk").unwrap_or_default().to_owned();
             let Some(key) = by_pk.get(&pk) else { continue };
-            let stored = Self::parse_stored(&item, &pk, &sk)?;
-            let buckets = parse_buckets(&item, &pk, &sk)?;
-            out.insert(key.clone(), (stored, buckets));
+            let row = SubKeyRow::read(&item, &pk)?;
+            out.insert(key.clone(), (row.stored()?, row.buckets()?));
         }
         Ok(out)
     }
 
-    fn parse_stored(item: &Item, pk: &str, sk: &str) -> Result<Stored, CounterStoreError> {
-        let malformed = |reason: &str| CounterStoreError::Malformed {
-            pk: pk.to_owned(),
-            sk: sk.to_owned(),
-            reason: reason.to_owned(),
-        };
-        let total = get_n(item, "total").ok_or_else(|| malformed("no numeric `total`"))?;
-        let seq = get_s(item, "seq").ok_or_else(|| malformed("no string `seq`"))?;
-        let seq = Seq::parse(seq).map_err(|e| malformed(&e.to_string()))?;
-        Ok(Stored { total, seq })
+    /// The stored total and seq of a writer sub-key item.
+    fn parse_stored(item: &Item, pk: &str) -> Result<Stored, CounterStoreError> {
+        SubKeyRow::read(item, pk)?.stored()
     }
 
     /// Flushes `deltas` as absolute totals to `writer`'s sub-keys; idempotent under retries.
@@ -466,26 +549,13 @@ impl CounterStore {
         for item in items {
             let pk = get_s(&item, "pk").unwrap_or_default().to_owned();
             let Some(key) = by_pk.get(&pk) else { continue };
-            let stored = Self::parse_stored(&item, &pk, sk)?;
-            let window = match item.get("recent") {
+            let row = SubKeyRow::read(&item, &pk)?;
+            let window = match &row.recent {
                 None => DedupeWindow::new(span_ms),
-                Some(v) => {
-                    let bytes = v.as_b().map_err(|_| CounterStoreError::Malformed {
-                        pk: pk.clone(),
-                        sk: sk.to_owned(),
-                        reason: "`recent` is not binary".into(),
-                    })?;
-                    DedupeWindow::decode(bytes.as_ref(), span_ms).map_err(|e| {
-                        CounterStoreError::Malformed {
-                            pk: pk.clone(),
-                            sk: sk.to_owned(),
-                            reason: e.to_string(),
-                        }
-                    })?
-                }
+                Some(bytes) => DedupeWindow::decode(bytes, span_ms)
+                    .map_err(|e| row.malformed(&e.to_string()))?,
             };
-            let buckets = parse_buckets(&item, &pk, sk)?;
-            out.insert(key.clone(), (stored, window, buckets));
+            out.insert(key.clone(), (row.stored()?, window, row.buckets()?));
         }
         Ok(out)
     }
@@ -497,74 +567,64 @@ impl CounterStore {
         d: &DedupeDecision,
         buckets: &Buckets,
     ) -> Result<bool, CounterStoreError> {
-        let req = self.with_buckets_attrs(
-            pk,
-            buckets,
-            self.ddb
-                .put_item()
-                .table_name(&self.table)
-                .item("pk", s(pk))
-                .item("sk", s(sk))
-                .item("total", AttributeValue::N(d.total.to_string()))
-                .item("seq", s(d.seq.as_padded()))
-                .item(
-                    "recent",
-                    AttributeValue::B(aws_sdk_dynamodb::primitives::Blob::new(d.window.encode())),
-                ),
-        );
-        self.put_expecting(req, d.expected.as_ref()).await
+        let row = SubKeyRow {
+            pk: pk.to_owned(),
+            sk: sk.to_owned(),
+            total: d.total,
+            seq: Some(d.seq.as_padded().to_owned()),
+            recent: Some(d.window.encode()),
+            ..SubKeyRow::default()
+        };
+        self.put_expecting(self.bucketed_row(row, buckets), d.expected.as_ref())
+            .await
     }
 
     /// One conditional put; `Ok(false)` when the condition failed (someone flushed in between).
     async fn put(&self, w: &FlushWrite, buckets: &Buckets) -> Result<bool, CounterStoreError> {
-        let req = self.with_buckets_attrs(
-            &w.pk,
-            buckets,
-            self.ddb
-                .put_item()
-                .table_name(&self.table)
-                .item("pk", s(w.pk.clone()))
-                .item("sk", s(w.sk.clone()))
-                .item("total", AttributeValue::N(w.total.to_string()))
-                .item("seq", s(w.seq.as_padded())),
-        );
-        self.put_expecting(req, w.expected.as_ref()).await
+        let row = SubKeyRow {
+            pk: w.pk.clone(),
+            sk: w.sk.clone(),
+            total: w.total,
+            seq: Some(w.seq.as_padded().to_owned()),
+            ..SubKeyRow::default()
+        };
+        self.put_expecting(self.bucketed_row(row, buckets), w.expected.as_ref())
+            .await
     }
 
-    /// Adds a writer sub-key's time buckets to its put: `bk` (start → [net, events]), `bl`
-    /// (lowest complete bucket), `bw` (width) and the `touched` index key of its newest bucket.
-    fn with_buckets_attrs(
-        &self,
-        pk: &str,
-        buckets: &Buckets,
-        req: aws_sdk_dynamodb::operation::put_item::builders::PutItemFluentBuilder,
-    ) -> aws_sdk_dynamodb::operation::put_item::builders::PutItemFluentBuilder {
-        let req = req
-            .item("bk", buckets_attr(buckets))
-            .item("bl", AttributeValue::N(buckets.low().to_string()))
-            .item("bw", AttributeValue::N(self.buckets.width_ms().to_string()));
-        match (buckets.newest(), CounterKey::parse_pk(pk)) {
-            (Some(newest), Ok(key)) => req.item(
-                TOUCHED_INDEX,
-                s(touched_key(key.name(), newest, pk, self.touch_shards)),
-            ),
-            _ => req,
+    /// A writer sub-key's time buckets on its row: `bk` (start → [net, events]), `bl` (lowest
+    /// complete bucket), `bw` (width) and the `touched` index key of its newest bucket.
+    fn bucketed_row(&self, row: SubKeyRow, buckets: &Buckets) -> SubKeyRow {
+        let touched = match (buckets.newest(), CounterKey::parse_pk(&row.pk)) {
+            (Some(newest), Ok(key)) => {
+                Some(touched_key(key.name(), newest, &row.pk, self.touch_shards))
+            }
+            _ => None,
+        };
+        SubKeyRow {
+            bw: Some(self.buckets.width_ms()),
+            touched,
+            ..row.with_buckets(buckets)
         }
     }
 
-    /// Sends `req` on the condition that the item's `seq` is still `expected` (or that the item
+    /// Puts `row` on the condition that the item's `seq` is still `expected` (or that the item
     /// does not exist yet); `Ok(false)` when the condition failed (someone flushed in between).
     async fn put_expecting(
         &self,
-        req: aws_sdk_dynamodb::operation::put_item::builders::PutItemFluentBuilder,
+        row: SubKeyRow,
         expected: Option<&Seq>,
     ) -> Result<bool, CounterStoreError> {
-        let req = match expected {
-            None => req.condition_expression("attribute_not_exists(pk)"),
-            Some(expected) => req
-                .condition_expression("seq = :expected")
-                .expression_attribute_values(":expected", s(expected.as_padded())),
+        let unchanged = match expected {
+            None => Condition::not_exists("pk"),
+            Some(expected) => Condition::eq("seq", s(expected.as_padded())),
         };
+        let req = self
+            .ddb
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(row.item()?))
+            .only_if(&unchanged);
         match req.send().await {
             Ok(_) => Ok(true),
             Err(e) => {
@@ -586,7 +646,7 @@ impl CounterStore {
         for i in &items {
             let Some(sk) = get_s(i, "sk") else { continue };
             // A total that is missing or not a number is reported, never read as 0.
-            let total = get_n(i, "total").ok_or_else(|| CounterStoreError::Malformed {
+            let total = get_n::<i64>(i, "total").ok_or_else(|| CounterStoreError::Malformed {
                 pk: pk.clone(),
                 sk: sk.to_owned(),
                 reason: "no numeric `total`".into(),
@@ -596,27 +656,29 @@ impl CounterStore {
         Ok(sum_counter(pairs)?)
     }
 
+    /// Every item of partition `pk` (strongly consistent, every page).
     async fn query_partition(&self, pk: &str) -> Result<Vec<Item>, CounterStoreError> {
-        let mut items = vec![];
-        let mut start = None;
-        loop {
-            let out = self
-                .ddb
-                .query()
-                .table_name(&self.table)
-                .key_condition_expression("pk = :pk")
-                .expression_attribute_values(":pk", s(pk))
-                .consistent_read(true)
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(|e| AwsError::dynamodb("Query", &self.table, e))?;
-            items.extend(out.items.unwrap_or_default());
-            start = out.last_evaluated_key;
-            if start.is_none() {
-                return Ok(items);
-            }
-        }
+        let pages = self
+            .ddb
+            .query()
+            .table_name(&self.table)
+            .query_key(&KeyCondition::partition("pk", s(pk)))
+            .consistent_read(true)
+            .into_paginator()
+            .items()
+            .send();
+        crate::ddb::read_all(pages, MAX_PARTITION_ITEMS)
+            .await
+            .map_err(|e| {
+                e.into_error(
+                    |e| AwsError::dynamodb("Query", &self.table, e).into(),
+                    |bound| CounterStoreError::Malformed {
+                        pk: pk.to_owned(),
+                        sk: String::new(),
+                        reason: format!("the partition holds more than {bound} items"),
+                    },
+                )
+            })
     }
 
     /// Records that `writer` processed every change it carries created at or before
@@ -633,10 +695,8 @@ impl CounterStore {
             .table_name(&self.table)
             .key("pk", s(progress_pk(name)))
             .key("sk", s(SubKey::Writer(writer.clone()).sort_key()))
-            .update_expression("SET #at = :at")
-            .condition_expression("attribute_not_exists(#at) OR #at < :at")
-            .expression_attribute_names("#at", "at")
-            .expression_attribute_values(":at", AttributeValue::N(flushed_ms.to_string()))
+            .updating(&Update::new().set("at", n(flushed_ms)))
+            .only_if(&Condition::not_exists("at").or(Condition::lt("at", n(flushed_ms))))
             .send()
             .await;
         match out {
@@ -660,9 +720,7 @@ impl CounterStore {
             .table_name(&self.table)
             .key("pk", s(progress_pk(name)))
             .key("sk", s(SubKey::Writer(writer.clone()).sort_key()))
-            .update_expression("SET #r = :t")
-            .expression_attribute_names("#r", "retired")
-            .expression_attribute_values(":t", AttributeValue::Bool(true))
+            .updating(&Update::new().set("retired", flag(true)))
             .send()
             .await
             .map_err(|e| AwsError::dynamodb("UpdateItem", &self.table, e))?;
@@ -684,7 +742,7 @@ impl CounterStore {
                 Ok(SubKey::Writer(w)) => w,
                 _ => return Err(malformed("not a writer sort key")),
             };
-            let retired = item.get("retired").and_then(|v| v.as_bool().ok()).copied() == Some(true);
+            let retired = get_flag(&item, "retired") == Some(true);
             let flushed_ms = match item.get("at") {
                 None if retired => 0,
                 None => return Err(malformed("no `at`")),
@@ -718,7 +776,7 @@ impl CounterStore {
         let mut pairs = Vec::with_capacity(items.len());
         for i in &items {
             let Some(sk) = get_s(i, "sk") else { continue };
-            let total = get_n(i, "total").ok_or_else(|| CounterStoreError::Malformed {
+            let total = get_n::<i64>(i, "total").ok_or_else(|| CounterStoreError::Malformed {
                 pk: pk.clone(),
                 sk: sk.to_owned(),
                 reason: "no numeric `total`".into(),
@@ -726,27 +784,22 @@ impl CounterStore {
             pairs.push((sk.to_owned(), total));
             match SubKey::parse(sk)? {
                 SubKey::Writer(_) => {
-                    let width = i
-                        .get("bw")
-                        .and_then(|v| v.as_n().ok())
-                        .and_then(|n| n.parse().ok());
+                    let row = SubKeyRow::read(i, &pk)?;
                     part.writers
-                        .push((sk.to_owned(), total, parse_buckets(i, &pk, sk)?, width));
+                        .push((sk.to_owned(), total, row.buckets()?, row.bw));
                 }
                 SubKey::Fix => {
-                    let buckets = match i.get("bk") {
+                    let row = SubKeyRow::read(i, &pk)?;
+                    let buckets = match row.bk {
                         // A fix without buckets (an old whole-counter fix): it may already cover
                         // any bucket's drift, so none below its `bl` may be judged again.
-                        None => Buckets::from_parts(
-                            get_n(i, "bl").map_or(u64::MAX, |n| n.max(0).unsigned_abs()),
-                            BTreeMap::new(),
-                        ),
-                        Some(_) => parse_buckets(i, &pk, sk)?,
+                        None => Buckets::from_parts(row.bl.unwrap_or(u64::MAX), BTreeMap::new()),
+                        Some(_) => row.buckets()?,
                     };
                     part.fix = FixItem {
                         total,
                         buckets,
-                        version: get_n(i, "ver").map(i64::unsigned_abs),
+                        version: row.ver,
                     };
                 }
                 SubKey::Salt(_) | SubKey::Settled => {}
@@ -775,22 +828,24 @@ impl CounterStore {
             .and_then(|t| t.checked_add(fix_b))
             .ok_or(CounterError::Overflow)?;
         let version = current.version.unwrap_or(0).saturating_add(1);
+        let row = SubKeyRow {
+            pk: key.pk(),
+            sk: SubKey::Fix.sort_key(),
+            total,
+            ver: Some(version),
+            ..SubKeyRow::default()
+        }
+        .with_buckets(&buckets);
+        let unchanged = match current.version {
+            None => Condition::not_exists("ver"),
+            Some(v) => Condition::eq("ver", n(v)),
+        };
         let req = self
             .ddb
             .put_item()
             .table_name(&self.table)
-            .item("pk", s(key.pk()))
-            .item("sk", s(SubKey::Fix.sort_key()))
-            .item("total", AttributeValue::N(total.to_string()))
-            .item("bk", buckets_attr(&buckets))
-            .item("bl", AttributeValue::N(buckets.low().to_string()))
-            .item("ver", AttributeValue::N(version.to_string()));
-        let req = match current.version {
-            None => req.condition_expression("attribute_not_exists(ver)"),
-            Some(v) => req
-                .condition_expression("ver = :v")
-                .expression_attribute_values(":v", AttributeValue::N(v.to_string())),
-        };
+            .set_item(Some(row.item()?))
+            .only_if(&unchanged);
         match req.send().await {
             Ok(_) => Ok(true),
             Err(e) => {
@@ -816,9 +871,7 @@ impl CounterStore {
             .table_name(&self.table)
             .key("pk", s(key.pk()))
             .key("sk", s(SubKey::Salt(salt).sort_key()))
-            .update_expression("ADD #t :d")
-            .expression_attribute_names("#t", "total")
-            .expression_attribute_values(":d", AttributeValue::N(delta.to_string()))
+            .updating(&Update::new().add("total", n(delta)))
             .send()
             .await
             .map_err(|e| AwsError::dynamodb("UpdateItem", &self.table, e))?;
@@ -859,22 +912,22 @@ impl CounterStore {
     ) -> Result<Correction, CounterStoreError> {
         let fix = correction(true_count, sum.without_fix(), sum.fix())?;
         if fix.change != 0 {
+            let row = SubKeyRow {
+                pk: key.pk(),
+                sk: SubKey::Fix.sort_key(),
+                total: fix.fix,
+                // A whole-counter fix covers every bucket up to now: bucket repair may judge
+                // only buckets that start after it (see `read_partition`).
+                bl: Some(
+                    self.buckets
+                        .end_of(self.buckets.start_of(crate::clock::now_ms())),
+                ),
+                ..SubKeyRow::default()
+            };
             self.ddb
                 .put_item()
                 .table_name(&self.table)
-                .item("pk", s(key.pk()))
-                .item("sk", s(SubKey::Fix.sort_key()))
-                .item("total", AttributeValue::N(fix.fix.to_string()))
-                // A whole-counter fix covers every bucket up to now: bucket repair may judge
-                // only buckets that start after it (see `read_partition`).
-                .item(
-                    "bl",
-                    AttributeValue::N(
-                        self.buckets
-                            .end_of(self.buckets.start_of(crate::clock::now_ms()))
-                            .to_string(),
-                    ),
-                )
+                .set_item(Some(row.item()?))
                 .send()
                 .await
                 .map_err(|e| AwsError::dynamodb("PutItem", &self.table, e))?;
@@ -892,66 +945,6 @@ fn upgraded(buckets: Buckets, spec: BucketSpec, first_event: Option<u64>) -> Buc
     }
     let low = first_event.map_or(u64::MAX, |at| spec.end_of(spec.start_of(at)));
     Buckets::from_parts(low, BTreeMap::new())
-}
-
-/// A time-bucket map as stored: `start → [net, events]`.
-fn buckets_attr(buckets: &Buckets) -> AttributeValue {
-    AttributeValue::M(
-        buckets
-            .iter()
-            .map(|(start, (net, events))| {
-                (
-                    start.to_string(),
-                    AttributeValue::L(vec![
-                        AttributeValue::N(net.to_string()),
-                        AttributeValue::N(events.to_string()),
-                    ]),
-                )
-            })
-            .collect(),
-    )
-}
-
-/// The time buckets of an item (`bk`, `bl`); an item written before buckets existed has none
-/// (low 0, empty: it claims nothing it does not hold, see [`Partition::knows`]). A malformed
-/// bucket is reported, never read as 0.
-fn parse_buckets(item: &Item, pk: &str, sk: &str) -> Result<Buckets, CounterStoreError> {
-    let malformed = |reason: &str| CounterStoreError::Malformed {
-        pk: pk.to_owned(),
-        sk: sk.to_owned(),
-        reason: reason.to_owned(),
-    };
-    let Some(bk) = item.get("bk") else {
-        // No buckets yet: nothing of any bucket is known to be here, so nothing may be judged.
-        return Ok(Buckets::from_parts(u64::MAX, BTreeMap::new()));
-    };
-    let bk = bk.as_m().map_err(|_| malformed("`bk` is not a map"))?;
-    let low = match item.get("bl") {
-        None => return Err(malformed("`bk` without `bl`")),
-        Some(v) => v
-            .as_n()
-            .ok()
-            .and_then(|n| n.parse::<u64>().ok())
-            .ok_or_else(|| malformed("`bl` is not a whole number"))?,
-    };
-    let mut map = BTreeMap::new();
-    for (start, v) in bk {
-        let start: u64 = start
-            .parse()
-            .map_err(|_| malformed("a `bk` key is not a bucket start"))?;
-        let pair = v
-            .as_l()
-            .map_err(|_| malformed("a `bk` value is not a list"))?;
-        let num = |i: usize| pair.get(i).and_then(|v| v.as_n().ok());
-        let net = num(0)
-            .and_then(|n| n.parse::<i64>().ok())
-            .ok_or_else(|| malformed("a bucket's net is not a number"))?;
-        let events = num(1)
-            .and_then(|n| n.parse::<u64>().ok())
-            .ok_or_else(|| malformed("a bucket's events is not a number"))?;
-        map.insert(start, (net, events));
-    }
-    Ok(Buckets::from_parts(low, map))
 }
 
 /// Records of `entries` a landed write counted and skipped (those above its expected seq).

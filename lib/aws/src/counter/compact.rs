@@ -11,13 +11,14 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-use aws_sdk_dynamodb::types::{AttributeValue, Delete, TransactWriteItem, Update};
+use aws_sdk_dynamodb::types::{Delete, TransactWriteItem};
 use heatsink_core::counter::{
     CompactInput, Compaction, CounterKey, FoldKind, MAX_FOLDS, Settled, SubKey, WriterId,
     WriterItem, compact,
 };
 
-use super::{CounterStore, CounterStoreError, MAX_ROUNDS, get_n, get_s, s};
+use super::{CounterStore, CounterStoreError, MAX_ROUNDS};
+use crate::ddb::{Condition, OnlyIf, Update, Updating, get_n, get_s, n, s};
 use crate::error::AwsError;
 
 /// DynamoDB Streams keeps a record 24 hours: a tombstone this old has no record left to replay.
@@ -38,10 +39,6 @@ pub struct CompactReport {
     pub conflicts: u64,
     /// Items of the partition read before the first transaction.
     pub items_before: usize,
-}
-
-fn n(v: impl ToString) -> AttributeValue {
-    AttributeValue::N(v.to_string())
 }
 
 impl CounterStore {
@@ -117,13 +114,11 @@ impl CounterStore {
             };
             match SubKey::parse(sk)? {
                 SubKey::Writer(writer) => {
-                    let stored = Self::parse_stored(item, pk, sk)?;
+                    let stored = Self::parse_stored(item, pk)?;
                     let folded_ms = match item.get("folded") {
                         None => None,
-                        Some(v) => Some(
-                            v.as_n()
-                                .ok()
-                                .and_then(|n| n.parse().ok())
+                        Some(_) => Some(
+                            get_n(item, "folded")
                                 .ok_or_else(|| malformed("`folded` is not a whole number"))?,
                         ),
                     };
@@ -136,9 +131,8 @@ impl CounterStore {
                 }
                 SubKey::Settled => {
                     let total = get_n(item, "total").ok_or_else(|| malformed("no `total`"))?;
-                    let rev = get_n(item, "rev")
-                        .and_then(|r| u64::try_from(r).ok())
-                        .ok_or_else(|| malformed("no whole `rev`"))?;
+                    let rev =
+                        get_n::<u64>(item, "rev").ok_or_else(|| malformed("no whole `rev`"))?;
                     settled = Some(Settled { total, rev });
                 }
                 SubKey::Salt(_) | SubKey::Fix => {}
@@ -157,42 +151,35 @@ impl CounterStore {
         };
         let mut req = self.ddb.transact_write_items();
         for fold in &decision.folds {
-            let folded_cond = match fold.folded_ms {
-                None => "attribute_not_exists(folded)",
-                Some(_) => "folded = :of",
-            };
-            let cond = format!("seq = :seq AND #t = :t AND {folded_cond}");
-            let values = [(":seq", s(fold.seq.as_padded())), (":t", n(fold.total))]
-                .into_iter()
-                .chain(fold.folded_ms.map(|f| (":of", n(f))));
+            // The writer item exactly as read: seq, total, and folded or not.
+            let unchanged = Condition::eq("seq", s(fold.seq.as_padded()))
+                .and(Condition::eq("total", n(fold.total)))
+                .and(match fold.folded_ms {
+                    None => Condition::not_exists("folded"),
+                    Some(f) => Condition::eq("folded", n(f)),
+                });
             let action = match fold.kind {
                 FoldKind::Tombstone { folded_ms } => {
-                    let mut u = Update::builder()
+                    let u = aws_sdk_dynamodb::types::Update::builder()
                         .table_name(&self.table)
                         .key("pk", s(pk))
                         .key("sk", s(&fold.sk))
-                        .update_expression("SET #t = :zero, folded = :f")
-                        .condition_expression(cond)
-                        .expression_attribute_names("#t", "total")
-                        .expression_attribute_values(":zero", n(0))
-                        .expression_attribute_values(":f", n(folded_ms));
-                    for (k, v) in values {
-                        u = u.expression_attribute_values(k, v);
-                    }
+                        .updating(
+                            &Update::new()
+                                .set("total", n(0u8))
+                                .set("folded", n(folded_ms)),
+                        )
+                        .only_if(&unchanged);
                     TransactWriteItem::builder()
                         .update(u.build().map_err(bad)?)
                         .build()
                 }
                 FoldKind::Delete => {
-                    let mut d = Delete::builder()
+                    let d = Delete::builder()
                         .table_name(&self.table)
                         .key("pk", s(pk))
                         .key("sk", s(&fold.sk))
-                        .condition_expression(cond)
-                        .expression_attribute_names("#t", "total");
-                    for (k, v) in values {
-                        d = d.expression_attribute_values(k, v);
-                    }
+                        .only_if(&unchanged);
                     TransactWriteItem::builder()
                         .delete(d.build().map_err(bad)?)
                         .build()
@@ -201,20 +188,20 @@ impl CounterStore {
             req = req.transact_items(action);
         }
         if let Some(settled) = decision.settled {
-            let u = Update::builder()
+            let unchanged = match settled.expected_rev {
+                None => Condition::not_exists("rev"),
+                Some(r) => Condition::eq("rev", n(r)),
+            };
+            let u = aws_sdk_dynamodb::types::Update::builder()
                 .table_name(&self.table)
                 .key("pk", s(pk))
                 .key("sk", s(SubKey::Settled.sort_key()))
-                .update_expression("SET #t = :t, rev = :rev")
-                .expression_attribute_names("#t", "total")
-                .expression_attribute_values(":t", n(settled.total))
-                .expression_attribute_values(":rev", n(settled.rev));
-            let u = match settled.expected_rev {
-                None => u.condition_expression("attribute_not_exists(rev)"),
-                Some(r) => u
-                    .condition_expression("rev = :er")
-                    .expression_attribute_values(":er", n(r)),
-            };
+                .updating(
+                    &Update::new()
+                        .set("total", n(settled.total))
+                        .set("rev", n(settled.rev)),
+                )
+                .only_if(&unchanged);
             req = req.transact_items(
                 TransactWriteItem::builder()
                     .update(u.build().map_err(bad)?)
