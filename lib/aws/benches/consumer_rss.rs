@@ -395,7 +395,7 @@ impl ShardSource for FakeKinesis {
             records.push(StreamRecord {
                 seq: Seq::from(at as u64),
                 sub_seq: None,
-                partition_key: key,
+                partition_key: key.into(),
                 data,
                 undecodable: None,
             });

@@ -16,11 +16,12 @@
 //! Consumers checkpoint a user record by (sequence number, [`SubRecord::sub_sequence`]), the
 //! position of the user record in its aggregate, so a restart resumes inside an aggregate.
 //!
-//! Two ways out: [`deaggregate_ref`] / [`Deaggregator::deaggregate_ref`] borrow every partition
-//! key and payload from the input ([`SubRecordRef`]; no per-record allocation, the hot path,
-//! which `heatsink::stream` uses to slice user records out of the GetRecords buffer), and
-//! [`deaggregate`] / [`Deaggregator::deaggregate`] copy them out ([`SubRecord`]). Both run the
-//! same checks.
+//! Three ways out, with the same checks: [`Deaggregator::open`] checks a record and walks its
+//! user records lazily ([`UserRecords::iter`]: nothing allocated per user record; the way to
+//! read records from outside under a memory budget, as `heatsink::stream`'s worker does),
+//! [`deaggregate_ref`] / [`Deaggregator::deaggregate_ref`] collect them borrowed from the input
+//! ([`SubRecordRef`]), and [`deaggregate`] / [`Deaggregator::deaggregate`] copy them out
+//! ([`SubRecord`]).
 //!
 //! ```
 //! use heatsink_core::kpl::{Aggregator, deaggregate, deaggregate_ref};
@@ -45,6 +46,12 @@
 //! Guarantees and limits:
 //! - Any byte string is either decoded or refused with a [`KplError`]; nothing panics
 //!   (property-tested over arbitrary bytes, with and without a valid magic and MD5).
+//! - Bounds, each refused with its own error before anything is delivered: every key-table
+//!   entry at most 256 characters ([`MAX_PARTITION_KEY_CHARS`], Kinesis's rule), each table at
+//!   most one entry per user record, every user record with its required fields, so at most
+//!   one user record per [`MIN_SUB_RECORD_BYTES`] (6) bytes; the fields are counted before
+//!   anything is allocated, and [`Deaggregator::open`] holds at most 10 × the record's size
+//!   (its tables), nothing per user record.
 //! - A refused aggregate delivers nothing (all checks run before the first sub-record is
 //!   returned), so a consumer can report it and move on without a partial, duplicate replay.
 //! - The KCL treats an aggregate whose MD5 or protobuf is bad as a plain record and delivers
@@ -71,7 +78,7 @@ mod wire;
 
 pub use decode::{
     Deaggregated, DeaggregatedRef, Deaggregator, OutOfRange, SubRecord, SubRecordRef, Tag,
-    deaggregate, deaggregate_ref, is_aggregated,
+    UserRecords, deaggregate, deaggregate_ref, is_aggregated,
 };
 pub use encode::{Aggregate, Aggregator};
 pub use error::KplError;
@@ -88,8 +95,15 @@ pub const MAX_RECORD_BYTES: usize = 1_048_576;
 /// The KPL's default `AggregationMaxSize`: aggregates of at most 51,200 bytes.
 pub const DEFAULT_MAX_AGGREGATE_BYTES: usize = 51_200;
 
-/// Kinesis's limit on a partition key: 256 Unicode characters.
+/// Kinesis's limit on a partition key: 256 Unicode characters. The decoder holds every entry of
+/// an aggregate's key tables to it.
 pub const MAX_PARTITION_KEY_CHARS: usize = 256;
+
+/// The fewest bytes a user record takes inside an aggregate: its field key and length (2), its
+/// partition-key index (2) and its data's key and length (2), for empty data and an index
+/// below 128. The decoder requires both fields, so an aggregate of `n` body bytes holds at most
+/// `n / 6` user records.
+pub const MIN_SUB_RECORD_BYTES: usize = 6;
 
 /// The hash key Kinesis routes a record by: its explicit hash key if given, else MD5 of its
 /// partition key.

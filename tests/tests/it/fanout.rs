@@ -32,7 +32,7 @@ impl RecordProcessor for Log {
                 .next()
                 .and_then(|v| v.parse().ok())
                 .unwrap();
-            log.push((batch.shard_id.clone(), r.partition_key.clone(), value));
+            log.push((batch.shard_id.clone(), r.partition_key.to_string(), value));
         }
         Ok(())
     }

@@ -124,7 +124,7 @@ mod tests {
                 .map(|i| StreamRecord {
                     seq: heatsink_core::counter::Seq::from(100 + i),
                     sub_seq: None,
-                    partition_key: format!("k{i}"),
+                    partition_key: format!("k{i}").into(),
                     data: Bytes::from(vec![0xff, i as u8]),
                     undecodable: None,
                 })

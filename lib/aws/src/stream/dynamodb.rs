@@ -221,7 +221,7 @@ impl ShardSource for DynamoDbStreamsSource {
             records.push(StreamRecord {
                 seq: parse_seq(raw)?,
                 sub_seq: None,
-                partition_key: keys.to_string(),
+                partition_key: keys.to_string().into(),
                 data: Bytes::from(data.to_string()),
                 undecodable: None,
             });

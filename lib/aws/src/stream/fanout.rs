@@ -48,7 +48,7 @@ use aws_sdk_kinesis::types::{
 };
 use heatsink_core::stream::ShardInfo;
 
-use super::kinesis::{hash_range, user_records};
+use super::kinesis::{hash_range, kinesis_records};
 use super::{KinesisSource, RecordBatch, ShardSource, StartAt, StreamError, Timeouts};
 
 const SERVICE: &str = "Kinesis";
@@ -330,7 +330,7 @@ impl ShardSource for FanOutSource {
                 // A variant this SDK does not know: skip it, keep the position.
                 Some(Some(_)) => break,
             };
-            let records = user_records(ev.records)?;
+            let records = kinesis_records(ev.records)?;
             let mut child_shards = Vec::new();
             for c in ev.child_shards.unwrap_or_default() {
                 child_shards.push(ShardInfo::from_child_shard(

@@ -2,7 +2,6 @@
 
 use aws_sdk_kinesis::types::{HashKeyRange, Record, ShardIteratorType};
 use bytes::Bytes;
-use heatsink_core::kpl;
 use heatsink_core::stream::ShardInfo;
 
 use super::source::parse_seq;
@@ -37,55 +36,21 @@ pub(super) fn hash_range(range: Option<&HashKeyRange>) -> Option<(u128, u128)> {
     Some((start, end))
 }
 
-/// Kinesis records as the worker's records: a KPL aggregate becomes one record per user record
-/// at (sequence, sub-sequence), sharing the aggregate's buffer; a corrupt aggregate is delivered
-/// whole with its reason. Shared by GetRecords and enhanced fan-out.
-pub(super) fn user_records(raw: Vec<Record>) -> Result<Vec<StreamRecord>, StreamError> {
-    let mut records = Vec::with_capacity(raw.len());
-    for r in raw {
-        let seq = parse_seq(r.sequence_number())?;
-        let partition_key = r.partition_key.unwrap_or_default();
-        // The blob's bytes become one shared buffer; user records are slices of it.
-        let data = Bytes::from(r.data.into_inner());
-        if !kpl::is_aggregated(&data) {
-            records.push(StreamRecord {
-                seq,
+/// Kinesis records as the worker's records, one per Kinesis record: a KPL aggregate stays whole
+/// (the worker deaggregates it under its byte budget, `worker/expand.rs`), its partition key
+/// and data as read. Shared by GetRecords and enhanced fan-out.
+pub(super) fn kinesis_records(raw: Vec<Record>) -> Result<Vec<StreamRecord>, StreamError> {
+    raw.into_iter()
+        .map(|r| {
+            Ok(StreamRecord {
+                seq: parse_seq(r.sequence_number())?,
                 sub_seq: None,
-                partition_key,
-                data,
+                partition_key: r.partition_key.unwrap_or_default().into(),
+                data: Bytes::from(r.data.into_inner()),
                 undecodable: None,
-            });
-            continue;
-        }
-        // A KPL aggregate: one record per user record, each at (seq, sub-sequence), so a
-        // checkpoint inside it resumes at the next user record. Payloads are not copied.
-        let subs = match kpl::deaggregate_ref(&data, &partition_key) {
-            Ok(subs) => subs,
-            Err(source) => {
-                // Corrupt bytes stay corrupt: deliver the record whole with the reason (the
-                // KCL's rule for a digest mismatch) rather than block or skip the shard.
-                records.push(StreamRecord {
-                    seq,
-                    sub_seq: None,
-                    partition_key,
-                    data,
-                    undecodable: Some(source),
-                });
-                continue;
-            }
-        };
-        records.reserve(subs.len());
-        for sub in subs {
-            records.push(StreamRecord {
-                seq: seq.clone(),
-                sub_seq: Some(sub.sub_sequence),
-                partition_key: sub.partition_key.to_owned(),
-                data: data.slice_ref(sub.data),
-                undecodable: None,
-            });
-        }
-    }
-    Ok(records)
+            })
+        })
+        .collect()
 }
 
 impl ShardSource for KinesisSource {
@@ -212,7 +177,7 @@ impl ShardSource for KinesisSource {
             .send()
             .await
             .map_err(|e| StreamError::from_sdk(SERVICE, "GetRecords", &self.stream, e))?;
-        let records = user_records(std::mem::take(&mut out.records))?;
+        let records = kinesis_records(std::mem::take(&mut out.records))?;
         let mut child_shards = Vec::new();
         for c in out.child_shards() {
             child_shards.push(ShardInfo::from_child_shard(

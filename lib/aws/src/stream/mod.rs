@@ -78,8 +78,18 @@
 //!    planned shards' first reads start inside the wait, once the lease rows exist
 //!    ([`WorkerConfig::early_read`]); an early answer reaches the processor only if the first
 //!    round takes its lease at the checkpoint it read from.
-//! 7. Memory: a shard holds at most [`WorkerConfig::prefetch_bytes`] (16 MiB) plus one
-//!    `GetRecords` answer (at most 10 MiB on Kinesis) of records, whatever their size.
+//! 7. Memory: a shard holds at most [`WorkerConfig::prefetch_bytes`] (16 MiB) of fetched,
+//!    unprocessed records, plus the `GetRecords` answer being read (at most 10 MiB on
+//!    Kinesis), plus one processor batch of user records (at most `max_records`, 10,000, at
+//!    128 bytes each: 1.2 MiB), plus the key tables of the one KPL aggregate being deaggregated
+//!    (16 to 49 bytes per entry: 0.3 × its size for the KPL's aggregates, 10 × at worst),
+//!    whatever the records' size and however they are aggregated. Aggregates are deaggregated
+//!    by the worker a batch at a time, each batch counted before it is built; the user records
+//!    of one aggregate share its bytes and one copy of each key. So at most 38 MiB per shard,
+//!    and 28 MiB for aggregates the KPL makes. An aggregate that does not decode within the
+//!    bounds of [`heatsink_core::kpl::Deaggregator::open`] (a key over 256 characters, say) is
+//!    delivered whole with its reason ([`StreamRecord::undecodable`]), counted, and the shard
+//!    moves on.
 
 mod dead_letter;
 mod dynamodb;

@@ -1,6 +1,7 @@
 //! `ShardSource`: the calls a lineage reader needs from Kinesis or DynamoDB Streams.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use aws_smithy_types::timeout::TimeoutConfig;
@@ -33,17 +34,21 @@ pub struct StreamRecord {
     /// Sequence number, padded so that it orders like the number.
     pub seq: Seq,
     /// The index of this user record inside a KPL-aggregated Kinesis record; `None` for a record
-    /// that was not aggregated.
+    /// that was not aggregated (and for an aggregate as a source returns it, before the worker
+    /// deaggregates it).
     pub sub_seq: Option<u64>,
-    /// Kinesis partition key; for DynamoDB Streams the item's keys as DynamoDB JSON.
-    pub partition_key: String,
+    /// Kinesis partition key; for DynamoDB Streams the item's keys as DynamoDB JSON. Shared: the
+    /// user records of one aggregate that have the same key hold one copy of it.
+    pub partition_key: Arc<str>,
     /// Kinesis data blob; for DynamoDB Streams `{"eventName","keys","newImage","oldImage"}` JSON.
     pub data: Bytes,
     /// Why this record, which starts with the KPL magic, does not decode as an aggregate (bad
     /// MD5, truncated, malformed); `None` for every record that decoded or was not aggregated.
     ///
-    /// Such a record is delivered whole, as the KCL does with an aggregate whose digest does not
-    /// match: its bytes cannot become valid by retrying, so waiting on it would block the shard
+    /// Set by the worker when it deaggregates ([`heatsink_core::kpl::Deaggregator::open`]: bad
+    /// MD5, truncated, malformed, or over a bound such as a key table entry longer than
+    /// Kinesis's 256 characters). Such a record is delivered whole, as the KCL does with an
+    /// aggregate whose digest does not match: its bytes cannot become valid by retrying, so waiting on it would block the shard
     /// forever, and skipping it would checkpoint past a record nobody saw. The processor decides
     /// (store it, dead-letter it, or refuse the batch); the worker logs and counts it
     /// ([`super::WorkerStats::undecodable_aggregates`]).
@@ -95,7 +100,9 @@ impl StreamRecord {
 /// What one GetRecords call returned.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RecordBatch {
-    /// Records in sequence order.
+    /// Records in sequence order, as the stream holds them: a KPL aggregate is one record here
+    /// (the [`super::Worker`] deaggregates it within its byte budget before the processor sees
+    /// it).
     pub records: Vec<StreamRecord>,
     /// The iterator for the next call; `None` once a closed shard is read to its end.
     pub next_iterator: Option<String>,
@@ -188,7 +195,9 @@ pub trait ShardSource: Send + Sync + 'static {
         start: &StartAt,
     ) -> impl Future<Output = Result<String, StreamError>> + Send;
 
-    /// Up to `limit` records from `iterator`, the next iterator and any child shards.
+    /// Up to `limit` records from `iterator`, the next iterator and any child shards. Records
+    /// come as the stream holds them: KPL aggregates whole, unchecked (the worker deaggregates
+    /// them, so their user records are materialised only within its byte budget).
     fn get_records(
         &self,
         iterator: &str,

@@ -16,8 +16,11 @@
 //!   most 5 calls in any second — [`GET_RECORDS_PER_SECOND`], the Kinesis per-shard limit —
 //!   and at least 200 ms of pause after a caught-up read; pages of `page_records` while that
 //!   budget has room, `max_records` on the last call it allows, [`ReadSize`]), and starts no
-//!   call while `prefetch_bytes` of records (16 MiB by default) are fetched but not processed:
-//!   a shard holds at most that plus one answer (10 MiB on Kinesis), whatever the record size. The task hands
+//!   call while `prefetch_bytes` of records (16 MiB by default) are fetched but not processed;
+//!   it deaggregates KPL aggregates itself, a processor batch (at most `max_records` user
+//!   records) at a time, each counted against `prefetch_bytes` before it is built
+//!   (`worker/expand.rs`), so a shard's memory is bounded whatever the record size or
+//!   aggregation (guarantee 7 of the [module doc](super)). The task hands
 //!   each batch to the [`RecordProcessor`] with the lease counter as fencing token, and stops
 //!   the moment its lease is past its validity — whatever the main loop is doing — dropping the
 //!   processor's future if it is still running.
@@ -56,6 +59,9 @@
 //! [`Worker::on_round`] takes any callback, [`Worker::emit_emf`] writes the report as EMF
 //! metrics ([`RoundReport::metrics`]) and the consumer's health ([`WorkerStats`]: stalled
 //! shards, dead-lettered batches, trimmed reads).
+
+// The deaggregation of KPL aggregates under the shard's byte budget.
+mod expand;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -171,11 +177,15 @@ pub struct WorkerConfig {
     pub page_records: i32,
     /// GetRecords answers queued per shard ahead of the processor (default 2; at least 1).
     pub prefetch_batches: usize,
-    /// Record bytes (data plus partition keys) a shard may hold fetched but not yet processed
-    /// before its fetcher waits (default 16 MiB). A call starts only below this, and one call
-    /// returns at most 10 MiB on Kinesis (1 MB on DynamoDB Streams), so a shard holds at most
-    /// `prefetch_bytes` + 10 MiB of records whatever their size, and `prefetch_batches` bounds
-    /// the count of answers within that.
+    /// Bytes of records a shard may hold fetched but not yet processed before its fetcher waits
+    /// (default 16 MiB), counted as held in memory: each record's struct (128 bytes), its data,
+    /// sequence number and partition key (an aggregate's bytes and keys once, however many user
+    /// records share them). A call starts, and a batch of deaggregated user records is built,
+    /// only below this; one call returns at most 10 MiB on Kinesis (1 MB on DynamoDB Streams)
+    /// and a batch holds at most `max_records` user records, so a shard holds at most
+    /// `prefetch_bytes` + 10 MiB + 1.2 MiB (+ one aggregate's key tables) whatever the records
+    /// (guarantee 7 of the [module doc](super)); `prefetch_batches` bounds the count of batches
+    /// within that.
     pub prefetch_bytes: usize,
     /// Records processed since the last checkpoint that start a new checkpoint write (default
     /// 10,000).
@@ -591,7 +601,10 @@ enum ShardExit {
 
 /// What the fetcher hands the shard task.
 enum Fetched {
+    /// A GetRecords answer, or the last part of one (its next iterator and child shards).
     Batch(RecordBatch),
+    /// A part of an answer whose user records did not fit one batch (`expand.rs`); more follows.
+    Part(RecordBatch),
     Gone,
 }
 
@@ -1569,16 +1582,26 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
                         last = Some(StartAt::AfterSeq(r.seq.clone()));
                     }
                     let next = batch.next_iterator.clone();
-                    for r in batch.records.iter().filter(|r| r.undecodable.is_some()) {
+                    self.stats.set_held(&shard, Some(caught_up));
+                    // KPL aggregates are deaggregated here, a batch at a time, each counted
+                    // against the budget before it is built (expand.rs); a record that does
+                    // not decode within the bounds is delivered whole with its reason.
+                    let mut out = expand::Outlet {
+                        tx: &tx,
+                        budget: &budget,
+                        limit,
+                        stop: &mut stop,
+                        max_records: usize::try_from(self.max_records).unwrap_or(1),
+                    };
+                    let sent = expand::send(batch, &mut out, |r| {
                         self.stats.0.undecodable.fetch_add(1, Ordering::Relaxed);
                         tracing::error!(shard = %shard, seq = %r.seq.to_decimal(),
                             error = ?r.undecodable,
-                            "record carries the KPL magic but does not decode: delivered whole");
-                    }
-                    self.stats.set_held(&shard, Some(caught_up));
-                    let bytes = batch_bytes(&batch);
-                    budget.take(bytes);
-                    if tx.send((Fetched::Batch(batch), bytes)).await.is_err() {
+                            "record carries the KPL magic but does not decode within the \
+                             bounds: delivered whole");
+                    })
+                    .await;
+                    if sent.is_err() {
                         return;
                     }
                     match next {
@@ -1663,8 +1686,10 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
                 }
                 fetched = rx.recv() => fetched,
             };
-            let (batch, bytes) = match fetched {
-                Some((Fetched::Batch(batch), bytes)) => (batch, bytes),
+            // A part of an answer never ends the shard, whatever its iterator says.
+            let (batch, bytes, part) = match fetched {
+                Some((Fetched::Batch(batch), bytes)) => (batch, bytes, false),
+                Some((Fetched::Part(batch), bytes)) => (batch, bytes, true),
                 Some((Fetched::Gone, _)) => break ShardExit::Gone,
                 None if *stop.borrow() => break ShardExit::Stopped,
                 None => break ShardExit::Lost,
@@ -1697,7 +1722,7 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
                     break exit;
                 }
             }
-            if batch.next_iterator.is_none() {
+            if !part && batch.next_iterator.is_none() {
                 if let Err(exit) = self.flush(&mut cp, held, true).await {
                     break exit;
                 }
@@ -2073,15 +2098,6 @@ impl Drop for HeldBytes<'_> {
 fn is_caught_up(batch: &RecordBatch, limit: i32) -> bool {
     let full = usize::try_from(limit).is_ok_and(|limit| batch.records.len() >= limit.max(1));
     batch.records.is_empty() || (batch.millis_behind == Some(0) && !full)
-}
-
-/// The bytes of a batch's records that count against [`WorkerConfig::prefetch_bytes`].
-fn batch_bytes(batch: &RecordBatch) -> usize {
-    batch
-        .records
-        .iter()
-        .map(|r| r.data.len().saturating_add(r.partition_key.len()))
-        .fold(0usize, usize::saturating_add)
 }
 
 /// Aborts the task when dropped (the fetcher dies with its shard task).

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -16,9 +17,12 @@ use super::CounterError;
 /// The width is a stored format and never changes: 129 covers the Kinesis API's documented
 /// maximum, DynamoDB Streams (at most 40 characters) and every `u64` flush number (20 digits), at a
 /// cost of 129 bytes per item.
+///
+/// The digits are shared: a clone is a reference count, not a copy, so the user records of one
+/// KPL aggregate (which all carry its sequence number) hold them once.
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
-pub struct Seq(String);
+pub struct Seq(Arc<str>);
 
 impl Seq {
     /// Digits in the stored form; see the type's doc for why 129.
@@ -42,7 +46,7 @@ impl Seq {
         let mut padded = String::with_capacity(Self::WIDTH);
         padded.extend(std::iter::repeat_n('0', Self::WIDTH - significant.len()));
         padded.push_str(significant);
-        Ok(Self(padded))
+        Ok(Self(padded.into()))
     }
 
     /// The zero sequence number, ordered before every record and every flush.
@@ -52,7 +56,7 @@ impl Seq {
 
     /// The padded form of a long-lived writer's flush number.
     pub fn from_u64(n: u64) -> Self {
-        Self(format!("{n:0width$}", width = Self::WIDTH))
+        Self(format!("{n:0width$}", width = Self::WIDTH).into())
     }
 
     /// The stored form: exactly [`Seq::WIDTH`] ASCII digits, ordered like the number.
@@ -97,7 +101,7 @@ impl TryFrom<String> for Seq {
 
 impl From<Seq> for String {
     fn from(seq: Seq) -> Self {
-        seq.0
+        seq.0.as_ref().to_owned()
     }
 }
 

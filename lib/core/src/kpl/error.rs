@@ -95,6 +95,51 @@ pub enum KplError {
         table_len: usize,
     },
 
+    /// An entry of the partition-key or explicit-hash-key table is longer than Kinesis takes
+    /// (256 characters): no producer that Kinesis accepted wrote it, and a consumer that gave
+    /// each of its user records a copy would hold the key that many times.
+    #[error(
+        "aggregated record's {field} entry #{index} is {bytes} bytes, over Kinesis's \
+         {max_chars}-character limit"
+    )]
+    KeyTooLong {
+        /// Which table: `partition_key_table` or `explicit_hash_key_table`.
+        field: &'static str,
+        /// The entry's position in its table.
+        index: usize,
+        /// Its length in bytes (UTF-8).
+        bytes: usize,
+        /// The limit in characters ([`super::MAX_PARTITION_KEY_CHARS`], 256).
+        max_chars: usize,
+    },
+
+    /// A key table has more entries than the aggregate has user records: every entry the KPL
+    /// writes is used by at least one record, so the extra ones only cost memory.
+    #[error(
+        "aggregated record's {field} has {entries} entries for {records} user records; at most \
+         one per record"
+    )]
+    TableTooLong {
+        /// Which table: `partition_key_table` or `explicit_hash_key_table`.
+        field: &'static str,
+        /// Entries in the table.
+        entries: usize,
+        /// User records in the aggregate.
+        records: usize,
+    },
+
+    /// A user record lacks a field the KPL's schema marks `required` (its partition-key index
+    /// or its data), as the Java protobuf runtime, and so the KCL, would refuse it. This also
+    /// bounds the sub-records of an aggregate by its size: each takes at least
+    /// [`super::MIN_SUB_RECORD_BYTES`] bytes.
+    #[error("user record {sub_sequence} has no {field}, which the KPL's schema requires")]
+    MissingField {
+        /// Position of the user record in the aggregate.
+        sub_sequence: u64,
+        /// `partition_key_index` or `data`.
+        field: &'static str,
+    },
+
     /// An explicit hash key is not a decimal number in `0..2^128`.
     #[error("explicit hash key `{value}` is not a decimal number below 2^128")]
     BadExplicitHashKey {

@@ -275,14 +275,22 @@ fn every_structural_fault_gets_its_own_error() {
     ));
     // Invalid UTF-8 in a partition key, an explicit hash key, a tag.
     assert!(matches!(
-        deaggregate(&wrap(&[0x0a, 0x01, 0xff]), "k"),
+        deaggregate(
+            &wrap(&[0x0a, 0x01, 0xff, 0x1a, 0x04, 0x08, 0x00, 0x1a, 0x00]),
+            "k"
+        ),
         Err(KplError::NotUtf8 {
             field: "partition_key_table",
             ..
         })
     ));
     assert!(matches!(
-        deaggregate(&wrap(&[0x12, 0x01, 0xff]), "k"),
+        deaggregate(
+            &wrap(&[
+                0x0a, 0x01, b'a', 0x12, 0x01, 0xff, 0x1a, 0x04, 0x08, 0x00, 0x1a, 0x00
+            ]),
+            "k"
+        ),
         Err(KplError::NotUtf8 {
             field: "explicit_hash_key_table",
             ..
@@ -413,6 +421,182 @@ fn the_aggregator_refuses_bad_keys_and_records_that_can_never_fit() {
     assert_eq!(agg.len(), 1, "refused records are not added");
     assert!(Aggregator::with_max_bytes(MAX_RECORD_BYTES + 1).is_err());
     assert!(Aggregator::with_max_bytes(10).is_err());
+}
+
+// ---------------------------------------------------------------- bounds
+
+/// `n` user records of empty data, all with partition key #0: 6 bytes each, the fewest a
+/// record with both required fields takes.
+fn empty_records(n: usize) -> Vec<u8> {
+    [0x1a, 0x04, 0x08, 0x00, 0x1a, 0x00].repeat(n)
+}
+
+/// A table entry (field 1 or 2) holding `text`.
+fn entry(field: u32, text: &str) -> Vec<u8> {
+    encode_field(field, 2, text.as_bytes())
+}
+
+/// The hostile record of issue 32: one 1,020,024-byte aggregate with a valid MD5, one
+/// 300,000-byte partition key and 120,000 empty user records. A consumer that gave each user
+/// record its own copy of the key would need 36 GB.
+pub(super) fn hostile_aggregate() -> Vec<u8> {
+    let mut body = entry(1, &"k".repeat(300_000));
+    body.extend(empty_records(120_000));
+    wrap(&body)
+}
+
+#[test]
+fn the_issues_hostile_aggregate_is_refused_for_its_key_before_any_user_record_is_read() {
+    let data = hostile_aggregate();
+    assert_eq!(data.len(), 1_020_024);
+    let refused = KplError::KeyTooLong {
+        field: "partition_key_table",
+        index: 0,
+        bytes: 300_000,
+        max_chars: MAX_PARTITION_KEY_CHARS,
+    };
+    assert_eq!(
+        Deaggregator::new().open(&data, "outer").map(|r| r.len()),
+        Err(refused.clone())
+    );
+    assert_eq!(deaggregate_ref(&data, "outer"), Err(refused.clone()));
+    assert_eq!(
+        refused.to_string(),
+        "aggregated record's partition_key_table entry #0 is 300000 bytes, over Kinesis's \
+         256-character limit"
+    );
+    // The same shape with a key Kinesis takes decodes: 120,000 user records sharing one key.
+    let mut body = entry(1, &"k".repeat(256));
+    body.extend(empty_records(120_000));
+    let fine = wrap(&body);
+    let opened = Deaggregator::new().open(&fine, "outer").unwrap();
+    assert_eq!((opened.len(), opened.partition_keys().len()), (120_000, 1));
+    assert!(
+        opened
+            .iter()
+            .all(|r| r.partition_key_index() == 0 && r.data.is_empty())
+    );
+    assert!(
+        opened.heap_bytes() < 1_024,
+        "{} heap bytes",
+        opened.heap_bytes()
+    );
+}
+
+#[test]
+fn table_entries_are_held_to_kinesiss_256_characters_not_bytes() {
+    let one_record = empty_records(1);
+    for (key, ok) in [
+        ("k".repeat(256), true),
+        ("é".repeat(256), true),         // 512 bytes
+        ("\u{1d11e}".repeat(256), true), // 1,024 bytes: the most 256 characters take
+        ("k".repeat(257), false),
+        ("é".repeat(257), false),
+        ("k".repeat(1_025), false),
+    ] {
+        let body = [entry(1, &key), one_record.clone()].concat();
+        let got = deaggregate(&wrap(&body), "outer");
+        assert_eq!(got.is_ok(), ok, "{} bytes: {got:?}", key.len());
+        if !ok {
+            assert_eq!(
+                got,
+                Err(KplError::KeyTooLong {
+                    field: "partition_key_table",
+                    index: 0,
+                    bytes: key.len(),
+                    max_chars: 256
+                })
+            );
+        }
+    }
+    // An explicit-hash-key entry too, used or not.
+    let body = [
+        entry(1, "a"),
+        entry(2, "7"),
+        entry(2, &"9".repeat(300)),
+        [0x1a, 0x06, 0x08, 0x00, 0x10, 0x00, 0x1a, 0x00].repeat(2),
+    ]
+    .concat();
+    assert_eq!(
+        deaggregate(&wrap(&body), "outer"),
+        Err(KplError::KeyTooLong {
+            field: "explicit_hash_key_table",
+            index: 1,
+            bytes: 300,
+            max_chars: 256
+        })
+    );
+}
+
+#[test]
+fn a_key_table_longer_than_the_records_is_refused_before_it_is_allocated() {
+    let body = [entry(1, "a"), entry(1, "b"), empty_records(1)].concat();
+    assert_eq!(
+        deaggregate(&wrap(&body), "outer"),
+        Err(KplError::TableTooLong {
+            field: "partition_key_table",
+            entries: 2,
+            records: 1
+        })
+    );
+    let body = [
+        entry(1, "a"),
+        entry(2, "1"),
+        entry(2, "2"),
+        empty_records(1),
+    ]
+    .concat();
+    assert_eq!(
+        deaggregate(&wrap(&body), "outer"),
+        Err(KplError::TableTooLong {
+            field: "explicit_hash_key_table",
+            entries: 2,
+            records: 1
+        })
+    );
+    // 500,000 two-byte entries and one record: refused from the count, no table built.
+    let body = [[0x0a, 0x00].repeat(500_000), empty_records(1)].concat();
+    assert!(matches!(
+        deaggregate(&wrap(&body), "outer"),
+        Err(KplError::TableTooLong {
+            entries: 500_000,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn a_user_record_without_its_required_fields_is_refused() {
+    let no_index = [
+        entry(1, "a"),
+        empty_records(1),
+        vec![0x1a, 0x02, 0x1a, 0x00],
+    ]
+    .concat();
+    assert_eq!(
+        deaggregate(&wrap(&no_index), "outer"),
+        Err(KplError::MissingField {
+            sub_sequence: 1,
+            field: "partition_key_index"
+        })
+    );
+    let no_data = [entry(1, "a"), vec![0x1a, 0x02, 0x08, 0x00]].concat();
+    assert_eq!(
+        deaggregate(&wrap(&no_data), "outer"),
+        Err(KplError::MissingField {
+            sub_sequence: 0,
+            field: "data"
+        })
+    );
+    // 2-byte records with no fields at all: 524,280 of them would fit in 1 MiB.
+    let bare = [entry(1, "a"), [0x1a, 0x00].repeat(1_000)].concat();
+    assert!(matches!(
+        deaggregate(&wrap(&bare), "outer"),
+        Err(KplError::MissingField {
+            sub_sequence: 0,
+            ..
+        })
+    ));
 }
 
 // ---------------------------------------------------------------- shard check
@@ -653,9 +837,9 @@ proptest! {
             prop_assert_eq!(&ours.hash_keys, &theirs.explicit_hash_key_table);
             prop_assert_eq!(ours.records.len(), theirs.records.len());
             for (a, b) in ours.records.iter().zip(&theirs.records) {
-                prop_assert_eq!(a.partition_key_index, b.partition_key_index);
+                prop_assert_eq!(a.partition_key_index.unwrap_or_default(), b.partition_key_index);
                 prop_assert_eq!(a.explicit_hash_key_index, b.explicit_hash_key_index);
-                prop_assert_eq!(a.data, &b.data[..]);
+                prop_assert_eq!(a.data.unwrap_or_default(), &b.data[..]);
                 let tags: Vec<_> = wire::tags(a.message).collect();
                 let want: Vec<_> = b.tags.iter().map(|t| (t.key.as_str(), t.value.as_deref())).collect();
                 prop_assert_eq!(tags, want);

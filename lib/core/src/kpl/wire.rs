@@ -12,7 +12,14 @@
 //!   ≥ 100), which only accepts more.
 //!
 //! Semantics kept from prost: fields in any order, unknown fields skipped, the last value of a
-//! repeated scalar field wins, `required` is not enforced.
+//! repeated scalar field wins. Whether a `required` field was present is recorded
+//! ([`RawRecord::partition_key_index`] and [`RawRecord::data`] are `Option`s); the bounds in
+//! `decode.rs` enforce it.
+//!
+//! Three walks, so nothing is allocated before it is bounded: [`count`] reads only the
+//! top-level keys and lengths (no allocation), [`walk`] reads the tables into `Vec`s of exactly
+//! the counted length and hands each user record to a callback, and [`records`] walks the user
+//! records again, lazily, for delivery.
 //!
 //! [`KplError`]: super::KplError
 //! [`KplError::NotUtf8`]: super::KplError::NotUtf8
@@ -24,18 +31,37 @@ use prost::encoding::{
 
 use super::error::KplError;
 
-/// One user record as read: indices not yet resolved against the tables.
+/// One user record as read: indices not yet resolved against the tables. The two `required`
+/// fields are `None` when absent.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct RawRecord<'a> {
-    pub partition_key_index: u64,
+    pub partition_key_index: Option<u64>,
     pub explicit_hash_key_index: Option<u64>,
-    pub data: &'a [u8],
+    pub data: Option<&'a [u8]>,
     /// The record's whole message, walked again by [`tags`] when asked for.
     pub message: &'a [u8],
     pub tag_count: u32,
 }
 
-/// The tables and user records of one aggregate body.
+/// How many of each top-level field a body holds, read by [`count`] before anything is
+/// allocated.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Counts {
+    pub keys: usize,
+    pub hash_keys: usize,
+    pub records: usize,
+}
+
+/// The two key tables of one aggregate body.
+#[derive(Debug, Default)]
+pub(crate) struct Tables<'a> {
+    pub keys: Vec<&'a str>,
+    pub hash_keys: Vec<&'a str>,
+}
+
+/// The tables and user records of one aggregate body, collected (tests only: delivery walks
+/// the records lazily with [`records`]).
+#[cfg(test)]
 #[derive(Debug, Default)]
 pub(crate) struct RawAggregate<'a> {
     pub keys: Vec<&'a str>,
@@ -64,17 +90,42 @@ impl From<WalkError> for KplError {
     }
 }
 
-/// Walk an `AggregatedRecord` body (the bytes between magic and MD5).
-pub(crate) fn parse(body: &[u8]) -> Result<RawAggregate<'_>, WalkError> {
+/// Counts the top-level fields of an `AggregatedRecord` body (the bytes between magic and
+/// MD5) by their keys and lengths alone: no allocation, nothing nested is read. A body this
+/// accepts may still be refused by [`walk`], which reads everything.
+pub(crate) fn count(body: &[u8]) -> Result<Counts, WalkError> {
     let mut buf = body;
     let ctx = DecodeContext::default();
-    // The KPL's records are rarely under 8 bytes each; a guess that saves most regrowth.
-    let mut out = RawAggregate {
-        records: Vec::with_capacity(body.len() / 32),
-        ..RawAggregate::default()
-    };
+    let mut counts = Counts::default();
     while !buf.is_empty() {
         let (tag, wire_type) = decode_key(&mut buf)?;
+        match tag {
+            1 => counts.keys += 1,
+            2 => counts.hash_keys += 1,
+            3 => counts.records += 1,
+            _ => {}
+        }
+        skip_field(wire_type, tag, &mut buf, ctx.clone())?;
+    }
+    Ok(counts)
+}
+
+/// Walks an `AggregatedRecord` body: the tables into `Vec`s of the lengths `counts` gives (so
+/// call [`count`] first and bound its answer), each user record, in order, to `on_record`.
+/// Stops at the first refusal, the walk's or the callback's.
+pub(crate) fn walk<'a, E: From<WalkError>>(
+    body: &'a [u8],
+    counts: Counts,
+    mut on_record: impl FnMut(RawRecord<'a>) -> Result<(), E>,
+) -> Result<Tables<'a>, E> {
+    let mut buf = body;
+    let ctx = DecodeContext::default();
+    let mut out = Tables {
+        keys: Vec::with_capacity(counts.keys),
+        hash_keys: Vec::with_capacity(counts.hash_keys),
+    };
+    while !buf.is_empty() {
+        let (tag, wire_type) = decode_key(&mut buf).map_err(WalkError::from)?;
         match tag {
             1 => out
                 .keys
@@ -85,11 +136,44 @@ pub(crate) fn parse(body: &[u8]) -> Result<RawAggregate<'_>, WalkError> {
                 &mut buf,
                 &ctx,
             )?),
-            3 => out.records.push(record(wire_type, &mut buf, &ctx)?),
-            _ => skip_field(wire_type, tag, &mut buf, ctx.clone())?,
+            3 => on_record(record(wire_type, &mut buf, &ctx)?)?,
+            _ => skip_field(wire_type, tag, &mut buf, ctx.clone()).map_err(WalkError::from)?,
         }
     }
     Ok(out)
+}
+
+/// The user records of a body [`walk`] accepted, in order, read lazily (nothing allocated).
+/// On a body `walk` refused it stops at the refusal.
+pub(crate) fn records(body: &[u8]) -> impl Iterator<Item = RawRecord<'_>> + '_ {
+    let mut buf = body;
+    let ctx = DecodeContext::default();
+    std::iter::from_fn(move || {
+        while !buf.is_empty() {
+            let (tag, wire_type) = decode_key(&mut buf).ok()?;
+            if tag == 3 {
+                return record(wire_type, &mut buf, &ctx).ok();
+            }
+            skip_field(wire_type, tag, &mut buf, ctx.clone()).ok()?;
+        }
+        None
+    })
+}
+
+/// Walks a whole body into one value (tests: the differential check against prost).
+#[cfg(test)]
+pub(crate) fn parse(body: &[u8]) -> Result<RawAggregate<'_>, WalkError> {
+    let counts = count(body)?;
+    let mut records = Vec::with_capacity(counts.records);
+    let tables = walk(body, counts, |r| {
+        records.push(r);
+        Ok::<(), WalkError>(())
+    })?;
+    Ok(RawAggregate {
+        keys: tables.keys,
+        hash_keys: tables.hash_keys,
+        records,
+    })
 }
 
 /// The payload of a length-delimited field, borrowed; prost's own underflow check.
@@ -130,13 +214,13 @@ fn record<'a>(
         match tag {
             1 => {
                 check_wire_type(WireType::Varint, wire_type)?;
-                r.partition_key_index = decode_varint(buf)?;
+                r.partition_key_index = Some(decode_varint(buf)?);
             }
             2 => {
                 check_wire_type(WireType::Varint, wire_type)?;
                 r.explicit_hash_key_index = Some(decode_varint(buf)?);
             }
-            3 => r.data = delimited(wire_type, buf, &ctx)?,
+            3 => r.data = Some(delimited(wire_type, buf, &ctx)?),
             4 => {
                 match tag_message(wire_type, buf, &ctx) {
                     Ok(_) => {}
