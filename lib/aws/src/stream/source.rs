@@ -81,7 +81,7 @@ impl StreamRecord {
         let mut out = serde_json::json!({
             "shard": shard_id,
             "seq": self.seq.to_decimal(),
-            "partition_key": self.partition_key,
+            "partition_key": &*self.partition_key,
             "data": data,
             "data_encoding": encoding,
         });
