@@ -337,7 +337,7 @@ mod tests {
         let batch = source.get_records("it", 10).await.expect("records");
         let expected = r#"{"pk":{"S":"a"},"sk":{"B":"AAc="}}"#;
         for r in &batch.records {
-            assert_eq!(r.partition_key, expected);
+            assert_eq!(&*r.partition_key, expected);
             let data: serde_json::Value = serde_json::from_slice(&r.data).expect("json");
             assert_eq!(data["keys"]["sk"]["B"], "AAc=");
         }
