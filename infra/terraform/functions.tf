@@ -50,10 +50,12 @@ resource "aws_apigatewayv2_stage" "default" {
 
   access_log_settings {
     destination_arn = aws_cloudwatch_log_group.api_access.arn
-    format = jsonencode({
-      requestId = "$context.requestId", ip = "$context.identity.sourceIp", requestTime = "$context.requestTime"
-      routeKey  = "$context.routeKey", status = "$context.status", responseLength = "$context.responseLength"
-    })
+    # One JSON line per request. No source IP unless var.access_log_source_ip: the route, status and
+    # request id are enough to find a flood's route; an IP is personal data.
+    format = jsonencode(merge(
+      { requestId = "$context.requestId", requestTime = "$context.requestTime", routeKey = "$context.routeKey", status = "$context.status", responseLength = "$context.responseLength" },
+      var.access_log_source_ip ? { ip = "$context.identity.sourceIp" } : {},
+    ))
   }
 
   tags = var.tags

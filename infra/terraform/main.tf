@@ -38,6 +38,7 @@ module "likes_api" {
   lambda_dir           = var.lambda_dir
   architecture         = var.architecture
   log_retention_days   = var.log_retention_days
+  tracing              = var.tracing
   environment          = merge({ HEATSINK_PREFIX = var.prefix, RUST_LOG = "info" }, local.capacity_log)
   tags                 = var.tags
   # Every grant is a call the function's code makes (infra/grants.json, recorded by
@@ -69,10 +70,11 @@ module "counter" {
   compact_grace_seconds = aws_kinesis_stream.like_events.retention_period * 3600
   concurrency           = { aggregator = var.concurrency["likes-aggregator"], rebuilder = var.concurrency["count-rebuilder"] }
   alarm_topic_arn       = module.alarm_topic.topic_arn
-  async_failures_queue  = { arn = module.async_failures.arn, name = module.async_failures.name }
+  async_failures_queue  = { arn = module.async_failures.arn, name = module.async_failures.name, key_arn = module.async_failures.key_arn }
   lambda_dir            = var.lambda_dir
   architecture          = var.architecture
   log_retention_days    = var.log_retention_days
+  tracing               = var.tracing
   environment           = local.capacity_log
   tags                  = var.tags
 }
@@ -96,11 +98,12 @@ module "guard" {
   capacity_log_group_names       = concat([module.likes_api.log_group_name], module.counter.log_group_names)
   hot_partition_fraction         = var.hot_partition_fraction
   alarm_topic_arn                = module.alarm_topic.topic_arn
-  async_failures_queue           = { arn = module.async_failures.arn, name = module.async_failures.name }
+  async_failures_queue           = { arn = module.async_failures.arn, name = module.async_failures.name, key_arn = module.async_failures.key_arn }
   concurrency                    = var.concurrency["hotkey-controller"]
   lambda_dir                     = var.lambda_dir
   architecture                   = var.architecture
   log_retention_days             = var.log_retention_days
+  tracing                        = var.tracing
   environment                    = local.capacity_log
   tags                           = var.tags
 }

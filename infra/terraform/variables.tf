@@ -90,3 +90,15 @@ variable "contributor_insights_mode" {
   type        = string
   default     = null
 }
+
+variable "tracing" {
+  description = "X-Ray tracing of the functions: PassThrough (a trace only when the caller sampled one; free on the hot paths) or Active (1 request/s plus 5 % per function: about 500 traces/s at 10,000 likes/s, roughly $6,500 a month)."
+  type        = string
+  default     = "PassThrough"
+}
+
+variable "access_log_source_ip" {
+  description = "Keep each request's source IP in the API access log ($context.identity.sourceIp), for finding a flood's origin; an IP is personal data, kept as long as the log (log_retention_days)."
+  type        = bool
+  default     = false
+}

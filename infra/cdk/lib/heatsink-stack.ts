@@ -5,6 +5,7 @@ import {
   Stack,
   StackProps,
   Validations,
+  aws_apigateway as apigwv1,
   aws_apigatewayv2 as apigw,
   aws_apigatewayv2_authorizers as authorizers,
   aws_apigatewayv2_integrations as integrations,
@@ -21,7 +22,7 @@ import {
 } from 'aws-cdk-lib';
 import { Construct } from 'constructs';
 import { AlarmTopic } from './blocks/alarm-topic';
-import { AlarmFactory, HeatsinkFunction, emfMetric } from './blocks/common';
+import { AlarmFactory, HeatsinkFunction, TracingMode, emfMetric } from './blocks/common';
 import { HotKeyCounter, asyncFailureQueue, attribute, functionAlarms } from './blocks/hot-key-counter';
 import { ContributorInsightsMode, GuardedTable, HotKeyGuard, SAMPLER_DETAIL_TYPE, SAMPLER_SOURCE } from './blocks/hot-key-guard';
 import { StreamLeases } from './blocks/stream-leases';
@@ -93,6 +94,16 @@ export interface HeatsinkStackProps extends StackProps {
   readonly jwtIssuer?: JwtIssuer;
   /** Reserved concurrency per function. @default DEFAULT_CONCURRENCY */
   readonly concurrency?: Partial<Record<FunctionName, number>>;
+  /** X-Ray tracing of every function (see {@link TracingMode}). @default 'PassThrough' */
+  readonly tracing?: TracingMode;
+  /** Retention of the functions' and the API's log groups. @default ONE_MONTH (Terraform: log_retention_days = 30) */
+  readonly logRetention?: logs.RetentionDays;
+  /**
+   * Keep each request's source IP in the API access log (`$context.identity.sourceIp`), for
+   * finding a flood's origin; an IP is personal data, kept as long as the log (30 days).
+   * @default false
+   */
+  readonly accessLogSourceIp?: boolean;
   /** Tables hotkey-controller watches (its grants follow). @default counters, read-hot */
   readonly controllerTables?: ControllerTable[];
 }
@@ -134,8 +145,11 @@ export class HeatsinkStack extends Stack {
     }
     // Every function of the stack: the capacity log samples 1 call in 100, partition keys hashed
     // except on tables keyed by non-personal ids (`liked` is keyed by the user: hashed).
+    const logRetention = props.logRetention ?? logs.RetentionDays.ONE_MONTH;
     const functionDefaults = {
       code: props.code,
+      tracing: props.tracing,
+      logRetention,
       architecture: props.architecture ?? lambda.Architecture.ARM_64,
       environment: {
         HEATSINK_CAPACITY_LOG_SAMPLE: '100',
@@ -273,7 +287,7 @@ export class HeatsinkStack extends Stack {
     // ---- HTTP API ---------------------------------------------------------------------------------
     const accessLogs = new logs.LogGroup(this, 'ApiAccessLogs', {
       logGroupName: `/aws/http-api/${prefix}likes`,
-      retention: logs.RetentionDays.ONE_MONTH,
+      retention: logRetention,
       removalPolicy: RemovalPolicy.DESTROY,
     });
     // Who may call: an external issuer, or a user pool of the stack's own (admin-created users,
@@ -334,7 +348,12 @@ export class HeatsinkStack extends Stack {
       // The stage-wide ceiling bounds the total; behind it likes-api's per-user and per-post
       // admission (429 + Retry-After) and its reserved concurrency.
       throttle: { rateLimit: 20000, burstLimit: 5000 },
-      accessLogSettings: { destination: new apigw.LogGroupLogDestination(accessLogs) },
+      // One JSON line per request. No source IP unless asked for (accessLogSourceIp): the route,
+      // status and request id are enough to find a flood's route; an IP is personal data.
+      accessLogSettings: {
+        destination: new apigw.LogGroupLogDestination(accessLogs),
+        format: apigwv1.AccessLogFormat.custom(JSON.stringify(accessLogFields(props.accessLogSourceIp ?? false))),
+      },
     });
     const integration = new integrations.HttpLambdaIntegration('LikesApiIntegration', likesApi.fn);
     api.addRoutes({ path: '/posts/{post}/likes', methods: [apigw.HttpMethod.POST], integration, authorizer });
@@ -417,4 +436,16 @@ export class HeatsinkStack extends Stack {
     );
     dashboard.addWidgets(new cw.AlarmStatusWidget({ title: 'heatsink alarms', alarms: this.alarms, width: 24, height: 8 }));
   }
+}
+
+/** The API access log's fields (Terraform: the same, `access_log_source_ip`). */
+export function accessLogFields(sourceIp: boolean): Record<string, string> {
+  return {
+    requestId: '$context.requestId',
+    ...(sourceIp ? { ip: '$context.identity.sourceIp' } : {}),
+    requestTime: '$context.requestTime',
+    routeKey: '$context.routeKey',
+    status: '$context.status',
+    responseLength: '$context.responseLength',
+  };
 }

@@ -55,6 +55,7 @@ const strip = (name: string, prefix: string) => (name.startsWith(prefix) ? name.
 
 /** A resource of the template as a logical resource name (`table/liked`, `insight-rule/...`). */
 function logical(t: Template, res: any, prefix = PREFIX): string {
+  if (res === '*') return '*';
   const all = t.toJSON().Resources as Record<string, any>;
   if (res?.['Fn::GetAtt']) {
     const [id, attr] = res['Fn::GetAtt'];
@@ -71,6 +72,14 @@ function logical(t: Template, res: any, prefix = PREFIX): string {
         return `log-group/${p.LogGroupName}`;
       case 'AWS::Events::EventBus':
         return `event-bus/${strip(p.Name, prefix)}`;
+      case 'AWS::KMS::Key': {
+        // A key by its alias (`alias/<prefix>async-failures` -> `key/async-failures`).
+        const alias = Object.values(all).find(
+          (a: any) => a.Type === 'AWS::KMS::Alias' && JSON.stringify(a.Properties.TargetKeyId).includes(`"${id}"`),
+        );
+        if (alias) return `key/${strip(alias.Properties.AliasName.replace(/^alias\//, ''), prefix)}`;
+        break;
+      }
     }
     throw new Error(`unexpected resource ${id} (${r.Type})`);
   }

@@ -72,6 +72,8 @@ describe('alarms that page', () => {
     expect(cloudwatch).toHaveLength(1);
     expect([cloudwatch[0].Action].flat().sort()).toEqual(['kms:Decrypt', 'kms:GenerateDataKey*']);
     expect(cloudwatch[0].Effect).toBe('Allow');
+    // This account's alarms only.
+    expect(cloudwatch[0].Condition).toEqual({ StringEquals: { 'aws:SourceAccount': { Ref: 'AWS::AccountId' } } });
     // The topic policy lets CloudWatch publish (this account's alarms only).
     const topicPolicy = Object.values(resources(s.template, 'AWS::SNS::TopicPolicy'))[0].Properties.PolicyDocument;
     expect(topicPolicy.Statement).toContainEqual(
@@ -166,6 +168,20 @@ describe('alarms that page', () => {
   });
 });
 
+test('the API access log keeps no source IP unless asked to', () => {
+  const format = (t: Template) =>
+    JSON.parse(Object.values(resources(t, 'AWS::ApiGatewayV2::Stage'))[0].Properties.AccessLogSettings.Format);
+  expect(format(s.template)).toEqual({
+    requestId: '$context.requestId',
+    requestTime: '$context.requestTime',
+    routeKey: '$context.routeKey',
+    status: '$context.status',
+    responseLength: '$context.responseLength',
+  });
+  expect(JSON.stringify(s.template.toJSON())).not.toContain('sourceIp');
+  expect(format(synth({ accessLogSourceIp: true }).template).ip).toBe('$context.identity.sourceIp');
+});
+
 test('logs without personal data: capacity lines sampled, the liked table (keyed by user) hashed', () => {
   for (const f of Object.values(resources(s.template, 'AWS::Lambda::Function'))) {
     const vars = f.Properties.Environment.Variables;
@@ -220,8 +236,11 @@ describe('resilience settings', () => {
     expect(json).not.toContain('"prefix"');
     // The only wildcards: the creation timestamp at the end of DynamoDB's managed rule names.
     for (const m of json.matchAll(/[^"]*\*[^"]*/g)) {
-      expect(m[0]).toMatch(/^:insight-rule\/DynamoDBContributorInsights-(PKC|PKT)-heatsink-counters-\*$|^kms:GenerateDataKey\*$/);
+      // ... and X-Ray's "*" (its two actions take no resource).
+      expect(m[0]).toMatch(/^:insight-rule\/DynamoDBContributorInsights-(PKC|PKT)-heatsink-counters-\*$|^kms:GenerateDataKey\*$|^\*$/);
     }
+    const star = json.match(/"Action":\[[^\]]*\],"Effect":"Allow","Resource":"\*"/g) ?? [];
+    for (const st of star) expect(st).toContain('"xray:PutTraceSegments","xray:PutTelemetryRecords"');
   });
 });
 

@@ -153,6 +153,13 @@ class Mod:
         if isinstance(expr, list):
             return [x for e in expr for x in self.logical(e, prefix)]
         text = unq(expr)
+        if text == "*":
+            return ["*"]
+        m = re.fullmatch(r"\$\{aws_kms_key\.(\w+)\.arn\}", text)
+        if m:
+            # A key by its alias (alias/<prefix>async-failures -> key/async-failures).
+            (alias,) = [b for (t, _), b in self.resources.items() if t == "aws_kms_alias" and unq(b["target_key_id"]) == f"${{aws_kms_key.{m.group(1)}.key_id}}"]
+            return ["key/" + self.short(self.text(alias["name"]).removeprefix("alias/"), prefix)]
         m = re.fullmatch(r"\$\{var\.(\w+)\}(.*)", text)
         if m:
             scope, e = self.var(m.group(1))
@@ -172,12 +179,14 @@ class Mod:
         m = re.fullmatch(r"\$\{local\.(\w+)\}", text)
         if m and m.group(1) in self.locals:
             return self.logical_local(m.group(1), prefix)
-        if text == "${local.async_failures.arn}":
+        m = re.fullmatch(r"\$\{local\.async_failures\.(arn|key_arn)\}", text)
+        if m:
+            # The caller's shared queue, or the block's own (a ../failure-queue call with count).
             scope, e = self.var("async_failures_queue")
             if e is None:
                 mod = self.call("own_async_failures")
-                return [f"queue/{self.short(self.text(mod.args['name']), prefix)}"]
-            return scope.logical(e["arn"], prefix)
+                return mod.logical(mod.outputs[m.group(1)]["value"], prefix)
+            return scope.logical(e[m.group(1)], prefix)
         if text == "${concat(local.watched_arns, local.watched_index_arns)}":
             return self.logical_local("watched_arns", prefix) + self.logical_local("watched_index_arns", prefix)
         raise AssertionError(f"{self}: unexpected Resource expression {text!r}: teach tests/hcl.py to resolve it")
@@ -225,7 +234,8 @@ class Mod:
 
     # ---- IAM statements -----------------------------------------------------------------------------
     def function_statements(self, call):
-        """The statements a `../function` call passes, references to locals resolved (in this scope)."""
+        """The statements of a `../function` call's role: the function module's own (its log
+        streams excepted) and those the call passes, references to locals resolved."""
         body = clean(self.calls[call])
         statements = body["statements"]
         if isinstance(statements, str):
@@ -239,6 +249,12 @@ class Mod:
                 scope, e = self.var(m.group(2))
                 st = clean(self.locals[m.group(1)])[scope.value(e)]
             out.append(st)
+        fn = self.call(call)
+        policy = unq(fn.resources[("aws_iam_role_policy", "this")]["policy"])
+        for m in re.finditer(r'\{Effect = "Allow", Action = \[([^\]]*)\], Resource = ("[^"]*"|[\w.\[\]]+)\}', policy.replace("\n", " ")):
+            actions = [a.strip().strip('"') for a in m.group(1).split(",")]
+            if actions != ["logs:CreateLogStream", "logs:PutLogEvents"]:
+                out.append({"Effect": "Allow", "Action": actions, "Resource": unq(m.group(2))})
         return out
 
     def grants(self, call, prefix):

@@ -226,8 +226,8 @@ SAME_AS_CDK = {
     "aws_cognito_user_pool": 1,  # count: unless var.jwt_issuer
     "aws_cognito_user_pool_client": 1,
     "aws_apigatewayv2_authorizer": 1,
-    "aws_kms_key": 1,
-    "aws_kms_alias": 1,
+    "aws_kms_key": 3,  # the alarm topic's; one per failure queue (stream-failures, async-failures)
+    "aws_kms_alias": 3,
     "aws_cloudwatch_event_rule": 4,  # count-rebuilder schedule; hotkey-controller schedule, alarms, sampler reports
     "aws_cloudwatch_event_target": 2,  # the rebuilder's; the controller's (for_each over its three rules)
     "aws_lambda_permission": 3,  # rebuilder, controller (for_each), API
@@ -481,7 +481,8 @@ def test_no_wildcard_actions_and_no_star_resource():
     assert len(statements) >= 12
     for st in statements:
         assert all("*" not in a for a in st["Action"]), st
-        assert st["Resource"] != "*", st
+        # The one "*": X-Ray's two actions, which take no resource.
+        assert st["Resource"] != "*" or sorted(st["Action"]) == ["xray:PutTelemetryRecords", "xray:PutTraceSegments"], st
     text = (MODULE / "modules" / "stream-leases" / "main.tf").read_text()
     assert '"*"' not in text
 

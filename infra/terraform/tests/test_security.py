@@ -47,6 +47,8 @@ def test_the_alarm_topic_key_lets_cloudwatch_encrypt():
     assert len(cloudwatch) == 1
     assert cloudwatch[0]["Effect"] == "Allow"
     assert sorted(cloudwatch[0]["Action"]) == ["kms:Decrypt", "kms:GenerateDataKey*"]
+    # This account's alarms only.
+    assert cloudwatch[0]["Condition"] == {"StringEquals": {"aws:SourceAccount": "${data.aws_caller_identity.current.account_id}"}}
     topic_policy = jsonencoded(TOPIC.resources[("aws_sns_topic_policy", "this")]["policy"], TOPIC)["Statement"]
     publish = [s for s in topic_policy if s.get("Principal") == {"Service": "cloudwatch.amazonaws.com"}]
     assert publish and publish[0]["Action"] == "sns:Publish"
@@ -160,6 +162,15 @@ def test_no_name_prefix_in_event_patterns_or_iam():
             assert m in allowed or m.endswith('${t.name}-*"'), (f, m)
     pattern = unq(GUARD.resources[("aws_cloudwatch_event_rule", "alarms")]["event_pattern"])
     assert "prefix" not in pattern
+
+
+def test_the_api_access_log_keeps_no_source_ip_unless_asked_to():
+    stage = RESOURCES[("aws_apigatewayv2_stage", "default")]
+    text = unq(stage["access_log_settings"][0]["format"])
+    assert text.startswith("${jsonencode(merge(")
+    assert "sourceIp" not in text.split("var.access_log_source_ip")[0]
+    assert 'var.access_log_source_ip ? {ip = "$context.identity.sourceIp"} : {}' in text
+    assert variable_default("access_log_source_ip") is False
 
 
 def test_capacity_log_is_sampled_and_hashes_the_liked_table():

@@ -33,6 +33,8 @@ export class AlarmTopic extends Construct {
         principals: [new iam.ServicePrincipal('cloudwatch.amazonaws.com')],
         actions: ['kms:Decrypt', 'kms:GenerateDataKey*'],
         resources: ['*'],
+        // Alarms of this account only: no other account's CloudWatch can use the key.
+        conditions: { StringEquals: { 'aws:SourceAccount': Aws.ACCOUNT_ID } },
       }),
     );
     this.topic = new sns.Topic(this, 'Topic', { topicName: props.topicName, masterKey: this.key, enforceSSL: true });

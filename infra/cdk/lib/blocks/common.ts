@@ -10,9 +10,11 @@ import {
   RemovalPolicy,
   Stack,
   Token,
+  Validations,
   aws_cloudwatch as cw,
   aws_cloudwatch_actions as cwActions,
   aws_iam as iam,
+  aws_kms as kms,
   aws_lambda as lambda,
   aws_logs as logs,
   aws_sns as sns,
@@ -43,7 +45,11 @@ export interface FunctionDefaults {
   readonly architecture?: lambda.Architecture;
   /** @default 'PassThrough' */
   readonly tracing?: TracingMode;
-  /** Retention of the functions' log groups. @default ONE_MONTH */
+  /**
+   * Retention of the functions' log groups. 30 days by default: long enough to investigate an
+   * alarm, short enough to keep little (the capacity log hashes user-keyed partition keys).
+   * @default ONE_MONTH
+   */
   readonly logRetention?: logs.RetentionDays;
   /** Extra environment variables for every function of the block (e.g. the capacity log's settings). */
   readonly environment?: Record<string, string>;
@@ -98,7 +104,15 @@ export class HeatsinkFunction extends Construct {
       role: this.role,
       logGroup: this.logGroup,
       reservedConcurrentExecutions: props.reservedConcurrency,
+      // The Lambda service sends the function's segments as the role: xray:PutTraceSegments and
+      // PutTelemetryRecords, which take no resource ("*", the only such grant).
+      tracing: props.tracing === 'Active' ? lambda.Tracing.ACTIVE : lambda.Tracing.PASS_THROUGH,
       environment: { ...props.variables, ...(props.environment ?? {}) },
+    });
+    Validations.of(this.role).acknowledge({
+      id: 'AwsSolutions::AwsSolutions-IAM5[Resource::*]',
+      reason:
+        'xray:PutTraceSegments and xray:PutTelemetryRecords, which the Lambda service calls as the role to send the function\'s trace segments, support no resource-level permissions: "*" is the only resource they take.',
     });
     // The function needs its policy in place before it runs (event source mappings check it);
     // the role itself is already ordered by the `GetAtt` of its ARN (cfn-lint W3005).
@@ -112,11 +126,34 @@ export class HeatsinkFunction extends Construct {
   }
 }
 
-/** An SQS queue that parks failures (batch pointers, failed invocations): encrypted, TLS only, kept 14 days. */
+/**
+ * An SQS queue that parks failures (stream batch pointers, failed invocations with their event,
+ * events EventBridge could not deliver): TLS only, kept 14 days, encrypted with a key of its own
+ * (`alias/<queue name>`, rotated): EventBridge can park events only in a queue whose key lets it
+ * encrypt, which an AWS-managed key never does. The key lets `events.amazonaws.com` of this
+ * account encrypt; the functions that park failures get `kms:GenerateDataKey` and `kms:Decrypt` on
+ * it with their send grants.
+ */
 export function failureQueue(scope: Construct, id: string, queueName: string): sqs.Queue {
+  const key = new kms.Key(scope, `${id}Key`, {
+    alias: `alias/${queueName}`,
+    description: `${queueName}: failures parked by Lambda and EventBridge`,
+    enableKeyRotation: true,
+    removalPolicy: RemovalPolicy.RETAIN,
+  });
+  key.addToResourcePolicy(
+    new iam.PolicyStatement({
+      sid: 'EventBridgeParksEvents',
+      principals: [new iam.ServicePrincipal('events.amazonaws.com')],
+      actions: ['kms:Decrypt', 'kms:GenerateDataKey'],
+      resources: ['*'],
+      conditions: { StringEquals: { 'aws:SourceAccount': Aws.ACCOUNT_ID } },
+    }),
+  );
   return new sqs.Queue(scope, id, {
     queueName,
-    encryption: sqs.QueueEncryption.SQS_MANAGED,
+    encryption: sqs.QueueEncryption.KMS,
+    encryptionMasterKey: key,
     enforceSSL: true,
     retentionPeriod: Duration.days(14),
   });

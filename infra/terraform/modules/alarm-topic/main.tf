@@ -40,6 +40,8 @@ resource "aws_kms_key" "this" {
         Principal = { Service = "cloudwatch.amazonaws.com" }
         Action    = ["kms:Decrypt", "kms:GenerateDataKey*"]
         Resource  = "*"
+        # Alarms of this account only: no other account's CloudWatch can use the key.
+        Condition = { StringEquals = { "aws:SourceAccount" = data.aws_caller_identity.current.account_id } }
       },
     ]
   })

@@ -13,7 +13,7 @@ terraform {
 locals {
   counter        = coalesce(var.counter, var.count_by)
   own_async      = var.async_failures_queue == null
-  async_failures = local.own_async ? { arn = one(module.own_async_failures[*].arn), name = one(module.own_async_failures[*].name) } : var.async_failures_queue
+  async_failures = local.own_async ? { arn = one(module.own_async_failures[*].arn), name = one(module.own_async_failures[*].name), key_arn = one(module.own_async_failures[*].key_arn) } : var.async_failures_queue
   counting = {
     HEATSINK_PREFIX               = var.prefix
     HEATSINK_COUNTER              = local.counter
@@ -95,6 +95,7 @@ module "aggregator" {
   architecture         = var.architecture
   environment          = merge(local.counting, var.environment)
   log_retention_days   = var.log_retention_days
+  tracing              = var.tracing
   tags                 = var.tags
   statements = [
     # Reads the counters it flushes (BatchGetItem), conditional absolute flushes (PutItem), each
@@ -103,6 +104,7 @@ module "aggregator" {
     local.source_statement[var.source_kind],
     # Parks a failed batch's pointer (the Lambda service sends as the role).
     { Effect = "Allow", Action = ["sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"], Resource = module.stream_failures.arn },
+    { Effect = "Allow", Action = ["kms:GenerateDataKey", "kms:Decrypt"], Resource = module.stream_failures.key_arn },
   ]
 }
 
@@ -118,6 +120,7 @@ module "rebuilder" {
   architecture         = var.architecture
   environment          = merge(local.counting, { HEATSINK_COMPACT_GRACE_SECONDS = tostring(var.compact_grace_seconds) }, var.environment)
   log_retention_days   = var.log_retention_days
+  tracing              = var.tracing
   tags                 = var.tags
   statements = [
     # Exactly what heatsink::counter::rebuild::Repair calls: Query the touched index, each counter
@@ -129,6 +132,7 @@ module "rebuilder" {
     { Effect = "Allow", Action = ["dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"], Resource = aws_dynamodb_table.counters.arn },
     # Parks a failed invocation (the Lambda service sends as the role).
     { Effect = "Allow", Action = ["sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"], Resource = local.async_failures.arn },
+    { Effect = "Allow", Action = ["kms:GenerateDataKey", "kms:Decrypt"], Resource = local.async_failures.key_arn },
   ]
 }
 

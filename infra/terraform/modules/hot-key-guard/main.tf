@@ -19,7 +19,7 @@ locals {
   sampler_source      = "heatsink.sampler"
   sampler_detail_type = "heatsink hot-key report"
   own_async           = var.async_failures_queue == null
-  async_failures      = local.own_async ? { arn = one(module.own_async_failures[*].arn), name = one(module.own_async_failures[*].name) } : var.async_failures_queue
+  async_failures      = local.own_async ? { arn = one(module.own_async_failures[*].arn), name = one(module.own_async_failures[*].name), key_arn = one(module.own_async_failures[*].key_arn) } : var.async_failures_queue
 
   # The directory is watched like the tables.
   tables = merge(
@@ -46,6 +46,7 @@ locals {
     { Effect = "Allow", Action = ["dynamodb:Scan", "dynamodb:PutItem", "dynamodb:DeleteItem"], Resource = aws_dynamodb_table.hotkeys.arn },
     # Parks a failed invocation (the Lambda service sends as the role).
     { Effect = "Allow", Action = ["sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"], Resource = local.async_failures.arn },
+    { Effect = "Allow", Action = ["kms:GenerateDataKey", "kms:Decrypt"], Resource = local.async_failures.key_arn },
   ]
   # Only with a watched table (IAM refuses an empty Resource list).
   watch_statements = [
@@ -100,6 +101,7 @@ module "controller" {
   lambda_dir           = var.lambda_dir
   architecture         = var.architecture
   log_retention_days   = var.log_retention_days
+  tracing              = var.tracing
   tags                 = var.tags
   environment = merge({
     HEATSINK_PREFIX            = var.prefix

@@ -49,8 +49,8 @@ variable "alarm_topic_arn" {
 }
 
 variable "async_failures_queue" {
-  description = "Where failed controller invocations and undeliverable events are parked ({ arn, name }); null: a queue of the block's own, <prefix>hotkey-controller-failures. A shared queue's policy must let EventBridge send for this block's rules (output event_rule_arns)."
-  type        = object({ arn = string, name = string })
+  description = "Where failed controller invocations and undeliverable events are parked ({ arn, name, key_arn }); null: a queue of the block's own, <prefix>hotkey-controller-failures. A shared queue's policy must let EventBridge send for this block's rules (output event_rule_arns)."
+  type        = object({ arn = string, name = string, key_arn = string })
   default     = null
 }
 
@@ -84,4 +84,10 @@ variable "environment" {
 variable "tags" {
   type    = map(string)
   default = {}
+}
+
+variable "tracing" {
+  description = "X-Ray tracing of the functions: PassThrough (a trace only when the caller sampled one; free on the hot paths) or Active (1 request/s plus 5 % per function: about 500 traces/s at 10,000 likes/s, roughly $6,500 a month)."
+  type        = string
+  default     = "PassThrough"
 }
