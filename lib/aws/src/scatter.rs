@@ -35,6 +35,8 @@ use heatsink_core::merge::{
     Cursor, KeyMap, KeyValue, PageEnd, ShardBuffer, Token, TokenError, fingerprint, merge_page,
 };
 
+use crate::ddb::codec::{core_key_value as key_value, key_item as to_item};
+use crate::ddb::{KeyCondition, QueryKey, s};
 use crate::error::AwsError;
 
 /// One DynamoDB item.
@@ -496,9 +498,10 @@ impl MergedQuery {
             .query()
             .table_name(&self.table)
             .set_index_name(self.index.clone())
-            .key_condition_expression("#p = :p")
-            .expression_attribute_names("#p", &self.partition_attr)
-            .expression_attribute_values(":p", AttributeValue::S(self.shards[i].clone()))
+            .query_key(&KeyCondition::partition(
+                &self.partition_attr,
+                s(&self.shards[i]),
+            ))
             .scan_index_forward(!self.descending)
             .limit(limit)
             .set_exclusive_start_key(start)
@@ -546,30 +549,6 @@ impl Ord for SortKey {
         };
         if self.descending { ord.reverse() } else { ord }
     }
-}
-
-fn key_value(v: &AttributeValue) -> Option<KeyValue> {
-    match v {
-        AttributeValue::S(s) => Some(KeyValue::S(s.clone())),
-        AttributeValue::N(n) => Some(KeyValue::N(n.clone())),
-        AttributeValue::B(b) => Some(KeyValue::B(b.as_ref().to_vec())),
-        _ => None,
-    }
-}
-
-fn to_item(key: &KeyMap) -> Item {
-    key.iter()
-        .map(|(k, v)| {
-            let av = match v {
-                KeyValue::S(s) => AttributeValue::S(s.clone()),
-                KeyValue::N(n) => AttributeValue::N(n.clone()),
-                KeyValue::B(b) => {
-                    AttributeValue::B(aws_sdk_dynamodb::primitives::Blob::new(b.clone()))
-                }
-            };
-            (k.clone(), av)
-        })
-        .collect()
 }
 
 #[cfg(test)]

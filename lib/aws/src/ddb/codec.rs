@@ -90,6 +90,33 @@ pub(crate) fn item_to_sdk(item: PortableItem) -> Item {
     item.into()
 }
 
+/// A key attribute as the core's merge key ([`heatsink_core::merge::KeyValue`], the content of
+/// scatter's continuation tokens); `None` for a type that cannot be a key.
+pub(crate) fn core_key_value(value: &AttributeValue) -> Option<heatsink_core::merge::KeyValue> {
+    use heatsink_core::merge::KeyValue;
+    match value {
+        AttributeValue::S(s) => Some(KeyValue::S(s.clone())),
+        AttributeValue::N(n) => Some(KeyValue::N(n.clone())),
+        AttributeValue::B(b) => Some(KeyValue::B(b.as_ref().to_vec())),
+        _ => None,
+    }
+}
+
+/// A core merge key as a DynamoDB key (an `ExclusiveStartKey`).
+pub(crate) fn key_item(key: &heatsink_core::merge::KeyMap) -> Item {
+    use heatsink_core::merge::KeyValue;
+    key.iter()
+        .map(|(name, value)| {
+            let value = match value {
+                KeyValue::S(s) => to_sdk(Portable::S(s.clone())),
+                KeyValue::N(n) => to_sdk(Portable::N(n.clone())),
+                KeyValue::B(b) => to_sdk(Portable::B(b.clone())),
+            };
+            (name.clone(), value)
+        })
+        .collect()
+}
+
 #[cfg(any(feature = "streams", feature = "lambda"))]
 pub(crate) use streams::*;
 
@@ -183,6 +210,18 @@ mod tests {
         fn every_type_round_trips_through_the_dynamodb_sdk(v in strategy::value()) {
             let sdk = to_sdk(v.clone());
             prop_assert_eq!(from_sdk(&sdk, "a"), Ok(v));
+        }
+
+        #[test]
+        fn every_key_round_trips_through_the_core_merge_key(
+            key in proptest::collection::btree_map(".{1,6}", strategy::key_value(), 1..3)
+        ) {
+            let item: Item = key.into_iter().map(|(k, v)| (k, to_sdk(v))).collect();
+            let core: heatsink_core::merge::KeyMap = item
+                .iter()
+                .map(|(k, v)| (k.clone(), core_key_value(v).expect("a key type")))
+                .collect();
+            prop_assert_eq!(key_item(&core), item);
         }
 
         #[cfg(any(feature = "streams", feature = "lambda"))]

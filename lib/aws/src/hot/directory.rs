@@ -44,11 +44,16 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
+use crate::ddb::{Condition, OnlyIf, n, s};
 use crate::error::AwsError;
 use crate::schema::{Schema, Table};
 
 /// Rounds of re-read and re-decide when a change loses its epoch race.
 pub const MAX_ROUNDS: usize = 3;
+
+/// Items a listing reads at most: the directory holds the hot keys of a deployment, a few
+/// dozen; past this the listing is refused, not cut short.
+const MAX_ENTRIES: usize = 100_000;
 
 /// Errors of the hot-key directory.
 #[derive(Debug, thiserror::Error)]
@@ -167,22 +172,21 @@ impl TryFrom<Record> for Entry {
 type Item = HashMap<String, AttributeValue>;
 
 fn to_item(entry: &Entry) -> Result<Item, DirectoryError> {
-    serde_dynamo::to_item(Record::from(entry)).map_err(|e| DirectoryError::Malformed {
+    crate::ddb::row::to_item(&Record::from(entry)).map_err(|e| DirectoryError::Malformed {
         key: entry.key.clone(),
         reason: e.to_string(),
     })
 }
 
 fn from_item(item: Item) -> Result<Entry, DirectoryError> {
-    let key = match item.get("key") {
-        Some(AttributeValue::S(k)) => k.clone(),
-        _ => String::new(),
-    };
+    let key = crate::ddb::get_s(&item, "key")
+        .unwrap_or_default()
+        .to_owned();
     let malformed = |reason: String| DirectoryError::Malformed {
         key: key.clone(),
         reason,
     };
-    let record: Record = serde_dynamo::from_item(item).map_err(|e| malformed(e.to_string()))?;
+    let record: Record = crate::ddb::row::from_item(item).map_err(|e| malformed(e.to_string()))?;
     Entry::try_from(record).map_err(|e| malformed(e.to_string()))
 }
 
@@ -218,7 +222,7 @@ impl Directory {
             .ddb
             .get_item()
             .table_name(&self.table)
-            .key("key", AttributeValue::S(key.to_owned()))
+            .key("key", s(key))
             .consistent_read(true)
             .send()
             .await
@@ -231,28 +235,35 @@ impl Directory {
     /// A malformed item fails the whole listing: acting on a partial directory could undo a
     /// salt that readers still depend on.
     pub async fn list(&self) -> Result<Vec<Entry>, DirectoryError> {
-        let mut entries = Vec::new();
-        let mut start = None;
-        loop {
-            let out = self
-                .ddb
-                .scan()
-                .table_name(&self.table)
-                .consistent_read(true)
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(|e| AwsError::dynamodb("Scan", &self.table, e))?;
-            for item in out.items.unwrap_or_default() {
-                entries.push(from_item(item)?);
-            }
-            start = out.last_evaluated_key;
-            if start.is_none() {
-                break;
-            }
-        }
+        let mut entries = self
+            .scan()
+            .await?
+            .into_iter()
+            .map(from_item)
+            .collect::<Result<Vec<_>, _>>()?;
         entries.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(entries)
+    }
+
+    /// Every item of the table (a strongly consistent Scan, every page).
+    async fn scan(&self) -> Result<Vec<Item>, DirectoryError> {
+        let pages = self
+            .ddb
+            .scan()
+            .table_name(&self.table)
+            .consistent_read(true)
+            .into_paginator()
+            .items()
+            .send();
+        crate::ddb::read_all(pages, MAX_ENTRIES).await.map_err(|e| {
+            e.into_error(
+                |e| AwsError::dynamodb("Scan", &self.table, e).into(),
+                |bound| DirectoryError::Malformed {
+                    key: String::new(),
+                    reason: format!("the directory holds more than {bound} items"),
+                },
+            )
+        })
     }
 
     /// The live entries at `now`.
@@ -265,26 +276,10 @@ impl Directory {
     pub async fn list_lenient(&self) -> Result<(Vec<Entry>, Vec<DirectoryError>), DirectoryError> {
         let mut entries = Vec::new();
         let mut malformed = Vec::new();
-        let mut start = None;
-        loop {
-            let out = self
-                .ddb
-                .scan()
-                .table_name(&self.table)
-                .consistent_read(true)
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(|e| AwsError::dynamodb("Scan", &self.table, e))?;
-            for item in out.items.unwrap_or_default() {
-                match from_item(item) {
-                    Ok(e) => entries.push(e),
-                    Err(e) => malformed.push(e),
-                }
-            }
-            start = out.last_evaluated_key;
-            if start.is_none() {
-                break;
+        for item in self.scan().await? {
+            match from_item(item) {
+                Ok(e) => entries.push(e),
+                Err(e) => malformed.push(e),
             }
         }
         entries.sort_by(|a, b| a.key.cmp(&b.key));
@@ -303,20 +298,16 @@ impl Directory {
                 expected_epoch,
             } => {
                 entry.validate()?;
+                let unchanged = match expected_epoch {
+                    None => Condition::not_exists("key"),
+                    Some(epoch) => Condition::eq("epoch", n(*epoch)),
+                };
                 let put = self
                     .ddb
                     .put_item()
                     .table_name(&self.table)
-                    .set_item(Some(to_item(entry)?));
-                let put = match expected_epoch {
-                    None => put
-                        .condition_expression("attribute_not_exists(#k)")
-                        .expression_attribute_names("#k", "key"),
-                    Some(epoch) => put
-                        .condition_expression("#e = :e")
-                        .expression_attribute_names("#e", "epoch")
-                        .expression_attribute_values(":e", n(*epoch)),
-                };
+                    .set_item(Some(to_item(entry)?))
+                    .only_if(&unchanged);
                 match put.send().await {
                     Ok(_) => Ok(()),
                     Err(e) => Err(match AwsError::dynamodb("PutItem", &self.table, e) {
@@ -333,10 +324,8 @@ impl Directory {
                     .ddb
                     .delete_item()
                     .table_name(&self.table)
-                    .key("key", AttributeValue::S(key.clone()))
-                    .condition_expression("#e = :e")
-                    .expression_attribute_names("#e", "epoch")
-                    .expression_attribute_values(":e", n(*expected_epoch));
+                    .key("key", s(key))
+                    .only_if(&Condition::eq("epoch", n(*expected_epoch)));
                 match delete.send().await {
                     Ok(_) => Ok(()),
                     Err(e) => Err(match AwsError::dynamodb("DeleteItem", &self.table, e) {
@@ -347,10 +336,6 @@ impl Directory {
             }
         }
     }
-}
-
-fn n(v: u64) -> AttributeValue {
-    AttributeValue::N(v.to_string())
 }
 
 /// What one controller run did.

@@ -50,8 +50,8 @@ use aws_sdk_dynamodb::operation::update_item::{
 };
 use aws_sdk_dynamodb::types::{AttributeValue, Capacity, ConsumedCapacity, ReturnConsumedCapacity};
 use aws_smithy_types::config_bag::{Storable, StoreReplace};
-use base64::Engine;
 
+use crate::ddb::value::scalar_text as key_string;
 use crate::schema::TableSpec;
 
 /// Names of the structured log fields of a capacity line, which Contributor Insights rules read;
@@ -619,15 +619,6 @@ fn failure_code(op: Op, context: &FinalizerInterceptorContextRef<'_>) -> String 
         Op::BatchWriteItem => code!(BatchWriteItemError),
     };
     code.unwrap_or("unknown").to_owned()
-}
-
-/// A key value as text: S as is, N as its digits, B as base64; other types are not keys.
-fn key_string(v: &AttributeValue) -> Option<String> {
-    match v {
-        AttributeValue::S(s) | AttributeValue::N(s) => Some(s.clone()),
-        AttributeValue::B(b) => Some(base64::engine::general_purpose::STANDARD.encode(b.as_ref())),
-        _ => None,
-    }
 }
 
 /// The value a key condition (`pk = :pk AND begins_with(sk, :s)`, `#p = :p`) gives `attr`.
