@@ -23,7 +23,8 @@ mod tests {
     use serde::Deserialize;
 
     use super::*;
-    use crate::ddb::value::{n, s, string_list};
+    use crate::ddb::value::{n, s};
+    use aws_sdk_dynamodb::types::AttributeValue;
 
     #[derive(Debug, PartialEq, Serialize, Deserialize)]
     struct Row {
@@ -49,7 +50,7 @@ mod tests {
             Item::from([
                 ("id".to_owned(), s("a")),
                 ("counter".to_owned(), n(u64::MAX)),
-                ("parents".to_owned(), string_list(["p"])),
+                ("parents".to_owned(), AttributeValue::L(vec![s("p")])),
             ])
         );
         assert_eq!(from_item::<Row>(item.clone()), Ok(row));

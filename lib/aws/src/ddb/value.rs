@@ -31,11 +31,6 @@ pub(crate) fn flag(v: bool) -> AttributeValue {
     AttributeValue::Bool(v)
 }
 
-/// A list of strings (`L` of `S`, the shape a `Vec<String>` row field takes).
-pub(crate) fn string_list<S: Into<String>>(v: impl IntoIterator<Item = S>) -> AttributeValue {
-    AttributeValue::L(v.into_iter().map(s).collect())
-}
-
 /// `attr` of `item` as a string; `None` when missing or of another type.
 pub(crate) fn get_s<'a>(item: &'a Item, attr: &str) -> Option<&'a str> {
     item.get(attr)
@@ -99,6 +94,5 @@ mod tests {
         assert_eq!(scalar_text(&n(12u8)).as_deref(), Some("12"));
         assert_eq!(scalar_text(&b(vec![0u8, 255])).as_deref(), Some("AP8="));
         assert_eq!(scalar_text(&flag(true)), None);
-        assert_eq!(string_list(["a"]), AttributeValue::L(vec![s("a")]));
     }
 }
