@@ -3,8 +3,9 @@ terraform {
 
   required_providers {
     aws = {
-      source  = "hashicorp/aws"
-      version = ">= 5.100"
+      source = "hashicorp/aws"
+      # 6.11: the Contributor Insights mode of modules/hot-key-guard.
+      version = ">= 6.11"
     }
   }
 }

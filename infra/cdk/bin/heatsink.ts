@@ -7,7 +7,8 @@
  *   heatsink:architecture              arm64 | x86_64 (default arm64)
  *   heatsink:lambdaDir                 where the `<name>/bootstrap.zip` files are (default: the
  *                                      `make lambdas` output for the architecture)
- *   heatsink:contributorInsightsMode   ACCESSED_AND_THROTTLED_KEYS | THROTTLED_KEYS
+ *   heatsink:contributorInsightsMode   ACCESSED_AND_THROTTLED_KEYS | THROTTLED_KEYS on every table and GSI
+ *                                      (default: accessed keys where the controller acts, throttled elsewhere)
  *   heatsink:hotPartitionFraction      alarm threshold as a fraction of the partition ceiling
  *   heatsink:likeEventsSource          kinesis | dynamodb-streams: likes-aggregator's one event source
  *                                      (default kinesis: like-events fed by the table's Kinesis

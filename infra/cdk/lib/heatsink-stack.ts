@@ -78,7 +78,11 @@ export interface HeatsinkStackProps extends StackProps {
   readonly code: (name: FunctionName) => lambda.Code;
   /** @default ARM_64 */
   readonly architecture?: lambda.Architecture;
-  /** DynamoDB Contributor Insights mode on every table and GSI. @default ACCESSED_AND_THROTTLED_KEYS */
+  /**
+   * DynamoDB Contributor Insights mode on every table and GSI. @default per table: accessed and
+   * throttled keys on the tables the controller acts on (counters and its index), throttled keys
+   * elsewhere (see {@link GuardedTable.contributorInsights})
+   */
   readonly contributorInsightsMode?: ContributorInsightsMode;
   /** Hot-partition alarms fire at this fraction of the per-partition / per-shard ceiling. @default 0.8 */
   readonly hotPartitionFraction?: number;
@@ -244,13 +248,14 @@ export class HeatsinkStack extends Stack {
       tableName: `${prefix}${spec.logical}`,
       indexes: spec.gsis.map((g) => g.name),
       hot: controllerTables.find((c) => c.table === spec.logical)?.kind,
-      contributorInsights: props.contributorInsightsMode ?? 'ACCESSED_AND_THROTTLED_KEYS',
+      // Unset: the guard's per-table default (accessed keys where the controller acts).
+      contributorInsights: props.contributorInsightsMode,
     }));
     this.guard = new HotKeyGuard(this, 'Guard', {
       ...functionDefaults,
       prefix,
       tables: guarded,
-      directoryContributorInsights: props.contributorInsightsMode ?? 'ACCESSED_AND_THROTTLED_KEYS',
+      directoryContributorInsights: props.contributorInsightsMode,
       capacityLogGroups: [likesApi.logGroup, this.counter.aggregator.logGroup, this.counter.rebuilder.logGroup],
       hotPartitionFraction: fraction,
       alarmTopic: this.alarmTopic,

@@ -26,18 +26,33 @@ describe('tables', () => {
     }
   });
 
-  test('Contributor Insights on every table and every GSI, default mode accessed+throttled', () => {
+  test('Contributor Insights on every table and every GSI: accessed keys where the controller acts, throttled keys elsewhere', () => {
     let gsis = 0;
+    const modes: Record<string, string> = {};
     for (const r of Object.values(resources(s.template, 'AWS::DynamoDB::GlobalTable'))) {
       const replica = r.Properties.Replicas[0];
-      expect(replica.ContributorInsightsSpecification).toEqual({ Enabled: true, Mode: 'ACCESSED_AND_THROTTLED_KEYS' });
+      expect(replica.ContributorInsightsSpecification.Enabled).toBe(true);
+      modes[r.Properties.TableName] = replica.ContributorInsightsSpecification.Mode;
       for (const g of r.Properties.GlobalSecondaryIndexes ?? []) {
         const spec = replica.GlobalSecondaryIndexes.find((x: any) => x.IndexName === g.IndexName);
-        expect(spec.ContributorInsightsSpecification).toEqual({ Enabled: true, Mode: 'ACCESSED_AND_THROTTLED_KEYS' });
+        expect(spec.ContributorInsightsSpecification.Enabled).toBe(true);
+        modes[`${r.Properties.TableName}/${g.IndexName}`] = spec.ContributorInsightsSpecification.Mode;
         gsis++;
       }
     }
     expect(gsis).toBe(TABLES.reduce((n, t) => n + t.gsis.length, 0));
+    // The controller reads the accessed-keys rules of counters (and its index) to name a hot
+    // count before it throttles; elsewhere the accessed-keys rule would bill every request for nothing.
+    expect(modes).toEqual({
+      'heatsink-liked': 'THROTTLED_KEYS',
+      'heatsink-liked/by-post': 'THROTTLED_KEYS',
+      'heatsink-counters': 'ACCESSED_AND_THROTTLED_KEYS',
+      'heatsink-counters/touched': 'ACCESSED_AND_THROTTLED_KEYS',
+      'heatsink-hotkeys': 'THROTTLED_KEYS',
+      'heatsink-leases': 'THROTTLED_KEYS',
+      'heatsink-posts': 'THROTTLED_KEYS',
+      'heatsink-posts/by-creator': 'THROTTLED_KEYS',
+    });
   });
 
   test('Contributor Insights mode is configurable', () => {
@@ -103,6 +118,17 @@ describe.each<[LikeEventsSource, boolean]>([
       StartingPosition: 'TRIM_HORIZON',
     });
     expect(mappings[0].Properties.DestinationConfig.OnFailure.Destination).toBeDefined();
+    // Its own EventCount metrics, and alarms on the events it dropped or parked.
+    expect(mappings[0].Properties.MetricsConfig).toEqual({ Metrics: ['EventCount'] });
+    const [mappingId] = Object.entries(resources(t, 'AWS::Lambda::EventSourceMapping'))[0];
+    for (const [name, metric] of [
+      ['heatsink-likes-aggregator-dropped-events', 'DroppedEventCount'],
+      ['heatsink-likes-aggregator-parked-events', 'OnFailureDestinationDeliveredEventCount'],
+    ]) {
+      const alarm = Object.values(resources(t, 'AWS::CloudWatch::Alarm')).find((a) => a.Properties.AlarmName === name)!.Properties;
+      expect(alarm).toMatchObject({ Namespace: 'AWS/Lambda', MetricName: metric, Statistic: 'Sum', Threshold: 1 });
+      expect(alarm.Dimensions).toEqual([{ Name: 'EventSourceMappingUUID', Value: { Ref: mappingId } }]);
+    }
   });
 
   test('the table copies its changes to like-events only when Kinesis is the source; its own stream stays', () => {
@@ -437,12 +463,23 @@ describe('alarms and dashboard', () => {
     for (const t of TABLES) {
       for (const target of [`heatsink-${t.logical}`, ...t.gsis.map((g) => `heatsink-${t.logical}-${g.name}`)]) {
         expect(names).toContain(`${target}-throttled-key-range`);
-        expect(names).toContain(`${target}-throttled-quota`);
+        expect(names).toContain(`${target}-throttled-capacity`);
       }
     }
     const keyRange = alarms().find((a) => a.AlarmName === 'heatsink-posts-by-creator-throttled-key-range');
     const metricNames = keyRange.Metrics.filter((m: any) => m.MetricStat).map((m: any) => m.MetricStat.Metric.MetricName);
     expect(metricNames.sort()).toEqual(['ReadKeyRangeThroughputThrottleEvents', 'WriteKeyRangeThroughputThrottleEvents']);
+    const capacity = alarms().find((a) => a.AlarmName === 'heatsink-posts-by-creator-throttled-capacity');
+    expect(capacity.Metrics.filter((m: any) => m.MetricStat).map((m: any) => m.MetricStat.Metric.MetricName).sort()).toEqual(
+      [
+        'ReadAccountLimitThrottleEvents',
+        'ReadMaxOnDemandThroughputThrottleEvents',
+        'ReadProvisionedThroughputThrottleEvents',
+        'WriteAccountLimitThrottleEvents',
+        'WriteMaxOnDemandThroughputThrottleEvents',
+        'WriteProvisionedThroughputThrottleEvents',
+      ],
+    );
     expect(keyRange.Metrics[1].MetricStat.Metric.Dimensions).toContainEqual({
       Name: 'GlobalSecondaryIndexName',
       Value: 'by-creator',

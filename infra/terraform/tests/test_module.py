@@ -206,6 +206,44 @@ def test_contributor_insights_on_every_table_and_gsi():
     assert "for i in t.indexes" in targets and "for k, t in local.tables" in targets
 
 
+def test_contributor_insights_mode_per_table_and_gsi():
+    """Accessed and throttled keys where the controller acts (it reads that rule), throttled keys
+    elsewhere; the same modes as the CDK stack (heatsink.test.ts)."""
+    ci = clean(GUARD.resources[("aws_dynamodb_contributor_insights", "this")])
+    assert ci["mode"] == "${each.value.mode}"
+    rule = '${t.contributor_insights == null ? (t.hot == null ? "THROTTLED_KEYS" : "ACCESSED_AND_THROTTLED_KEYS") : t.contributor_insights}'
+    assert unq(GUARD.locals["targets"]).count(rule.strip("${}")) == 2  # tables and their GSIs
+    assert variable_default("contributor_insights_mode") is None
+    modes = {}
+    for t in GUARD.tables().values():
+        given = ROOT.value(t["contributor_insights"])
+        mode = given or ("THROTTLED_KEYS" if ROOT.value(t["hot"]) is None else "ACCESSED_AND_THROTTLED_KEYS")
+        name = ROOT.text(t["name"])
+        modes[name] = mode
+        for i in t.get("indexes", []):
+            modes[f"{name}/{i}"] = mode
+    modes[f"{SCHEMA['prefix']}hotkeys"] = ROOT.value(ROOT.calls["guard"]["directory_contributor_insights"])
+    p = SCHEMA["prefix"]
+    assert modes == {
+        f"{p}liked": "THROTTLED_KEYS",
+        f"{p}liked/by-post": "THROTTLED_KEYS",
+        f"{p}counters": "ACCESSED_AND_THROTTLED_KEYS",
+        f"{p}counters/touched": "ACCESSED_AND_THROTTLED_KEYS",
+        f"{p}hotkeys": "THROTTLED_KEYS",
+        f"{p}leases": "THROTTLED_KEYS",
+        f"{p}posts": "THROTTLED_KEYS",
+        f"{p}posts/by-creator": "THROTTLED_KEYS",
+    }
+
+
+def test_the_provider_constraint_covers_the_contributor_insights_mode():
+    """`mode` needs hashicorp/aws 6.11: every configuration that instantiates the guard says so."""
+    for path in (MODULE / "versions.tf", MODULE / "modules" / "hot-key-guard" / "main.tf", MODULE / "examples" / "orders" / "main.tf"):
+        assert re.search(r'version\s*=\s*">= 6\.11"', path.read_text()), path
+    stale = [p for p in MODULE.rglob("*.tf") if ".venv" not in p.parts and "no `mode`" in p.read_text()]
+    assert stale == []
+
+
 # The CDK app's resources (infra/cdk/test/heatsink.test.ts), as Terraform resource blocks, counted
 # over the root and every module instance it creates (a for_each block counts once).
 SAME_AS_CDK = {
@@ -346,6 +384,12 @@ def test_aggregator_event_source():
     assert resolve_esm(ROOT.calls["counter"]["batch_size"]) == ESM["batch_size"]
     assert resolve_esm(ROOT.calls["counter"]["window_seconds"]) == ESM["window_seconds"]
     assert COUNTER.logical(esm["destination_config"][0]["on_failure"][0]["destination_arn"], SCHEMA["prefix"]) == ["queue/stream-failures"]
+    # Its own EventCount metrics, and alarms on the events it dropped or parked.
+    assert esm["metrics_config"][0]["metrics"] == ["EventCount"]
+    alarms = clean(COUNTER.locals["counter_alarms"])
+    for name, metric in (("likes-aggregator-dropped-events", "DroppedEventCount"), ("likes-aggregator-parked-events", "OnFailureDestinationDeliveredEventCount")):
+        assert (alarms[name]["namespace"], alarms[name]["metric"], alarms[name]["stat"], alarms[name]["threshold"]) == ("AWS/Lambda", metric, "Sum", 1)
+        assert alarms[name]["dims"] == {"EventSourceMappingUUID": "${aws_lambda_event_source_mapping.aggregator.uuid}"}
 
 
 def test_schedules_and_alarm_rule():

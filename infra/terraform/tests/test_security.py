@@ -114,7 +114,7 @@ def test_every_alarm_name_has_a_runbook_row():
     names += list(alarm_maps()["guard"])
     # The kinesis source's alarms carry the table's and stream's names; the guard's, each table's.
     names += [p + "like-events-write-throttled", p + "liked-kinesis-replication-lag", p + "liked-kinesis-replication-failed", p + "like-events-iterator-age"]
-    names += [p + "liked-partition-wcu-hot", p + "posts-by-creator-throttled-key-range", p + "liked-throttled-quota"]
+    names += [p + "liked-partition-wcu-hot", p + "posts-by-creator-throttled-key-range", p + "liked-throttled-capacity"]
     kinesis = clean(COUNTER.locals["kinesis_alarms"]) if isinstance(COUNTER.locals["kinesis_alarms"], dict) else unq(COUNTER.locals["kinesis_alarms"])
     for suffix in ("-write-throttled", "-kinesis-replication-lag", "-kinesis-replication-failed", "-iterator-age"):
         assert suffix in str(kinesis), suffix

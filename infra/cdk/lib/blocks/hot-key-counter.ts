@@ -128,6 +128,8 @@ export class HotKeyCounter extends Construct {
   public readonly alarms: cw.Alarm[];
   /** Dashboard widgets, one row per entry. */
   public readonly widgets: cw.IWidget[][] = [];
+  /** The aggregator's event source mapping (its UUID, the dimension of its EventCount metrics). */
+  public readonly eventSourceMappingId: string;
   /** The aggregator's iterator age (Lambda `IteratorAge`, maximum per minute). */
   public readonly iteratorAge: cw.Metric;
 
@@ -218,12 +220,15 @@ export class HotKeyCounter extends Construct {
       retryAttempts: batching.retryAttempts ?? 10,
       maxRecordAge: batching.maxRecordAge ?? Duration.hours(6),
       onFailure: new QueueDlq(this.streamFailures, this.aggregator),
+      // EventCount metrics (AWS/Lambda by EventSourceMappingUUID): dropped and parked events alarm.
+      metricsConfig: { metrics: [lambda.MetricType.EVENT_COUNT] },
     };
-    this.aggregator.fn.addEventSource(
+    const source =
       props.source.kind === 'kinesis'
         ? new sources.KinesisEventSource(props.source.stream, streamSource)
-        : new sources.DynamoEventSource(props.source.table, streamSource),
-    );
+        : new sources.DynamoEventSource(props.source.table, streamSource);
+    this.aggregator.fn.addEventSource(source);
+    this.eventSourceMappingId = source.eventSourceMappingId;
 
     new events.Rule(this, 'Schedule', {
       ruleName: `${prefix}count-rebuilder-schedule`,
@@ -265,6 +270,36 @@ export class HotKeyCounter extends Construct {
       metric: emfMetric(EMF_METRICS.counterCorrection, 'count-rebuilder', 'Sum', undefined, perRun),
       threshold: 0,
       comparisonOperator: cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
+      evaluationPeriods: 1,
+      treatMissingData: cw.TreatMissingData.NOT_BREACHING,
+    });
+    // The mapping's own counts (MetricsConfig EventCount): events it dropped without parking them
+    // (lost to the counters until a repair), and events it parked in stream-failures.
+    const esmMetric = (metricName: string) =>
+      new cw.Metric({
+        namespace: 'AWS/Lambda',
+        metricName,
+        dimensionsMap: { EventSourceMappingUUID: this.eventSourceMappingId },
+        statistic: 'Sum',
+        period: Duration.minutes(5),
+      });
+    f.alarm('DroppedEvents', {
+      alarmName: `${prefix}likes-aggregator-dropped-events`,
+      alarmDescription:
+        "likes-aggregator's event source mapping dropped events without parking them (DroppedEventCount). Runbook: README \"Alarms\".",
+      metric: esmMetric('DroppedEventCount'),
+      threshold: 1,
+      comparisonOperator: cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+      evaluationPeriods: 1,
+      treatMissingData: cw.TreatMissingData.NOT_BREACHING,
+    });
+    f.alarm('ParkedEvents', {
+      alarmName: `${prefix}likes-aggregator-parked-events`,
+      alarmDescription:
+        "likes-aggregator's event source mapping parked events in the stream-failures queue (OnFailureDestinationDeliveredEventCount). Runbook: README \"Alarms\".",
+      metric: esmMetric('OnFailureDestinationDeliveredEventCount'),
+      threshold: 1,
+      comparisonOperator: cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
       evaluationPeriods: 1,
       treatMissingData: cw.TreatMissingData.NOT_BREACHING,
     });

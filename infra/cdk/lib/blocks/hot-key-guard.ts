@@ -309,7 +309,11 @@ export class HotKeyGuard extends Construct {
     }
     const throttleReasons: Record<string, string[]> = {
       'key-range': ['ReadKeyRangeThroughputThrottleEvents', 'WriteKeyRangeThroughputThrottleEvents'],
-      quota: [
+      // Not a hot key: the table (provisioned), the account's per-table quota or the table's
+      // on-demand maximum is short. Salting would not help; capacity or a limit would.
+      capacity: [
+        'ReadProvisionedThroughputThrottleEvents',
+        'WriteProvisionedThroughputThrottleEvents',
         'ReadAccountLimitThrottleEvents',
         'WriteAccountLimitThrottleEvents',
         'ReadMaxOnDemandThroughputThrottleEvents',
@@ -326,7 +330,7 @@ export class HotKeyGuard extends Construct {
           alarmDescription:
             reason === 'key-range'
               ? `${label}: requests throttled because one partition exceeded its key-range ceiling (hot key). Runbook: README "Alarms".`
-              : `${label}: requests throttled by the account's per-table quota or the table's on-demand maximum. Runbook: README "Alarms".`,
+              : `${label}: requests throttled for capacity (provisioned throughput, the account's per-table quota or the table's on-demand maximum), not a hot key. Runbook: README "Alarms".`,
           metric: new cw.MathExpression({
             expression: Object.keys(usingMetrics).join(' + '),
             usingMetrics,
@@ -384,12 +388,7 @@ export class HotKeyGuard extends Construct {
         (target) =>
           new cw.GraphWidget({
             title: `Throttles by reason: ${target.table}${target.index ? `/${target.index}` : ''}`,
-            left: [
-              ...throttleReasons['key-range'],
-              ...throttleReasons.quota,
-              'ReadProvisionedThroughputThrottleEvents',
-              'WriteProvisionedThroughputThrottleEvents',
-            ].map((m) => ddbMetric(m, target.table, target.index).with({ label: m.replace('ThrottleEvents', '') })),
+            left: [...throttleReasons['key-range'], ...throttleReasons.capacity].map((m) => ddbMetric(m, target.table, target.index).with({ label: m.replace('ThrottleEvents', '') })),
             stacked: true,
             width: 8,
             height: 6,

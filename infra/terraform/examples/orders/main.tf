@@ -12,7 +12,7 @@
 terraform {
   required_version = ">= 1.5"
   required_providers {
-    aws = { source = "hashicorp/aws", version = ">= 5.100" }
+    aws = { source = "hashicorp/aws", version = ">= 6.11" }
   }
 }
 

@@ -154,6 +154,11 @@ resource "aws_lambda_event_source_mapping" "aggregator" {
       destination_arn = module.stream_failures.arn
     }
   }
+
+  # EventCount metrics (AWS/Lambda by EventSourceMappingUUID): dropped and parked events alarm.
+  metrics_config {
+    metrics = ["EventCount"]
+  }
 }
 
 # Scheduled: no async retries (the next tick is the retry; concurrency 1 must not queue

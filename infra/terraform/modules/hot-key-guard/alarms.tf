@@ -31,7 +31,10 @@ locals {
 
   throttle_reasons = {
     "key-range" = ["ReadKeyRangeThroughputThrottleEvents", "WriteKeyRangeThroughputThrottleEvents"]
-    "quota" = [
+    # Not a hot key: the table (provisioned), the account's per-table quota or the table's
+    # on-demand maximum is short. Salting would not help; capacity or a limit would.
+    "capacity" = [
+      "ReadProvisionedThroughputThrottleEvents", "WriteProvisionedThroughputThrottleEvents",
       "ReadAccountLimitThrottleEvents", "WriteAccountLimitThrottleEvents",
       "ReadMaxOnDemandThroughputThrottleEvents", "WriteMaxOnDemandThroughputThrottleEvents",
     ]
@@ -98,7 +101,7 @@ resource "aws_cloudwatch_metric_alarm" "hot_partition" {
 resource "aws_cloudwatch_metric_alarm" "throttled" {
   for_each            = local.throttle_alarms
   alarm_name          = each.key
-  alarm_description   = each.value.reason == "key-range" ? "Requests throttled because one partition exceeded its key-range ceiling (hot key). Runbook: README \"Alarms\"." : "Requests throttled by the account's per-table quota or the table's on-demand maximum. Runbook: README \"Alarms\"."
+  alarm_description   = each.value.reason == "key-range" ? "Requests throttled because one partition exceeded its key-range ceiling (hot key). Runbook: README \"Alarms\"." : "Requests throttled for capacity (provisioned throughput, the account's per-table quota or the table's on-demand maximum), not a hot key. Runbook: README \"Alarms\"."
   comparison_operator = "GreaterThanOrEqualToThreshold"
   evaluation_periods  = 3
   datapoints_to_alarm = 2

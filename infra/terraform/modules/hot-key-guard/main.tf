@@ -6,7 +6,8 @@
 terraform {
   required_version = ">= 1.5"
   required_providers {
-    aws = { source = "hashicorp/aws", version = ">= 5.100" }
+    # 6.11: aws_dynamodb_contributor_insights.mode.
+    aws = { source = "hashicorp/aws", version = ">= 6.11" }
   }
 }
 
@@ -125,9 +126,13 @@ resource "aws_lambda_function_event_invoke_config" "controller" {
   }
 }
 
-# DynamoDB Contributor Insights on every watched table and GSI.
+# DynamoDB Contributor Insights on every watched table and GSI, each in its own mode: accessed and
+# throttled keys where the controller acts (it reads the accessed-keys rule to name a hot key before
+# it throttles), throttled keys elsewhere (billed for throttled requests only). `mode` needs the
+# AWS provider 6.11 or later.
 resource "aws_dynamodb_contributor_insights" "this" {
   for_each   = { for k, t in local.targets : k => t if t.mode != "" }
   table_name = each.value.table
   index_name = each.value.index
+  mode       = each.value.mode
 }

@@ -86,7 +86,7 @@ output "dashboard_widgets" {
         view    = "timeSeries"
         stacked = true
         period  = 60
-        metrics = [for m in concat(local.throttle_reasons["key-range"], local.throttle_reasons["quota"], ["ReadProvisionedThroughputThrottleEvents", "WriteProvisionedThroughputThrottleEvents"]) : concat(
+        metrics = [for m in concat(local.throttle_reasons["key-range"], local.throttle_reasons["capacity"]) : concat(
           ["AWS/DynamoDB", m, "TableName", target.table],
           target.index == null ? [] : ["GlobalSecondaryIndexName", target.index],
           [{ stat = "Sum", label = replace(m, "ThrottleEvents", "") }],
