@@ -619,12 +619,21 @@ impl CounterStore {
             None => Condition::not_exists("pk"),
             Some(expected) => Condition::eq("seq", s(expected.as_padded())),
         };
+        self.put_if(&row, &unchanged).await
+    }
+
+    /// Puts `row` if `condition` holds; `Ok(false)` when it did not (nothing written).
+    async fn put_if(
+        &self,
+        row: &SubKeyRow,
+        condition: &Condition,
+    ) -> Result<bool, CounterStoreError> {
         let req = self
             .ddb
             .put_item()
             .table_name(&self.table)
             .set_item(Some(row.item()?))
-            .only_if(&unchanged);
+            .only_if(condition);
         match req.send().await {
             Ok(_) => Ok(true),
             Err(e) => {
@@ -840,23 +849,7 @@ impl CounterStore {
             None => Condition::not_exists("ver"),
             Some(v) => Condition::eq("ver", n(v)),
         };
-        let req = self
-            .ddb
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(row.item()?))
-            .only_if(&unchanged);
-        match req.send().await {
-            Ok(_) => Ok(true),
-            Err(e) => {
-                let e = AwsError::dynamodb("PutItem", &self.table, e);
-                if e.is_conditional_check_failed() {
-                    Ok(false)
-                } else {
-                    Err(e.into())
-                }
-            }
-        }
+        self.put_if(&row, &unchanged).await
     }
 
     /// Adds `delta` to a salted sub-key with `ADD` (the salted strategy; at-least-once).
@@ -975,6 +968,96 @@ mod tests {
 
     use super::*;
     use crate::testing::mocked;
+
+    /// A table of one writer sub-key behind mocked BatchGetItem and PutItem: a put lands only
+    /// if its condition holds on the stored item, as DynamoDB decides ([`crate::ddb::eval`]).
+    /// Right after the first read, another flush of the same writer (a redelivery reaching
+    /// seq 12) lands, as a racing Lambda invocation would.
+    #[tokio::test]
+    async fn smithy_mock_a_flush_that_loses_a_race_re_reads_and_never_overwrites_the_winner() {
+        use std::sync::{Arc, Mutex};
+
+        use aws_sdk_dynamodb::operation::batch_get_item::BatchGetItemOutput;
+        use aws_sdk_dynamodb::operation::put_item::{PutItemError, PutItemOutput};
+        use aws_smithy_mocks::MockResponse;
+
+        let key = CounterKey::new("likes", "p9").expect("key");
+        let writer = WriterId::new("shardId-1").expect("writer");
+        let sub_key = |total: i64, seq: u64| {
+            Item::from([
+                ("pk".to_owned(), s(key.pk())),
+                (
+                    "sk".to_owned(),
+                    s(SubKey::Writer(writer.clone()).sort_key()),
+                ),
+                ("total".to_owned(), n(total)),
+                ("seq".to_owned(), s(Seq::from(seq).as_padded())),
+            ])
+        };
+        let stored = Arc::new(Mutex::new(sub_key(5, 10)));
+        let winner = sub_key(7, 12);
+        let reads = Arc::new(Mutex::new(0));
+        let get = {
+            let (stored, reads) = (stored.clone(), reads.clone());
+            mock!(aws_sdk_dynamodb::Client::batch_get_item).then_compute_output(move |_| {
+                let item = stored.lock().expect("lock").clone();
+                let mut reads = reads.lock().expect("lock");
+                *reads += 1;
+                if *reads == 1 {
+                    *stored.lock().expect("lock") = winner.clone();
+                }
+                BatchGetItemOutput::builder()
+                    .responses("t-counters", vec![item])
+                    .build()
+            })
+        };
+        let put = {
+            let stored = stored.clone();
+            mock!(aws_sdk_dynamodb::Client::put_item).then_compute_response(move |r| {
+                let mut stored = stored.lock().expect("lock");
+                let holds = crate::ddb::eval::holds(
+                    r.condition_expression().unwrap_or_default(),
+                    &r.expression_attribute_names().cloned().unwrap_or_default(),
+                    &r.expression_attribute_values().cloned().unwrap_or_default(),
+                    Some(&stored),
+                );
+                if holds {
+                    *stored = r.item().cloned().unwrap_or_default();
+                    MockResponse::Output(PutItemOutput::builder().build())
+                } else {
+                    MockResponse::Error(PutItemError::ConditionalCheckFailedException(
+                        ConditionalCheckFailedException::builder()
+                            .meta(crate::testing::error_meta(
+                                "ConditionalCheckFailedException",
+                            ))
+                            .build(),
+                    ))
+                }
+            })
+        };
+        let ddb = mocked!(aws_sdk_dynamodb with |c| c.retry_config(RetryConfig::disabled());
+            get, put);
+        let mut batch = Deltas::new();
+        batch
+            .add_record(key.clone(), Seq::from(11), 1)
+            .expect("delta");
+        let report = CounterStore::new(ddb, "t-counters")
+            .flush(&writer, &batch)
+            .await
+            .expect("flush");
+        assert_eq!(
+            (report.conflicts, report.already_applied),
+            (1, 1),
+            "{report:?}"
+        );
+        let stored = stored.lock().expect("lock");
+        assert_eq!(
+            get_n::<i64>(&stored, "total"),
+            Some(7),
+            "the winner's total stays"
+        );
+        assert_eq!(get_s(&stored, "seq"), Some(Seq::from(12).as_padded()));
+    }
 
     async fn add_salted_failing_with(err: fn() -> UpdateItemError) -> CounterStoreError {
         let update = mock!(aws_sdk_dynamodb::Client::update_item).then_error(err);

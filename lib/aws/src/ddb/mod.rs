@@ -42,6 +42,8 @@
 pub(crate) mod apply;
 pub(crate) mod codec;
 pub(crate) mod condition;
+#[cfg(test)]
+pub(crate) mod eval;
 pub(crate) mod json;
 pub(crate) mod key_condition;
 pub(crate) mod key_text;

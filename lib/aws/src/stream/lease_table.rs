@@ -788,6 +788,83 @@ mod tests {
             .collect()
     }
 
+    /// A lease table of one row behind a mocked UpdateItem that applies a write only if its
+    /// condition holds on the stored row, as DynamoDB decides ([`crate::ddb::eval`]).
+    fn one_row_table(
+        row: HashMap<String, AttributeValue>,
+    ) -> (
+        LeaseTable,
+        std::sync::Arc<std::sync::Mutex<HashMap<String, AttributeValue>>>,
+    ) {
+        use aws_sdk_dynamodb::operation::update_item::{UpdateItemError, UpdateItemOutput};
+        use aws_sdk_dynamodb::types::error::ConditionalCheckFailedException;
+        use aws_smithy_mocks::{MockResponse, mock};
+        let stored = std::sync::Arc::new(std::sync::Mutex::new(row));
+        let update = {
+            let stored = stored.clone();
+            mock!(aws_sdk_dynamodb::Client::update_item).then_compute_response(move |r| {
+                let stored = stored.lock().expect("lock");
+                let holds = crate::ddb::eval::holds(
+                    r.condition_expression().unwrap_or_default(),
+                    &r.expression_attribute_names().cloned().unwrap_or_default(),
+                    &r.expression_attribute_values().cloned().unwrap_or_default(),
+                    Some(&stored),
+                );
+                if holds {
+                    MockResponse::Output(UpdateItemOutput::builder().build())
+                } else {
+                    MockResponse::Error(UpdateItemError::ConditionalCheckFailedException(
+                        ConditionalCheckFailedException::builder()
+                            .meta(crate::testing::error_meta(
+                                "ConditionalCheckFailedException",
+                            ))
+                            .build(),
+                    ))
+                }
+            })
+        };
+        let ddb = crate::mocked!(aws_sdk_dynamodb with |c| c.retry_config(
+            aws_sdk_dynamodb::config::retry::RetryConfig::disabled()); update);
+        (LeaseTable::new(ddb, "leases", "app"), stored)
+    }
+
+    /// A takeover decided on a lapsed lease loses to the holder's renewal that landed between
+    /// the read and the write: same counter, a later expiry, so only the expiry condition
+    /// tells them apart.
+    #[tokio::test]
+    async fn smithy_mock_a_takeover_loses_to_a_renewal_that_landed_after_its_read() {
+        let lapsed = Lease {
+            shard_id: "shardId-1".into(),
+            state: LeaseState::Processing,
+            owner: Some("w2".into()),
+            counter: 7,
+            expires_at_ms: 1,
+            checkpoint: Progress::NotStarted,
+            parents: Vec::new(),
+        };
+        let renewed = row(&[
+            ("app", s("app")),
+            ("shard_id", s("shardId-1")),
+            ("state", s("PROCESSING")),
+            ("owner", s("w2")),
+            ("counter", n(7)),
+            ("expires_at_ms", n(u64::MAX / 2)),
+            ("checkpoint", s("TRIM_HORIZON")),
+        ]);
+        let (table, _) = one_row_table(renewed.clone());
+        let err = table
+            .take(&lapsed, "w1", 10_000, 0)
+            .await
+            .expect_err("the renewal wins");
+        assert!(matches!(err, StreamError::LeaseConflict { .. }), "{err:?}");
+        // Had nobody renewed, the same takeover lands.
+        let mut still_lapsed = renewed;
+        still_lapsed.insert("expires_at_ms".into(), n(1));
+        let (table, _) = one_row_table(still_lapsed);
+        let taken = table.take(&lapsed, "w1", 10_000, 0).await.expect("taken");
+        assert_eq!(taken.owner.as_deref(), Some("w1"));
+    }
+
     #[test]
     fn an_announcement_row_is_told_apart_from_lease_rows_and_other_streams() {
         let t = table(Some("arn:s1@7"));
