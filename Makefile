@@ -22,9 +22,9 @@ HACK := .emu/cargo/bin/cargo-hack
 demo:
 	@$(STACK) up
 	@set -euo pipefail; eval "$$($(STACK) env)"; \
-	$(CARGO) build -q --locked -p heatsink-cli; \
+	$(CARGO) build -q --locked -p heatsink-cli -p heatsink-demo; \
 	target/debug/heatsink local bootstrap --photo-app; \
-	target/debug/heatsink demo $(DEMO_ARGS)
+	target/debug/heatsink-demo $(DEMO_ARGS)
 	@echo "The local stack is still running: stop it with 'localstack/stack down'."
 
 ## Shell lint, the stack script's smoke test (up/env/status/down, leaves the stack down), stack

@@ -1,9 +1,9 @@
-//! `heatsink`: operator and demo commands.
+//! `heatsink`: the operator commands (the demos are `heatsink-demo`, crate `heatsink-demo`).
 //!
 //! Every command reaches AWS through the standard configuration chain (`AWS_REGION`,
 //! `AWS_ENDPOINT_URL_*`, credentials), so the same binary drives AWS or the local stack.
 
-mod cmd;
+use heatsink_cli::cmd;
 
 use std::process::ExitCode;
 
@@ -35,8 +35,6 @@ enum Command {
     },
     /// Run the partition simulator: a throttling proxy in front of a DynamoDB endpoint.
     Sim(cmd::sim::SimArgs),
-    /// Run the main scenario on the local stack.
-    Demo(cmd::demo::DemoArgs),
     /// Print a stream's shard tree (open/closed, parents, hash ranges, checkpoints for --app).
     Lineage(cmd::lineage::LineageArgs),
     /// Edit the hot-key directory by hand (epoch-conditional, like the controller).
@@ -82,7 +80,6 @@ async fn main() -> ExitCode {
     let result = match cli.command {
         Command::Local { command } => cmd::local::run(command).await,
         Command::Schema(args) => cmd::schema::run(args),
-        Command::Demo(args) => cmd::demo::run(args).await,
         Command::Sim(args) => cmd::sim::run(args).await,
         Command::Plan(args) => cmd::plan::run(args),
         Command::Keys { command } => cmd::keys::run(command).await,
@@ -134,12 +131,6 @@ mod tests {
             &["hot", "set", "p9", "--mode", "salt", "--salts", "257"],
             &["hot", "set", "t", "--mode", "limit", "--limit", "0"],
             &["keys", "where", "k", "--stream", "s", "--salts", "0"],
-            &["demo", "--duration", "0"],
-            &["demo", "--duration", &max],
-            &["demo", "--salts", "1000"],
-            &["demo", "--max-in-flight", "0"],
-            &["demo", "--scale", "NaN"],
-            &["demo", "--partitions", "0"],
             &["top", "--table", "t", "--minutes", "0"],
             &["rebuild", "--quiet", "1000h"],
             &["tail", "--stream", "s", "--app", "a", "--idle-exit", "200h"],

@@ -13,7 +13,7 @@ use super::{CmdResult, sdk_config};
 #[derive(Debug, Subcommand)]
 pub enum LocalCommand {
     /// Create heatsink's tables that are missing (existing ones are left alone); with
-    /// --photo-app also the reference photo app's tables and stream, which `heatsink demo` uses.
+    /// --photo-app also the reference photo app's tables and stream, which `heatsink-demo` uses.
     Bootstrap(BootstrapArgs),
 }
 

@@ -1,7 +1,5 @@
 //! One module per subcommand.
 
-pub mod chart;
-pub mod demo;
 pub mod fail;
 pub mod hot;
 pub mod keys;
@@ -28,18 +26,18 @@ pub async fn sdk_config() -> aws_config::SdkConfig {
     aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await
 }
 
-/// The environment variable that makes the shard and move commands send one DynamoDB call at a
+/// The environment variable that makes the slots and move commands send one DynamoDB call at a
 /// time: set it to `1` for an endpoint whose transactions are not isolated (moto, LocalStack's
-/// host-mode DynamoDB: a cancelled transaction reverts concurrent writes, see `heatsink::http`).
+/// host-mode DynamoDB: a cancelled transaction reverts concurrent writes, see `heatsink_sim::http`).
 /// `localstack/stack env` exports it on those lanes; against DynamoDB leave it unset.
 pub const SERIAL_DYNAMODB_ENV: &str = "HEATSINK_SERIAL_DYNAMODB";
 
-/// [`sdk_config`] for the shard and move commands: one call at a time when
+/// [`sdk_config`] for the slots and move commands: one call at a time when
 /// [`SERIAL_DYNAMODB_ENV`] is `1`, full concurrency otherwise.
-pub async fn shard_sdk_config() -> aws_config::SdkConfig {
+pub async fn slots_sdk_config() -> aws_config::SdkConfig {
     let config = sdk_config().await;
     if std::env::var(SERIAL_DYNAMODB_ENV).as_deref() == Ok("1") {
-        heatsink::http::bounded(&config, 1)
+        heatsink_sim::http::bounded(&config, 1)
     } else {
         config
     }

@@ -13,7 +13,7 @@ use heatsink::slots::mover::{Budget, MoveSpec, Mover};
 use heatsink::slots::{MoveMode, SlotRange};
 
 use super::slots::DirArgs;
-use super::{CmdResult, parse_duration, shard_sdk_config};
+use super::{CmdResult, parse_duration, slots_sdk_config};
 
 /// `heatsink move` subcommands.
 #[derive(Debug, Subcommand)]
@@ -105,7 +105,7 @@ pub struct ListArgs {
 }
 
 async fn clients() -> (aws_sdk_dynamodb::Client, aws_sdk_dynamodbstreams::Client) {
-    let config = shard_sdk_config().await;
+    let config = slots_sdk_config().await;
     (
         aws_sdk_dynamodb::Client::new(&config),
         aws_sdk_dynamodbstreams::Client::new(&config),

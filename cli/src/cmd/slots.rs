@@ -15,11 +15,12 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 use heatsink::schema::{DEFAULT_PREFIX, Schema, Table, ensure_table};
 use heatsink::slots::balance::{BalanceConfig, plan};
-use heatsink::slots::load::{AckLine, LoadSpec, latency_quantile, run_load, verify};
 use heatsink::slots::mover::Mover;
+use heatsink::slots::verify::{AckLine, verify};
 use heatsink::slots::{RetryRule, Router, SlotDirectory, SlotRange, slot_of};
+use heatsink_sim::load::{LoadSpec, latency_quantile, run_load};
 
-use super::{CmdResult, parse_duration, shard_sdk_config};
+use super::{CmdResult, parse_duration, slots_sdk_config};
 
 /// `heatsink slots` subcommands.
 #[derive(Debug, Subcommand)]
@@ -51,7 +52,7 @@ pub struct DirArgs {
 impl DirArgs {
     /// The directory on the configured endpoint.
     pub async fn open(&self) -> SlotDirectory {
-        let ddb = aws_sdk_dynamodb::Client::new(&shard_sdk_config().await);
+        let ddb = aws_sdk_dynamodb::Client::new(&slots_sdk_config().await);
         SlotDirectory::from_schema(ddb, &Schema::new(&self.prefix))
     }
 }

@@ -50,7 +50,7 @@
 //!
 //! Underneath: [`schema`] (tables as data), [`metrics`] (EMF and capacity log lines),
 //! `lambda` (cold start and stream-event helpers, feature `lambda`), [`error`] (one
-//! [`error::AwsError`] for every failed call), [`clock`] and [`http`] (a bounded HTTP client).
+//! [`error::AwsError`] for every failed call) and [`clock`].
 //!
 //! # Features
 //!
@@ -80,7 +80,6 @@ mod ddb;
 pub mod detect;
 pub mod error;
 pub mod hot;
-pub mod http;
 #[cfg(feature = "insights")]
 #[cfg_attr(docsrs, doc(cfg(feature = "insights")))]
 pub mod insights;

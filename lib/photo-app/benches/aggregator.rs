@@ -17,7 +17,7 @@
 //! emulator (a separate process) or for other builds.
 //!
 //! The events are built from real stream records of a `liked` table (the post mix of
-//! `heatsink demo`: 2,400 likes/s on p9, 10/s on each of 15 others) with
+//! `heatsink-demo`: 2,400 likes/s on p9, 10/s on each of 15 others) with
 //! [`heatsink::lambda::dynamodb_event`], as the tests and the demo do.
 //!
 //! Needs the local stack: `eval "$(localstack/stack env --lane dynoxide)"` then

@@ -16,7 +16,7 @@
 //! before anything else happens, so a caller cannot spend another user's admission tokens or
 //! write a like in their name. The order of a `POST` is: identity (401) → ids (400) →
 //! admission (429) → post exists (404) → conditional put. There is no switch to trust a header:
-//! the local demo (`heatsink demo`) calls [`LikesApi::like`] in process with the user it
+//! the local demo (`heatsink-demo`) calls [`LikesApi::like`] in process with the user it
 //! generates, so no deployed code path can be told to believe a caller-named user.
 
 use std::sync::Arc;

@@ -4,7 +4,7 @@
 //! constants below (a malformed or out-of-range file fails the build); the CDK app reads it with
 //! `JSON.parse` (`infra/cdk/lib/esm.ts`: the stream's shards and mode, both event sources'
 //! batch size and window) and the Terraform module with `jsondecode(file(...))`
-//! (`infra/terraform/esm.tf`). `heatsink demo` (its local event-source mapping) and
+//! (`infra/terraform/esm.tf`). `heatsink-demo` (its local event-source mapping) and
 //! `heatsink plan --esm` (its defaults) use these constants, and the schema's `like-events`
 //! stream ([`Schema::like_events`]) takes its shard count from [`SHARDS`]. A contract test here
 //! fails when either stack stops reading the file or hard-codes a value again.

@@ -14,7 +14,7 @@
 //! - [`metrics`] and [`dashboard`]: which function emits which metric, and the dashboard.
 //! - [`lambda`]: the functions' cold start.
 //!
-//! The Lambda binaries in `functions/` parse the event and call these; `heatsink demo` and
+//! The Lambda binaries in `functions/` parse the event and call these; `heatsink-demo` and
 //! `heatsink rebuild` drive the same code locally.
 
 pub mod aggregator;

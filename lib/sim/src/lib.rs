@@ -29,10 +29,16 @@
 //! run never lasts); an UpdateItem is charged for its key and the values it sets (exact for
 //! counters, a lower bound for large items); a batch is admitted or throttled whole (AWS returns
 //! the throttled part as `UnprocessedItems`); Scans and stream reads pass through uncharged.
+//!
+//! Beside the simulators sits the local tooling the demos, tests and benches drive them with:
+//! one open-loop load generator ([`load`]: any call at a fixed rate, or versioned writes through
+//! a slot router with an acknowledgement log) and an SDK HTTP client with a bound on calls in
+//! flight ([`http`], for emulators whose transactions are not isolated).
 
 pub mod esm;
 pub mod fanout;
 pub mod front;
+pub mod http;
 pub mod load;
 pub mod model;
 pub mod request;

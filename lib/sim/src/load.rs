@@ -1,14 +1,40 @@
-//! An open-loop load generator: sends requests at a fixed rate whether or not earlier ones
-//! have finished, as real clients do (a closed loop slows down when the server does, which hides
-//! throttling). Used by the demo, the benchmarks and the tests that show a hot partition.
+//! Open-loop load: requests at a fixed rate whether or not earlier ones have finished, as real
+//! clients send them (a closed loop slows down when the server does, which hides throttling and
+//! pauses). One scheduler, [`OpenLoop`], drives every load of the demos, tests and benches:
+//!
+//! - any call: [`OpenLoop::run`] with a closure (the likes of the hot-key demo, the onset bench);
+//! - versioned writes through a slot router: [`run_load`] (`heatsink slots load`, the move tests
+//!   and the move demo), which logs every acknowledged write as an [`AckLine`] for
+//!   `heatsink::slots::verify` to read back, and times each write for the pause percentiles.
+//!
+//! A request that would exceed `max_in_flight` is not queued: it is **shed** and counted, so a
+//! target that cannot keep up shows as shed load instead of a silently slower rate.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! use std::time::Duration;
+//! use heatsink_sim::load::OpenLoop;
+//! let report = OpenLoop::new(500, Duration::from_millis(200))
+//!     .run(|_i| async { Ok::<_, ()>(()) }, |_sent| {})
+//!     .await;
+//! assert_eq!((report.sent, report.ok, report.shed), (100, 100, 0));
+//! # }
+//! ```
+//!
+//! Limits: the schedule ticks every 10 ms, so rates above 100/s send in bursts of `rate / 100`;
+//! a run sends `round(rate × duration)` requests unless stopped early.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
-use tokio::sync::Semaphore;
+use heatsink::clock::now_ms;
+use heatsink::slots::verify::AckLine;
+use heatsink::slots::{Router, slot_of};
+use serde::{Deserialize, Serialize};
+use tokio::sync::{Mutex, Semaphore};
 
 /// What a load run did.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -25,24 +51,27 @@ pub struct LoadReport {
     pub elapsed: Duration,
 }
 
-/// A fixed-rate schedule: `rate` requests per second for `duration`.
-#[derive(Debug, Clone, Copy)]
+/// A fixed-rate schedule: `rate` requests per second for `duration`, or until `stop` is set.
+#[derive(Debug, Clone)]
 pub struct OpenLoop {
     /// Requests per second.
-    pub rate: u32,
+    pub rate: f64,
     /// How long to send.
     pub duration: Duration,
     /// Most requests in flight; beyond it requests are shed and counted, not queued forever.
     pub max_in_flight: usize,
+    /// Set to end the schedule early (the requests in flight still finish).
+    pub stop: Option<Arc<AtomicBool>>,
 }
 
 impl OpenLoop {
     /// `rate` requests/s for `duration`, at most 512 in flight.
-    pub fn new(rate: u32, duration: Duration) -> Self {
+    pub fn new(rate: impl Into<f64>, duration: Duration) -> Self {
         Self {
-            rate,
+            rate: rate.into(),
             duration,
             max_in_flight: 512,
+            stop: None,
         }
     }
 
@@ -56,7 +85,7 @@ impl OpenLoop {
     {
         let tick = Duration::from_millis(10);
         let ticks = (self.duration.as_millis() / tick.as_millis()).max(1) as u64;
-        let total = (f64::from(self.rate) * self.duration.as_secs_f64()).round() as u64;
+        let total = (self.rate.max(0.0) * self.duration.as_secs_f64()).round() as u64;
         let limit = Arc::new(Semaphore::new(self.max_in_flight.max(1)));
         let ok = Arc::new(AtomicU64::new(0));
         let failed = Arc::new(AtomicU64::new(0));
@@ -68,6 +97,13 @@ impl OpenLoop {
         let mut next = 0u64;
         for t in 1..=ticks {
             interval.tick().await;
+            if self
+                .stop
+                .as_ref()
+                .is_some_and(|s| s.load(Ordering::Relaxed))
+            {
+                break;
+            }
             // Integer schedule: after tick t exactly round(total * t / ticks) requests are due.
             let due = total * t / ticks;
             while next < due {
@@ -99,6 +135,150 @@ impl OpenLoop {
     }
 }
 
+/// One write's timing (for the pause percentiles).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sample {
+    /// When it was issued (ms since the epoch).
+    pub issued_ms: u64,
+    /// Issue → acknowledgement, in microseconds.
+    pub latency_us: u64,
+    /// MOVED answers on the way.
+    pub moved: u32,
+    /// The key's slot (so a pause can be measured on the moved slots alone).
+    #[serde(default)]
+    pub slot: u16,
+}
+
+/// What a [`run_load`] did.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct WriteReport {
+    /// Writes acknowledged.
+    pub acked: u64,
+    /// Writes not acknowledged (the router gave up or failed); never counted as acknowledged.
+    pub failed: u64,
+    /// Writes never issued because `max_in_flight` writes were already waiting.
+    #[serde(default)]
+    pub shed: u64,
+    /// MOVED answers in all (stale maps bounced).
+    pub moved: u64,
+    /// Per-write timings.
+    pub samples: Vec<Sample>,
+}
+
+/// The `q`-quantile (0..=1) of the latencies of `samples` issued in `[from_ms, to_ms]`, in ms.
+pub fn latency_quantile(samples: &[Sample], from_ms: u64, to_ms: u64, q: f64) -> Option<f64> {
+    let mut l: Vec<u64> = samples
+        .iter()
+        .filter(|s| s.issued_ms >= from_ms && s.issued_ms <= to_ms)
+        .map(|s| s.latency_us)
+        .collect();
+    if l.is_empty() {
+        return None;
+    }
+    l.sort_unstable();
+    let i = ((l.len() - 1) as f64 * q.clamp(0.0, 1.0)).round() as usize;
+    Some(l[i] as f64 / 1_000.0)
+}
+
+/// Versioned-write load parameters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LoadSpec {
+    /// Keys `<prefix>0` … `<prefix>N-1` (optionally tagged by tenant).
+    pub keys: u64,
+    /// Key prefix.
+    pub prefix: String,
+    /// With `Some(t)`, key `i` carries the hash tag `{t<i mod t>}` (`{t3}key-7`): the keys of
+    /// `t` tenants, each tenant in one slot.
+    pub tenants: Option<u64>,
+    /// Writes per second.
+    pub rate: f64,
+    /// How long.
+    pub duration: Duration,
+    /// Writes in flight at most; a write due beyond it is shed ([`WriteReport::shed`]).
+    pub max_in_flight: usize,
+}
+
+/// Writes `{pk: <key>, v: <n>}` through `router` at `spec.rate` for `spec.duration` (or until
+/// `stop` is set) on the [`OpenLoop`] schedule, calling `on_ack` for every acknowledged write.
+/// Versions rise per key from 1; a key's next write waits for its previous one to settle, so a
+/// key's versions are acknowledged in order.
+pub async fn run_load<F>(
+    router: Router,
+    spec: LoadSpec,
+    stop: Arc<AtomicBool>,
+    on_ack: F,
+) -> WriteReport
+where
+    F: Fn(&AckLine) + Send + Sync + 'static,
+{
+    let on_ack = Arc::new(on_ack);
+    let report = Arc::new(Mutex::new(WriteReport::default()));
+    let keys = spec.keys.max(1);
+    let versions: Arc<Vec<AtomicU64>> = Arc::new((0..keys).map(|_| AtomicU64::new(0)).collect());
+    let busy: Arc<Vec<Mutex<()>>> = Arc::new((0..keys).map(|_| Mutex::new(())).collect());
+    let schedule = OpenLoop {
+        rate: spec.rate,
+        duration: spec.duration,
+        max_in_flight: spec.max_in_flight,
+        stop: Some(stop),
+    };
+    let key_of = |i: usize| match spec.tenants {
+        Some(t) if t > 0 => format!("{{t{}}}{}{i}", i as u64 % t, spec.prefix),
+        _ => format!("{}{i}", spec.prefix),
+    };
+    let run = schedule
+        .run(
+            |n| {
+                let i = (n % keys) as usize;
+                let key = key_of(i);
+                let (router, report, versions, busy, on_ack) = (
+                    router.clone(),
+                    report.clone(),
+                    versions.clone(),
+                    busy.clone(),
+                    on_ack.clone(),
+                );
+                async move {
+                    let _k = busy[i].lock().await;
+                    let version = versions[i].fetch_add(1, Ordering::Relaxed) + 1;
+                    let issued_ms = now_ms();
+                    let t = Instant::now();
+                    let res = router.put_versioned(&key, version, HashMap::new()).await;
+                    let latency_us = u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX);
+                    let mut r = report.lock().await;
+                    match res {
+                        Ok(ack) => {
+                            r.acked += 1;
+                            r.moved += u64::from(ack.moved);
+                            r.samples.push(Sample {
+                                issued_ms,
+                                latency_us,
+                                moved: ack.moved,
+                                slot: slot_of(&key),
+                            });
+                            on_ack(&AckLine {
+                                key,
+                                version,
+                                owner: ack.owner,
+                                epoch: ack.epoch,
+                            });
+                            Ok(())
+                        }
+                        Err(_) => {
+                            r.failed += 1;
+                            Err(())
+                        }
+                    }
+                }
+            },
+            |_| {},
+        )
+        .await;
+    let mut out = report.lock().await.clone();
+    out.shed = run.shed;
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -121,9 +301,8 @@ mod tests {
     #[tokio::test]
     async fn a_target_that_cannot_keep_up_sheds_load_visibly() {
         let load = OpenLoop {
-            rate: 1000,
-            duration: Duration::from_millis(200),
             max_in_flight: 5,
+            ..OpenLoop::new(1000, Duration::from_millis(200))
         };
         let report = load
             .run(
@@ -136,5 +315,26 @@ mod tests {
             .await;
         assert_eq!(report.sent, 5);
         assert_eq!(report.shed, 195);
+    }
+
+    #[tokio::test]
+    async fn a_stopped_schedule_sends_nothing_more() {
+        let stop = Arc::new(AtomicBool::new(false));
+        let load = OpenLoop {
+            stop: Some(stop.clone()),
+            ..OpenLoop::new(1000, Duration::from_secs(10))
+        };
+        let report = load
+            .run(
+                |_| async { Ok::<_, ()>(()) },
+                |sent| {
+                    if sent >= 50 {
+                        stop.store(true, Ordering::Relaxed);
+                    }
+                },
+            )
+            .await;
+        assert!(report.sent >= 50 && report.sent < 100, "{report:?}");
+        assert!(report.elapsed < Duration::from_secs(1), "{report:?}");
     }
 }

@@ -51,7 +51,7 @@ async fn main() {
     let (sim, ddb) = stack.simulator(8).await;
     let load = OpenLoop::new(rate, Duration::from_secs(u64::from(seconds)));
     let salted = SaltedKey::new("likes#p9", 8).expect("valid key");
-    let naive = run(&sim, &ddb, &spec.name, load, |_| "likes#p9".into()).await;
+    let naive = run(&sim, &ddb, &spec.name, load.clone(), |_| "likes#p9".into()).await;
     let spread = run(&sim, &ddb, &spec.name, load, |i| {
         salted.sub_key((i % 8) as u16).unwrap_or_default()
     })

@@ -22,9 +22,10 @@ use std::time::{Duration, Instant};
 use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
 use heatsink::schema::Table;
 use heatsink::schema::{self, KeyAttr, StreamView, TableSpec};
-use heatsink::slots::load::{AckLine, LoadReport, LoadSpec, Sample, run_load, verify};
 use heatsink::slots::mover::{Budget, MoveRecord, MoveSpec, Mover};
+use heatsink::slots::verify::{AckLine, verify};
 use heatsink::slots::{MoveMode, Router, SlotDirectory, SlotRange, slot_of};
+use heatsink_sim::load::{LoadSpec, Sample, WriteReport, run_load};
 use heatsink_testkit::Fixture;
 use heatsink_testkit::bench::env_or;
 
@@ -58,7 +59,7 @@ async fn world(items: u32) -> Option<World> {
     let ddb = fx.stack.isolated_ddb();
     let a = table(&fx, "a").await;
     let b = table(&fx, "b").await;
-    let spec = fx.schema.toolkit().table(Table::Slots);
+    let spec = fx.schema.table(Table::Slots);
     fx.track_table(&spec.name);
     schema::ensure_table(&fx.stack.ddb, &spec)
         .await
@@ -103,7 +104,7 @@ async fn world(items: u32) -> Option<World> {
 struct Load {
     stop: Arc<AtomicBool>,
     acks: Arc<Mutex<Vec<AckLine>>>,
-    task: tokio::task::JoinHandle<LoadReport>,
+    task: tokio::task::JoinHandle<WriteReport>,
 }
 
 fn load(router: &Router, rate: u32) -> Load {
@@ -127,7 +128,7 @@ fn load(router: &Router, rate: u32) -> Load {
 }
 
 impl Load {
-    async fn finish(self, router: &Router) -> (LoadReport, u64, f64) {
+    async fn finish(self, router: &Router) -> (WriteReport, u64, f64) {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
         let report = self.task.await.expect("load");
         let acks = self.acks.lock().expect("acks").clone();

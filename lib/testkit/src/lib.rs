@@ -22,8 +22,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use aws_config::SdkConfig;
-use heatsink::schema::{self, StreamSpec, TableSpec};
-use heatsink_photo_app::schema::{Schema, Table};
+use heatsink::schema::{self, Schema, StreamSpec, TableSpec};
 use rand::Rng;
 
 /// Clients for every service of one lane of the local stack.
@@ -70,11 +69,11 @@ impl Stack {
 
     /// A DynamoDB client for tests that mix plain writes with refused transactions on one
     /// table (live moves): one call at a time on the moto and LocalStack lanes, whose cancelled
-    /// transactions revert concurrent writes (see `heatsink::http`; LocalStack's host-mode
+    /// transactions revert concurrent writes (see `heatsink_sim::http`; LocalStack's host-mode
     /// DynamoDB showed it too: 2 of 13 puts read back older); the plain client elsewhere.
     pub fn isolated_ddb(&self) -> aws_sdk_dynamodb::Client {
         if self.lane == "moto" || self.lane == "localstack" {
-            aws_sdk_dynamodb::Client::new(&heatsink::http::bounded(&self.config, 1))
+            aws_sdk_dynamodb::Client::new(&heatsink_sim::http::bounded(&self.config, 1))
         } else {
             self.ddb.clone()
         }
@@ -90,7 +89,8 @@ impl Stack {
 pub struct Fixture {
     /// The stack's clients.
     pub stack: Stack,
-    /// Schema with this fixture's unique prefix.
+    /// The toolkit's tables under this fixture's unique prefix (`hs-<8 hex>-`); an application's
+    /// own tables take the same prefix ([`Fixture::prefix`]).
     pub schema: Schema,
     tables: Mutex<Vec<String>>,
     streams: Mutex<Vec<String>>,
@@ -116,14 +116,28 @@ impl Fixture {
         }
     }
 
-    /// Creates one of heatsink's tables under this fixture's prefix and waits for ACTIVE.
-    pub async fn table(&self, table: Table) -> TableSpec {
-        let spec = self.schema.table(table);
+    /// The prefix of every resource this fixture creates and deletes.
+    pub fn prefix(&self) -> &str {
+        self.schema.prefix()
+    }
+
+    /// Creates `spec` (named under [`Fixture::prefix`] by its maker) and waits for ACTIVE;
+    /// deleted with the fixture. Any application's tables: the kit knows none of them.
+    pub async fn table(&self, spec: TableSpec) -> TableSpec {
         self.track_table(&spec.name);
         schema::ensure_table(&self.stack.ddb, &spec)
             .await
             .unwrap_or_else(|e| panic!("creating {}: {e}", spec.name));
         spec
+    }
+
+    /// [`Fixture::table`] for each of `specs`, in order.
+    pub async fn tables(&self, specs: &[TableSpec]) -> Vec<TableSpec> {
+        let mut made = Vec::with_capacity(specs.len());
+        for spec in specs {
+            made.push(self.table(spec.clone()).await);
+        }
+        made
     }
 
     /// Creates a Kinesis stream with `shards` shards under this fixture's prefix and waits for ACTIVE.

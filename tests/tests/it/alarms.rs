@@ -58,7 +58,7 @@ async fn hot_key_and_throttle_alarms_are_described_back() {
         return;
     };
     let cw = &fx.stack.cloudwatch;
-    let prefix = fx.schema.prefix().to_owned();
+    let prefix = fx.prefix().to_owned();
     let statuses = statuses(&format!("{prefix}likes"));
     let plan = AlarmPlan::new(&prefix, 0.8).expect("plan");
     let alarms = plan.alarms(&statuses);
@@ -125,7 +125,7 @@ async fn the_dashboard_is_stored_as_put() {
         return;
     };
     let cw = &fx.stack.cloudwatch;
-    let prefix = fx.schema.prefix().to_owned();
+    let prefix = fx.prefix().to_owned();
     let spec = DashboardSpec {
         region: "us-east-1".into(),
         prefix: prefix.clone(),

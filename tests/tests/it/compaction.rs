@@ -7,6 +7,7 @@
 //! Time is scaled down: a 1.5 s tombstone grace instead of the 24 h stream retention, and 1 ms
 //! buckets keeping 1 (so the grace is not raised to the buckets' kept span).
 
+use heatsink_integration::PhotoFixture;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -19,7 +20,7 @@ use heatsink_testkit::{Fixture, fixture};
 const GRACE: Duration = Duration::from_millis(1_500);
 
 fn store(fx: &Fixture) -> CounterStore {
-    CounterStore::new(fx.stack.ddb.clone(), fx.schema.table_name(Table::Counters))
+    CounterStore::new(fx.stack.ddb.clone(), fx.photo().table_name(Table::Counters))
         .with_buckets(BucketSpec::new(1, 1).expect("spec"))
 }
 
@@ -40,7 +41,7 @@ async fn sort_keys(fx: &Fixture, key: &CounterKey) -> Vec<String> {
         .stack
         .ddb
         .query()
-        .table_name(fx.schema.table_name(Table::Counters))
+        .table_name(fx.photo().table_name(Table::Counters))
         .key_condition_expression("pk = :pk")
         .expression_attribute_values(":pk", AttributeValue::S(key.pk()))
         .consistent_read(true)
@@ -56,7 +57,7 @@ async fn sort_keys(fx: &Fixture, key: &CounterKey) -> Vec<String> {
 #[tokio::test]
 async fn closed_writers_are_folded_into_settled_without_moving_the_read() {
     let fx = fixture!("closed_writers_are_folded_into_settled_without_moving_the_read");
-    fx.table(Table::Counters).await;
+    fx.photo_table(Table::Counters).await;
     let counters = store(&fx);
     let key = CounterKey::new("likes", "p9").expect("key");
     let shard = |i: u32| WriterId::new(format!("shardId-0000000{i}")).expect("writer");
@@ -134,10 +135,10 @@ async fn closed_writers_are_folded_into_settled_without_moving_the_read() {
 async fn the_repair_run_compacts_the_posts_it_checks_over_retired_writers() {
     let fx = fixture!("the_repair_run_compacts_the_posts_it_checks_over_retired_writers");
     for t in [Table::Liked, Table::Counters] {
-        fx.table(t).await;
+        fx.photo_table(t).await;
     }
     let spec = BucketSpec::new(1_000, 30).expect("spec");
-    let counters = CounterStore::new(fx.stack.ddb.clone(), fx.schema.table_name(Table::Counters))
+    let counters = CounterStore::new(fx.stack.ddb.clone(), fx.photo().table_name(Table::Counters))
         .with_buckets(spec);
     let key = CounterKey::new("likes", "p9").expect("key");
     let shard = |i: u32| WriterId::new(format!("shardId-0000000{i}")).expect("writer");
@@ -160,7 +161,7 @@ async fn the_repair_run_compacts_the_posts_it_checks_over_retired_writers() {
         counters.retire("likes", &shard(i)).await.expect("retire");
     }
     let before = counters.read(&key).await.expect("read");
-    let recount = heatsink_photo_app::rebuild::liked_bucket_recount(&fx.stack.ddb, &fx.schema);
+    let recount = heatsink_photo_app::rebuild::liked_bucket_recount(&fx.stack.ddb, &fx.photo());
     let options = heatsink::counter::rebuild::RepairOptions {
         buckets: spec,
         start_at: Some(at - 2_000),

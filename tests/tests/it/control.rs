@@ -2,6 +2,7 @@
 //! entry, and in the closed loop a key that turns hot under the simulator is named, salted by
 //! the controller and spread by the writers, with one directory write and no flapping.
 
+use heatsink_integration::PhotoFixture;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -18,7 +19,7 @@ use serde_json::json;
 
 /// The controller function over the fixture's directory, comparing rates with `ceilings`.
 fn function(fx: &Fixture, ceilings: Ceilings) -> ControllerFunction {
-    let directory = Directory::from_schema(fx.stack.ddb.clone(), fx.schema.toolkit());
+    let directory = Directory::from_schema(fx.stack.ddb.clone(), &fx.schema);
     let mut config = ControllerConfig::new(vec![]);
     config.ceilings = ceilings;
     ControllerFunction::new(
@@ -31,7 +32,7 @@ fn function(fx: &Fixture, ceilings: Ceilings) -> ControllerFunction {
 #[tokio::test]
 async fn a_sampler_report_event_salts_the_write_hot_key_and_caches_the_read_hot_one() {
     let fx = fixture!("a_sampler_report_event_salts_the_write_hot_key_and_caches_the_read_hot_one");
-    fx.table(Table::Hotkeys).await;
+    fx.photo_table(Table::Hotkeys).await;
     let f = function(&fx, Ceilings::dynamodb());
     let event = json!({"source": SAMPLER_SOURCE, "detail-type": SAMPLER_DETAIL_TYPE, "detail": {
         "partitions": [],
@@ -45,7 +46,7 @@ async fn a_sampler_report_event_salts_the_write_hot_key_and_caches_the_read_hot_
     assert_eq!(outcome.trigger, "sampler");
     assert_eq!(outcome.signals, 3);
     assert_eq!(outcome.hot_keys, 2, "p2 at 30% is left alone: {outcome:?}");
-    let dir = Directory::from_schema(fx.stack.ddb.clone(), fx.schema.toolkit());
+    let dir = Directory::from_schema(fx.stack.ddb.clone(), &fx.schema);
     let entries = dir.list().await.expect("list");
     let modes: Vec<_> = entries
         .iter()
@@ -64,8 +65,8 @@ async fn a_sampler_report_event_salts_the_write_hot_key_and_caches_the_read_hot_
 #[tokio::test]
 async fn a_key_that_turns_hot_is_named_salted_and_spread_in_the_closed_loop() {
     let fx = fixture!("a_key_that_turns_hot_is_named_salted_and_spread_in_the_closed_loop");
-    fx.table(Table::Hotkeys).await;
-    fx.table(Table::Counters).await;
+    fx.photo_table(Table::Hotkeys).await;
+    fx.photo_table(Table::Counters).await;
     // Scaled down 20× so every emulator keeps up on a busy machine: 50 WCU/s partitions and
     // 120 writes/s on p9 (the celebrity post's 2,400 against 1,000; docs/hot-keys.md).
     let upstream = std::env::var("AWS_ENDPOINT_URL_DYNAMODB").expect("fixture checked it");
@@ -85,13 +86,13 @@ async fn a_key_that_turns_hot_is_named_salted_and_spread_in_the_closed_loop() {
     );
     let ceilings = Ceilings::new(Some(150.0), Some(50.0), 0.1).expect("ceilings");
     let f = function(&fx, ceilings);
-    let directory = Directory::from_schema(fx.stack.ddb.clone(), fx.schema.toolkit());
+    let directory = Directory::from_schema(fx.stack.ddb.clone(), &fx.schema);
     let cached = Arc::new(CachedDirectory::new(
         directory.clone(),
         Duration::from_millis(250),
     ));
     let run = Onset {
-        table: fx.schema.table_name(Table::Counters),
+        table: fx.photo().table_name(Table::Counters),
         key: "p9".into(),
         rate: 120,
         duration: Duration::from_secs(5),
@@ -156,7 +157,7 @@ async fn mocked_insights_alarm_trigger_salts_the_named_key_in_the_real_directory
     use heatsink::insights::Insights;
 
     let fx = fixture!("mocked_insights_alarm_trigger_salts_the_named_key_in_the_real_directory");
-    fx.table(Table::Hotkeys).await;
+    fx.photo_table(Table::Hotkeys).await;
     let table = "heatsink-counters";
     let rule = format!("DynamoDBContributorInsights-PKC-{table}-1700000000000");
     let describe = mock!(aws_sdk_dynamodb::Client::describe_table).then_output(move || {
@@ -195,7 +196,7 @@ async fn mocked_insights_alarm_trigger_salts_the_named_key_in_the_real_directory
     });
     let ddb = mocked!(aws_sdk_dynamodb, describe, insights);
     let cw = mocked!(aws_sdk_cloudwatch, report);
-    let directory = Directory::from_schema(fx.stack.ddb.clone(), fx.schema.toolkit());
+    let directory = Directory::from_schema(fx.stack.ddb.clone(), &fx.schema);
     let config = ControllerConfig::new(vec![(table.to_owned(), heatsink::detect::Kind::Write)]);
     let f = ControllerFunction::new(
         Controller::new(directory.clone(), Thresholds::default()),
@@ -227,8 +228,8 @@ async fn an_oversize_key_is_refused_alone_and_a_report_never_calms_a_key_it_does
     let fx = fixture!(
         "an_oversize_key_is_refused_alone_and_a_report_never_calms_a_key_it_does_not_name"
     );
-    fx.table(Table::Hotkeys).await;
-    let directory = Directory::from_schema(fx.stack.ddb.clone(), fx.schema.toolkit());
+    fx.photo_table(Table::Hotkeys).await;
+    let directory = Directory::from_schema(fx.stack.ddb.clone(), &fx.schema);
     let mut config = ControllerConfig::new(vec![]);
     config.max_entries = 2;
     let f = ControllerFunction::new(

@@ -5,6 +5,7 @@
 //! delivers batches to the real aggregator, with chaos (lost acks, duplicate batches, crashes
 //! before a flush) on top. Every run ends with the count equal to the durable likes.
 
+use heatsink_integration::PhotoFixture;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -78,20 +79,20 @@ async fn run(
     chaos: Chaos,
 ) -> Outcome {
     for t in [Table::Liked, Table::Counters, Table::Posts] {
-        fx.table(t).await;
+        fx.photo_table(t).await;
     }
     let posts = ["p9", "p1", "p2"];
     for p in posts {
         fx.stack
             .ddb
             .put_item()
-            .table_name(fx.schema.table_name(Table::Posts))
+            .table_name(fx.photo().table_name(Table::Posts))
             .item("post", AttributeValue::S(p.into()))
             .send()
             .await
             .expect("post");
     }
-    let liked = fx.schema.table_name(Table::Liked);
+    let liked = fx.photo().table_name(Table::Liked);
     let arn = fx
         .stack
         .ddb
@@ -114,11 +115,11 @@ async fn run(
             .build(),
     );
     let agg = aggregator(
-        CounterStore::new(fx.stack.ddb.clone(), fx.schema.table_name(Table::Counters)),
+        CounterStore::new(fx.stack.ddb.clone(), fx.photo().table_name(Table::Counters)),
         Some(streams),
     )
     .with_table(&liked);
-    let api = Arc::new(LikesApi::new(fx.stack.ddb.clone(), &fx.schema));
+    let api = Arc::new(LikesApi::new(fx.stack.ddb.clone(), &fx.photo()));
     let done = Arc::new(AtomicBool::new(false));
     let liking = {
         let (api, done) = (api.clone(), done.clone());
@@ -274,8 +275,8 @@ async fn sim_kinesis_shape_with_duplicates_reordering_and_chaos_counts_every_cha
 #[tokio::test]
 async fn a_counter_item_whose_total_is_not_a_number_is_reported_not_read_as_zero() {
     let fx = fixture!("a_counter_item_whose_total_is_not_a_number_is_reported_not_read_as_zero");
-    fx.table(Table::Counters).await;
-    let counters = fx.schema.table_name(Table::Counters);
+    fx.photo_table(Table::Counters).await;
+    let counters = fx.photo().table_name(Table::Counters);
     for (sk, total) in [
         ("w#shardId-000000000000", AttributeValue::N("5".into())),
         ("fix", AttributeValue::S("five".into())),

@@ -2,6 +2,7 @@
 //! changes, TTL attribute, bounded-age snapshots that writers use as their salt policy, and a
 //! key that turns hot, stays mitigated in the hysteresis band and cools down without flapping.
 
+use heatsink_integration::PhotoFixture;
 use std::time::Duration;
 
 use heatsink::detect::Kind;
@@ -12,8 +13,8 @@ use heatsink_photo_app::schema::Table;
 use heatsink_testkit::{Fixture, fixture};
 
 async fn directory(fx: &Fixture) -> Directory {
-    fx.table(Table::Hotkeys).await;
-    Directory::from_schema(fx.stack.ddb.clone(), fx.schema.toolkit())
+    fx.photo_table(Table::Hotkeys).await;
+    Directory::from_schema(fx.stack.ddb.clone(), &fx.schema)
 }
 
 fn write(key: &str, rate: f64) -> Signal {

@@ -5,6 +5,7 @@
 //! split shape of the simulator (`heatsink_sim::fanout`, the `sim_` test), with the leases on
 //! the lane's DynamoDB emulator.
 
+use heatsink_integration::PhotoFixture;
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -77,7 +78,7 @@ async fn fan_out_reads_every_record_once_and_a_restart_resumes_from_its_checkpoi
     }
     let fx = fixture!("fan_out_reads_every_record_once_and_a_restart_resumes_from_its_checkpoint");
     let stream = fx.stream("efo", 2).await;
-    let spec = fx.table(Table::Leases).await;
+    let spec = fx.photo_table(Table::Leases).await;
     let leases = || LeaseTable::new(fx.stack.ddb.clone(), &spec.name, "efo-app");
     let k = &fx.stack.kinesis;
     let source = FanOutSource::register(k.clone(), &stream.name, "efo-app")
@@ -142,7 +143,7 @@ async fn sim_fan_out_ends_a_split_parent_at_its_child_shards_event_and_reads_the
             .endpoint_url(split.endpoint())
             .build(),
     );
-    let spec = fx.table(Table::Leases).await;
+    let spec = fx.photo_table(Table::Leases).await;
     let leases = LeaseTable::new(fx.stack.ddb.clone(), &spec.name, "efo-split-app");
     let source = FanOutSource::new(k, "efo-split", split.consumer_arn());
     let log = Log::default();

@@ -10,6 +10,7 @@
 //! aws-smithy-mocks (no emulator implements them; shapes from the AWS API reference), with the
 //! same recording interceptor on those clients: the `smithy_mock_` part of the controller test.
 
+use heatsink_integration::PhotoFixture;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 
@@ -71,11 +72,11 @@ fn manifest(function: &str, mode: &str) -> BTreeSet<String> {
 /// A recorded call in the manifest's logical terms: `table/<t>`, `table/<t>/stream`,
 /// `insight-rule/DynamoDBContributorInsights-<K>-<prefix><t>-*`.
 fn logical(fx: &Fixture, call: &Call) -> String {
-    let prefix = fx.schema.prefix();
+    let prefix = fx.prefix();
     let name_of = |physical: &str| -> Option<&'static str> {
         TABLES.into_iter().find_map(|t| {
-            (fx.schema.table_name(t) == physical).then(|| {
-                let logical = fx.schema.table_name(t);
+            (fx.photo().table_name(t) == physical).then(|| {
+                let logical = fx.photo().table_name(t);
                 Box::leak(logical[prefix.len()..].to_owned().into_boxed_str()) as &'static str
             })
         })
@@ -140,7 +141,7 @@ async fn post(fx: &Fixture, post: &str) {
     fx.stack
         .ddb
         .put_item()
-        .table_name(fx.schema.table_name(Table::Posts))
+        .table_name(fx.photo().table_name(Table::Posts))
         .item("post", AttributeValue::S(post.into()))
         .send()
         .await
@@ -153,7 +154,7 @@ async fn likes_api(fx: &Fixture) {
     let log = CallLog::new();
     let client = ddb(fx, &log);
     let directory = CachedDirectory::new(
-        Directory::from_schema(client.clone(), fx.schema.toolkit()),
+        Directory::from_schema(client.clone(), &fx.schema),
         Duration::from_secs(5),
     );
     let gate = Gate::new(
@@ -161,7 +162,7 @@ async fn likes_api(fx: &Fixture) {
         Some(std::sync::Arc::new(directory)),
     )
     .expect("gate");
-    let api = LikesApi::new(client, &fx.schema).with_gate(gate);
+    let api = LikesApi::new(client, &fx.photo()).with_gate(gate);
     let responses: Vec<ApiGatewayV2httpResponse> = vec![
         api.handle(signed(Method::POST, "/posts/p9/likes", "u1"))
             .await,
@@ -204,7 +205,7 @@ fn kinesis_event(dynamodb: &Value, table: &str) -> KinesisEvent {
 /// likes-aggregator over both sources, each with a fresh counters table state.
 async fn likes_aggregator(fx: &Fixture) {
     let (arn, records) =
-        table_stream_records(&fx.stack, &fx.schema.table_name(Table::Liked), 1).await;
+        table_stream_records(&fx.stack, &fx.photo().table_name(Table::Liked), 1).await;
     let event = dynamodb_event(&arn, &records).expect("event");
     for mode in ["dynamodb-streams", "kinesis"] {
         let log = CallLog::new();
@@ -212,7 +213,7 @@ async fn likes_aggregator(fx: &Fixture) {
             .interceptor(log.interceptor())
             .build();
         let agg = aggregator(
-            CounterStore::new(ddb(fx, &log), fx.schema.table_name(Table::Counters)),
+            CounterStore::new(ddb(fx, &log), fx.photo().table_name(Table::Counters)),
             Some(aws_sdk_dynamodbstreams::Client::from_conf(streams_conf)),
         );
         if mode == "dynamodb-streams" {
@@ -220,7 +221,7 @@ async fn likes_aggregator(fx: &Fixture) {
             assert!(resp.batch_item_failures.is_empty(), "{resp:?}");
         } else {
             let value = serde_json::to_value(&event).expect("event json");
-            let kinesis = kinesis_event(&value, &fx.schema.table_name(Table::Liked));
+            let kinesis = kinesis_event(&value, &fx.photo().table_name(Table::Liked));
             let (resp, _) = agg.handle_kinesis(kinesis).await;
             assert!(resp.batch_item_failures.is_empty(), "{resp:?}");
         }
@@ -241,7 +242,7 @@ async fn count_rebuilder(fx: &Fixture) {
         fx.stack
             .ddb
             .put_item()
-            .table_name(fx.schema.table_name(Table::Liked))
+            .table_name(fx.photo().table_name(Table::Liked))
             .item("user", AttributeValue::S(user.into()))
             .item("post", AttributeValue::S("p10".into()))
             .item("liked_at", AttributeValue::N(at.to_string()))
@@ -258,7 +259,7 @@ async fn count_rebuilder(fx: &Fixture) {
             .expect("a like");
     }
     // The aggregator counted one of the two likes and is past them.
-    let setup = CounterStore::new(fx.stack.ddb.clone(), fx.schema.table_name(Table::Counters));
+    let setup = CounterStore::new(fx.stack.ddb.clone(), fx.photo().table_name(Table::Counters));
     let writer = heatsink::counter::WriterId::new("shardId-000000000000").expect("writer");
     let mut deltas = heatsink::counter::Deltas::new();
     deltas
@@ -280,8 +281,8 @@ async fn count_rebuilder(fx: &Fixture) {
     setup.retire("likes", &parent).await.expect("retire");
     let log = CallLog::new();
     let client = ddb(fx, &log);
-    let counters = CounterStore::new(client.clone(), fx.schema.table_name(Table::Counters));
-    let recount = heatsink_photo_app::rebuild::liked_bucket_recount(&client, &fx.schema);
+    let counters = CounterStore::new(client.clone(), fx.photo().table_name(Table::Counters));
+    let recount = heatsink_photo_app::rebuild::liked_bucket_recount(&client, &fx.photo());
     let options = heatsink::counter::rebuild::RepairOptions {
         insert_only: true,
         settle: Duration::ZERO,
@@ -310,7 +311,7 @@ async fn smithy_mock_hotkey_controller(fx: &Fixture) {
     use aws_smithy_mocks::{RuleMode, mock, mock_client};
 
     let log = CallLog::new();
-    let counters = fx.schema.table_name(Table::Counters);
+    let counters = fx.photo().table_name(Table::Counters);
     // What DynamoDB lists for a table with a sort key in ACCESSED_AND_THROTTLED_KEYS mode.
     let rules: Vec<String> = ["PKC", "PKT", "SKC", "SKT"]
         .iter()
@@ -319,7 +320,7 @@ async fn smithy_mock_hotkey_controller(fx: &Fixture) {
     let table = counters.clone();
     // The table's GSIs as the schema creates them: the controller reads each index's rules too.
     let gsis: Vec<String> = fx
-        .schema
+        .photo()
         .table(Table::Counters)
         .gsis
         .iter()
@@ -366,7 +367,7 @@ async fn smithy_mock_hotkey_controller(fx: &Fixture) {
     );
     let mocked_cw = mock_client!(aws_sdk_cloudwatch, RuleMode::MatchAny, [&report], |c| c
         .interceptor(recorder.clone()));
-    let directory = Directory::from_schema(ddb(fx, &log), fx.schema.toolkit());
+    let directory = Directory::from_schema(ddb(fx, &log), &fx.schema);
     let f = ControllerFunction::new(
         Controller::new(directory, Thresholds::default()),
         Some(Insights::from_clients(mocked_ddb, mocked_cw)),
@@ -392,7 +393,7 @@ async fn smithy_mock_hotkey_controller(fx: &Fixture) {
 async fn every_function_calls_exactly_what_infra_grants_json_grants_it() {
     let fx = fixture!("every_function_calls_exactly_what_infra_grants_json_grants_it");
     for t in [Table::Liked, Table::Counters, Table::Hotkeys, Table::Posts] {
-        fx.table(t).await;
+        fx.photo_table(t).await;
     }
     post(&fx, "p9").await;
     likes_api(&fx).await;

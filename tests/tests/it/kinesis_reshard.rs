@@ -4,6 +4,7 @@
 //! holds most of its shard is refused ("salt it"), handed to the hot-key directory, and the
 //! producer then salts it over distinct shards.
 
+use heatsink_integration::PhotoFixture;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -132,8 +133,8 @@ async fn a_load_in_a_narrow_hash_range_is_sampled_split_at_its_median_and_journa
 async fn a_key_holding_most_of_its_shard_is_refused_handed_to_the_directory_and_salted() {
     let fx =
         fixture!("a_key_holding_most_of_its_shard_is_refused_handed_to_the_directory_and_salted");
-    fx.table(Table::Hotkeys).await;
-    let directory = Directory::from_schema(fx.stack.ddb.clone(), fx.schema.toolkit());
+    fx.photo_table(Table::Hotkeys).await;
+    let directory = Directory::from_schema(fx.stack.ddb.clone(), &fx.schema);
     let stream = fx.stream("reshard-hot", 2).await;
     let k = &fx.stack.kinesis;
     // 300 writes of p9 and 200 over other keys: p9 holds ≥ 60 % of its shard.

@@ -3,6 +3,7 @@
 //! flushes conditional absolute totals, and the rebuilder repairs what a crash lost. Every fault
 //! ends with the exact count.
 
+use heatsink_integration::PhotoFixture;
 use std::time::Duration;
 
 use aws_lambda_events::apigw::{
@@ -21,22 +22,22 @@ use heatsink_testkit::{Fixture, fixture, table_stream_records};
 
 async fn setup(fx: &Fixture, posts: &[&str]) -> (LikesApi, Aggregator) {
     for t in [Table::Liked, Table::Counters, Table::Posts] {
-        fx.table(t).await;
+        fx.photo_table(t).await;
     }
     for p in posts {
         fx.stack
             .ddb
             .put_item()
-            .table_name(fx.schema.table_name(Table::Posts))
+            .table_name(fx.photo().table_name(Table::Posts))
             .item("post", AttributeValue::S((*p).into()))
             .send()
             .await
             .expect("post");
     }
     let ddb = fx.stack.ddb.clone();
-    let api = LikesApi::new(ddb.clone(), &fx.schema);
+    let api = LikesApi::new(ddb.clone(), &fx.photo());
     let agg = aggregator(
-        CounterStore::new(ddb, fx.schema.table_name(Table::Counters)),
+        CounterStore::new(ddb, fx.photo().table_name(Table::Counters)),
         Some(fx.stack.streams.clone()),
     );
     (api, agg)
@@ -51,7 +52,7 @@ fn settled() -> RebuildOptions {
 
 /// Every record of the `liked` table's stream so far, with the stream ARN.
 async fn stream_records(fx: &Fixture, at_least: usize) -> (String, Vec<Record>) {
-    table_stream_records(&fx.stack, &fx.schema.table_name(Table::Liked), at_least).await
+    table_stream_records(&fx.stack, &fx.photo().table_name(Table::Liked), at_least).await
 }
 
 fn request(method: Method, path: &str, user: Option<&str>) -> ApiGatewayV2httpRequest {
@@ -146,7 +147,7 @@ async fn duplicate_batches_lost_acks_and_crashes_never_change_the_final_count() 
     assert_eq!(overlap.flush.counted, 0);
     assert_eq!(api.count("p9").await.expect("count"), 20);
     assert_eq!(api.count("p1").await.expect("count"), 10);
-    let report = rebuild(&fx.stack.ddb, &fx.schema, settled())
+    let report = rebuild(&fx.stack.ddb, &fx.photo(), settled())
         .await
         .expect("rebuild");
     assert!(
@@ -174,7 +175,7 @@ async fn a_crash_before_the_flush_is_repaired_by_the_rebuilder_exactly() {
         8,
         "short by the lost batch"
     );
-    let fixed = rebuild(&fx.stack.ddb, &fx.schema, settled())
+    let fixed = rebuild(&fx.stack.ddb, &fx.photo(), settled())
         .await
         .expect("rebuild");
     assert_eq!(fixed.corrected.get("p9"), Some(&4));
@@ -183,7 +184,7 @@ async fn a_crash_before_the_flush_is_repaired_by_the_rebuilder_exactly() {
         12,
         "exact after one rebuild"
     );
-    let again = rebuild(&fx.stack.ddb, &fx.schema, settled())
+    let again = rebuild(&fx.stack.ddb, &fx.photo(), settled())
         .await
         .expect("rebuild");
     assert!(
@@ -217,14 +218,14 @@ async fn a_post_still_being_liked_is_left_for_a_later_rebuild_not_mis_corrected(
     let hour = RebuildOptions {
         quiet: Duration::from_secs(3_600),
     };
-    let early = rebuild(&fx.stack.ddb, &fx.schema, hour)
+    let early = rebuild(&fx.stack.ddb, &fx.photo(), hour)
         .await
         .expect("rebuild");
     assert!(early.corrected.is_empty(), "{early:?}");
     assert_eq!(early.unsettled, ["p1", "p9"]);
 
     // A flush that lands while a rebuild is counting: the counter moved, so p9 is left alone.
-    let run = Rebuild::begin(&fx.stack.ddb, &fx.schema, settled())
+    let run = Rebuild::begin(&fx.stack.ddb, &fx.photo(), settled())
         .await
         .expect("begin");
     agg.handle_dynamodb(dynamodb_event(&arn, &p9[8..]).expect("event"))
@@ -245,7 +246,7 @@ async fn a_post_still_being_liked_is_left_for_a_later_rebuild_not_mis_corrected(
     assert_eq!(api.count("p1").await.expect("count"), 1);
 
     // Settled: nothing left to correct, nothing double-counted.
-    let after = rebuild(&fx.stack.ddb, &fx.schema, settled())
+    let after = rebuild(&fx.stack.ddb, &fx.photo(), settled())
         .await
         .expect("rebuild");
     assert!(
@@ -304,8 +305,8 @@ async fn likes_over_a_limit_from_the_directory_get_429_and_write_nothing() {
 
     let fx = fixture!("likes_over_a_limit_from_the_directory_get_429_and_write_nothing");
     let (api, _) = setup(&fx, &["p1", "p2", "p3"]).await;
-    fx.table(Table::Hotkeys).await;
-    let directory = Directory::from_schema(fx.stack.ddb.clone(), fx.schema.toolkit());
+    fx.photo_table(Table::Hotkeys).await;
+    let directory = Directory::from_schema(fx.stack.ddb.clone(), &fx.schema);
     // The bot u9 is limited to 1 like/s by a directory entry; everyone else gets 100/s.
     let entry = Entry::limit(
         "tenant#u9",
@@ -347,7 +348,7 @@ async fn likes_over_a_limit_from_the_directory_get_429_and_write_nothing() {
         .stack
         .ddb
         .query()
-        .table_name(fx.schema.table_name(Table::Liked))
+        .table_name(fx.photo().table_name(Table::Liked))
         .key_condition_expression("#u = :u")
         .expression_attribute_names("#u", "user")
         .expression_attribute_values(":u", AttributeValue::S("u9".into()))

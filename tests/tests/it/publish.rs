@@ -3,6 +3,7 @@
 //! and the event exactly as delivered drives the hotkey-controller against the real directory.
 //! EventBridge and SQS are moto's on every lane.
 
+use heatsink_integration::PhotoFixture;
 use std::time::{Duration, SystemTime};
 
 use aws_sdk_sqs::types::QueueAttributeName;
@@ -73,12 +74,12 @@ async fn a_published_report_is_routed_by_the_stacks_rule_and_mitigated_by_the_co
     if !events_endpoints(name) {
         return;
     }
-    fx.table(Table::Hotkeys).await;
+    fx.photo_table(Table::Hotkeys).await;
     let events = aws_sdk_eventbridge::Client::new(&fx.stack.config);
     let sqs = aws_sdk_sqs::Client::new(&fx.stack.config);
-    let rule = format!("{}sampler-reports", fx.schema.prefix());
+    let rule = format!("{}sampler-reports", fx.prefix());
     // The stacks' control bus (`<prefix>control`): reports are routed from it only.
-    let bus = format!("{}control", fx.schema.prefix());
+    let bus = format!("{}control", fx.prefix());
     events
         .create_event_bus()
         .name(&bus)
@@ -175,7 +176,7 @@ async fn a_published_report_is_routed_by_the_stacks_rule_and_mitigated_by_the_co
     assert_eq!(delivered[0]["detail-type"], SAMPLER_DETAIL_TYPE);
 
     // The event as delivered drives the controller: p9 salted, p1 cached.
-    let directory = Directory::from_schema(fx.stack.ddb.clone(), fx.schema.toolkit());
+    let directory = Directory::from_schema(fx.stack.ddb.clone(), &fx.schema);
     let function = ControllerFunction::new(
         Controller::new(directory.clone(), Thresholds::default()),
         None,

@@ -8,6 +8,7 @@
 //! every 0.3 s instead of every 5 minutes (the hot-post test: 2 s buckets). The repair bound is the sum of those plus the
 //! aggregator's lag, so it scales with them (docs/counters.md: 4.2 minutes deployed).
 
+use heatsink_integration::PhotoFixture;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -62,13 +63,13 @@ fn options_with(buckets: BucketSpec, expected: Vec<WriterId>, back: u64) -> Repa
 
 async fn tables(fx: &Fixture, posts: &[&str]) -> String {
     for t in [Table::Liked, Table::Counters, Table::Posts] {
-        fx.table(t).await;
+        fx.photo_table(t).await;
     }
     for p in posts {
         fx.stack
             .ddb
             .put_item()
-            .table_name(fx.schema.table_name(Table::Posts))
+            .table_name(fx.photo().table_name(Table::Posts))
             .item("post", AttributeValue::S((*p).into()))
             .send()
             .await
@@ -77,7 +78,7 @@ async fn tables(fx: &Fixture, posts: &[&str]) -> String {
     fx.stack
         .ddb
         .describe_table()
-        .table_name(fx.schema.table_name(Table::Liked))
+        .table_name(fx.photo().table_name(Table::Liked))
         .send()
         .await
         .expect("describe")
@@ -95,7 +96,7 @@ async fn shaper(fx: &Fixture, shape: ShapeConfig) -> StreamShaper {
 }
 
 fn store(fx: &Fixture) -> CounterStore {
-    CounterStore::new(fx.stack.ddb.clone(), fx.schema.table_name(Table::Counters))
+    CounterStore::new(fx.stack.ddb.clone(), fx.photo().table_name(Table::Counters))
         .with_buckets(spec())
 }
 
@@ -161,9 +162,9 @@ async fn sim_a_hot_post_liked_without_pause_is_repaired_while_the_load_continues
     );
     let counters = store(&fx).with_buckets(hot_spec());
     let agg = aggregator(counters.clone(), Some(streams))
-        .with_table(fx.schema.table_name(Table::Liked))
+        .with_table(fx.photo().table_name(Table::Liked))
         .with_dedupe_window(Duration::from_millis(300));
-    let api = Arc::new(LikesApi::new(fx.stack.ddb.clone(), &fx.schema));
+    let api = Arc::new(LikesApi::new(fx.stack.ddb.clone(), &fx.photo()));
     // The likes keep coming until the rebuilder has made up the loss (or `cap` passes): the
     // property is "repaired while still being liked", and a slow lane only takes longer.
     let done = Arc::new(AtomicBool::new(false));
@@ -220,7 +221,7 @@ async fn sim_a_hot_post_liked_without_pause_is_repaired_while_the_load_continues
         || done.load(Ordering::Relaxed),
     );
     // The rebuilder, every 0.3 s while the likes come.
-    let recount = liked_bucket_recount(&fx.stack.ddb, &fx.schema);
+    let recount = liked_bucket_recount(&fx.stack.ddb, &fx.photo());
     let expected: Vec<WriterId> = shard_ids
         .iter()
         .map(|s| WriterId::new(s.clone()).expect("writer"))
@@ -341,9 +342,9 @@ async fn sim_a_lagging_aggregator_is_never_made_up_for_twice() {
     shaper.watch(&arn).await.expect("watch");
     let counters = store(&fx);
     let agg = aggregator(counters.clone(), None)
-        .with_table(fx.schema.table_name(Table::Liked))
+        .with_table(fx.photo().table_name(Table::Liked))
         .with_dedupe_window(Duration::from_millis(300));
-    let api = LikesApi::new(fx.stack.ddb.clone(), &fx.schema);
+    let api = LikesApi::new(fx.stack.ddb.clone(), &fx.photo());
     // 24 likes, then (once their buckets are over) 8 more, so every shard's watermark can pass
     // the first likes' buckets.
     for u in 0..24 {
@@ -379,7 +380,7 @@ async fn sim_a_lagging_aggregator_is_never_made_up_for_twice() {
     let (_, lost) = deliver(&shaper, &arn, &agg, &shards[0], 0, usize::MAX / 2, 1).await;
     let (at1, _) = deliver(&shaper, &arn, &agg, &shards[1], 0, 2, 0).await;
     assert!(lost > 0);
-    let recount = liked_bucket_recount(&fx.stack.ddb, &fx.schema);
+    let recount = liked_bucket_recount(&fx.stack.ddb, &fx.photo());
     let run = || async {
         Repair::new(&counters, "likes", &recount, options(expected.clone()))
             .run()
@@ -448,7 +449,7 @@ impl Intercept for Requests {
 /// liked just now; returns the requests one repair run costs.
 async fn repair_requests(fx: &Fixture, old: u32) -> (u64, u64) {
     tables(fx, &[]).await;
-    let liked = fx.schema.table_name(Table::Liked);
+    let liked = fx.photo().table_name(Table::Liked);
     let counters = store(fx);
     let now = heatsink::clock::now_ms();
     let hour_ago = now - 3_600_000;
@@ -549,8 +550,8 @@ async fn repair_requests(fx: &Fixture, old: u32) -> (u64, u64) {
             .build(),
     );
     let counted =
-        CounterStore::new(ddb.clone(), fx.schema.table_name(Table::Counters)).with_buckets(spec());
-    let recount = liked_bucket_recount(&ddb, &fx.schema);
+        CounterStore::new(ddb.clone(), fx.photo().table_name(Table::Counters)).with_buckets(spec());
+    let recount = liked_bucket_recount(&ddb, &fx.photo());
     let mut opts = options(vec![writer]);
     opts.settle = Duration::ZERO;
     opts.start_at = Some(fresh_start.saturating_sub(1_000));

@@ -1,6 +1,7 @@
 //! Scatter-gather against a real DynamoDB emulator: merged pagination over a write-sharded GSI
 //! is indistinguishable from paging one sorted list, and bad tokens are refused.
 
+use heatsink_integration::PhotoFixture;
 use std::collections::HashSet;
 
 use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
@@ -77,7 +78,7 @@ fn post_of(item: &Item) -> String {
 #[tokio::test]
 async fn paging_a_16_way_sharded_gsi_matches_one_sorted_list_exactly() {
     let fx = fixture!("paging_a_16_way_sharded_gsi_matches_one_sorted_list_exactly");
-    let posts = fx.table(Table::Posts).await;
+    let posts = fx.photo_table(Table::Posts).await;
     let mut rng = StdRng::seed_from_u64(16);
     let expected: Vec<String> = seed_posts(&fx.stack.ddb, &posts.name, 16, 300, &mut rng)
         .await
@@ -114,7 +115,7 @@ async fn paging_a_16_way_sharded_gsi_matches_one_sorted_list_exactly() {
 #[tokio::test]
 async fn descending_pages_over_8_shards_are_the_reverse_order() {
     let fx = fixture!("descending_pages_over_8_shards_are_the_reverse_order");
-    let posts = fx.table(Table::Posts).await;
+    let posts = fx.photo_table(Table::Posts).await;
     let mut rng = StdRng::seed_from_u64(8);
     let mut expected: Vec<(String, usize, String)> =
         seed_posts(&fx.stack.ddb, &posts.name, 8, 120, &mut rng).await;
@@ -143,7 +144,7 @@ async fn descending_pages_over_8_shards_are_the_reverse_order() {
 #[tokio::test]
 async fn a_token_for_another_query_or_edited_by_hand_is_refused() {
     let fx = fixture!("a_token_for_another_query_or_edited_by_hand_is_refused");
-    let posts = fx.table(Table::Posts).await;
+    let posts = fx.photo_table(Table::Posts).await;
     let mut rng = StdRng::seed_from_u64(4);
     seed_posts(&fx.stack.ddb, &posts.name, 4, 20, &mut rng).await;
     let page = gsi_query(&posts.name, 4)
@@ -184,7 +185,7 @@ async fn a_token_for_another_query_or_edited_by_hand_is_refused() {
 #[tokio::test]
 async fn batch_get_reads_every_key_of_a_salted_counter() {
     let fx = fixture!("batch_get_reads_every_key_of_a_salted_counter");
-    let counters = fx.table(Table::Counters).await;
+    let counters = fx.photo_table(Table::Counters).await;
     let ddb = &fx.stack.ddb;
     for n in 0..8 {
         ddb.put_item()

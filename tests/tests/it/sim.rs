@@ -1,6 +1,7 @@
 //! The partition simulator in front of a real DynamoDB emulator: a naive hot key is throttled,
 //! the same load salted over sub-keys is not, and the SDK sees DynamoDB's own error.
 
+use heatsink_integration::PhotoFixture;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
@@ -74,7 +75,7 @@ async fn drive(
 #[tokio::test]
 async fn the_simulator_throttles_a_naive_hot_key_and_not_the_same_load_salted() {
     let fx = fixture!("the_simulator_throttles_a_naive_hot_key_and_not_the_same_load_salted");
-    let counters = fx.table(Table::Counters).await;
+    let counters = fx.photo_table(Table::Counters).await;
     let sim = small_sim().await;
     let ddb = client_via(&sim, &fx.stack.config);
 
@@ -113,7 +114,7 @@ async fn the_simulator_throttles_a_naive_hot_key_and_not_the_same_load_salted() 
 #[tokio::test]
 async fn a_throttle_carries_dynamodbs_error_and_throttling_reason() {
     let fx = fixture!("a_throttle_carries_dynamodbs_error_and_throttling_reason");
-    let counters = fx.table(Table::Counters).await;
+    let counters = fx.photo_table(Table::Counters).await;
     let sim = small_sim().await;
     let ddb = client_via(&sim, &fx.stack.config);
     let mut seen = None;
@@ -152,7 +153,7 @@ async fn a_throttle_carries_dynamodbs_error_and_throttling_reason() {
 #[tokio::test]
 async fn the_stats_endpoint_serves_json_per_partition() {
     let fx = fixture!("the_stats_endpoint_serves_json_per_partition");
-    let counters = fx.table(Table::Counters).await;
+    let counters = fx.photo_table(Table::Counters).await;
     let sim = small_sim().await;
     let ddb = client_via(&sim, &fx.stack.config);
     drive(&ddb, &counters.name, 50, 1, |i| format!("k{i}")).await;

@@ -10,12 +10,13 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use heatsink::schema::{self, KeyAttr, StreamView, Table, TableSpec};
-use heatsink::slots::load::{AckLine, LoadSpec, run_load, verify};
 use heatsink::slots::mover::{BatchFault, Budget, MoveSpec, Mover, TailFaults};
+use heatsink::slots::verify::{AckLine, verify};
 use heatsink::slots::{
     MoveError, MoveMode, Phase, RetryRule, Router, SlotDirectory, SlotError, SlotRange, slot_of,
 };
 use heatsink_sim::front::StreamShaper;
+use heatsink_sim::load::{LoadSpec, run_load};
 use heatsink_sim::shape::{ShapeConfig, SourceKind};
 use heatsink_testkit::{Fixture, fixture};
 
@@ -26,7 +27,7 @@ const MAX_AGE: Duration = Duration::from_millis(300);
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 async fn owner_table(fx: &Fixture, logical: &str) -> String {
-    let spec = TableSpec::new(format!("{}{logical}", fx.schema.prefix()), KeyAttr::s("pk"))
+    let spec = TableSpec::new(format!("{}{logical}", fx.prefix()), KeyAttr::s("pk"))
         .stream(StreamView::NewAndOldImages);
     fx.track_table(&spec.name);
     schema::ensure_table(&fx.stack.ddb, &spec)
@@ -45,7 +46,7 @@ async fn directory_on(
     owner: &str,
     strict: bool,
 ) -> SlotDirectory {
-    let spec = fx.schema.toolkit().table(Table::Slots);
+    let spec = fx.schema.table(Table::Slots);
     fx.track_table(&spec.name);
     schema::ensure_table(&fx.stack.ddb, &spec)
         .await
@@ -126,7 +127,7 @@ fn budget() -> Budget {
 struct Load {
     stop: Arc<AtomicBool>,
     acks: Arc<Mutex<Vec<AckLine>>>,
-    task: tokio::task::JoinHandle<heatsink::slots::load::LoadReport>,
+    task: tokio::task::JoinHandle<heatsink_sim::load::WriteReport>,
 }
 
 fn start_load(router: Router, prefix: &str, keys: u64, rate: f64) -> Load {
@@ -154,7 +155,7 @@ fn start_load(router: Router, prefix: &str, keys: u64, rate: f64) -> Load {
 }
 
 impl Load {
-    async fn finish(self, router: &Router) -> (heatsink::slots::load::LoadReport, Vec<AckLine>) {
+    async fn finish(self, router: &Router) -> (heatsink_sim::load::WriteReport, Vec<AckLine>) {
         self.stop.store(true, Ordering::Relaxed);
         let report = self.task.await.expect("load task");
         let acks = self.acks.lock().expect("acks").clone();
@@ -242,14 +243,14 @@ async fn move_bad_requests_get_typed_errors_and_change_nothing() {
         .expect_err("to the current owner");
     assert!(matches!(err, MoveError::BadMove(_)), "{err}");
     // A target without a stream, and one with another key schema.
-    let plain = TableSpec::new(format!("{}plain", fx.schema.prefix()), KeyAttr::s("pk"));
+    let plain = TableSpec::new(format!("{}plain", fx.prefix()), KeyAttr::s("pk"));
     fx.track_table(&plain.name);
     schema::ensure_table(&ddb, &plain).await.expect("plain");
     let err = Mover::start(ddb.clone(), streams.clone(), dir.clone(), spec(&plain.name))
         .await
         .expect_err("no stream");
     assert!(err.to_string().contains("NEW_AND_OLD_IMAGES"), "{err}");
-    let sorted = TableSpec::new(format!("{}sorted", fx.schema.prefix()), KeyAttr::s("pk"))
+    let sorted = TableSpec::new(format!("{}sorted", fx.prefix()), KeyAttr::s("pk"))
         .sort_key(KeyAttr::s("sk"))
         .stream(StreamView::NewAndOldImages);
     fx.track_table(&sorted.name);
@@ -632,7 +633,7 @@ async fn puts_beside_refused_fenced_writes(
 
 /// The cause of the one lost write seen in a parallel moto run (`{t1}key-1 acked=2
 /// found=Some(1)` on a slot that never moved): moto's cancelled transactions put back a copy
-/// of the table (see `heatsink::http`). With the client the move tests use, an acknowledged
+/// of the table (see `heatsink_sim::http`). With the client the move tests use, an acknowledged
 /// put beside refused fenced writes is never read back older, on any lane.
 #[tokio::test]
 async fn acknowledged_puts_survive_refused_fenced_writes_on_the_same_table() {
@@ -748,11 +749,11 @@ async fn move_attrition_reads_both_sides_and_writes_only_the_target() {
 async fn demo_move_moves_p9_and_loses_no_acknowledged_write() {
     let _serial = SERIAL.lock().await;
     let fx = fixture!("demo_move_moves_p9_and_loses_no_acknowledged_write");
-    let prefix = fx.schema.prefix().to_owned();
+    let prefix = fx.prefix().to_owned();
     for t in ["demo-move-posts", "demo-move-p9", "demo-move-shards"] {
         fx.track_table(&format!("{prefix}{t}"));
     }
-    let spec = heatsink::slots::demo::DemoSpec {
+    let spec = heatsink_demo::moves::DemoSpec {
         prefix,
         rate: 40.0,
         settle: Duration::from_millis(800),
@@ -760,7 +761,7 @@ async fn demo_move_moves_p9_and_loses_no_acknowledged_write() {
     };
     let progress: heatsink::slots::mover::MoveProgress = Arc::new(|line: &str| eprintln!("{line}"));
     let ddb = fx.stack.isolated_ddb();
-    let first = heatsink::slots::demo::run_move_demo(
+    let first = heatsink_demo::moves::run_move_demo(
         ddb.clone(),
         fx.stack.streams.clone(),
         &spec,
@@ -787,10 +788,9 @@ async fn demo_move_moves_p9_and_loses_no_acknowledged_write() {
     let (owner, _) = router.get_key("p3").await.expect("read p3");
     assert_eq!(owner, first.from);
     // A second run starts from scratch (its tables are recreated) and works the same.
-    let again =
-        heatsink::slots::demo::run_move_demo(ddb, fx.stack.streams.clone(), &spec, progress)
-            .await
-            .expect("demo again");
+    let again = heatsink_demo::moves::run_move_demo(ddb, fx.stack.streams.clone(), &spec, progress)
+        .await
+        .expect("demo again");
     assert_eq!(again.lost, 0, "{again:?}");
     assert!(again.acknowledged > 0, "{again:?}");
 }

@@ -17,7 +17,7 @@ async fn a_put_metric_is_listed_back() {
         return;
     }
     let cw = &fx.stack.cloudwatch;
-    let namespace = format!("{}smoke", fx.schema.prefix());
+    let namespace = format!("{}smoke", fx.prefix());
     cw.put_metric_data()
         .namespace(&namespace)
         .metric_data(

@@ -2,6 +2,7 @@
 //! and the change stream behave as heatsink relies on.
 
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem};
+use heatsink_integration::PhotoFixture;
 use heatsink_photo_app::schema::Table;
 use heatsink_testkit::{fixture, table_stream_records};
 
@@ -12,7 +13,7 @@ fn s(v: &str) -> AttributeValue {
 #[tokio::test]
 async fn a_conditional_write_on_an_existing_item_is_rejected_with_a_typed_error() {
     let fx = fixture!("a_conditional_write_on_an_existing_item_is_rejected_with_a_typed_error");
-    let liked = fx.table(Table::Liked).await;
+    let liked = fx.photo_table(Table::Liked).await;
     let put = || {
         fx.stack
             .ddb
@@ -40,7 +41,7 @@ async fn a_conditional_write_on_an_existing_item_is_rejected_with_a_typed_error(
 #[tokio::test]
 async fn a_cancelled_transaction_reports_a_reason_per_item() {
     let fx = fixture!("a_cancelled_transaction_reports_a_reason_per_item");
-    let counters = fx.table(Table::Counters).await;
+    let counters = fx.photo_table(Table::Counters).await;
     let ddb = &fx.stack.ddb;
     ddb.put_item()
         .table_name(&counters.name)
@@ -96,7 +97,7 @@ async fn a_cancelled_transaction_reports_a_reason_per_item() {
 #[tokio::test]
 async fn a_gsi_query_returns_one_index_shard_in_sort_key_order() {
     let fx = fixture!("a_gsi_query_returns_one_index_shard_in_sort_key_order");
-    let posts = fx.table(Table::Posts).await;
+    let posts = fx.photo_table(Table::Posts).await;
     let ddb = &fx.stack.ddb;
     for (post, shard, at) in [
         ("p1", "nova#0", "2026-01-03"),
@@ -138,7 +139,7 @@ async fn a_gsi_query_returns_one_index_shard_in_sort_key_order() {
 #[tokio::test]
 async fn the_liked_tables_change_stream_carries_each_new_like() {
     let fx = fixture!("the_liked_tables_change_stream_carries_each_new_like");
-    let liked = fx.table(Table::Liked).await;
+    let liked = fx.photo_table(Table::Liked).await;
     let ddb = &fx.stack.ddb;
     for user in ["u1", "u2", "u3"] {
         ddb.put_item()

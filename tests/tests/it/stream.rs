@@ -3,6 +3,7 @@
 //! batches (stall, dead-letter queue, abort), slow shutdown, foreign streams, LATEST after a
 //! split, retention, a hung ListShards, and the DynamoDB Streams source.
 
+use heatsink_integration::PhotoFixture;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -268,8 +269,8 @@ async fn no_record_is_lost_or_reordered_across_split_merge_and_rescale_with_a_wo
     const KEYS: usize = 12;
     const ROUNDS: u64 = 60;
     let stream = fx.stream("lineage", 2).await;
-    let leases_spec = fx.table(Table::Leases).await;
-    let sink = fx.table(Table::Counters).await;
+    let leases_spec = fx.photo_table(Table::Leases).await;
+    let sink = fx.photo_table(Table::Counters).await;
     let k = fx.stack.kinesis.clone();
     let log = Arc::new(Mutex::new(Vec::new()));
     let leases = |_: &str| LeaseTable::new(fx.stack.ddb.clone(), &leases_spec.name, "lineage-app");
@@ -409,7 +410,7 @@ async fn no_record_is_lost_or_reordered_across_split_merge_and_rescale_with_a_wo
 async fn a_lease_row_deleted_or_mangled_by_hand_is_recreated_from_the_shard_graph() {
     let fx = fixture!("a_lease_row_deleted_or_mangled_by_hand_is_recreated_from_the_shard_graph");
     let stream = fx.stream("repair", 1).await;
-    let spec = fx.table(Table::Leases).await;
+    let spec = fx.photo_table(Table::Leases).await;
     let table = LeaseTable::new(fx.stack.ddb.clone(), &spec.name, "repair-app");
     let log = Arc::new(Mutex::new(Vec::new()));
     let w = start(
@@ -493,7 +494,7 @@ async fn a_failing_batch_stalls_only_its_shard_and_is_delivered_once_the_outage_
     let fx =
         fixture!("a_failing_batch_stalls_only_its_shard_and_is_delivered_once_the_outage_ends");
     let stream = fx.stream("outage", 2).await;
-    let spec = fx.table(Table::Leases).await;
+    let spec = fx.photo_table(Table::Leases).await;
     let log = Arc::new(Mutex::new(Vec::new()));
     let outage = Arc::new(AtomicBool::new(true));
     let mut config = fast_config("w0");
@@ -555,7 +556,7 @@ async fn skipping_is_opt_in_and_a_dead_letter_queue_gets_the_batch_before_the_ch
         "skipping_is_opt_in_and_a_dead_letter_queue_gets_the_batch_before_the_checkpoint_moves"
     );
     let stream = fx.stream("dlq", 2).await;
-    let spec = fx.table(Table::Leases).await;
+    let spec = fx.photo_table(Table::Leases).await;
     let sqs = aws_sdk_sqs::Client::new(&fx.stack.config);
     let queue = sqs
         .create_queue()
@@ -650,7 +651,7 @@ async fn a_processor_that_cannot_deliver_stops_the_worker_and_a_rerun_delivers_e
         "a_processor_that_cannot_deliver_stops_the_worker_and_a_rerun_delivers_everything"
     );
     let stream = fx.stream("epipe", 1).await;
-    let spec = fx.table(Table::Leases).await;
+    let spec = fx.photo_table(Table::Leases).await;
     let table = || LeaseTable::new(fx.stack.ddb.clone(), &spec.name, "epipe-app");
     put_round(&fx.stack.kinesis, &stream.name, 0, 5).await;
     let calls = Arc::new(AtomicUsize::new(0));
@@ -718,7 +719,7 @@ impl RecordProcessor for Hanging {
 async fn a_slow_shutdown_never_moves_a_checkpoint_backwards() {
     let fx = fixture!("a_slow_shutdown_never_moves_a_checkpoint_backwards");
     let stream = fx.stream("slowstop", 1).await;
-    let spec = fx.table(Table::Leases).await;
+    let spec = fx.photo_table(Table::Leases).await;
     let table = LeaseTable::new(fx.stack.ddb.clone(), &spec.name, "slowstop-app");
     let log = Arc::new(Mutex::new(Vec::new()));
     let hang = Arc::new(AtomicBool::new(false));
@@ -768,7 +769,7 @@ async fn two_streams_with_one_app_never_share_checkpoints_nor_does_a_recreated_s
         fixture!("two_streams_with_one_app_never_share_checkpoints_nor_does_a_recreated_stream");
     let first = fx.stream("first", 1).await;
     let second = fx.stream("second", 1).await;
-    let spec = fx.table(Table::Leases).await;
+    let spec = fx.photo_table(Table::Leases).await;
     let table = || LeaseTable::new(fx.stack.ddb.clone(), &spec.name, "shared-app");
     let k = &fx.stack.kinesis;
     put_round(k, &first.name, 0, 3).await;
@@ -843,7 +844,7 @@ async fn two_streams_with_one_app_never_share_checkpoints_nor_does_a_recreated_s
 async fn from_latest_after_a_split_emits_nothing_put_before_the_start() {
     let fx = fixture!("from_latest_after_a_split_emits_nothing_put_before_the_start");
     let stream = fx.stream("latest", 1).await;
-    let spec = fx.table(Table::Leases).await;
+    let spec = fx.photo_table(Table::Leases).await;
     let k = &fx.stack.kinesis;
     put_round(k, &stream.name, 0, 8).await;
     split_first(k, &stream.name).await;
@@ -950,7 +951,7 @@ async fn sim_retention_a_parent_dropped_from_list_shards_unblocks_its_children_w
         "sim_retention_a_parent_dropped_from_list_shards_unblocks_its_children_without_restart"
     );
     let stream = fx.stream("retention", 1).await;
-    let spec = fx.table(Table::Leases).await;
+    let spec = fx.photo_table(Table::Leases).await;
     let k = &fx.stack.kinesis;
     let parent = open_shards(k, &stream.name).await[0].0.clone();
     put_round(k, &stream.name, 0, 6).await;
@@ -1043,7 +1044,7 @@ async fn a_hung_list_shards_neither_lets_a_live_workers_leases_lapse_nor_makes_a
     let fx =
         fixture!("a_hung_list_shards_neither_lets_a_live_workers_leases_lapse_nor_makes_a_zombie");
     let stream = fx.stream("hung", 2).await;
-    let spec = fx.table(Table::Leases).await;
+    let spec = fx.photo_table(Table::Leases).await;
     let k = &fx.stack.kinesis;
     let table = || LeaseTable::new(fx.stack.ddb.clone(), &spec.name, "hung-app");
     let hang = Arc::new(AtomicBool::new(false));
@@ -1123,8 +1124,8 @@ async fn a_task_cut_off_from_dynamodb_stops_writing_before_its_lease_expires_and
     const ROUNDS: u64 = 40;
     let lease = Duration::from_secs(4);
     let stream = fx.stream("cut", 2).await;
-    let spec = fx.table(Table::Leases).await;
-    let sink = fx.table(Table::Counters).await;
+    let spec = fx.photo_table(Table::Leases).await;
+    let sink = fx.photo_table(Table::Counters).await;
     let k = fx.stack.kinesis.clone();
     let upstream = std::env::var("AWS_ENDPOINT_URL_DYNAMODB").expect("a DynamoDB endpoint");
     let cut = heatsink_testkit::cut::Cut::start(&upstream)
@@ -1283,8 +1284,8 @@ async fn the_dynamodb_streams_source_delivers_a_tables_changes_in_order() {
         return;
     }
     let fx: Fixture = fixture!("the_dynamodb_streams_source_delivers_a_tables_changes_in_order");
-    let liked = fx.table(Table::Liked).await;
-    let spec = fx.table(Table::Leases).await;
+    let liked = fx.photo_table(Table::Liked).await;
+    let spec = fx.photo_table(Table::Leases).await;
     let arn = fx
         .stack
         .ddb
@@ -1377,7 +1378,7 @@ async fn a_kpl_aggregate_is_deaggregated_and_a_restart_inside_it_neither_skips_n
         "a_kpl_aggregate_is_deaggregated_and_a_restart_inside_it_neither_skips_nor_repeats"
     );
     let stream = fx.stream("kpl", 1).await;
-    let spec = fx.table(Table::Leases).await;
+    let spec = fx.photo_table(Table::Leases).await;
     let table = || LeaseTable::new(fx.stack.ddb.clone(), &spec.name, "kpl-app");
     let k = &fx.stack.kinesis;
     let mut agg = heatsink::kinesis::kpl::Aggregator::new();
@@ -1483,7 +1484,7 @@ async fn a_corrupt_kpl_aggregate_is_delivered_whole_with_its_reason_and_does_not
         "a_corrupt_kpl_aggregate_is_delivered_whole_with_its_reason_and_does_not_block_the_shard"
     );
     let stream = fx.stream("kplbad", 1).await;
-    let spec = fx.table(Table::Leases).await;
+    let spec = fx.photo_table(Table::Leases).await;
     let table = || LeaseTable::new(fx.stack.ddb.clone(), &spec.name, "kplbad-app");
     let k = &fx.stack.kinesis;
     let mut agg = heatsink::kinesis::kpl::Aggregator::new();
@@ -1667,7 +1668,7 @@ async fn smithy_mock_throttled_get_records_lose_and_skip_nothing_and_the_worker_
     let fx = fixture!(
         "smithy_mock_throttled_get_records_lose_and_skip_nothing_and_the_worker_backs_off"
     );
-    let spec = fx.table(Table::Leases).await;
+    let spec = fx.photo_table(Table::Leases).await;
     const SHARD: &str = "shardId-000000000000";
     let [summary, list, iterator] = one_shard_rules("t-throttled", SHARD);
     let page = |from: u64, to: u64, next: &'static str| {
@@ -1808,7 +1809,7 @@ async fn smithy_mock_instant_answers_take_the_cap_on_a_windows_last_call_and_the
     let fx = fixture!(
         "smithy_mock_instant_answers_take_the_cap_on_a_windows_last_call_and_the_tip_resets_the_page"
     );
-    let spec = fx.table(Table::Leases).await;
+    let spec = fx.photo_table(Table::Leases).await;
     const SHARD: &str = "shardId-000000000000";
     let [summary, list, iterator] = one_shard_rules("t-pages", SHARD);
     // Calls 0-7: 10 records each, 1 s behind; call 8: the tip; call 9: 10 more records; then the

@@ -4,6 +4,7 @@
 //! read started from. A lease row deleted inside the wait is recreated at TRIM_HORIZON: the
 //! shard's early read (after the old checkpoint) must be dropped, or the shard would be skipped.
 
+use heatsink_integration::PhotoFixture;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -88,7 +89,7 @@ async fn an_early_read_is_used_only_when_the_take_lands_at_the_checkpoint_it_rea
         fixture!("an_early_read_is_used_only_when_the_take_lands_at_the_checkpoint_it_read_from");
     let k = &fx.stack.kinesis;
     let stream = fx.stream("early", 2).await;
-    let spec = fx.table(Table::Leases).await;
+    let spec = fx.photo_table(Table::Leases).await;
     for round in 0..5 {
         put_round(k, &stream.name, round, 16).await;
     }

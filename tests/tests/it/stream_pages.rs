@@ -4,6 +4,7 @@
 //! when the emulator reports it at "0 ms behind". When a call asks for the cap or a doubled page
 //! depends on call latencies; that rule is property-tested in `heatsink_core::stream::ReadSize`.
 
+use heatsink_integration::PhotoFixture;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -47,7 +48,7 @@ async fn a_backlog_read_in_pages_arrives_once_in_order_and_a_full_page_is_not_th
         fixture!("a_backlog_read_in_pages_arrives_once_in_order_and_a_full_page_is_not_the_tip");
     let k = &fx.stack.kinesis;
     let stream = fx.stream("pages", 1).await;
-    let spec = fx.table(Table::Leases).await;
+    let spec = fx.photo_table(Table::Leases).await;
     const RECORDS: usize = 500; // one PutRecords
     const PAGE: i32 = 50;
     let entries: Vec<PutRecordsRequestEntry> = (0..RECORDS)

@@ -3,6 +3,7 @@
 //! so no lease is stolen and no record is read twice; a long-dead worker's announcement neither
 //! counts nor stays.
 
+use heatsink_integration::PhotoFixture;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -79,7 +80,7 @@ async fn fleet_splits_four_shards(
     const KEYS: usize = 32;
     const ROUNDS: u64 = 20;
     let stream = fx.stream("start", 4).await;
-    let spec = fx.table(Table::Leases).await;
+    let spec = fx.photo_table(Table::Leases).await;
     let k = &fx.stack.kinesis;
     for round in 0..ROUNDS {
         put_round(k, &stream.name, round, KEYS).await;

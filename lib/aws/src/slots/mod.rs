@@ -17,7 +17,6 @@
 //!   [`RetryRule`]. Retries resend the same version, so they are safe to repeat.
 //! * [`fence`]: the owner's slot table, one fence item per slot that left a table.
 //! * `mover` (feature `streams`): the live move as a persisted state machine.
-//! * `demo` (feature `streams`): `heatsink demo move`, p9's slot moved under load (glue).
 //!
 //! In an **attrition** move (no copy, for TTL'd data) the router's reads of the move's slots
 //! read the owner and the other table and keep the higher version, for as long as the move is
@@ -57,17 +56,14 @@
 //! Limits: 16,384 slots; a change touches at most 3 range items; the router reads the whole
 //! map (one Query) at most once per `max_age`; the fence writes one item per moved slot.
 
-#[cfg(feature = "streams")]
-#[cfg_attr(docsrs, doc(cfg(feature = "streams")))]
-pub mod demo;
 mod directory;
 pub mod fence;
-pub mod load;
 #[cfg(feature = "streams")]
 #[cfg_attr(docsrs, doc(cfg(feature = "streams")))]
 pub mod mover;
 pub mod record;
 mod router;
+pub mod verify;
 
 pub use directory::{MOVE_PK, MoveList, SlotDirectory};
 pub use heatsink_core::slots::*;

@@ -1,4 +1,4 @@
-//! The seed's scene as a demo (`heatsink demo move`): p9's slot moves to a table of its own
+//! The live-move scene (`heatsink-demo move`): p9's slot moves to a table of its own
 //! while a load generator writes versioned likes and caption edits to p9 and the other posts.
 //!
 //! Glue only: [`run_load`] writes `{pk: "p0" … "p15", v}` through one [`Router`], a copy-mode
@@ -15,11 +15,14 @@ use std::time::Duration;
 use aws_sdk_dynamodb::operation::delete_table::DeleteTableError;
 use serde::Serialize;
 
-use super::load::{AckLine, LoadSpec, VerifyReport, latency_quantile, run_load, verify};
-use super::mover::{Budget, DiffReport, MoveProgress, MoveSpec, Mover};
-use super::{MoveError, MoveMode, Router, SlotDirectory, SlotRange, slot_of};
-use crate::error::{AwsError, SchemaError};
-use crate::schema::{self, KeyAttr, Schema, StreamView, Table, TableSpec};
+use clap::Args;
+use heatsink::error::{AwsError, SchemaError};
+use heatsink::schema::{self, DEFAULT_PREFIX, KeyAttr, Schema, StreamView, Table, TableSpec};
+use heatsink::slots::mover::{Budget, DiffReport, MoveProgress, MoveSpec, Mover};
+use heatsink::slots::verify::{AckLine, VerifyReport, verify};
+use heatsink::slots::{MoveError, MoveMode, Router, SlotDirectory, SlotRange, slot_of};
+use heatsink_cli::cmd::CmdResult;
+use heatsink_sim::load::{LoadSpec, latency_quantile, run_load};
 
 /// Errors of the move demo.
 #[derive(Debug, thiserror::Error)]
@@ -56,7 +59,7 @@ pub struct DemoSpec {
 impl Default for DemoSpec {
     fn default() -> Self {
         Self {
-            prefix: crate::schema::DEFAULT_PREFIX.into(),
+            prefix: heatsink::schema::DEFAULT_PREFIX.into(),
             rate: 100.0,
             settle: Duration::from_secs(2),
             max_age: Duration::from_millis(300),
@@ -242,4 +245,81 @@ pub async fn run_move_demo(
         diff: record.diff.clone(),
         verify: checked,
     })
+}
+
+/// Arguments of `heatsink-demo move`.
+#[derive(Debug, Args)]
+pub struct MoveDemoArgs {
+    /// Resource name prefix (the demo's tables are `<prefix>demo-move-*`, recreated each run).
+    #[arg(long, env = "HEATSINK_PREFIX", default_value = DEFAULT_PREFIX)]
+    prefix: String,
+    /// Versioned writes per second over posts p0 … p15.
+    #[arg(long, default_value = "100", value_parser = heatsink_cli::cmd::positive_rate)]
+    rate: f64,
+    /// Load before the move and after it.
+    #[arg(long, default_value = "2s", value_parser = heatsink_cli::cmd::parse_duration)]
+    settle: std::time::Duration,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs the move scene with `a` and prints its report (JSON with `--json`); fails if an
+/// acknowledged write was lost.
+pub async fn move_demo(a: MoveDemoArgs) -> CmdResult {
+    if std::env::var("AWS_ENDPOINT_URL_DYNAMODB").is_err() {
+        return Err(
+            "the demo runs on the local stack: eval \"$(localstack/stack env)\" first".into(),
+        );
+    }
+    let config = heatsink_cli::cmd::slots_sdk_config().await;
+    let spec = DemoSpec {
+        prefix: a.prefix,
+        rate: a.rate,
+        settle: a.settle,
+        ..DemoSpec::default()
+    };
+    let r = run_move_demo(
+        aws_sdk_dynamodb::Client::new(&config),
+        aws_sdk_dynamodbstreams::Client::new(&config),
+        &spec,
+        std::sync::Arc::new(|line: &str| eprintln!("{line}")),
+    )
+    .await?;
+    if a.json {
+        println!("{}", serde_json::to_string(&r)?);
+    } else {
+        let ms = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.1} ms"));
+        println!(
+            "moved slot {} (p9) from {} to {} (move {})",
+            r.slot, r.from, r.to, r.move_id
+        );
+        println!(
+            "write pause on p9's slot: p50 {} p99 {} (mover fence -> flip {} ms)",
+            ms(r.pause_p50_ms),
+            ms(r.pause_p99_ms),
+            r.mover_pause_ms.map_or("-".to_owned(), |v| v.to_string())
+        );
+        println!("stale routers bounced (MOVED): {}", r.moved);
+        println!(
+            "writes acknowledged: {} (p9: {}), lost: {}, not acknowledged: {}",
+            r.acknowledged, r.acknowledged_p9, r.lost, r.failed
+        );
+        match &r.diff {
+            Some(d) => println!(
+                "diff: {} ({} source items, {} target, missing {}, extra {}, mismatched {})",
+                if d.clean() { "clean" } else { "DIFFERENCES" },
+                d.source_items,
+                d.target_items,
+                d.missing,
+                d.extra,
+                d.mismatched
+            ),
+            None => println!("diff: not run"),
+        }
+    }
+    if !r.verify.ok() {
+        return Err(format!("acknowledged writes lost: {:?}", r.verify.lost_samples).into());
+    }
+    Ok(())
 }

@@ -10,16 +10,16 @@
 //! failed condition, such as a refused fenced write), puts that copy back, reverting every write
 //! that committed to those tables in between. A live move refuses fenced writes on the source
 //! while routers keep writing the source's other slots, so on moto an acknowledged write to a
-//! slot that never moved can be reverted by the emulator (tests/it/shard.rs reproduces it).
+//! slot that never moved can be reverted by the emulator (tests/it/slots.rs reproduces it).
 //! LocalStack's host-mode DynamoDB showed the same fault. DynamoDB and dynoxide isolate
 //! transactions. The library never guesses which endpoint it talks to: the caller opts in.
-//! The `heatsink` CLI's shard and move commands take `HEATSINK_SERIAL_DYNAMODB=1` (which
+//! The `heatsink` CLI's slots and move commands take `HEATSINK_SERIAL_DYNAMODB=1` (which
 //! `localstack/stack env` exports on the moto and LocalStack lanes) and then use a limit of 1;
 //! without it they keep full concurrency.
 //!
 //! ```
 //! fn clients(config: &aws_types::SdkConfig) -> aws_sdk_dynamodb::Client {
-//!     let serial = heatsink::http::bounded(config, 1);
+//!     let serial = heatsink_sim::http::bounded(config, 1);
 //!     aws_sdk_dynamodb::Client::new(&serial) // one call at a time
 //! }
 //! ```

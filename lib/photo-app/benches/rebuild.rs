@@ -21,7 +21,7 @@
 //! posts by exactly their shortfall (asserted: both methods must fix the same counts).
 //!
 //! Needs the local stack: `eval "$(localstack/stack env --lane dynoxide)"` then
-//! `cargo bench -p heatsink-testkit --bench rebuild --profile dev` (env `REBUILD_SIZES`, default
+//! `cargo bench -p heatsink-photo-app --bench rebuild --profile dev` (env `REBUILD_SIZES`, default
 //! `10000,100000` old likes; `REBUILD_TRIALS`, default 4 runs of each method per size).
 //! The time is spent in the emulator, so the dev profile measures the same thing as release.
 //! Without `AWS_ENDPOINT_URL_DYNAMODB` it prints a skip line and exits 0.
@@ -46,7 +46,7 @@ use heatsink::counter::{BucketSpec, CounterKey, CounterStore, Deltas, Seq, Write
 use heatsink_photo_app::rebuild::{
     RebuildOptions, RepairOptions, liked_bucket_recount, rebuild, repair,
 };
-use heatsink_photo_app::schema::{POST_SHARD, POST_SHARDS, Table};
+use heatsink_photo_app::schema::{POST_SHARD, POST_SHARDS, Schema, Table};
 use heatsink_testkit::Fixture;
 use heatsink_testkit::bench::env_or;
 
@@ -275,11 +275,11 @@ impl World {
     /// Tables, `old` old likes over 100 posts an hour back, their counters flushed.
     async fn new(old: u32) -> Option<World> {
         let fx = Fixture::new("rebuild-bench").await?;
-        for t in [Table::Liked, Table::Counters] {
-            fx.table(t).await;
-        }
-        let liked = fx.schema.table_name(Table::Liked);
-        let counters_table = fx.schema.table_name(Table::Counters);
+        let photo = Schema::new(fx.prefix());
+        fx.tables(&[photo.table(Table::Liked), photo.table(Table::Counters)])
+            .await;
+        let liked = photo.table_name(Table::Liked);
+        let counters_table = photo.table_name(Table::Counters);
         let spec = BucketSpec::default();
         let store =
             CounterStore::new(fx.stack.ddb.clone(), counters_table.clone()).with_buckets(spec);
@@ -452,7 +452,7 @@ async fn run(w: &mut World, method: Method, n: u32) -> Run {
         Method::Ours => {
             let store =
                 CounterStore::new(ddb.clone(), w.counters_table.clone()).with_buckets(w.spec);
-            let recount = liked_bucket_recount(&ddb, &w.fx.schema);
+            let recount = liked_bucket_recount(&ddb, &Schema::new(w.fx.prefix()));
             let options = RepairOptions {
                 buckets: w.spec,
                 insert_only: true,
@@ -469,7 +469,7 @@ async fn run(w: &mut World, method: Method, n: u32) -> Run {
             report.corrected
         }
         Method::Naive => {
-            let report = rebuild(&ddb, &w.fx.schema, RebuildOptions::default())
+            let report = rebuild(&ddb, &Schema::new(w.fx.prefix()), RebuildOptions::default())
                 .await
                 .expect("rebuild");
             assert_eq!(

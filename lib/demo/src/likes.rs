@@ -1,4 +1,4 @@
-//! `heatsink demo`: the celebrity post (docs/hot-keys.md) on the local stack, through the partition simulator.
+//! `heatsink-demo`: the celebrity post (docs/hot-keys.md) on the local stack, through the partition simulator.
 //!
 //! Sixteen posts take a baseline of likes while p9 takes `--rate` likes/s for `--duration`.
 //! The same load runs three ways, side by side:
@@ -34,9 +34,9 @@ use heatsink_sim::{SimConfig, Simulator, Stats, partition_of};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use serde::Serialize;
 
-use super::{CmdResult, sdk_config};
+use heatsink_cli::cmd::{CmdResult, sdk_config};
 
-/// Arguments of `heatsink demo`.
+/// Arguments of `heatsink-demo`.
 #[derive(Debug, Args)]
 #[command(args_conflicts_with_subcommands = true)]
 pub struct DemoArgs {
@@ -71,7 +71,7 @@ pub struct DemoArgs {
     /// holds as many likes as at full scale, so the per-1,000 figures equal full scale's, at a
     /// speed a local emulator sustains (0.01–1). The steady-state figure needs a --duration of
     /// at least 2.5 scaled windows; 11.5 give it 10 windows, where one window's jitter is 10 %.
-    #[arg(long, default_value_t = 1.0, value_parser = super::scale)]
+    #[arg(long, default_value_t = 1.0, value_parser = heatsink_cli::cmd::scale)]
     scale: f64,
     /// The pre-aggregated strategy's stream shape: `kinesis` (Kinesis Data Streams for
     /// DynamoDB, the deployed default) or `dynamodb-streams`.
@@ -446,7 +446,7 @@ impl Run<'_> {
         self.sim.reset();
         let (tag, args, table) = (&self.tag, self.args, self.counters());
         let ddb = &self.via_sim;
-        let phase = super::progress::Phase::start(strategy, self.total(), "likes sent");
+        let phase = heatsink_cli::cmd::progress::Phase::start(strategy, self.total(), "likes sent");
         let (p9_sent, p9_acked) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
         let all_acked = Arc::new(AtomicU64::new(0));
         // p9's counter: its one item, or its salted sub-keys.
@@ -609,7 +609,7 @@ impl Run<'_> {
         let all_acked = Arc::new(AtomicU64::new(0));
         let p9_sent = Arc::new(AtomicU64::new(0));
         let done = Arc::new(AtomicBool::new(false));
-        let phase = super::progress::Phase::start(STRATEGY, self.total(), "likes sent");
+        let phase = heatsink_cli::cmd::progress::Phase::start(STRATEGY, self.total(), "likes sent");
         let start = std::time::Instant::now();
         let (acked, all) = (p9_acked.clone(), all_acked.clone());
         let load = async {
@@ -829,95 +829,19 @@ async fn invoke(
     }
 }
 
-/// The other scenes of `heatsink demo`.
+/// The other scenes of `heatsink-demo`.
 #[derive(Debug, clap::Subcommand)]
 pub enum DemoScene {
     /// Move p9's slot to a table of its own while p9 takes likes and caption edits; prints the
     /// writers' pause, the stale routers bounced, the writes acknowledged and lost, the diff.
-    Move(MoveDemoArgs),
-}
-
-/// Arguments of `heatsink demo move`.
-#[derive(Debug, Args)]
-pub struct MoveDemoArgs {
-    /// Resource name prefix (the demo's tables are `<prefix>demo-move-*`, recreated each run).
-    #[arg(long, env = "HEATSINK_PREFIX", default_value = DEFAULT_PREFIX)]
-    prefix: String,
-    /// Versioned writes per second over posts p0 … p15.
-    #[arg(long, default_value = "100", value_parser = super::positive_rate)]
-    rate: f64,
-    /// Load before the move and after it.
-    #[arg(long, default_value = "2s", value_parser = super::parse_duration)]
-    settle: std::time::Duration,
-    /// Print the report as JSON.
-    #[arg(long)]
-    json: bool,
-}
-
-async fn move_demo(a: MoveDemoArgs) -> CmdResult {
-    use heatsink::slots::demo::{DemoSpec, run_move_demo};
-    if std::env::var("AWS_ENDPOINT_URL_DYNAMODB").is_err() {
-        return Err(
-            "the demo runs on the local stack: eval \"$(localstack/stack env)\" first".into(),
-        );
-    }
-    let config = super::shard_sdk_config().await;
-    let spec = DemoSpec {
-        prefix: a.prefix,
-        rate: a.rate,
-        settle: a.settle,
-        ..DemoSpec::default()
-    };
-    let r = run_move_demo(
-        aws_sdk_dynamodb::Client::new(&config),
-        aws_sdk_dynamodbstreams::Client::new(&config),
-        &spec,
-        std::sync::Arc::new(|line: &str| eprintln!("{line}")),
-    )
-    .await?;
-    if a.json {
-        println!("{}", serde_json::to_string(&r)?);
-    } else {
-        let ms = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.1} ms"));
-        println!(
-            "moved slot {} (p9) from {} to {} (move {})",
-            r.slot, r.from, r.to, r.move_id
-        );
-        println!(
-            "write pause on p9's slot: p50 {} p99 {} (mover fence -> flip {} ms)",
-            ms(r.pause_p50_ms),
-            ms(r.pause_p99_ms),
-            r.mover_pause_ms.map_or("-".to_owned(), |v| v.to_string())
-        );
-        println!("stale routers bounced (MOVED): {}", r.moved);
-        println!(
-            "writes acknowledged: {} (p9: {}), lost: {}, not acknowledged: {}",
-            r.acknowledged, r.acknowledged_p9, r.lost, r.failed
-        );
-        match &r.diff {
-            Some(d) => println!(
-                "diff: {} ({} source items, {} target, missing {}, extra {}, mismatched {})",
-                if d.clean() { "clean" } else { "DIFFERENCES" },
-                d.source_items,
-                d.target_items,
-                d.missing,
-                d.extra,
-                d.mismatched
-            ),
-            None => println!("diff: not run"),
-        }
-    }
-    if !r.verify.ok() {
-        return Err(format!("acknowledged writes lost: {:?}", r.verify.lost_samples).into());
-    }
-    Ok(())
+    Move(crate::moves::MoveDemoArgs),
 }
 
 /// Runs the scenario.
 pub async fn run(args: DemoArgs) -> CmdResult {
     let mut args = args;
     if let Some(DemoScene::Move(a)) = args.scene.take() {
-        return move_demo(a).await;
+        return crate::moves::move_demo(a).await;
     }
     if !(0.01..=1.0).contains(&args.scale) {
         return Err(format!("--scale {} is outside 0.01..=1", args.scale).into());
@@ -931,7 +855,7 @@ pub async fn run(args: DemoArgs) -> CmdResult {
     };
     if let Some(path) = &args.plot {
         // Refuse a bad --plot before minutes of load, not after.
-        super::chart::Format::of(path)?;
+        crate::chart::Format::of(path)?;
     }
     let upstream = std::env::var("AWS_ENDPOINT_URL_DYNAMODB").map_err(|_| {
         "the demo runs on the local stack: eval \"$(localstack/stack env)\" first (make demo does)"
@@ -942,16 +866,16 @@ pub async fn run(args: DemoArgs) -> CmdResult {
     for table in [Table::Liked, Table::Counters, Table::Posts] {
         schema::ensure_table(&direct, &schema.table(table))
             .await
-            .map_err(|e| super::local::schema_failure(&config, &e))?;
+            .map_err(|e| heatsink_cli::cmd::local::schema_failure(&config, &e))?;
     }
     let mut sim_config = SimConfig::new(&upstream);
     sim_config.limits.partitions = args.partitions;
     sim_config.limits.write_ceiling *= args.scale;
     sim_config.limits.read_ceiling *= args.scale;
     let sim = Simulator::start(sim_config).await.map_err(|e| {
-        super::fail::Failure::new(format!(
+        heatsink_cli::cmd::fail::Failure::new(format!(
             "cannot start the partition simulator in front of {upstream}: {}: check AWS_ENDPOINT_URL_DYNAMODB",
-            super::fail::chain(&e)
+            heatsink_cli::cmd::fail::chain(&e)
         ))
     })?;
     let via_sim = aws_sdk_dynamodb::Client::from_conf(
@@ -1021,8 +945,13 @@ pub async fn run(args: DemoArgs) -> CmdResult {
             schema.table_name(Table::Counters),
             schema.table_name(Table::Posts)
         );
-        super::fail::Target::new(&config, super::fail::Service::DynamoDb, "tables", tables)
-            .fail(&format!("run the {strategy} strategy on"), &*e)
+        heatsink_cli::cmd::fail::Target::new(
+            &config,
+            heatsink_cli::cmd::fail::Service::DynamoDb,
+            "tables",
+            tables,
+        )
+        .fail(&format!("run the {strategy} strategy on"), &*e)
     };
     let outcomes = vec![
         run.additive("naive", 1)
@@ -1041,7 +970,7 @@ pub async fn run(args: DemoArgs) -> CmdResult {
             &schema.table_name(Table::Counters),
             1000.0 * args.scale,
         );
-        super::chart::write(path, &panels)?;
+        crate::chart::write(path, &panels)?;
         eprintln!("wrote {}", path.display());
     }
     if args.json {
@@ -1055,7 +984,7 @@ pub async fn run(args: DemoArgs) -> CmdResult {
             }))?
         );
     } else {
-        use super::table::{Align, Grid};
+        use heatsink_cli::cmd::table::{Align, Grid};
         let mut grid = Grid::new(&[
             ("strategy", Align::Left),
             ("hot-key writes", Align::Right),
@@ -1170,8 +1099,8 @@ pub async fn run(args: DemoArgs) -> CmdResult {
 /// utilisation, % of `ceiling`, per second from the first second with writes), and a throttle
 /// mark at each second a throttling partition ran at 95 % of its ceiling or more (the simulator
 /// counts throttles per partition, not per second).
-fn chart_panels(outcomes: &[Outcome], table: &str, ceiling: f64) -> Vec<super::chart::Panel> {
-    use super::chart::{Panel, Series};
+fn chart_panels(outcomes: &[Outcome], table: &str, ceiling: f64) -> Vec<crate::chart::Panel> {
+    use crate::chart::{Panel, Series};
     outcomes
         .iter()
         .map(|o| {
