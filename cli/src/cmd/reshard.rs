@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use clap::{Args, Subcommand};
-use heatsink::hot::Thresholds;
+use heatsink::hot::ControllerConfig;
 use heatsink::hot::{Controller, Directory};
 use heatsink::kinesis::reshard::{Action, Op, Plan, PlanConfig};
 use heatsink::kinesis::reshard::{
@@ -182,7 +182,7 @@ pub async fn run(command: ReshardCommand) -> CmdResult {
                 let ddb = aws_sdk_dynamodb::Client::new(&config);
                 let directory = Directory::from_schema(ddb, &Schema::new(&a.prefix));
                 let table = directory.table().to_owned();
-                let controller = Controller::new(directory, Thresholds::default());
+                let controller = Controller::new(directory, ControllerConfig::default());
                 let report =
                     hand_off_hot_keys(&controller, &plan, &PlanConfig::default(), now_ms() / 1_000)
                         .await

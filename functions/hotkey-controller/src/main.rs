@@ -1,13 +1,13 @@
 //! hotkey-controller: on an alarm state change, every minute, or a sampler report, names the hot
 //! keys (Contributor Insights or the report) and updates the hot-key directory with hysteresis.
-//! All logic is in `heatsink::hot::ControllerFunction`.
+//! All logic is in `heatsink::hot::Controller`.
 //!
 //! Environment: `HEATSINK_PREFIX` (default `heatsink-`); `HEATSINK_CONTROLLER_TABLES`, a list of
 //! `<table>:read|write` saying what each watched table's hot keys need (default: the counters
 //! table, read-hot: the celebrity post's count).
 
+use heatsink::hot::ControllerConfig;
 use heatsink::hot::{Controller, Directory};
-use heatsink::hot::{ControllerConfig, ControllerFunction};
 use heatsink::insights::Insights;
 use heatsink::metrics::Emf;
 use heatsink_photo_app::lambda::{LambdaStart, start_lambda};
@@ -31,11 +31,7 @@ async fn main() -> Result<(), Error> {
     };
     let settings = ControllerConfig::new(tables);
     let directory = Directory::from_schema(ddb, schema.toolkit());
-    let function = ControllerFunction::new(
-        Controller::new(directory, settings.control.clone()),
-        Some(Insights::new(&sdk)),
-        settings,
-    );
+    let function = Controller::new(directory, settings).with_insights(Insights::new(&sdk));
     let function = &function;
     run(service_fn(move |event: LambdaEvent<Value>| async move {
         let outcome = function

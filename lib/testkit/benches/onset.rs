@@ -14,9 +14,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use heatsink::hot::Thresholds;
+use heatsink::hot::ControllerConfig;
 use heatsink::hot::{CachedDirectory, Controller, Directory};
-use heatsink::hot::{ControllerConfig, ControllerFunction};
 use heatsink::schema::Table;
 use heatsink_testkit::bench::{Stack, env_or};
 use heatsink_testkit::onset::{self, Onset, OnsetReport};
@@ -57,11 +56,7 @@ async fn main() {
         for trial in 0..trials {
             let (sim, via_sim) = stack.simulator(16).await;
             let poll = Duration::from_millis(poll_ms);
-            let function = ControllerFunction::new(
-                Controller::new(directory.clone(), Thresholds::default()),
-                None,
-                ControllerConfig::new(vec![]),
-            );
+            let function = Controller::new(directory.clone(), ControllerConfig::new(vec![]));
             let cached = Arc::new(CachedDirectory::new(directory.clone(), poll));
             let run = Onset {
                 table: schema.table_name(Table::Counters),

@@ -4,7 +4,7 @@
 //! Writers send an open-loop stream of `UpdateItem ADD` on one key through the simulator, each
 //! choosing its sub-key from a [`CachedDirectory`] snapshot (round-robin over the write set).
 //! Every `poll` the controller reads the simulator's sampler report (`/_sim/hot`, as a router's
-//! report would arrive) and runs the [`ControllerFunction`] on it. Used by the onset benchmark
+//! report would arrive) and runs the [`Controller`] on it. Used by the onset benchmark
 //! (`lib/testkit/benches/onset.rs`) and the integration tests.
 
 use std::sync::Arc;
@@ -18,7 +18,7 @@ use serde_json::json;
 
 use heatsink::detect::{SAMPLER_DETAIL_TYPE, SAMPLER_SOURCE};
 use heatsink::hot::CachedDirectory;
-use heatsink::hot::{ControlError, ControllerFunction};
+use heatsink::hot::{ControlError, Controller};
 use heatsink_sim::Simulator;
 use heatsink_sim::load::{LoadReport, OpenLoop};
 
@@ -75,7 +75,7 @@ pub async fn run(
     onset: &Onset,
     sim: &Simulator,
     ddb: &aws_sdk_dynamodb::Client,
-    function: &ControllerFunction,
+    function: &Controller,
     cached: Arc<CachedDirectory>,
 ) -> Result<OnsetReport, ControlError> {
     let start = Instant::now();

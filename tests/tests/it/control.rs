@@ -8,9 +8,9 @@ use std::time::{Duration, SystemTime};
 
 use heatsink::detect::Ceilings;
 use heatsink::detect::{SAMPLER_DETAIL_TYPE, SAMPLER_SOURCE};
+use heatsink::hot::ControllerConfig;
+use heatsink::hot::Mode;
 use heatsink::hot::{CachedDirectory, Controller, Directory};
-use heatsink::hot::{ControllerConfig, ControllerFunction};
-use heatsink::hot::{Mode, Thresholds};
 use heatsink_photo_app::schema::Table;
 use heatsink_sim::{Limits, SimConfig, Simulator};
 use heatsink_testkit::onset::{self, Onset};
@@ -18,15 +18,11 @@ use heatsink_testkit::{Fixture, fixture, sampled_hot_key};
 use serde_json::json;
 
 /// The controller function over the fixture's directory, comparing rates with `ceilings`.
-fn function(fx: &Fixture, ceilings: Ceilings) -> ControllerFunction {
+fn function(fx: &Fixture, ceilings: Ceilings) -> Controller {
     let directory = Directory::from_schema(fx.stack.ddb.clone(), &fx.schema);
     let mut config = ControllerConfig::new(vec![]);
     config.ceilings = ceilings;
-    ControllerFunction::new(
-        Controller::new(directory, Thresholds::default()),
-        None,
-        config,
-    )
+    Controller::new(directory, config)
 }
 
 #[tokio::test]
@@ -198,11 +194,8 @@ async fn mocked_insights_alarm_trigger_salts_the_named_key_in_the_real_directory
     let cw = mocked!(aws_sdk_cloudwatch, report);
     let directory = Directory::from_schema(fx.stack.ddb.clone(), &fx.schema);
     let config = ControllerConfig::new(vec![(table.to_owned(), heatsink::detect::Kind::Write)]);
-    let f = ControllerFunction::new(
-        Controller::new(directory.clone(), Thresholds::default()),
-        Some(Insights::from_clients(ddb, cw)),
-        config,
-    );
+    let f =
+        Controller::new(directory.clone(), config).with_insights(Insights::from_clients(ddb, cw));
     let alarm = json!({"detail-type": "CloudWatch Alarm State Change", "source": "aws.cloudwatch",
         "detail": {"alarmName": "heatsink-counters-pkc-hot", "state": {"value": "ALARM"}}});
     let outcome = f.handle(&alarm, SystemTime::now()).await.expect("handled");
@@ -232,11 +225,7 @@ async fn an_oversize_key_is_refused_alone_and_a_report_never_calms_a_key_it_does
     let directory = Directory::from_schema(fx.stack.ddb.clone(), &fx.schema);
     let mut config = ControllerConfig::new(vec![]);
     config.max_entries = 2;
-    let f = ControllerFunction::new(
-        Controller::new(directory.clone(), Thresholds::default()),
-        None,
-        config,
-    );
+    let f = Controller::new(directory.clone(), config);
     let report = |hot: Vec<serde_json::Value>| {
         json!({"source": SAMPLER_SOURCE, "detail-type": SAMPLER_DETAIL_TYPE,
             "detail": {"partitions": [], "hot": hot}})

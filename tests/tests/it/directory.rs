@@ -6,7 +6,7 @@ use heatsink_integration::PhotoFixture;
 use std::time::Duration;
 
 use heatsink::detect::Kind;
-use heatsink::hot::{CachedDirectory, Controller, Directory, DirectoryError};
+use heatsink::hot::{CachedDirectory, Controller, ControllerConfig, Directory, DirectoryError};
 use heatsink::hot::{Change, Entry, Mode, Signal, Thresholds};
 use heatsink::keys::SaltPolicy;
 use heatsink_photo_app::schema::Table;
@@ -120,7 +120,13 @@ async fn controller_salts_a_hot_key_holds_it_in_the_band_and_cools_down_once() {
     let fx = fixture!("controller_salts_a_hot_key_holds_it_in_the_band_and_cools_down_once");
     let dir = directory(&fx).await;
     let cfg = Thresholds::default();
-    let controller = Controller::new(dir.clone(), cfg.clone());
+    let controller = Controller::new(
+        dir.clone(),
+        ControllerConfig {
+            thresholds: cfg.clone(),
+            ..ControllerConfig::default()
+        },
+    );
     let cached = CachedDirectory::new(dir.clone(), Duration::from_millis(200));
     assert_eq!(cached.snapshot().await.expect("empty").salts("p9"), 1);
 
@@ -199,12 +205,12 @@ async fn a_controller_that_decided_on_a_stale_view_loses_and_redecides() {
     let signals = [write("p9", 4_000.0)];
     // B decided from an empty directory, then A wrote first.
     let stale = heatsink::hot::decide(&signals, &[], 50, &Thresholds::default());
-    let a = Controller::new(dir.clone(), Thresholds::default());
+    let a = Controller::new(dir.clone(), ControllerConfig::default());
     assert_eq!(a.run(&signals, 50).await.expect("a").applied.len(), 1);
     let err = dir.apply(&stale[0]).await.expect_err("stale create");
     assert!(matches!(err, DirectoryError::Conflict { .. }), "{err}");
     // B's run re-reads, finds the same decision in place and writes nothing.
-    let b = Controller::new(dir.clone(), Thresholds::default());
+    let b = Controller::new(dir.clone(), ControllerConfig::default());
     let rb = b.run(&signals, 51).await.expect("b");
     assert!(rb.applied.is_empty() && rb.conflicts.is_empty(), "{rb:?}");
     let p9 = dir.get("p9").await.expect("get").expect("entry");

@@ -24,11 +24,10 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use base64::Engine;
 use heatsink::counter::CounterStore;
 use heatsink::detect::{SAMPLER_DETAIL_TYPE, SAMPLER_SOURCE};
+use heatsink::hot::ControllerConfig;
 use heatsink::hot::Gate;
-use heatsink::hot::Thresholds;
 use heatsink::hot::guard::{AdmissionConfig, Limit};
 use heatsink::hot::{CachedDirectory, Controller, Directory};
-use heatsink::hot::{ControllerConfig, ControllerFunction};
 use heatsink::insights::Insights;
 use heatsink::lambda::dynamodb_event;
 use heatsink_photo_app::schema::Table;
@@ -368,11 +367,11 @@ async fn smithy_mock_hotkey_controller(fx: &Fixture) {
     let mocked_cw = mock_client!(aws_sdk_cloudwatch, RuleMode::MatchAny, [&report], |c| c
         .interceptor(recorder.clone()));
     let directory = Directory::from_schema(ddb(fx, &log), &fx.schema);
-    let f = ControllerFunction::new(
-        Controller::new(directory, Thresholds::default()),
-        Some(Insights::from_clients(mocked_ddb, mocked_cw)),
+    let f = Controller::new(
+        directory,
         ControllerConfig::new(vec![(counters, heatsink::detect::Kind::Read)]),
-    );
+    )
+    .with_insights(Insights::from_clients(mocked_ddb, mocked_cw));
     let now = SystemTime::now();
     let report = json!({"source": SAMPLER_SOURCE, "detail-type": SAMPLER_DETAIL_TYPE, "detail": {
         "partitions": [], "hot": [sampled_hot_key("likes#p9", "read", 9_000.0)]}});

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use heatsink::hot::{CachedDirectory, Controller, Directory};
-use heatsink::hot::{Mode, Thresholds};
+use heatsink::hot::{ControllerConfig, Mode};
 use heatsink::keys::kinesis_hash_key;
 use heatsink::kinesis::reshard::{Action, Op, PlanConfig, Refusal, ReshardState, plan};
 use heatsink::kinesis::reshard::{ApplyConfig, Journal, Step, apply, hand_off_hot_keys, sample};
@@ -212,7 +212,7 @@ async fn a_key_holding_most_of_its_shard_is_refused_handed_to_the_directory_and_
     );
     let _ = std::fs::remove_dir_all(&dir);
 
-    let controller = Controller::new(directory.clone(), Thresholds::default());
+    let controller = Controller::new(directory.clone(), ControllerConfig::default());
     let report = hand_off_hot_keys(&controller, &planned, &cfg, now_ms() / 1_000)
         .await
         .expect("handed off");

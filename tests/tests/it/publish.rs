@@ -10,9 +10,9 @@ use aws_sdk_sqs::types::QueueAttributeName;
 use heatsink::detect::Report;
 use heatsink::detect::{EventBridgeSink, PublishError, Publisher};
 use heatsink::detect::{SAMPLER_DETAIL_TYPE, SAMPLER_SOURCE};
+use heatsink::hot::ControllerConfig;
+use heatsink::hot::Mode;
 use heatsink::hot::{Controller, Directory};
-use heatsink::hot::{ControllerConfig, ControllerFunction};
-use heatsink::hot::{Mode, Thresholds};
 use heatsink_photo_app::schema::Table;
 use heatsink_testkit::{fixture, sampled_hot_key};
 use serde_json::{Value, json};
@@ -177,11 +177,7 @@ async fn a_published_report_is_routed_by_the_stacks_rule_and_mitigated_by_the_co
 
     // The event as delivered drives the controller: p9 salted, p1 cached.
     let directory = Directory::from_schema(fx.stack.ddb.clone(), &fx.schema);
-    let function = ControllerFunction::new(
-        Controller::new(directory.clone(), Thresholds::default()),
-        None,
-        ControllerConfig::new(vec![]),
-    );
+    let function = Controller::new(directory.clone(), ControllerConfig::new(vec![]));
     let outcome = function
         .handle(&delivered[0], SystemTime::now())
         .await

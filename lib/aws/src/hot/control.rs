@@ -1,51 +1,23 @@
-//! The `hotkey-controller` function's logic: what woke it, which keys are hot, what to write.
-//!
-//! Three triggers reach the controller (all EventBridge-shaped JSON):
-//! - **alarm state change** (`detail-type: CloudWatch Alarm State Change`): a hot-key or
-//!   throttle alarm fired or cleared; the controller reads Contributor Insights now;
-//! - **schedule** (`detail-type: Scheduled Event`, every minute): the same read, so calm keys
-//!   cool down even when no alarm changes state;
-//! - **sampler report** (`source: heatsink.sampler`, `detail`: a [`Report`]): a router's client
-//!   sampler names keys within seconds, before Contributor Insights' one-minute datapoints.
+//! What reaches the controller and how it is configured: the triggers of the
+//! `hotkey-controller` function ([`Trigger`]), the key check ([`check_key`]), the signals of a
+//! sampler report and of Contributor Insights contributors, and [`ControllerConfig`].
 //!
 //! Contributor Insights counts accesses, reads and writes together, so which fix a table's hot
 //! key needs is configuration ([`ControllerConfig::tables`]: a counters table is typically
-//! read-hot, a table of durable events write-hot). A throttled-keys (`PKT`) contributor is at least at its
-//! partition's ceiling whatever its throttled count, so it is taken at the ceiling. The
-//! decision itself is [`heatsink_core::hot::decide`]: hysteresis, planner-sized S, epochs.
-//!
-//! # Bounds and trust
-//! Every key a signal names is checked before anything is decided ([`check_key`]: 1 to
-//! [`MAX_KEY_BYTES`] bytes of printable ASCII, no whitespace); a bad key is reported in
-//! [`Handled::rejected`] and the rest of the run goes on. The directory holds at most
-//! [`ControllerConfig::max_entries`] live entries (default 1,000) and S at most
-//! [`ControllerConfig::max_salts`] (default 64); a change beyond either, or one DynamoDB refuses,
-//! is refused alone ([`Handled::rejected`]). A key is let go only by a source that covers it: a
-//! sampler report never calms a key it does not name (one router not seeing a key says nothing
-//! about the others), and a Contributor Insights run calms only entries whose reason names one
-//! of the tables it read. Expired cache and limit entries are removed by any run.
-//!
+//! read-hot, a table of durable events write-hot). A throttled-keys (`PKT`) contributor is at
+//! least at its partition's ceiling whatever its throttled count, so it is taken at the ceiling.
 //! Trigger parsing and the signals of a sampler report are always on; reading Contributor
-//! Insights (`insights_signals`, `ControllerFunction`) needs the `insights` feature, which
-//! brings the CloudWatch SDK.
-
-#[cfg(feature = "insights")]
-use std::time::{Duration, SystemTime};
+//! Insights needs the `insights` feature, which brings the CloudWatch SDK.
 
 use heatsink_core::detect::{Ceilings, Kind, Report};
 use heatsink_core::hot::{Signal, Thresholds};
-use serde::Serialize;
 use serde_json::Value;
 
 use crate::detect::publish::SAMPLER_SOURCE;
 use crate::hot::directory::DirectoryError;
 #[cfg(feature = "insights")]
-use crate::hot::directory::{ControlReport, Controller, RunBounds};
-#[cfg(feature = "insights")]
-use crate::insights::{Contributor, Insights, InsightsError, ReportQuery, RuleKind};
+use crate::insights::{Contributor, InsightsError, RuleKind};
 use crate::metrics::MetricDef;
-#[cfg(feature = "insights")]
-use heatsink_core::hot::Entry;
 
 /// Longest key a signal may name, in bytes (DynamoDB allows 2,048 for a partition key; heatsink
 /// keys are ids, and a salted sub-key adds `#<n>`).
@@ -146,7 +118,7 @@ pub struct ControllerConfig {
     /// Partition ceilings the rates are compared with.
     pub ceilings: Ceilings,
     /// Thresholds and timers of the decision.
-    pub control: Thresholds,
+    pub thresholds: Thresholds,
     /// Most live directory entries; a new key beyond it is refused. Default 1,000.
     pub max_entries: usize,
     /// Largest S of a salt entry; a change above it is refused. Default 64.
@@ -175,17 +147,24 @@ impl ControllerConfig {
             tables,
             minutes: 5,
             ceilings: Ceilings::dynamodb(),
-            control: Thresholds::default(),
+            thresholds: Thresholds::default(),
             max_entries: 1_000,
             max_salts: 64,
         }
     }
 
-    fn ceiling(&self, kind: Kind) -> f64 {
+    pub(crate) fn ceiling(&self, kind: Kind) -> f64 {
         self.ceilings.ceiling(kind).unwrap_or(match kind {
             Kind::Read => Ceilings::DYNAMODB_READ,
             Kind::Write => Ceilings::DYNAMODB_WRITE,
         })
+    }
+}
+
+impl Default for ControllerConfig {
+    /// No tables (signals come from sampler reports or callers), otherwise as [`ControllerConfig::new`].
+    fn default() -> Self {
+        Self::new(Vec::new())
     }
 }
 
@@ -214,164 +193,6 @@ pub fn insights_signals(contributors: &[Contributor], kind: Kind, ceiling: f64) 
             Some(Signal::new(key, kind, rate, ceiling, &source))
         })
         .collect()
-}
-
-/// What one invocation did (the function's response and log line).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Handled {
-    /// `alarm`, `schedule` or `sampler`.
-    pub trigger: &'static str,
-    /// Hot keys the signals named.
-    pub signals: usize,
-    /// Directory changes written, as `key: mode S=n epoch e` or `key: removed`.
-    pub changes: Vec<String>,
-    /// Keys whose change kept losing its epoch race (retried next time).
-    pub conflicts: Vec<String>,
-    /// Keys refused, with why: a bad key, a full directory, S above the limit, or an entry
-    /// DynamoDB rejected. Nothing else of the run is held back by them.
-    pub rejected: Vec<String>,
-    /// Live directory entries after the run (the `HotKeys` metric).
-    pub hot_keys: usize,
-}
-
-/// The controller function: gathers signals for a trigger and runs the [`Controller`].
-#[cfg(feature = "insights")]
-#[cfg_attr(docsrs, doc(cfg(feature = "insights")))]
-#[derive(Debug, Clone)]
-pub struct ControllerFunction {
-    controller: Controller,
-    insights: Option<Insights>,
-    config: ControllerConfig,
-}
-
-#[cfg(feature = "insights")]
-impl ControllerFunction {
-    /// A function editing `controller`'s directory from `insights` (None: sampler reports only).
-    pub fn new(
-        controller: Controller,
-        insights: Option<Insights>,
-        config: ControllerConfig,
-    ) -> Self {
-        Self {
-            controller,
-            insights,
-            config,
-        }
-    }
-
-    /// Handles one event at `now`.
-    pub async fn handle(&self, event: &Value, now: SystemTime) -> Result<Handled, ControlError> {
-        let trigger = Trigger::parse(event)?;
-        let (name, signals) = match &trigger {
-            Trigger::Sampler(report) => ("sampler", sampler_signals(report, &self.config)),
-            Trigger::Alarm { .. } => ("alarm", self.insights_signals(now).await?),
-            Trigger::Schedule => ("schedule", self.insights_signals(now).await?),
-        };
-        let mut rejected = Vec::new();
-        let signals: Vec<Signal> = signals
-            .into_iter()
-            .filter(|s| match check_key(&s.key) {
-                Ok(()) => true,
-                Err(why) => {
-                    rejected.push(format!("{}: {why}", truncated(&s.key)));
-                    false
-                }
-            })
-            .collect();
-        let unix = now
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .unwrap_or(Duration::ZERO)
-            .as_secs();
-        let tables: Vec<&str> = self.config.tables.iter().map(|(t, _)| t.as_str()).collect();
-        let sampler = matches!(trigger, Trigger::Sampler(_));
-        let covers = move |e: &Entry| !sampler && insights_made(e, &tables);
-        let bounds = RunBounds {
-            covers: &covers,
-            max_entries: self.config.max_entries,
-            max_salts: self.config.max_salts,
-        };
-        let report = self.controller.run_bounded(&signals, unix, &bounds).await?;
-        let mut out = outcome(name, signals.len(), report);
-        rejected.append(&mut out.rejected);
-        out.rejected = rejected;
-        Ok(out)
-    }
-
-    async fn insights_signals(&self, now: SystemTime) -> Result<Vec<Signal>, ControlError> {
-        let Some(insights) = &self.insights else {
-            return Ok(Vec::new());
-        };
-        let query = ReportQuery::last(self.config.minutes, now);
-        let mut signals = Vec::new();
-        for (table, kind) in &self.config.tables {
-            let hot = insights.hot_keys(table, &query).await?;
-            let ceiling = self.config.ceiling(*kind);
-            signals.extend(insights_signals(&hot.contributors, *kind, ceiling));
-        }
-        Ok(signals)
-    }
-}
-
-/// Whether `entry` was made by a Contributor Insights signal of one of `tables`: its reason ends
-/// with `(<table> PKC)` or `(<table>/<index> PKT)` (the signal's source).
-#[cfg(feature = "insights")]
-fn insights_made(entry: &Entry, tables: &[&str]) -> bool {
-    let Some(source) = entry
-        .reason
-        .rsplit_once('(')
-        .and_then(|(_, s)| s.strip_suffix(')'))
-    else {
-        return false;
-    };
-    tables.iter().any(|t| {
-        source
-            .strip_prefix(t)
-            .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('/'))
-    })
-}
-
-/// At most 64 bytes of a key, for a log line (a refused key may be huge).
-#[cfg(feature = "insights")]
-fn truncated(key: &str) -> String {
-    let mut end = key.len().min(64);
-    while !key.is_char_boundary(end) {
-        end -= 1;
-    }
-    if end < key.len() {
-        format!("{}… ({} bytes)", &key[..end], key.len())
-    } else {
-        key.to_owned()
-    }
-}
-
-#[cfg(feature = "insights")]
-fn outcome(trigger: &'static str, signals: usize, report: ControlReport) -> Handled {
-    use heatsink_core::hot::Change;
-    Handled {
-        trigger,
-        signals,
-        changes: report
-            .applied
-            .iter()
-            .map(|c| match c {
-                Change::Put { entry, .. } => format!(
-                    "{}: {} S={} epoch {}",
-                    entry.key,
-                    entry.mode,
-                    entry.salts.current(),
-                    entry.epoch
-                ),
-                Change::Remove { key, .. } => format!("{key}: removed"),
-            })
-            .collect(),
-        conflicts: report.conflicts,
-        rejected: report
-            .refused
-            .into_iter()
-            .map(|(key, why)| format!("{}: {why}", truncated(&key)))
-            .collect(),
-        hot_keys: report.entries,
-    }
 }
 
 #[cfg(test)]
@@ -438,26 +259,6 @@ mod tests {
     }
 
     #[cfg(feature = "insights")]
-    #[test]
-    fn only_entries_made_from_a_watched_table_are_covered_by_insights() {
-        let e = |reason: &str| Entry::cache("k", reason, 0, 10);
-        let tables = ["hs-counters"];
-        assert!(insights_made(
-            &e("read-hot: 9000/s = 300% of 3000/s (hs-counters PKC)"),
-            &tables
-        ));
-        assert!(insights_made(
-            &e("read-hot: 1/s (hs-counters/by-x PKT)"),
-            &tables
-        ));
-        assert!(!insights_made(
-            &e("read-hot: 1/s (hs-counters-old PKC)"),
-            &tables
-        ));
-        assert!(!insights_made(&e("write-hot: 2400/s (sampler)"), &tables));
-        assert!(!insights_made(&e("operator"), &tables));
-    }
-
     #[test]
     fn table_kinds_parse_and_bad_specs_are_refused() {
         assert_eq!(

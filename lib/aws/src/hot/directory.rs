@@ -38,7 +38,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use heatsink_core::hot::{Change, Entry, HotError, Mode, Signal, Snapshot, Thresholds, decide};
+use heatsink_core::hot::{Change, Entry, HotError, Mode, Snapshot};
 use heatsink_core::keys::SaltState;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
@@ -47,9 +47,6 @@ use tokio::time::Instant;
 use crate::ddb::{Condition, OnlyIf, n, s};
 use crate::error::AwsError;
 use crate::schema::{Schema, Table};
-
-/// Rounds of re-read and re-decide when a change loses its epoch race.
-pub const MAX_ROUNDS: usize = 3;
 
 /// Items a listing reads at most: the directory holds the hot keys of a deployment, a few
 /// dozen; past this the listing is refused, not cut short.
@@ -335,175 +332,6 @@ impl Directory {
                 }
             }
         }
-    }
-}
-
-/// What one controller run did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ControlReport {
-    /// Changes written, in the order applied.
-    pub applied: Vec<Change>,
-    /// Keys whose change kept losing the epoch race after [`MAX_ROUNDS`] rounds.
-    pub conflicts: Vec<String>,
-    /// Keys whose change was refused, with why: a bound of [`RunBounds`] or an entry DynamoDB
-    /// or the directory rules reject. The other keys' changes are applied all the same.
-    pub refused: Vec<(String, String)>,
-    /// Live entries after the run.
-    pub entries: usize,
-}
-
-/// What one run may change beyond the decision itself.
-pub struct RunBounds<'a> {
-    /// Whether this run's signals cover an entry: only then may the run calm (or let go) an
-    /// entry its signals do not name. A router's sampler report names what it saw hot, not what
-    /// is calm everywhere, so absence from it proves nothing.
-    pub covers: &'a (dyn Fn(&Entry) -> bool + Send + Sync),
-    /// Most live entries the directory may hold; a new key beyond it is refused.
-    pub max_entries: usize,
-    /// Largest S a salt entry may take; a change above it is refused.
-    pub max_salts: u16,
-}
-
-impl std::fmt::Debug for RunBounds<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RunBounds")
-            .field("max_entries", &self.max_entries)
-            .field("max_salts", &self.max_salts)
-            .finish_non_exhaustive()
-    }
-}
-
-impl RunBounds<'_> {
-    /// No bound: every entry is covered, any size, any S.
-    pub const UNBOUNDED: RunBounds<'static> = RunBounds {
-        covers: &|_| true,
-        max_entries: usize::MAX,
-        max_salts: u16::MAX,
-    };
-}
-
-/// The mitigation controller: decide from signals, write the directory, retry lost races.
-#[derive(Debug, Clone)]
-pub struct Controller {
-    directory: Directory,
-    config: Thresholds,
-}
-
-impl Controller {
-    /// A controller over `directory` with `config`'s thresholds and timers.
-    pub fn new(directory: Directory, config: Thresholds) -> Self {
-        Self { directory, config }
-    }
-
-    /// The directory it edits.
-    pub fn directory(&self) -> &Directory {
-        &self.directory
-    }
-
-    /// Reads the directory, decides for `signals` at `now` (Unix seconds) and applies the
-    /// changes. A change that loses its epoch race is decided again on a fresh read, up to
-    /// [`MAX_ROUNDS`] times; keys still contended are reported, not forced.
-    pub async fn run(&self, signals: &[Signal], now: u64) -> Result<ControlReport, DirectoryError> {
-        self.run_bounded(signals, now, &RunBounds::UNBOUNDED).await
-    }
-
-    /// [`Controller::run`] within `bounds`: changes to entries the signals do not name are
-    /// applied only if `bounds.covers` them (expired entries are always removed), a new key is
-    /// refused once the directory holds `max_entries` live entries, a salt change above
-    /// `max_salts` is refused, and a change DynamoDB or the directory rules reject is refused
-    /// alone (reported in [`ControlReport::refused`]) instead of failing the run.
-    pub async fn run_bounded(
-        &self,
-        signals: &[Signal],
-        now: u64,
-        bounds: &RunBounds<'_>,
-    ) -> Result<ControlReport, DirectoryError> {
-        let named: std::collections::HashSet<String> = heatsink_core::hot::by_logical_key(signals)
-            .into_iter()
-            .map(|s| s.key)
-            .collect();
-        let mut report = ControlReport::default();
-        let mut only: Option<Vec<String>> = None;
-        for _ in 0..MAX_ROUNDS {
-            let entries = self.directory.list().await?;
-            let by_key: HashMap<&str, &Entry> =
-                entries.iter().map(|e| (e.key.as_str(), e)).collect();
-            let mut live = Snapshot::new(entries.clone(), now).len();
-            report.entries = live;
-            let mut conflicts = Vec::new();
-            for change in decide(signals, &entries, now, &self.config) {
-                if only
-                    .as_ref()
-                    .is_some_and(|keys| !keys.iter().any(|k| k == change.key()))
-                {
-                    continue;
-                }
-                let current = by_key.get(change.key()).copied();
-                let unnamed_live =
-                    !named.contains(change.key()) && current.is_some_and(|e| e.is_live(now));
-                if unnamed_live && !current.is_some_and(|e| (bounds.covers)(e)) {
-                    continue;
-                }
-                if let Change::Put {
-                    entry,
-                    expected_epoch,
-                } = &change
-                {
-                    if expected_epoch.is_none() && live >= bounds.max_entries {
-                        let why = format!(
-                            "the directory is full ({} live entries)",
-                            bounds.max_entries
-                        );
-                        report.refused.push((entry.key.clone(), why));
-                        continue;
-                    }
-                    if entry.salts.current() > bounds.max_salts {
-                        let why = format!(
-                            "S = {} is above the limit of {}",
-                            entry.salts.current(),
-                            bounds.max_salts
-                        );
-                        report.refused.push((entry.key.clone(), why));
-                        continue;
-                    }
-                }
-                match self.directory.apply(&change).await {
-                    Ok(()) => {
-                        if matches!(
-                            change,
-                            Change::Put {
-                                expected_epoch: None,
-                                ..
-                            }
-                        ) {
-                            live += 1;
-                        }
-                        report.applied.push(change);
-                    }
-                    Err(DirectoryError::Conflict { key, .. }) => conflicts.push(key),
-                    // One entry the rules or DynamoDB refuse (an oversize key, a bad S) must not
-                    // stop the others; throttling and outages still fail the run.
-                    Err(e @ (DirectoryError::Hot(_) | DirectoryError::Malformed { .. })) => {
-                        report
-                            .refused
-                            .push((change.key().to_owned(), e.to_string()));
-                    }
-                    Err(DirectoryError::Aws(e)) if e.code() == Some("ValidationException") => {
-                        report
-                            .refused
-                            .push((change.key().to_owned(), e.to_string()));
-                    }
-                    Err(e) => return Err(e),
-                }
-            }
-            if conflicts.is_empty() {
-                report.entries = self.directory.snapshot(now).await?.len();
-                return Ok(report);
-            }
-            only = Some(conflicts);
-        }
-        report.conflicts = only.unwrap_or_default();
-        Ok(report)
     }
 }
 

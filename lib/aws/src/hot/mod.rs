@@ -38,6 +38,7 @@ pub mod admission;
 #[cfg_attr(docsrs, doc(cfg(feature = "cache")))]
 pub mod cache;
 pub mod control;
+pub mod controller;
 pub mod directory;
 
 /// Admission decisions: GCRA buckets per key and tenant (pure).
@@ -46,4 +47,5 @@ pub use heatsink_core::hot::*;
 
 pub use admission::{Gate, REJECTED, tenant_key};
 pub use control::*;
+pub use controller::*;
 pub use directory::*;

@@ -42,7 +42,8 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use crate::error::AwsError;
-use crate::hot::directory::{ControlReport, Controller, DirectoryError, RunBounds};
+use crate::hot::controller::{ControlReport, Controller, RunBounds};
+use crate::hot::directory::DirectoryError;
 use crate::kinesis::{KinesisError, open_shard_ranges};
 
 pub use heatsink_core::reshard::*;
