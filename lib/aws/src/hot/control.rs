@@ -240,10 +240,10 @@ mod tests {
         // stop routing sampler reports to the controller.
         let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
         let read = |rel: &str| std::fs::read_to_string(repo.join(rel)).unwrap();
-        let cdk = read("infra/cdk/lib/heatsink-stack.ts");
+        let cdk = read("infra/cdk/lib/blocks/hot-key-guard.ts");
         assert!(cdk.contains(&format!("SAMPLER_SOURCE = '{SAMPLER_SOURCE}';")));
         assert!(cdk.contains(&format!("SAMPLER_DETAIL_TYPE = '{SAMPLER_DETAIL_TYPE}';")));
-        let tf = read("infra/terraform/functions.tf");
+        let tf = read("infra/terraform/modules/hot-key-guard/main.tf");
         assert!(tf.contains(&format!("sampler_source      = \"{SAMPLER_SOURCE}\"")));
         assert!(tf.contains(&format!("sampler_detail_type = \"{SAMPLER_DETAIL_TYPE}\"")));
     }
