@@ -333,9 +333,35 @@ mod tests {
         );
     }
 
+    /// The Terraform root module and the blocks it calls (`infra/terraform/*.tf` and
+    /// `modules/*/*.tf`): where the dashboard's series are written.
+    fn terraform_module_text() -> String {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../infra/terraform");
+        let mut dirs = vec![root.clone()];
+        let mut modules: Vec<_> = std::fs::read_dir(root.join("modules"))
+            .expect("infra/terraform/modules")
+            .map(|e| e.expect("module dir").path())
+            .collect();
+        modules.sort();
+        dirs.extend(modules);
+        let mut text = String::new();
+        for dir in dirs {
+            let mut files: Vec<_> = std::fs::read_dir(&dir)
+                .expect("module dir")
+                .map(|e| e.expect("file").path())
+                .filter(|p| p.extension().is_some_and(|x| x == "tf"))
+                .collect();
+            files.sort();
+            for f in files {
+                text += &std::fs::read_to_string(&f).expect("a .tf file");
+            }
+        }
+        text
+    }
+
     #[test]
     fn the_terraform_dashboard_reads_only_metrics_we_emit() {
-        let tf = repo_file("infra/terraform/dashboard.tf");
+        let tf = terraform_module_text();
         let mut seen = 0;
         for line in tf
             .lines()
@@ -358,36 +384,37 @@ mod tests {
         assert_eq!(seen, Metric::ALL.len(), "one dashboard series per metric");
     }
 
-    /// `key = value` attributes of one HCL block, quotes kept off string values.
-    fn hcl_attributes(block: &str) -> BTreeMap<&str, &str> {
-        block
-            .lines()
-            .filter_map(|l| l.split_once('='))
-            .map(|(k, v)| (k.trim(), v.trim().trim_matches('"')))
-            .collect()
-    }
-
     #[test]
     fn the_terraform_alarms_on_our_metrics_read_them_from_their_emitter() {
-        let tf = repo_file("infra/terraform/alarms.tf");
+        // The blocks write each alarm as one map entry:
+        // `"name" = { namespace = "heatsink", metric = "…", dims = { Function = "…" }, … }`.
+        let tf = terraform_module_text();
         let mut seen = BTreeSet::new();
-        for block in tf.split("resource \"aws_cloudwatch_metric_alarm\"").skip(1) {
-            let attrs = hcl_attributes(block);
-            if attrs.get("namespace") != Some(&NAMESPACE) {
-                continue;
-            }
-            let name = attrs["metric_name"];
+        for line in tf
+            .lines()
+            .filter(|l| l.contains(&format!("namespace = \"{NAMESPACE}\"")))
+        {
+            let field = |key: &str| {
+                let rest = &line[line.find(&format!("{key} = ")).expect(key) + key.len() + 3..];
+                rest.trim_start_matches("{ ")
+                    .split('"')
+                    .nth(1)
+                    .expect("a quoted value")
+                    .to_owned()
+            };
+            let name = field("metric");
             let metric = Metric::ALL
                 .iter()
                 .find(|m| m.name() == name)
                 .unwrap_or_else(|| panic!("alarm on a metric we do not emit: {name}"));
-            let dimensions = attrs["dimensions"];
-            assert_eq!(
-                dimensions,
-                format!("{{ {DIMENSION} = \"{}\" }}", metric.emitter().name()),
-                "{name}: alarmed with an emitter that never writes it"
+            assert!(
+                line.contains(&format!(
+                    "dims = {{ {DIMENSION} = \"{}\" }}",
+                    metric.emitter().name()
+                )),
+                "{name}: alarmed with an emitter that never writes it: {line}"
             );
-            seen.insert(name);
+            seen.insert(metric.name());
         }
         assert_eq!(
             seen,
