@@ -39,7 +39,7 @@ output "dashboard_widgets" {
     {
       type = "metric", width = 8, height = 6
       properties = {
-        title   = "Counter lag (events applied, not yet flushed) and flush delay", region = data.aws_region.current.name, view = "timeSeries", period = 60
+        title = "Counter lag (events applied, not yet flushed) and flush delay", region = data.aws_region.current.name, view = "timeSeries", period = 60
         metrics = [
           ["heatsink", "CounterLagEvents", "Function", "likes-aggregator", { stat = "Maximum" }],
           ["heatsink", "CounterFlushDelaySeconds", "Function", "likes-aggregator", { stat = "Maximum", yAxis = "right" }],
