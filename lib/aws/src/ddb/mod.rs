@@ -17,7 +17,9 @@
 //!   [`apply`] puts them on the SDK's builders (PutItem, UpdateItem, DeleteItem, Query, and the
 //!   Put, Update, Delete and ConditionCheck of `TransactWriteItems`);
 //! - **pages** ([`pages`]): the SDK's paginators, and [`pages::read_all`] for "every item, at
-//!   most N".
+//!   most N";
+//! - **a stream's shards** (`stream_listing`, features `streams` or `lambda`): one DynamoDB
+//!   Streams listing, kept between syncs and paced under DescribeStream's 10 calls a second.
 //!
 //! A conditional renewal of a lease, as the lease table writes it:
 //!
@@ -52,6 +54,8 @@ mod lint;
 pub(crate) mod pages;
 pub(crate) mod placeholders;
 pub(crate) mod row;
+#[cfg(any(feature = "streams", feature = "lambda"))]
+pub(crate) mod stream_listing;
 pub(crate) mod update;
 pub(crate) mod value;
 

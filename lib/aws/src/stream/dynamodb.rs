@@ -7,6 +7,7 @@ use heatsink_core::stream::ShardInfo;
 use super::source::parse_seq;
 use super::{RecordBatch, ShardSource, StartAt, StreamError, StreamRecord, Timeouts};
 use crate::ddb::json::stream_image_json;
+use crate::ddb::stream_listing::StreamListing;
 
 const SERVICE: &str = "DynamoDB Streams";
 
@@ -17,33 +18,24 @@ const SERVICE: &str = "DynamoDB Streams";
 /// `{"eventName", "keys", "newImage", "oldImage"}` as DynamoDB JSON (names sorted, binary as
 /// base64; an attribute of a type the SDK does not know as `{"UNKNOWN": null}`).
 ///
-/// DescribeStream allows 10 calls per second per account and region, and a stream that rolls its
-/// shards every few hours lists thousands of closed ones within its 24 h retention. So the
-/// source keeps the listing: a sync pages only from the last shard it knew to be closed before
-/// the first open one (`ExclusiveStartShardId`), which re-reads the open shards and whatever is
-/// new; every [`DynamoDbStreamsSource::FULL_LISTING_EVERY`]th sync pages the whole stream so
-/// shards trimmed past retention drop out. Calls are spaced at least 100 ms apart (10 TPS).
+/// The shard listing (heatsink's one DynamoDB Streams listing) is kept between syncs and
+/// paced: a sync pages only from the last shard known to be closed before the first open one,
+/// every [`DynamoDbStreamsSource::FULL_LISTING_EVERY`]th sync pages the whole stream so shards
+/// trimmed past retention drop out, and DescribeStream calls are spaced at least
+/// [`DynamoDbStreamsSource::MIN_DESCRIBE_INTERVAL`] apart (10 TPS).
 #[derive(Clone, Debug)]
 pub struct DynamoDbStreamsSource {
     client: aws_sdk_dynamodbstreams::Client,
     stream_arn: String,
-    known: std::sync::Arc<tokio::sync::Mutex<Listing>>,
-}
-
-/// What the source remembers of the stream's shards between syncs.
-#[derive(Debug, Default)]
-struct Listing {
-    shards: Vec<ShardInfo>,
-    syncs: u64,
-    last_call: Option<tokio::time::Instant>,
+    listing: StreamListing,
 }
 
 impl DynamoDbStreamsSource {
     /// Every this many syncs the whole stream is paged (to see shards trimmed past retention).
-    pub const FULL_LISTING_EVERY: u64 = 10;
+    pub const FULL_LISTING_EVERY: u64 = StreamListing::FULL_LISTING_EVERY;
 
     /// Least time between two DescribeStream calls of this source (10 per second at most).
-    pub const MIN_DESCRIBE_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
+    pub const MIN_DESCRIBE_INTERVAL: std::time::Duration = StreamListing::MIN_DESCRIBE_INTERVAL;
 
     /// The stream with ARN `stream_arn` (a table's `LatestStreamArn`) read through `client`,
     /// with the default [`Timeouts`] (a worker replaces them with its lease's).
@@ -51,52 +43,9 @@ impl DynamoDbStreamsSource {
         Self {
             client,
             stream_arn: stream_arn.into(),
-            known: std::sync::Arc::default(),
+            listing: StreamListing::default(),
         }
         .with_timeouts(Timeouts::default())
-    }
-
-    /// Pages DescribeStream from after `start` (from the first shard if `None`).
-    async fn describe_from(
-        &self,
-        listing: &mut Listing,
-        mut start: Option<String>,
-    ) -> Result<Vec<ShardInfo>, StreamError> {
-        let mut shards = Vec::new();
-        loop {
-            if let Some(last) = listing.last_call {
-                tokio::time::sleep_until(last + Self::MIN_DESCRIBE_INTERVAL).await;
-            }
-            listing.last_call = Some(tokio::time::Instant::now());
-            let out = self
-                .client
-                .describe_stream()
-                .stream_arn(&self.stream_arn)
-                .set_exclusive_start_shard_id(start.take())
-                .send()
-                .await
-                .map_err(|e| {
-                    StreamError::from_sdk(SERVICE, "DescribeStream", &self.stream_arn, e)
-                })?;
-            let Some(desc) = out.stream_description() else {
-                return Ok(shards);
-            };
-            for s in desc.shards() {
-                let Some(id) = s.shard_id() else { continue };
-                let seqs = s.sequence_number_range();
-                shards.push(ShardInfo {
-                    parent: s.parent_shard_id().map(str::to_owned),
-                    starting_seq: seqs
-                        .and_then(|r| r.starting_sequence_number().map(str::to_owned)),
-                    ending_seq: seqs.and_then(|r| r.ending_sequence_number().map(str::to_owned)),
-                    ..ShardInfo::new(id)
-                });
-            }
-            match desc.last_evaluated_shard_id() {
-                Some(last) if !last.is_empty() => start = Some(last.to_owned()),
-                _ => return Ok(shards),
-            }
-        }
     }
 }
 
@@ -135,32 +84,7 @@ impl ShardSource for DynamoDbStreamsSource {
     }
 
     async fn list_shards(&self) -> Result<Vec<ShardInfo>, StreamError> {
-        let mut listing = self.known.lock().await;
-        listing.syncs += 1;
-        let full = listing.shards.is_empty() || listing.syncs % Self::FULL_LISTING_EVERY == 0;
-        // The last closed shard before the first open one: everything up to it is settled.
-        let first_open = listing.shards.iter().position(|s| !s.is_closed());
-        let start = match first_open {
-            Some(i) if !full && i > 0 => Some(listing.shards[i - 1].shard_id.clone()),
-            None if !full => listing.shards.last().map(|s| s.shard_id.clone()),
-            _ => None,
-        };
-        let fresh = self.describe_from(&mut listing, start.clone()).await?;
-        let shards = match start {
-            None => fresh,
-            Some(after) => {
-                let keep = listing
-                    .shards
-                    .iter()
-                    .position(|s| s.shard_id == after)
-                    .map_or(0, |i| i + 1);
-                let mut shards: Vec<ShardInfo> = listing.shards[..keep].to_vec();
-                shards.extend(fresh);
-                shards
-            }
-        };
-        listing.shards = shards.clone();
-        Ok(shards)
+        Ok(self.listing.sync(&self.client, &self.stream_arn).await?)
     }
 
     async fn get_iterator(&self, shard_id: &str, start: &StartAt) -> Result<String, StreamError> {
