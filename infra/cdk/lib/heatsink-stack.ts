@@ -229,7 +229,10 @@ export class HeatsinkStack extends Stack {
       timeAttribute: 'liked_at',
       // Exactly one source: both carry the same changes of `liked`, two would count every like twice.
       source: likeEventsSource === 'kinesis' ? { kind: 'kinesis', stream: likeEvents } : { kind: 'dynamodb-streams', table: this.tables.liked },
-      batching: { batchSize: ESM.batchSize, windowSeconds: ESM.windowSeconds },
+      batching: {
+        batchSize: ESM.batchSize,
+        windowSeconds: ESM.windowSeconds,
+      },
       concurrency: { aggregator: concurrency['likes-aggregator'], rebuilder: concurrency['count-rebuilder'] },
       alarmTopic: this.alarmTopic,
       asyncFailures,

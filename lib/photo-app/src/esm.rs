@@ -105,15 +105,22 @@ mod tests {
             esm_tf.contains(r#"jsondecode(file("${path.module}/../esm.json"))"#),
             "{esm_tf}"
         );
-        let tf = read("infra/terraform/functions.tf");
+        // The root module hands them to the counter block, whose one mapping takes them.
+        let tf = read("infra/terraform/main.tf");
         assert_eq!(
             values_of(&tf, "batch_size"),
-            vec!["local.esm.batch_size"; 2],
-            "both Terraform mappings"
+            vec!["local.esm.batch_size"],
+            "the counter block's call"
         );
         assert_eq!(
-            values_of(&tf, "maximum_batching_window_in_seconds"),
-            vec!["local.esm.window_seconds"; 2]
+            values_of(&tf, "window_seconds"),
+            vec!["local.esm.window_seconds"]
+        );
+        let counter = read("infra/terraform/modules/hot-key-counter/main.tf");
+        assert_eq!(values_of(&counter, "batch_size"), vec!["var.batch_size"]);
+        assert_eq!(
+            values_of(&counter, "maximum_batching_window_in_seconds"),
+            vec!["var.window_seconds"]
         );
         let tables = read("infra/terraform/tables.tf");
         assert_eq!(
@@ -143,11 +150,9 @@ mod tests {
             "{esm_ts}"
         );
         let cdk = read("infra/cdk/lib/heatsink-stack.ts");
+        // The stack hands them to the counter block (HotKeyCounter's `batching`).
         assert_eq!(values_of(&cdk, "batchSize"), vec!["ESM.batchSize"]);
-        assert_eq!(
-            values_of(&cdk, "maxBatchingWindow"),
-            vec!["Duration.seconds(ESM.windowSeconds)"]
-        );
+        assert_eq!(values_of(&cdk, "windowSeconds"), vec!["ESM.windowSeconds"]);
         assert!(
             cdk.contains("props.likeEventsSource ?? ESM.source"),
             "the CDK default source is the file's"
