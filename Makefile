@@ -15,7 +15,7 @@ DEMO_ARGS ?= --scale 0.1 --duration 80 --chaos lost-ack=0.05,dup-batch=0.05,cras
 HACK_VERSION := 0.6.46
 HACK := .emu/cargo/bin/cargo-hack
 
-.PHONY: demo test lint features docs lambdas stack-up stack-down stack-test
+.PHONY: demo test lint features docs package lambdas stack-up stack-down stack-test
 
 ## Bring the local stack up (if needed), create the resources, run the main scenario. The stack
 ## keeps running afterwards; `localstack/stack down` stops it.
@@ -41,7 +41,7 @@ test:
 	$(STACK) up; \
 	$(CARGO) fmt --all --check; \
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings; \
-	$(MAKE) --no-print-directory features docs; \
+	$(MAKE) --no-print-directory features docs package; \
 	echo "== all tests, moto lane"; \
 	( eval "$$($(STACK) env --lane moto)"; HEATSINK_REQUIRE_STACK=1 $(CARGO) test --workspace --locked; \
 	  echo "== example salted_writes, moto lane"; \
@@ -78,6 +78,14 @@ $(HACK):
 features: $(HACK)
 	@echo "== each feature alone (cargo hack)"
 	$(HACK) hack check --each-feature --no-dev-deps -p heatsink-core -p heatsink
+
+## The crates a user depends on, packaged as crates.io would take them and built from the
+## packages alone (heatsink against the packaged heatsink-core), with the README's feature set.
+## Debug info off: the build proves the packages compile, nothing runs them.
+package:
+	@echo "== cargo package (heatsink-core, heatsink with the README's features), verified"
+	CARGO_PROFILE_DEV_DEBUG=0 $(CARGO) package --locked --allow-dirty -p heatsink-core -p heatsink \
+	  --features heatsink/lambda,heatsink/cache,heatsink/streams
 
 ## The API docs of every crate, warnings as errors (broken and private links, bad HTML).
 docs:
