@@ -123,6 +123,16 @@ describe('alarms that page', () => {
     expect(ddb.map((a) => a.Properties.AlarmName)).not.toContain('heatsink-liked-kinesis-replication-lag');
   });
 
+  test('parked batches: how many and how old (replay before the source forgets them)', () => {
+    expect(named('heatsink-stream-failures')).toMatchObject({ Namespace: 'AWS/SQS', MetricName: 'ApproximateNumberOfMessagesVisible' });
+    expect(named('heatsink-stream-failures-age')).toMatchObject({
+      Namespace: 'AWS/SQS',
+      MetricName: 'ApproximateAgeOfOldestMessage',
+      Threshold: 12 * 3600,
+      Dimensions: [{ Name: 'QueueName', Value: expect.anything() }],
+    });
+  });
+
   test('heartbeats of the scheduled functions breach on missing data', () => {
     const metric: Record<string, string> = { 'hotkey-controller': 'HotKeys', 'count-rebuilder': 'CounterRebuildCompleted' };
     for (const fn of ['hotkey-controller', 'count-rebuilder']) {

@@ -83,6 +83,12 @@ def test_errors_throttles_heartbeats_api_and_kinesis_alarms():
         assert entry["stat"] == "SampleCount" and entry["comparison"] == "LessThanThreshold"
         assert entry["dims"] == {"Function": fn}
     assert photo["likes-api-5xx"]["metric"] == "5xx"
+    # Parked batches: how many and how old (replay before the source forgets them).
+    counter = clean(COUNTER.locals["counter_alarms"])
+    assert counter["stream-failures"]["metric"] == "ApproximateNumberOfMessagesVisible"
+    age = counter["stream-failures-age"]
+    assert (age["namespace"], age["metric"], age["threshold"]) == ("AWS/SQS", "ApproximateAgeOfOldestMessage", "${var.parked_age_alarm_seconds}")
+    assert COUNTER.var_value("parked_age_alarm_seconds") == 12 * 3600
     assert unq(ROOT.resources[("aws_cloudwatch_metric_alarm", "api_p99_latency")]["extended_statistic"]) == "p99"
     for metric in ("AgeOfOldestUnreplicatedRecord", "FailedToReplicateRecordCount", "GetRecords.IteratorAgeMilliseconds"):
         assert metric in counter_text

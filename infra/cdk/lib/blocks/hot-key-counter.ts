@@ -99,6 +99,12 @@ export interface HotKeyCounterProps extends FunctionDefaults {
    * 24-hour Kinesis stream)
    */
   readonly compactGrace?: Duration;
+  /**
+   * Alarm when the oldest parked batch pointer is this old: its records leave the source's
+   * retention soon after, and with them the last chance to replay them. @default 12 hours (half
+   * of a 24-hour source)
+   */
+  readonly parkedAgeAlarm?: Duration;
   /** @default RETAIN (the counters table holds the counts) */
   readonly removalPolicy?: RemovalPolicy;
 }
@@ -256,6 +262,16 @@ export class HotKeyCounter extends Construct {
       alarmDescription: 'Stream batches were given up on and parked in the stream-failures queue. Runbook: README "Alarms".',
       metric: this.streamFailures.metricApproximateNumberOfMessagesVisible({ statistic: 'Maximum', period: Duration.minutes(1) }),
       threshold: 1,
+      comparisonOperator: cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+      evaluationPeriods: 1,
+      treatMissingData: cw.TreatMissingData.NOT_BREACHING,
+    });
+    const parkedAge = props.parkedAgeAlarm ?? Duration.hours(12);
+    f.alarm('StreamFailuresAge', {
+      alarmName: `${prefix}stream-failures-age`,
+      alarmDescription: `The oldest parked batch pointer in stream-failures is ${parkedAge.toHours()} h old: replay it before its records leave the source's retention. Runbook: README "Alarms".`,
+      metric: this.streamFailures.metricApproximateAgeOfOldestMessage({ statistic: 'Maximum', period: Duration.minutes(5) }),
+      threshold: parkedAge.toSeconds(),
       comparisonOperator: cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
       evaluationPeriods: 1,
       treatMissingData: cw.TreatMissingData.NOT_BREACHING,

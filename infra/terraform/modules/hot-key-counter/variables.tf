@@ -80,6 +80,12 @@ variable "concurrency" {
   default     = { aggregator = 20, rebuilder = 1 }
 }
 
+variable "parked_age_alarm_seconds" {
+  description = "Alarm when the oldest parked batch pointer is this old: its records leave the source's retention soon after (default: half of a 24-hour source)."
+  type        = number
+  default     = 43200
+}
+
 variable "compact_grace_seconds" {
   description = "Closed shards' sub-keys are folded and their tombstones deleted this long after the source's retention ends (24 h for DynamoDB Streams and a 24-hour Kinesis stream)."
   type        = number
