@@ -12,32 +12,64 @@ use heatsink::metrics::Emf;
 use heatsink_photo_app::counting::Counting;
 use heatsink_photo_app::lambda::{LambdaStart, start_lambda};
 use heatsink_photo_app::metrics::{AppEmf, Function};
-use lambda_runtime::{Error, LambdaEvent, run, service_fn};
+use lambda_runtime::{Diagnostic, Error, LambdaEvent, run, service_fn};
 use serde_json::Value;
 
 type Aggregator = StreamAggregator<Box<dyn ChangeMapper>>;
 
+/// A failed invocation named for what failed (not a Rust type name) in Lambda's `errorType`.
+fn failed(error_type: &str, message: impl std::fmt::Display) -> Diagnostic {
+    Diagnostic {
+        error_type: error_type.to_owned(),
+        error_message: message.to_string(),
+    }
+}
+
 /// Dispatches on the first record's `eventSource`; anything else is refused with an error.
-async fn handle(agg: &Aggregator, event: Value) -> Result<Value, Error> {
+async fn handle(agg: &Aggregator, event: Value) -> Result<Value, Diagnostic> {
+    let json = |e: serde_json::Error| failed("ResponseNotJson", e);
     match heatsink::lambda::event_source(&event).unwrap_or("") {
+        // Record by record: one that does not decode (data not base64) is the batch's partial
+        // failure, not a failed invocation.
         "aws:kinesis" => {
-            let (resp, report) = agg.handle_kinesis(serde_json::from_value(event)?).await;
-            tracing::info!(report = %serde_json::to_string(&report)?, "kinesis batch");
+            let (event, undecodable) = heatsink::lambda::kinesis_batch(event);
+            let (resp, report) = agg.handle_kinesis(event).await;
+            let resp = match undecodable {
+                Some(bad) => {
+                    tracing::error!(record = %bad.id, reason = %bad.reason, "undecodable record");
+                    bad.kinesis_response(resp)
+                }
+                None => resp,
+            };
+            tracing::info!(report = %serde_json::to_string(&report).map_err(json)?, "kinesis batch");
             Emf::new(Function::LikesAggregator)
                 .aggregate(&report)
                 .flush();
-            Ok(serde_json::to_value(resp)?)
+            serde_json::to_value(resp).map_err(json)
         }
         "aws:dynamodb" => {
-            let (resp, report) = agg.handle_dynamodb(serde_json::from_value(event)?).await;
-            tracing::info!(report = %serde_json::to_string(&report)?, "dynamodb batch");
+            let (event, undecodable) = heatsink::lambda::dynamodb_batch(event);
+            let (resp, report) = agg.handle_dynamodb(event).await;
+            let resp = match undecodable {
+                Some(bad) => {
+                    tracing::error!(record = %bad.id, reason = %bad.reason, "undecodable record");
+                    bad.dynamodb_response(resp)
+                }
+                None => resp,
+            };
+            tracing::info!(report = %serde_json::to_string(&report).map_err(json)?, "dynamodb batch");
             Emf::new(Function::LikesAggregator)
                 .aggregate(&report)
                 .flush();
-            Ok(serde_json::to_value(resp)?)
+            serde_json::to_value(resp).map_err(json)
         }
         "" => Ok(serde_json::json!({"batchItemFailures": []})),
-        other => Err(format!("unsupported event source {other:?}").into()),
+        other => Err(failed(
+            "UnsupportedEventSource",
+            format!(
+                "unsupported event source {other:?}: this function reads aws:kinesis and aws:dynamodb"
+            ),
+        )),
     }
 }
 

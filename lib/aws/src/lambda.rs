@@ -7,8 +7,12 @@
 //! consumed capacity of the tables you name ([`crate::metrics::CapacityLog`]). This is the one
 //! place the library reads the environment; call it first in `main`.
 //!
-//! **Stream events**: partial batch responses name the first record to retry
-//! ([`kinesis_failure`], [`dynamodb_failure`]), and [`dynamodb_event`] turns records read with
+//! **Stream events**: [`kinesis_batch`] and [`dynamodb_batch`] decode a batch record by record,
+//! so a record that does not decode (a Kinesis `data` that is not base64) becomes a partial
+//! batch failure for that record ([`Undecodable`]) instead of a failed invocation; partial batch
+//! responses name the first record to retry ([`kinesis_failure`], [`dynamodb_failure`]);
+//! [`kinesis_change`] reads the change record inside a Kinesis Data Streams for DynamoDB record,
+//! within bounds; and [`dynamodb_event`] turns records read with
 //! the DynamoDB Streams SDK into the exact event Lambda would deliver, for local drivers and
 //! replays.
 //!
@@ -22,6 +26,10 @@
 //! let _orders = start.ddb.get_item().table_name(format!("{}orders", start.prefix));
 //! # }
 //! ```
+
+mod events;
+
+pub use events::{MAX_CHANGE_BYTES, Undecodable, dynamodb_batch, kinesis_batch, kinesis_change};
 
 use aws_lambda_events::dynamodb::Event as DynamoDbEvent;
 use aws_lambda_events::streams::{DynamoDbBatchItemFailure, KinesisBatchItemFailure};

@@ -64,6 +64,11 @@ pub fn verified_user(req: &ApiGatewayV2httpRequest) -> Option<&str> {
         .map(String::as_str)
         .filter(|sub| !sub.is_empty())
 }
+/// Longest request path routed, bytes: `/posts/{post}/likes` with a [`MAX_ID_LEN`] id and room
+/// to spare. A longer path is a 404 before it is split, and is never echoed back. Request
+/// bodies are never read (the user comes from the verified JWT, the post from the path).
+pub const MAX_PATH_BYTES: usize = MAX_ID_LEN + 32;
+
 /// The response header telling how `GET /posts/{post}` was served: `hit`, `stale` or `miss`.
 pub const CACHE_HEADER: &str = "x-heatsink-cache";
 
@@ -304,7 +309,14 @@ impl LikesApi {
             .clone()
             .or_else(|| req.request_context.http.path.clone())
             .unwrap_or_default();
-        let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+        if path.len() > MAX_PATH_BYTES {
+            // Never split or echoed: no route is this long.
+            return response(
+                404,
+                json!({"error": format!("no route for {method} (a path of {} bytes; routes are at most {MAX_PATH_BYTES})", path.len())}),
+            );
+        }
+        let parts: Vec<&str> = path.trim_matches('/').splitn(4, '/').collect();
         // How a GET was served, for the `x-heatsink-cache` header (`None`: not through a cache).
         let mut served: Option<Source> = None;
         let result = match (method.as_str(), parts.as_slice()) {
@@ -529,6 +541,26 @@ mod tests {
                 .status_code,
             429
         );
+    }
+
+    #[tokio::test]
+    async fn a_path_past_the_bound_is_404_without_being_split_echoed_or_read_from_dynamodb() {
+        let (client, query) = ddb();
+        let api = LikesApi::new(client, &Schema::default());
+        let longest = format!("/posts/{}/likes", "p".repeat(MAX_ID_LEN));
+        assert!(longest.len() <= MAX_PATH_BYTES);
+        let hostile = format!("/posts/{}", "p/".repeat(500_000));
+        let resp = api.handle(request(Method::GET, &hostile)).await;
+        let (status, error) = status_and_error(&resp);
+        assert_eq!(status, 404);
+        assert!(error.len() < 200, "{error}");
+        assert!(error.contains("1000007 bytes"), "{error}");
+        // Extra segments under the bound are no route either; nothing reaches DynamoDB.
+        let resp = api
+            .handle(request(Method::GET, "/posts/p9/likes/x/y"))
+            .await;
+        assert_eq!(resp.status_code, 404);
+        assert_eq!(query.num_calls(), 0);
     }
 
     #[tokio::test]

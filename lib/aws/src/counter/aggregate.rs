@@ -578,8 +578,14 @@ impl<M: ChangeMapper> StreamAggregator<M> {
             .iter()
             .map(|r| {
                 let seq = r.kinesis.sequence_number.clone();
-                let change = serde_json::from_slice::<Value>(&r.kinesis.data.0)
-                    .map_err(|e| format!("data is not a JSON change record: {e}"));
+                // Bounded (crate::lambda::kinesis_change). A KPL aggregate is not a change
+                // record: `null` has no eventSource, so it is skipped as foreign and counted.
+                let change = crate::lambda::kinesis_change(&r.kinesis.data.0).map(|c| {
+                    c.unwrap_or_else(|| {
+                        tracing::warn!(record = %seq, "a KPL aggregate, not a change record");
+                        Value::Null
+                    })
+                });
                 (seq.clone(), seq, change)
             })
             .collect();
