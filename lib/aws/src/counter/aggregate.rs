@@ -373,10 +373,12 @@ impl<M: ChangeMapper> StreamAggregator<M> {
     }
 
     /// Aggregates `records` (id, seq, change JSON) of one shard and flushes them as `writer`.
+    /// `records` is walked once, in order: a caller that parses each change as it is asked for
+    /// holds one change's JSON at a time.
     async fn aggregate(
         &self,
         writer: &WriterId,
-        records: Vec<(String, String, Result<Value, String>)>,
+        records: impl IntoIterator<Item = (String, String, Result<Value, String>)>,
         dedupe: bool,
         parent: Option<&str>,
     ) -> AggregateReport {
@@ -573,22 +575,18 @@ impl<M: ChangeMapper> StreamAggregator<M> {
                 return (resp, AggregateReport::default());
             }
         };
-        let records = event
-            .records
-            .iter()
-            .map(|r| {
-                let seq = r.kinesis.sequence_number.clone();
-                // Bounded (crate::lambda::kinesis_change). A KPL aggregate is not a change
-                // record: `null` has no eventSource, so it is skipped as foreign and counted.
-                let change = crate::lambda::kinesis_change(&r.kinesis.data.0).map(|c| {
-                    c.unwrap_or_else(|| {
-                        tracing::warn!(record = %seq, "a KPL aggregate, not a change record");
-                        Value::Null
-                    })
-                });
-                (seq.clone(), seq, change)
-            })
-            .collect();
+        let records = event.records.iter().map(|r| {
+            let seq = r.kinesis.sequence_number.clone();
+            // Bounded (crate::lambda::kinesis_change). A KPL aggregate is not a change
+            // record: `null` has no eventSource, so it is skipped as foreign and counted.
+            let change = crate::lambda::kinesis_change(&r.kinesis.data.0).map(|c| {
+                c.unwrap_or_else(|| {
+                    tracing::warn!(record = %seq, "a KPL aggregate, not a change record");
+                    Value::Null
+                })
+            });
+            (seq.clone(), seq, change)
+        });
         let report = self.aggregate(&writer, records, true, None).await;
         if let Some(at) = &report.failed_at {
             resp.batch_item_failures
@@ -631,26 +629,22 @@ impl<M: ChangeMapper> StreamAggregator<M> {
                 return (resp, report);
             }
         };
-        let records = event
-            .records
-            .iter()
-            .map(|r| {
-                let seq = r.change.sequence_number.clone().unwrap_or_default();
-                let change = serde_json::to_value(r)
-                    .map_err(|e| format!("record does not serialise: {e}"))
-                    .map(|mut v| {
-                        // aws_lambda_events names the change `dynamodb` in JSON, as Lambda does.
-                        if let Some(obj) = v.as_object_mut()
-                            && !obj.contains_key("dynamodb")
-                            && let Some(c) = obj.remove("change")
-                        {
-                            obj.insert("dynamodb".into(), c);
-                        }
-                        v
-                    });
-                (seq.clone(), seq, change)
-            })
-            .collect();
+        let records = event.records.iter().map(|r| {
+            let seq = r.change.sequence_number.clone().unwrap_or_default();
+            let change = serde_json::to_value(r)
+                .map_err(|e| format!("record does not serialise: {e}"))
+                .map(|mut v| {
+                    // aws_lambda_events names the change `dynamodb` in JSON, as Lambda does.
+                    if let Some(obj) = v.as_object_mut()
+                        && !obj.contains_key("dynamodb")
+                        && let Some(c) = obj.remove("change")
+                    {
+                        obj.insert("dynamodb".into(), c);
+                    }
+                    v
+                });
+            (seq.clone(), seq, change)
+        });
         let report = self
             .aggregate(&writer, records, false, parent.as_deref())
             .await;

@@ -30,8 +30,8 @@
 //! Bounds: a payload is at most what Lambda delivers (6 MB for a synchronous invocation, which
 //! an event source mapping's batch is), and already parsed by the runtime; each record is
 //! decoded from its part of that value. A change record inside a Kinesis record
-//! ([`kinesis_change`]) is at most [`MAX_CHANGE_BYTES`] and parsed with serde_json's recursion
-//! limit (128 levels).
+//! ([`kinesis_change`]) is at most [`MAX_CHANGE_BYTES`] (1 MiB), parsed with serde_json's
+//! recursion limit (128 levels) into at most 112 × its size.
 
 use aws_lambda_events::dynamodb::{Event as DynamoDbEvent, EventRecord as DynamoDbRecord};
 use aws_lambda_events::kinesis::{KinesisEvent, KinesisEventRecord};
@@ -40,10 +40,12 @@ use serde_json::Value;
 
 use super::{dynamodb_failure, kinesis_failure};
 
-/// The largest change record [`kinesis_change`] reads: 6 MiB, more than Lambda delivers in one
-/// invocation, so it refuses only what cannot have come from a Lambda event (a DynamoDB change
-/// record is at most two 400 KB images plus keys, about 1.1 MB as JSON with binary as base64).
-pub const MAX_CHANGE_BYTES: usize = 6 << 20;
+/// The largest change record [`kinesis_change`] reads: 1 MiB, Kinesis's record limit as Kinesis
+/// Data Streams for DynamoDB writes it (a DynamoDB item is at most 400 KB). Parsed, a change
+/// record takes serde_json's `Value` tree: at most 112 × its size (72 bytes per JSON value;
+/// measured by the fuzz harness), so at most 112 MiB for the largest; the aggregator holds one
+/// record's tree at a time.
+pub const MAX_CHANGE_BYTES: usize = 1 << 20;
 
 /// The first record of a batch that did not decode: where Lambda must retry from, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -31,7 +31,8 @@ pub struct Estimate {
 impl Estimate {
     /// Lower bound of the true count: `count − error`.
     pub fn lower_bound(&self) -> u64 {
-        self.count - self.error
+        // Saturating: an estimate decoded from a report (outside bytes) may claim error > count.
+        self.count.saturating_sub(self.error)
     }
 }
 
