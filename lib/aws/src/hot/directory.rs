@@ -18,13 +18,13 @@
 //! # async fn f(ddb: aws_sdk_dynamodb::Client) -> Result<(), heatsink::hot::DirectoryError> {
 //! use std::time::Duration;
 //! use heatsink::detect::Kind;
-//! use heatsink::hot::{Thresholds, Signal};
+//! use heatsink::hot::{ControllerConfig, Signal};
 //! use heatsink::keys::SaltPolicy;
 //! use heatsink::clock::now_secs;
 //! use heatsink::hot::{CachedDirectory, Controller, Directory};
 //!
 //! let directory = Directory::new(ddb, "heatsink-hotkeys");
-//! let controller = Controller::new(directory.clone(), Thresholds::default());
+//! let controller = Controller::new(directory.clone(), ControllerConfig::default());
 //! let signal = Signal::new("p9", Kind::Write, 2_400.0, 1_000.0, "sampler");
 //! controller.run(&[signal], now_secs()).await?;
 //!
