@@ -5,7 +5,10 @@
 //! checkpoints as it goes. Ctrl-C stops after the current batch and releases the leases.
 //!
 //! A line is `{"shard", "seq", "sub_seq"?, "partition_key", "data", "data_encoding"}`: `data` is
-//! the record as text when `data_encoding` is `"utf8"`, base64 when it is `"base64"`. stdout is
+//! the record as text when `data_encoding` is `"utf8"`, base64 when it is `"base64"`. A record
+//! that carries the KPL magic but does not decode within the bounds (`docs/bounds.md`) is printed
+//! whole with `"undecodable"` (the reason), its data cut to the first 4 KiB (`"data_truncated"`,
+//! `"data_len"`), and `tail` reads on. stdout is
 //! written without blocking the runtime, one write and flush per batch; when it cannot be written
 //! (a closed pipe) `tail` stops without checkpointing the batch and exits non-zero, so a re-run
 //! prints it.
@@ -22,7 +25,7 @@ use heatsink::clock::now_ms;
 use heatsink::schema::{self, DEFAULT_PREFIX, Schema, Table};
 use heatsink::stream::{
     DynamoDbStreamsSource, InitialPosition, KinesisSource, LeaseTable, ProcessBatch,
-    RecordProcessor, ShardSource, StreamError, Worker, WorkerConfig, WorkerStats,
+    RecordProcessor, ShardSource, StreamError, StreamRecord, Worker, WorkerConfig, WorkerStats,
 };
 use tokio::io::AsyncWriteExt;
 
@@ -85,6 +88,28 @@ pub struct TailArgs {
     verify_takes: bool,
 }
 
+/// Most data bytes printed of a record delivered whole because it does not decode (a hostile
+/// KPL aggregate is up to 1 MiB): its line carries the first 4 KiB, `"data_truncated": true`
+/// and `"data_len"`, so one such record prints at most about 6 KB.
+const UNDECODABLE_DATA_BYTES: usize = 4_096;
+
+/// The JSON line of `record`, bounded for a record that does not decode.
+fn line(record: &StreamRecord, shard: &str) -> serde_json::Value {
+    if record.undecodable.is_none() || record.data.len() <= UNDECODABLE_DATA_BYTES {
+        return record.to_json(shard);
+    }
+    let cut = StreamRecord {
+        data: record.data.slice(..UNDECODABLE_DATA_BYTES),
+        ..record.clone()
+    };
+    let mut line = cut.to_json(shard);
+    if let Some(map) = line.as_object_mut() {
+        map.insert("data_truncated".to_owned(), true.into());
+        map.insert("data_len".to_owned(), record.data.len().into());
+    }
+    line
+}
+
 /// Prints each record as a JSON line; one non-blocking write and flush of stdout per batch.
 struct Printer<W> {
     out: tokio::sync::Mutex<W>,
@@ -94,7 +119,7 @@ impl<W: tokio::io::AsyncWrite + Unpin + Send + Sync + 'static> RecordProcessor f
     async fn process(&self, batch: &ProcessBatch) -> Result<(), StreamError> {
         let mut text = String::new();
         for record in &batch.records {
-            text.push_str(&record.to_json(&batch.shard_id).to_string());
+            text.push_str(&line(record, &batch.shard_id).to_string());
             text.push('\n');
         }
         let mut out = self.out.lock().await;

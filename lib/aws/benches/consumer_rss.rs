@@ -19,7 +19,11 @@
 //! `BENCH_SOURCE=fake`: both consumers read an in-process `ShardSource` that answers
 //! GetRecords as AWS shapes it (≤ 10 MiB per answer) instead of kinesis-mock, which serves
 //! about 1.3 MB/s (a 1,000 × 1 MiB drain there takes a quarter of an hour). Leases stay on
-//! DynamoDB (`AWS_ENDPOINT_URL_DYNAMODB`) either way.
+//! DynamoDB (`AWS_ENDPOINT_URL_DYNAMODB`) either way. `BENCH_KPL=1` (with the fake source):
+//! every record is a KPL aggregate of `BENCH_RECORD_BYTES` holding as many user records as fit
+//! (empty data, one 256-character key: 6 bytes each, 174,718 per MiB), the worst expansion a
+//! valid aggregate has; only heatsink runs (a consumer that expands whole answers would need
+//! gigabytes), and the bound of the stream module's guarantee 7 is printed beside its peak.
 
 use std::process::Command;
 use std::sync::Arc;
@@ -174,7 +178,12 @@ async fn child(role: &str) -> Result<(), BoxError> {
     if std::env::var("BENCH_SOURCE").as_deref() == Ok("fake") {
         let size = env_usize("BENCH_RECORD_BYTES", 1 << 20);
         let shards = env_usize("BENCH_SHARDS", 4);
-        drain(role, FakeKinesis::new(n, shards, size), slow, ddb, n as u64).await
+        let source = FakeKinesis::new(n, shards, size);
+        let users = match source.aggregate {
+            Some(_) => n.div_ceil(shards) * shards * kpl_users(size),
+            None => n,
+        };
+        drain(role, source, slow, ddb, users as u64).await
     } else {
         kinesis
             .describe_stream_summary()
@@ -316,6 +325,25 @@ struct FakeKinesis {
     per_shard: usize,
     size: usize,
     pool: bytes::Bytes,
+    /// With `BENCH_KPL=1`: the one aggregate every record is (copied per record).
+    aggregate: Option<bytes::Bytes>,
+}
+
+/// User records of the `BENCH_KPL` aggregate of `size` bytes.
+fn kpl_users(size: usize) -> usize {
+    size.saturating_sub(300) / 6
+}
+
+/// An aggregate of `size` bytes at most: one 256-character key, then empty user records.
+fn kpl_aggregate(size: usize) -> bytes::Bytes {
+    use md5::{Digest, Md5};
+    let mut body = vec![0x0a, 0x80, 0x02];
+    body.extend("k".repeat(256).as_bytes());
+    body.extend([0x1a, 0x04, 0x08, 0x00, 0x1a, 0x00].repeat(kpl_users(size)));
+    let mut data = heatsink::kinesis::kpl::MAGIC.to_vec();
+    data.extend_from_slice(&body);
+    data.extend_from_slice(&Md5::digest(&body));
+    data.into()
 }
 
 const ANSWER_CAP: usize = 10 << 20;
@@ -324,11 +352,13 @@ impl FakeKinesis {
     fn new(records: usize, shards: usize, size: usize) -> Self {
         let mut pool = vec![0u8; size + 4096];
         rand::rng().fill_bytes(&mut pool);
+        let kpl = std::env::var("BENCH_KPL").as_deref() == Ok("1");
         Self {
             shards,
             per_shard: records.div_ceil(shards),
             size,
             pool: pool.into(),
+            aggregate: kpl.then(|| kpl_aggregate(size)),
         }
     }
 }
@@ -390,7 +420,10 @@ impl ShardSource for FakeKinesis {
             bytes += self.size + key.len();
             // A fresh buffer per record, as the SDK's base64 decoding allocates one.
             let off = at % 4096;
-            let data = bytes::Bytes::from(self.pool[off..off + self.size].to_vec());
+            let data = match &self.aggregate {
+                Some(a) => bytes::Bytes::from(a.to_vec()),
+                None => bytes::Bytes::from(self.pool[off..off + self.size].to_vec()),
+            };
             at += 1;
             records.push(StreamRecord {
                 seq: Seq::from(at as u64),
@@ -524,8 +557,14 @@ async fn bench() -> Result<(), BoxError> {
         format!("rss{app}")
     };
     let mut results: Vec<Outcome> = Vec::new();
+    let kpl = fake && std::env::var("BENCH_KPL").as_deref() == Ok("1");
+    let roles: &[&str] = if kpl {
+        &["heatsink"]
+    } else {
+        &["heatsink", "naive"]
+    };
     // Warm-up pair (page cache, emulator JIT), not counted.
-    for role in ["heatsink", "naive"] {
+    for &role in roles {
         let o = run_child(role, &stream.name, &leases.name, &next_app())?;
         println!(
             "warm-up {role}: peak {:.0} MiB, {:.1} s",
@@ -534,11 +573,10 @@ async fn bench() -> Result<(), BoxError> {
         );
     }
     for run in 0..runs {
-        let order = if run % 2 == 0 {
-            ["heatsink", "naive"]
-        } else {
-            ["naive", "heatsink"]
-        };
+        let mut order = roles.to_vec();
+        if run % 2 == 1 {
+            order.reverse();
+        }
         for role in order {
             let o = run_child(role, &stream.name, &leases.name, &next_app())?;
             println!(
@@ -564,7 +602,7 @@ async fn bench() -> Result<(), BoxError> {
         "{:<22} {:>13} {:>11} {:>13} {:>9}",
         "consumer (median)", "baseline MiB", "peak MiB", "peak-base MiB", "seconds"
     );
-    for role in ["heatsink", "naive"] {
+    for &role in roles {
         let mine: Vec<&Outcome> = results.iter().filter(|o| o.role == role).collect();
         let base = median(mine.iter().map(|o| mib(o.baseline)).collect());
         let peak = median(mine.iter().map(|o| mib(o.peak())).collect());
@@ -586,10 +624,20 @@ async fn bench() -> Result<(), BoxError> {
                 .collect::<Vec<_>>()
         );
     }
-    println!(
-        "records in the stream: {total:.0} MiB; largest answer {:.1} MiB; bound shards x 3 answers = {by_count:.0} MiB; shards x (prefetch_bytes 16 MiB + 1 answer) = {by_bytes:.0} MiB",
-        batch as f64 / MIB
-    );
+    if kpl {
+        // Guarantee 7: per shard prefetch_bytes + one answer + one batch of 10,000 user
+        // records (128 bytes each) + the aggregate's tables (one key: nothing).
+        let bound = shards as f64 * (16.0 + 10.0 + 10_000.0 * 128.0 / MIB);
+        println!(
+            "KPL aggregates of {size} bytes, {} user records each; bound shards x (16 MiB + 10 MiB + 1.2 MiB) = {bound:.0} MiB",
+            kpl_users(size)
+        );
+    } else {
+        println!(
+            "records in the stream: {total:.0} MiB; largest answer {:.1} MiB; bound shards x 3 answers = {by_count:.0} MiB; shards x (prefetch_bytes 16 MiB + 1 answer) = {by_bytes:.0} MiB",
+            batch as f64 / MIB
+        );
+    }
     if !fake {
         let _ = kinesis
             .delete_stream()

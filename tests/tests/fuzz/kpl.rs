@@ -6,38 +6,16 @@ use heatsink::kinesis::kpl::{
     Deaggregator, KplError, MAGIC, MAX_PARTITION_KEY_CHARS, MIN_SUB_RECORD_BYTES, OutOfRange,
     deaggregate_ref,
 };
-use md5::{Digest, Md5};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
+use crate::hostile::{field, issue_32_aggregate, varint, wrap};
 use crate::{fuzz, meter};
 
 /// What `Deaggregator::open` may hold for a record of `n` bytes (docs/bounds.md): 10 × n, plus
 /// the small fixed part of an empty table.
 fn open_bound(n: usize) -> usize {
     10 * n + 256
-}
-
-fn varint(mut v: u64, out: &mut Vec<u8>) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-fn field(tag: u64, payload: &[u8], out: &mut Vec<u8>) {
-    varint(tag << 3 | 2, out);
-    varint(payload.len() as u64, out);
-    out.extend_from_slice(payload);
-}
-
-/// `MAGIC | body | MD5(body)`.
-pub fn wrap(body: &[u8]) -> Vec<u8> {
-    let mut v = MAGIC.to_vec();
-    v.extend_from_slice(body);
-    v.extend_from_slice(&Md5::digest(body));
-    v
 }
 
 /// One user record as written: each field may be missing.
@@ -271,15 +249,6 @@ fn any_bytes_behind_a_valid_magic_and_md5_are_decoded_within_bounds_or_refused()
         prop_assert!(body.starts_with(&MAGIC) || plain.is_ok_and(|p| !p.is_aggregated()));
         Ok(())
     });
-}
-
-/// The record of issue 32: 1,020,024 bytes, a valid MD5, one 300,000-byte partition key and
-/// 120,000 empty user records. A consumer that copied the key per user record needed 36 GB.
-pub fn issue_32_aggregate() -> Vec<u8> {
-    let mut body = Vec::new();
-    field(1, "k".repeat(300_000).as_bytes(), &mut body);
-    body.extend([0x1a, 0x04, 0x08, 0x00, 0x1a, 0x00].repeat(120_000));
-    wrap(&body)
 }
 
 #[test]

@@ -9,6 +9,8 @@
 //! refusals by error, the largest allocation against the input.
 
 mod change;
+#[path = "../common/hostile.rs"]
+mod hostile;
 mod kpl;
 mod lambda;
 mod meter;

@@ -8,6 +8,9 @@ mod counting_shapes;
 mod directory;
 mod fanout;
 mod grants;
+#[path = "../common/hostile.rs"]
+mod hostile;
+mod hostile_changes;
 mod kinesis_kpl;
 mod kinesis_produce;
 mod kinesis_reshard;

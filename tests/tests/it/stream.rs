@@ -1553,6 +1553,89 @@ async fn a_corrupt_kpl_aggregate_is_delivered_whole_with_its_reason_and_does_not
     assert_eq!(lease.checkpoint.position().unwrap().sub_seq, None);
 }
 
+/// The record of issue 32 (1,020,024 bytes: a valid MD5, one 300 KB partition key, 120,000
+/// empty user records) and a plain record after it, through `Worker` on kinesis-mock: the
+/// processor gets the aggregate whole with its reason, then the plain record, and the
+/// checkpoint moves past both. Before the decoder's bounds the worker copied the key into each
+/// user record (36 GB) and died; the shard's checkpoint never moved, so every restart died again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_issue_32_aggregate_reaches_the_processor_whole_with_its_reason_and_the_shard_reads_on()
+{
+    let fx = fixture!(
+        "the_issue_32_aggregate_reaches_the_processor_whole_with_its_reason_and_the_shard_reads_on"
+    );
+    let stream = fx.stream("kplhostile", 1).await;
+    let spec = fx.photo_table(Table::Leases).await;
+    let table = || LeaseTable::new(fx.stack.ddb.clone(), &spec.name, "hostile-app");
+    let k = &fx.stack.kinesis;
+    let hostile = crate::hostile::issue_32_aggregate();
+    k.put_record()
+        .stream_name(&stream.name)
+        .partition_key("hostile")
+        .data(Blob::new(hostile.clone()))
+        .send()
+        .await
+        .expect("put the hostile aggregate");
+    let after = k
+        .put_record()
+        .stream_name(&stream.name)
+        .partition_key("k00")
+        .data(Blob::new("after"))
+        .send()
+        .await
+        .expect("put a plain record after it");
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let w = start(
+        KinesisSource::new(k.clone(), &stream.name),
+        table(),
+        Reasons(Arc::clone(&seen)),
+        fast_config("w0"),
+    );
+    let lease = eventually(
+        "the record after the hostile aggregate checkpointed",
+        Duration::from_secs(30),
+        || async {
+            let l = table().scan().await.ok()?.leases.into_iter().next()?;
+            (l.checkpoint.position()?.seq.to_decimal() == after.sequence_number()).then_some(l)
+        },
+    )
+    .await;
+    let stats = w.stats.clone();
+    let _ = w.stop.send(());
+    w.task.await.expect("worker task").expect("worker ran");
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(
+        seen.len(),
+        2,
+        "the aggregate whole, then the plain record: {seen:?}"
+    );
+    assert_eq!(seen[0].0, (None, hostile.len()));
+    let reason = seen[0].1.as_deref().expect("delivered with its reason");
+    assert!(
+        reason.contains("300000 bytes, over Kinesis's 256-character limit"),
+        "{reason}"
+    );
+    assert_eq!(seen[1], ((None, 5), None));
+    assert_eq!(stats.undecodable_aggregates(), 1);
+    assert_eq!(lease.checkpoint.position().unwrap().sub_seq, None);
+}
+
+/// Records the processor saw: (sub-sequence, data length) and the reason of an undecodable one.
+type Reason = ((Option<u64>, usize), Option<String>);
+
+struct Reasons(Arc<Mutex<Vec<Reason>>>);
+
+impl RecordProcessor for Reasons {
+    async fn process(&self, batch: &ProcessBatch) -> Result<(), StreamError> {
+        let mut seen = self.0.lock().unwrap();
+        for r in &batch.records {
+            let reason = r.undecodable.as_ref().map(ToString::to_string);
+            seen.push(((r.sub_seq, r.data.len()), reason));
+        }
+        Ok(())
+    }
+}
+
 /// A Kinesis client answering from aws-smithy-mocks rules (kinesis-mock never throttles), with
 /// the SDK's own retries off so every GetRecords the worker makes is one counted call.
 /// The calls a worker makes before reading, mocked for a one-shard stream named `stream`
