@@ -1,5 +1,5 @@
 //! count-rebuilder: on a schedule (every 5 minutes), repairs the counters touched since its last
-//! run, one time bucket at a time (the toolkit's `heatsink::counter::rebuild::Repair`, over the
+//! run, one time bucket at a time (the toolkit's `heatsink::counter::repair::Repair`, over the
 //! per-bucket recount `heatsink_photo_app::counting` configures: the photo app's likes through
 //! `liked`'s `by-post` index by default, any table's items per attribute with
 //! `HEATSINK_COUNTER`, `HEATSINK_COUNT_BY`, `HEATSINK_EVENTS_TABLE`,
@@ -27,7 +27,7 @@
 use std::time::Duration;
 
 use heatsink::counter::CounterStore;
-use heatsink::counter::rebuild::{Repair, RepairOptions};
+use heatsink::counter::repair::{Repair, RepairOptions};
 use heatsink::metrics::Emf;
 use heatsink_photo_app::counting::Counting;
 use heatsink_photo_app::lambda::{LambdaStart, start_lambda};

@@ -26,7 +26,9 @@
 //!
 //! - `aggregate` (feature `lambda`): count your own change stream in your own Lambda, over a
 //!   `aggregate::ChangeMapper` you write.
-//! - [`rebuild`]: recount from durable events and correct settled counters.
+//! - [`repair`]: the scheduled incremental repair: per-bucket recounts of the counters touched
+//!   since the last run, corrected only on proof of the aggregator's progress.
+//! - [`rebuild`]: the whole-table recount by hand (after an incident), correcting settled counters.
 //! - [`compact`](mod@compact): fold closed writers' sub-keys into `settled` ([`CounterStore::compact`]), so
 //!   a read stays bounded while DynamoDB Streams shards roll over.
 //! - The pure decisions ([`Deltas`], [`FlushPlan`], [`Seq`], …) are re-exported from
@@ -37,6 +39,7 @@
 pub mod aggregate;
 pub mod compact;
 pub mod rebuild;
+pub mod repair;
 
 pub use heatsink_core::counter::*;
 
@@ -233,13 +236,13 @@ pub struct CounterStore {
     ddb: aws_sdk_dynamodb::Client,
     table: String,
     buckets: BucketSpec,
-    touch_shards: u32,
+    touch_shards: u16,
 }
 
 /// Partitions of the `touched` index a bucket's writer sub-keys spread over (the index key is
-/// `<name>#<bucket start>#<n>`, n = MD5(pk) mod this): every flush of a bucket writes the same
+/// `<name>#<bucket start>#<n>`, see [`touched_key`]): every flush of a bucket writes the same
 /// index key otherwise, and an index partition takes 1,000 writes/s like a table's.
-pub const TOUCH_SHARDS: u32 = 16;
+pub const TOUCH_SHARDS: u16 = 16;
 
 /// The `touched` index of the counters table: writer sub-keys by their newest time bucket.
 pub const TOUCHED_INDEX: &str = "touched";
@@ -249,12 +252,17 @@ pub fn progress_pk(name: &str) -> String {
     format!("#flushed#{name}")
 }
 
-/// The `touched` index key of a writer sub-key of `pk` whose newest bucket starts at `start`,
-/// spread over `shards` index partitions.
-pub fn touched_key(name: &str, start: u64, pk: &str, shards: u32) -> String {
-    use md5::Digest;
-    let digest = md5::Md5::digest(pk.as_bytes());
-    let n = u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]) % shards.max(1);
+/// The `touched` index key of a writer sub-key of `pk` touched in the bucket starting at
+/// `start`, spread over `shards` index partitions: `<name>#<start>#<n>` with
+/// `n = stable_hash64(pk) mod shards`, the toolkit's one index-sharding rule
+/// ([`CalculatedSuffix`](heatsink_core::keys::CalculatedSuffix), as in
+/// [`GsiShard`](heatsink_core::keys::GsiShard); the prefix ends in digits, which a `GsiShard`
+/// refuses as ambiguous, so the suffix is joined here). A reader Queries every `n`, so keys
+/// written under an older suffix rule are still read.
+pub fn touched_key(name: &str, start: u64, pk: &str, shards: u16) -> String {
+    let n =
+        heatsink_core::keys::CalculatedSuffix::new(shards.clamp(1, heatsink_core::keys::MAX_SALTS))
+            .map_or(0, |s| s.suffix(pk.as_bytes()));
     format!("{name}#{start}#{n}")
 }
 
@@ -308,13 +316,13 @@ impl CounterStore {
 
     /// Spreads the `touched` index over `shards` partitions instead of [`TOUCH_SHARDS`] (the
     /// rebuilder reads the same store's setting; a small table or a test needs fewer).
-    pub fn with_touch_shards(mut self, shards: u32) -> Self {
-        self.touch_shards = shards.max(1);
+    pub fn with_touch_shards(mut self, shards: u16) -> Self {
+        self.touch_shards = shards.clamp(1, heatsink_core::keys::MAX_SALTS);
         self
     }
 
     /// Partitions of the `touched` index.
-    pub fn touch_shards(&self) -> u32 {
+    pub fn touch_shards(&self) -> u16 {
         self.touch_shards
     }
 

@@ -303,7 +303,7 @@ impl Schema {
         match table {
             // `touched`: writer sub-keys by their newest time bucket, write-sharded
             // (`<name>#<bucket start>#<n>`), so the rebuilder finds what changed since its last
-            // run without scanning (heatsink::counter::rebuild).
+            // run without scanning (heatsink::counter::repair).
             Table::Counters => spec("pk")
                 .sort_key(KeyAttr::s("sk"))
                 .gsi(GsiSpec::new("touched", KeyAttr::s("touched")).sort_key(KeyAttr::s("pk"))),

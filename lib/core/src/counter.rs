@@ -89,6 +89,7 @@ mod dedupe;
 mod esm;
 mod flush;
 mod layout;
+mod pass;
 mod read;
 mod repair;
 mod seq;
@@ -106,6 +107,9 @@ pub use esm::{
 };
 pub use flush::{Deltas, FlushDecision, FlushPlan, FlushWrite, KeyDeltas, Stored, decide};
 pub use layout::{CounterKey, SubKey, WriterId};
+pub use pass::{
+    Check, PassPlan, PassSpan, PostChecks, RepairCursor, Resume, SpanRule, plan_pass, plan_span,
+};
 pub use read::{Correction, CounterSum, correction, sum_counter};
 pub use repair::{
     Verdict, Watermark, judge, needed_general, needed_insert_only, proven_through,

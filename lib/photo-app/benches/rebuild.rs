@@ -1,6 +1,6 @@
 //! The cost of one rebuilder run against the size of the `liked` table: the scheduled
 //! incremental repair (`heatsink_photo_app::rebuild::repair`, i.e.
-//! `heatsink::counter::rebuild::Repair` over `liked_bucket_recount`) against the whole-table
+//! `heatsink::counter::repair::Repair` over `liked_bucket_recount`) against the whole-table
 //! recount (`heatsink_photo_app::rebuild::rebuild`: a Scan of `liked` and of `counters`, what
 //! the rebuilder did every run before the repair), side by side in one run, ABBA order after a
 //! warm-up of each.
@@ -41,12 +41,11 @@ use aws_sdk_dynamodb::types::{
     WriteRequest,
 };
 use aws_smithy_runtime_api::client::orchestrator::Metadata;
-use heatsink::counter::rebuild::sharded_key;
 use heatsink::counter::{BucketSpec, CounterKey, CounterStore, Deltas, Seq, WriterId};
 use heatsink_photo_app::rebuild::{
     RebuildOptions, RepairOptions, liked_bucket_recount, rebuild, repair,
 };
-use heatsink_photo_app::schema::{POST_SHARD, POST_SHARDS, Schema, Table};
+use heatsink_photo_app::schema::{POST_SHARD, Schema, Table, post_shard};
 use heatsink_testkit::Fixture;
 use heatsink_testkit::bench::env_or;
 
@@ -216,7 +215,7 @@ fn like(user: &str, post: &str, at: u64) -> WriteRequest {
         .item("liked_at", AttributeValue::N(at.to_string()))
         .item(
             POST_SHARD,
-            AttributeValue::S(sharded_key(post, user, POST_SHARDS)),
+            AttributeValue::S(post_shard(post, user).expect("post id")),
         )
         .build()
         .expect("put");

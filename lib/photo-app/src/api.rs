@@ -223,11 +223,10 @@ impl LikesApi {
             // The rebuilder recounts one post's minute through the write-sharded by-post index.
             .item(
                 crate::schema::POST_SHARD,
-                AttributeValue::S(heatsink::counter::rebuild::sharded_key(
-                    post,
-                    user,
-                    crate::schema::POST_SHARDS,
-                )),
+                AttributeValue::S(
+                    crate::schema::post_shard(post, user)
+                        .map_err(|e| LikesError::BadRequest(e.to_string()))?,
+                ),
             )
             .condition_expression("attribute_not_exists(#u)")
             .expression_attribute_names("#u", "user")

@@ -14,7 +14,8 @@
 //! `HEATSINK_COUNT_BY` set they count any table with the toolkit's [`CountBy`].
 
 use heatsink::counter::aggregate::{ChangeMapper, CountBy};
-use heatsink::counter::rebuild::{GsiRecount, ScanRecount};
+use heatsink::counter::rebuild::ScanRecount;
+use heatsink::counter::repair::GsiRecount;
 
 use crate::mapper::{COUNTER, LIKED_AT, LikeMapper};
 use crate::schema::{POST_SHARDS, Schema, Table};

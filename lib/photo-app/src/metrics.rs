@@ -23,6 +23,7 @@
 
 use heatsink::counter::aggregate::{self, AggregateReport};
 use heatsink::counter::rebuild::{self, RebuildReport};
+use heatsink::counter::repair;
 use heatsink::metrics::{Emf, MetricDef, Unit};
 use heatsink::stream::RoundReport;
 use heatsink::stream::metrics as stream_metrics;
@@ -118,7 +119,7 @@ pub enum Metric {
     CountersUnsettled,
     /// `count-rebuilder`: 1 when a run finished its pass, 0 when it stopped on its budget
     /// (cursor persisted) or another run held the lease
-    /// ([`heatsink::counter::rebuild::RepairReport::completed`]). A run that timed out or failed
+    /// ([`heatsink::counter::repair::RepairReport::completed`]). A run that timed out or failed
     /// emits nothing, so the heartbeat alarm watches this metric and breaches on missing data.
     CounterRebuildCompleted,
 }
@@ -150,7 +151,7 @@ impl Metric {
             Metric::CounterCorrectionLikes => rebuild::CORRECTION_UNITS,
             Metric::CountersCorrected => rebuild::CORRECTED,
             Metric::CountersUnsettled => rebuild::UNSETTLED,
-            Metric::CounterRebuildCompleted => rebuild::RUN_COMPLETED,
+            Metric::CounterRebuildCompleted => repair::RUN_COMPLETED,
         }
     }
 

@@ -3,7 +3,7 @@
 //! - [`repair`] (the scheduled `count-rebuilder`): per-minute buckets of the posts liked since
 //!   the last run, recounted through `liked`'s write-sharded `by-post` index and corrected only
 //!   once the aggregator's flushed watermarks prove it processed every like the recount saw
-//!   ([`heatsink::counter::rebuild::Repair`]). A post liked without pause is repaired too.
+//!   ([`heatsink::counter::repair::Repair`]). A post liked without pause is repaired too.
 //! - [`rebuild`] (`heatsink rebuild`, the demo): a whole-table recount for when the aggregator
 //!   is known to be drained (writes stopped).
 //!
@@ -12,13 +12,13 @@
 //! every settled post's `fix` with it.
 
 use heatsink::counter::rebuild::{self as rule, ScanRecount};
+use heatsink::counter::repair::Repair;
 
 use crate::mapper::{COUNTER, LIKED_AT};
 use crate::schema::{Schema, Table};
 
-pub use heatsink::counter::rebuild::{
-    GsiRecount, RebuildError, RebuildOptions, RebuildReport, RepairOptions, RepairReport,
-};
+pub use heatsink::counter::rebuild::{RebuildError, RebuildOptions, RebuildReport};
+pub use heatsink::counter::repair::{GsiRecount, RepairOptions, RepairReport};
 
 /// The per-bucket recount of `schema`'s `liked` table through its `by-post` index.
 pub fn liked_bucket_recount(ddb: &aws_sdk_dynamodb::Client, schema: &Schema) -> GsiRecount {
@@ -31,9 +31,7 @@ pub async fn repair(
     recount: &GsiRecount,
     options: RepairOptions,
 ) -> Result<RepairReport, RebuildError> {
-    rule::Repair::new(counters, COUNTER, recount, options)
-        .run()
-        .await
+    Repair::new(counters, COUNTER, recount, options).run().await
 }
 
 /// Every post's durable likes, counted from the `liked` table.

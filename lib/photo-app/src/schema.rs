@@ -22,7 +22,7 @@ pub use heatsink::schema::DEFAULT_PREFIX;
 
 /// The `liked` index the rebuilder recounts one post's time bucket through.
 pub const BY_POST: &str = "by-post";
-/// The write-sharded key of [`BY_POST`]: `<post>#<n>`, n = MD5(user) mod [`POST_SHARDS`].
+/// The write-sharded key of [`BY_POST`]: `<post>#<n>` ([`post_shard`]).
 pub const POST_SHARD: &str = "post_shard";
 /// Shards of the by-post index: a post liked 10,000 times a second (the README's target)
 /// writes 625/s to each, under an index partition's 1,000 writes/s with 1.6× headroom (16
@@ -30,7 +30,18 @@ pub const POST_SHARD: &str = "post_shard";
 /// hot post was throttled on the index). A recount reads each shard once (16 Queries per
 /// post and bucket). Raising it is safe for data already written (the old shards are among the
 /// new ones); lowering it is not.
-pub const POST_SHARDS: u32 = 16;
+pub const POST_SHARDS: u16 = 16;
+
+/// The [`POST_SHARD`] of `user`'s like of `post`: the toolkit's one index-sharding rule,
+/// [`GsiShard`](heatsink::keys::GsiShard) over [`POST_SHARDS`] spread by the user
+/// (`<post>#<n>`, n = `stable_hash64(user) mod 16`), so one post's likes spread evenly over the
+/// index shards. Likes stored before this rule (n from the first 4 bytes of MD5(user) instead of
+/// the first 8) carry another `n` of the same 16: a recount reads all 16 shards of a post, so
+/// they are counted as before (docs/counters.md, "The by-post index key"). Refuses a post id the
+/// API would refuse anyway (empty, too long, or ending in `#<digits>`).
+pub fn post_shard(post: &str, user: &str) -> Result<String, heatsink::keys::KeyError> {
+    Ok(heatsink::keys::GsiShard::new(post, POST_SHARDS)?.key_for(user.as_bytes()))
+}
 
 /// Every table the photo app deploys: its own and the toolkit's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]

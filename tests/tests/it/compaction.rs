@@ -162,7 +162,7 @@ async fn the_repair_run_compacts_the_posts_it_checks_over_retired_writers() {
     }
     let before = counters.read(&key).await.expect("read");
     let recount = heatsink_photo_app::rebuild::liked_bucket_recount(&fx.stack.ddb, &fx.photo());
-    let options = heatsink::counter::rebuild::RepairOptions {
+    let options = heatsink::counter::repair::RepairOptions {
         buckets: spec,
         start_at: Some(at - 2_000),
         settle: Duration::ZERO,
@@ -170,9 +170,9 @@ async fn the_repair_run_compacts_the_posts_it_checks_over_retired_writers() {
         holder: "test".into(),
         insert_only: true,
         compact: Some(heatsink::counter::compact::STREAM_RETENTION),
-        ..heatsink::counter::rebuild::RepairOptions::default()
+        ..heatsink::counter::repair::RepairOptions::default()
     };
-    let report = heatsink::counter::rebuild::Repair::new(&counters, "likes", &recount, options)
+    let report = heatsink::counter::repair::Repair::new(&counters, "likes", &recount, options)
         .run()
         .await
         .expect("repair");

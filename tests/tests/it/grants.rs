@@ -247,11 +247,9 @@ async fn count_rebuilder(fx: &Fixture) {
             .item("liked_at", AttributeValue::N(at.to_string()))
             .item(
                 heatsink_photo_app::schema::POST_SHARD,
-                AttributeValue::S(heatsink::counter::rebuild::sharded_key(
-                    "p10",
-                    user,
-                    heatsink_photo_app::schema::POST_SHARDS,
-                )),
+                AttributeValue::S(
+                    heatsink_photo_app::schema::post_shard("p10", user).expect("post id"),
+                ),
             )
             .send()
             .await
@@ -282,11 +280,11 @@ async fn count_rebuilder(fx: &Fixture) {
     let client = ddb(fx, &log);
     let counters = CounterStore::new(client.clone(), fx.photo().table_name(Table::Counters));
     let recount = heatsink_photo_app::rebuild::liked_bucket_recount(&client, &fx.photo());
-    let options = heatsink::counter::rebuild::RepairOptions {
+    let options = heatsink::counter::repair::RepairOptions {
         insert_only: true,
         settle: Duration::ZERO,
         compact: Some(heatsink::counter::compact::STREAM_RETENTION),
-        ..heatsink::counter::rebuild::RepairOptions::default()
+        ..heatsink::counter::repair::RepairOptions::default()
     };
     let report = heatsink_photo_app::rebuild::repair(&counters, &recount, options)
         .await

@@ -1,4 +1,4 @@
-//! The incremental repair (`heatsink::counter::rebuild::Repair`) on the local stack: a hot post
+//! The incremental repair (`heatsink::counter::repair::Repair`) on the local stack: a hot post
 //! liked without pause is repaired while the likes keep coming (through the stream-shape
 //! simulator's Kinesis shape, `sim_`), a lagging aggregator is never made up for twice, and a
 //! run's requests do not grow with the table.
@@ -19,10 +19,10 @@ use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_sdk_dynamodb::error::BoxError;
 use aws_sdk_dynamodb::types::AttributeValue;
 use base64::Engine;
-use heatsink::counter::rebuild::{Repair, RepairOptions, sharded_key};
+use heatsink::counter::repair::{Repair, RepairOptions};
 use heatsink::counter::{BucketSpec, CounterKey, CounterStore, Deltas, Seq, WriterId};
 use heatsink_photo_app::rebuild::liked_bucket_recount;
-use heatsink_photo_app::schema::{POST_SHARD, POST_SHARDS, Table};
+use heatsink_photo_app::schema::{POST_SHARD, Table, post_shard};
 use heatsink_photo_app::{LikesApi, aggregator};
 use heatsink_sim::esm::{self, Batch, EsmSettings};
 use heatsink_sim::front::StreamShaper;
@@ -462,7 +462,7 @@ async fn repair_requests(fx: &Fixture, old: u32) -> (u64, u64) {
                     .item("liked_at", AttributeValue::N(at.to_string()))
                     .item(
                         POST_SHARD,
-                        AttributeValue::S(sharded_key(&post, &user, POST_SHARDS)),
+                        AttributeValue::S(post_shard(&post, &user).expect("post id")),
                     )
                     .build()
                     .expect("put"),
@@ -607,4 +607,53 @@ async fn a_repair_at_ten_times_the_data_costs_the_same_requests() {
         ratio <= 1.05,
         "10x the likes cost {at_10k} requests against {at_1k} ({ratio:.2}x)"
     );
+}
+
+/// The by-post index key as likes were stored before it moved to the toolkit's one
+/// index-sharding rule (`GsiShard`): `<post>#<n>`, n = the first 4 bytes of MD5(user),
+/// big-endian, mod 16 (the rule now takes the first 8: `stable_hash64`).
+fn legacy_post_shard(post: &str, user: &str) -> String {
+    let first4 = heatsink::keys::stable_hash64(user.as_bytes()) >> 32;
+    format!("{post}#{}", first4 % 16)
+}
+
+#[tokio::test]
+async fn likes_stored_under_the_old_index_rule_are_still_recounted() {
+    let fx = fixture!("likes_stored_under_the_old_index_rule_are_still_recounted");
+    tables(&fx, &["p9"]).await;
+    let liked = fx.photo().table_name(Table::Liked);
+    let at = heatsink::clock::now_ms() - 3_600_000;
+    // 40 likes of one minute: the even users' stored under the old rule, the odd ones' under
+    // the new. The two rules put most users on different index shards.
+    let users: Vec<String> = (0..40).map(|u| format!("u{u}")).collect();
+    let moved = users
+        .iter()
+        .filter(|u| legacy_post_shard("p9", u) != post_shard("p9", u).expect("post id"))
+        .count();
+    assert_eq!(moved, 36, "the rules differ for most users");
+    for (i, user) in users.iter().enumerate() {
+        let key = if i % 2 == 0 {
+            legacy_post_shard("p9", user)
+        } else {
+            post_shard("p9", user).expect("post id")
+        };
+        fx.stack
+            .ddb
+            .put_item()
+            .table_name(&liked)
+            .item("user", AttributeValue::S(user.clone()))
+            .item("post", AttributeValue::S("p9".into()))
+            .item("liked_at", AttributeValue::N((at + i as u64).to_string()))
+            .item(POST_SHARD, AttributeValue::S(key))
+            .send()
+            .await
+            .expect("like");
+    }
+    let recount = liked_bucket_recount(&fx.stack.ddb, &fx.photo());
+    use heatsink::counter::repair::BucketRecount;
+    let n = recount
+        .recount("p9", at - 1, at + 1_000)
+        .await
+        .expect("recount");
+    assert_eq!(n, 40, "every like is counted, whichever rule stored it");
 }
