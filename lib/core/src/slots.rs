@@ -76,14 +76,23 @@
 //! The DynamoDB adapters are `heatsink::slots`.
 
 pub mod apply;
+pub mod backoff;
 pub mod balance;
+pub mod fence;
+pub mod lease;
 mod map;
 mod phase;
+pub mod proof;
 mod route;
 mod slot;
+pub mod tail;
 
+pub use fence::{FenceItem, admits};
 pub use map::{Change, Edit, RangeEntry, RangeState, SlotMap};
-pub use phase::{MoveMode, Phase, Refusal, check_abort, check_resume, check_rollback};
+pub use phase::{
+    Delete, Evidence, MoveMode, Path, Phase, Refusal, Side, Way, check_abort, check_resume,
+    check_rollback, may_delete,
+};
 pub use route::{Answer, Next, RetryRule};
 pub use slot::{LAST_SLOT, SLOTS, SlotRange, hash_tag, slot_of};
 

@@ -318,6 +318,7 @@ async fn move_killed_at_every_step_boundary_resumes_and_loses_no_write() {
             Phase::Diffed,
             Phase::Fenced,
             Phase::Flipped,
+            Phase::Cleaning,
             Phase::Cleaned,
             Phase::Done
         ]

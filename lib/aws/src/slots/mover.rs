@@ -612,7 +612,8 @@ impl Mover {
             Phase::Diffed => self.diff().await?,
             Phase::Fenced => self.fence().await?,
             Phase::Flipped => self.flip().await?,
-            Phase::Cleaned => self.soak_and_clean().await?,
+            Phase::Cleaning => self.soak().await?,
+            Phase::Cleaned => self.clean().await?,
             Phase::Done => self.finish().await?,
             _ => {}
         }
@@ -1437,8 +1438,9 @@ impl Mover {
     }
 
     /// Soak: both tails run (late source records forward, target writes back to the source
-    /// so a rollback loses nothing); then the source copy is deleted at the WCU budget.
-    async fn soak_and_clean(&mut self) -> Result<(), MoveError> {
+    /// so a rollback loses nothing). The `cleaning` phase is persisted after it, before the
+    /// first delete.
+    async fn soak(&mut self) -> Result<(), MoveError> {
         let until = Instant::now() + self.record.budget.soak;
         while Instant::now() < until {
             self.poll(Way::Forward).await?;
@@ -1450,7 +1452,14 @@ impl Mover {
         // opened since the last listing may hold the slots' last writes.
         self.poll_with(Way::Forward, true).await?;
         self.poll_with(Way::Reverse, true).await?;
-        self.save().await?;
+        Ok(())
+    }
+
+    /// Deletes the source's copy of the slots at the WCU budget, then the target's
+    /// tombstones. Runs only from the persisted `cleaning` phase, with no tail running (a
+    /// forward tail would read the purge's own deletes as changes), so an interrupted purge
+    /// resumes as the same purge.
+    async fn clean(&mut self) -> Result<(), MoveError> {
         let (src, keys) = (self.src.table.clone(), self.src.keys.clone());
         self.purge(&src, &keys, false).await?;
         let (dst, keys) = (self.dst.table.clone(), self.dst.keys.clone());

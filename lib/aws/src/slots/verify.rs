@@ -92,8 +92,10 @@ pub async fn verify(router: &Router, acks: &[AckLine]) -> Result<VerifyReport, M
     #[cfg(feature = "streams")]
     for m in router.directory().moves().await?.records {
         let loser = match m.phase {
-            Phase::Flipped | Phase::Cleaned | Phase::Done => Some(m.from.clone()),
-            Phase::RolledBack => Some(m.to.clone()),
+            p if p.target_owns() => Some(m.from.clone()),
+            Phase::RollbackFlipped | Phase::RollbackCleaning | Phase::RolledBack => {
+                Some(m.to.clone())
+            }
             _ => None,
         };
         if let Some(t) = loser {
