@@ -27,7 +27,7 @@ demo:
 	target/debug/heatsink-demo $(DEMO_ARGS)
 	@echo "The local stack is still running: stop it with 'localstack/stack down'."
 
-## Shell lint, the stack script's smoke test (up/env/status/down, leaves the stack down), stack
+## Shell lint, the markdown's links, the stack script's smoke test (up/env/status/down, leaves the stack down), stack
 ## up, format and lint checks, every test on the moto lane and the integration tests (`--workspace
 ## --test it`: the workspace's feature set, so nothing is compiled twice) on the dynoxide and LocalStack lanes (and the
 ## salted_writes example on moto), stack down
@@ -35,6 +35,7 @@ demo:
 test:
 	@set -euo pipefail; \
 	$(STACK) lint; \
+	python3 docs/check-links.py; \
 	echo "== localstack/stack smoke test"; \
 	$(STACK_TEST); \
 	trap '$(STACK) down' EXIT; \
@@ -62,10 +63,11 @@ lambdas:
 	$(MAKE) -C infra lambdas
 
 ## Formatting and lints only (no stack needed): shellcheck of the shell scripts (installs
-## itself into .emu/venv-tools unless one is on PATH), rustfmt, clippy, each library feature
-## alone, the docs.
+## itself into .emu/venv-tools unless one is on PATH), every relative link of the markdown,
+## rustfmt, clippy, each library feature alone, the docs.
 lint:
 	$(STACK) lint
+	python3 docs/check-links.py
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 	$(MAKE) --no-print-directory features docs

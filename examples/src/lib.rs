@@ -1,5 +1,5 @@
-//! Scaffolding shared by the heatsink examples (not part of heatsink itself), and the README's
-//! "Use it in your code" snippets compiled as doctests.
+//! Scaffolding shared by the heatsink examples (not part of heatsink itself), and the snippets of
+//! the README and of docs/library.md compiled as doctests.
 //!
 //! The examples that talk to AWS run against whatever the standard chain points at
 //! (`AWS_ENDPOINT_URL_*`, `AWS_REGION`, credentials). [`Scratch`] keeps them honest against a
@@ -79,3 +79,8 @@ impl Scratch {
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
 pub struct ReadmeDoctests;
+
+/// docs/library.md ("Using the library"), whose Rust snippets are compiled the same way.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/library.md")]
+pub struct LibraryDoctests;

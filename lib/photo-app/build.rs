@@ -49,7 +49,7 @@ fn main() {
          /// Longest wait for a batch to fill (Lambda `MaximumBatchingWindowInSeconds`).\n\
          pub const WINDOW: Duration = Duration::from_secs({window});\n\
          /// The deployed source: `kinesis` (Kinesis Data Streams for DynamoDB, `like-events`) or \
-         `dynamodb-streams`; see the README's \"Exactly-once counting\" for why.\n\
+         `dynamodb-streams`; see docs/counters.md, \"The deployed default\", for why.\n\
          pub const SOURCE: &str = {source:?};\n\
          /// Shards of `like-events`.\n\
          pub const SHARDS: u32 = {shards};\n\

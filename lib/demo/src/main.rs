@@ -1,4 +1,5 @@
-//! `heatsink-demo`: the two scenes of the README on the local stack.
+//! `heatsink-demo`: the two scenes of docs/hot-keys.md and docs/moves.md on the local
+//! stack.
 //!
 //! - `heatsink-demo [FLAGS]`: the celebrity post p9 takes likes at a rate one partition cannot
 //!   absorb, written naively, salted, and pre-aggregated from the stream; prints throttles, the

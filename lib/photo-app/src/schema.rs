@@ -24,7 +24,7 @@ pub use heatsink::schema::DEFAULT_PREFIX;
 pub const BY_POST: &str = "by-post";
 /// The write-sharded key of [`BY_POST`]: `<post>#<n>` ([`post_shard`]).
 pub const POST_SHARD: &str = "post_shard";
-/// Shards of the by-post index: a post liked 10,000 times a second (the README's target)
+/// Shards of the by-post index: a post liked 10,000 times a second (the celebrity post of docs/hot-keys.md)
 /// writes 625/s to each, under an index partition's 1,000 writes/s with 1.6× headroom (16
 /// shards carry 16,000/s of one post; 8 carried only 8,000/s, so at 10,000/s every like on the
 /// hot post was throttled on the index). A recount reads each shard once (16 Queries per
