@@ -1,7 +1,7 @@
 /**
  * likes-aggregator's event source mapping and the like-events stream, read from the one
  * definition the Terraform module (`infra/terraform/esm.tf`) and the Rust code
- * (`heatsink_photo_app::esm`, which `heatsink demo` and `heatsink plan --esm` use) also read:
+ * (`heatsink_photo_app::esm`, which `heatsink-demo` and `heatsink plan --esm` use) also read:
  * `infra/esm.json`. Nothing here repeats a value; a malformed file fails the synth.
  */
 import * as fs from 'fs';

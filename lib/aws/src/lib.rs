@@ -52,6 +52,12 @@
 //! `lambda` (cold start and stream-event helpers, feature `lambda`), [`error`] (one
 //! [`error::AwsError`] for every failed call) and [`clock`].
 //!
+//! Each pure module of `heatsink-core` is re-exported where its adapter lives: `keys` as
+//! [`keys`], `merge` as [`scatter::merge`], `counter` inside [`counter`], `detect` inside
+//! [`detect`], `hot` inside [`hot`] and `guard` as [`hot::guard`], `slots` inside [`slots`],
+//! `stream` inside `stream`, `kpl` as `kinesis::kpl` and `reshard` inside `kinesis::reshard`.
+//! The design notes in the repository's `docs/` explain each area with its numbers.
+//!
 //! # Features
 //!
 //! The DynamoDB pieces are always on; everything else is opt-in, so a service that only salts

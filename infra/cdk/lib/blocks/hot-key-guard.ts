@@ -26,7 +26,7 @@ import {
 } from './common';
 import { asyncFailureQueue, eventTarget, functionAlarms, heartbeat, toolkitTable } from './hot-key-counter';
 
-/** `source` and `detail-type` of the sampler-report events routers publish (`heatsink::control::SAMPLER_SOURCE`). */
+/** `source` and `detail-type` of the sampler-report events routers publish (`heatsink::detect::SAMPLER_SOURCE`). */
 export const SAMPLER_SOURCE = 'heatsink.sampler';
 export const SAMPLER_DETAIL_TYPE = 'heatsink hot-key report';
 

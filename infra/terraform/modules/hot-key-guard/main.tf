@@ -16,7 +16,7 @@ data "aws_region" "current" {}
 data "aws_partition" "current" {}
 
 locals {
-  # source and detail-type of the sampler-report events routers publish (heatsink::control::SAMPLER_SOURCE).
+  # source and detail-type of the sampler-report events routers publish (heatsink::detect::SAMPLER_SOURCE).
   sampler_source      = "heatsink.sampler"
   sampler_detail_type = "heatsink hot-key report"
   own_async           = var.async_failures_queue == null
