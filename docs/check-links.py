@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Every relative link of the repository's markdown resolves: the file or directory exists and,
 for `file.md#anchor`, the file has a heading with that GitHub anchor. Links inside code blocks
-and code spans are not links. Exit 0 clean, 1 with one line per broken link (`make lint`).
+and code spans are not links. Also: README.md stays a front page of at most 200 lines (the
+specification belongs in docs/). Exit 0 clean, 1 with one line per problem (`make lint`).
 
 Usage: docs/check-links.py [FILE.md ...]   (default: every *.md file git tracks or would)
 """
@@ -11,6 +12,7 @@ import subprocess
 import sys
 
 LINK = re.compile(r"(?<!!)\[(?:[^\]\[]|\[[^\]]*\])*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+FRONT_PAGE, FRONT_PAGE_LINES = "README.md", 200
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 
 
@@ -78,9 +80,14 @@ def main(argv):
     ).stdout.split()
     files = [f for f in files if "node_modules" not in f]
     broken = [b for f in files for b in check(f)]
+    if os.path.exists(FRONT_PAGE):
+        with open(FRONT_PAGE, encoding="utf-8") as f:
+            lines = len(f.read().splitlines())
+        if lines > FRONT_PAGE_LINES:
+            broken.append(f"{FRONT_PAGE}: {lines} lines, over {FRONT_PAGE_LINES}: move the detail to a page in docs/")
     for b in broken:
         print(b)
-    print(f"links: {len(files)} files, {len(broken)} broken")
+    print(f"links: {len(files)} files, {len(broken)} problems")
     return 1 if broken else 0
 
 
