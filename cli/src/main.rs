@@ -4,14 +4,15 @@
 //! `AWS_ENDPOINT_URL_*`, credentials), so the same binary drives AWS or the local stack.
 
 use heatsink_cli::cmd;
+use heatsink_cli::cmd::exit::{self, Exit};
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// heatsink: keep hot keys from melting DynamoDB partitions and Kinesis shards.
 #[derive(Debug, Parser)]
-#[command(name = "heatsink", version, about)]
+#[command(name = "heatsink", version, about, after_help = exit::footer(exit::CHECKS))]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -42,7 +43,7 @@ enum Command {
         #[command(subcommand)]
         command: cmd::hot::HotCommand,
     },
-    /// Run a worker of an application and print each record it processes as a JSON line.
+    /// Run a worker of an application and print each record it processes (--json: JSON lines).
     Tail(cmd::tail::TailArgs),
     /// Print the hottest keys of a table and its GSIs from Contributor Insights (--enable turns it on).
     Top(cmd::top::TopArgs),
@@ -58,13 +59,15 @@ enum Command {
     },
     /// Recount likes from the durable records and correct settled counters (what count-rebuilder runs).
     Rebuild(cmd::rebuild::RebuildArgs),
-    /// Put records on a Kinesis stream (stdin JSON lines or generated load); prints a JSON summary.
+    /// Put records on a Kinesis stream (stdin JSON lines or generated load); prints a summary.
     Produce(cmd::produce::ProduceArgs),
     /// Load-aware resharding of a Kinesis stream: plan (print) or apply (carry out, resumable).
     Reshard {
         #[command(subcommand)]
         command: cmd::reshard::ReshardCommand,
     },
+    /// Print the shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(cmd::completions::CompletionsArgs),
 }
 
 #[tokio::main]
@@ -92,16 +95,15 @@ async fn main() -> ExitCode {
         Command::Reshard { command } => cmd::reshard::run(command).await,
         Command::Slots { command } => cmd::slots::run(command).await,
         Command::Move { command } => cmd::r#move::run(command).await,
+        Command::Completions(args) => cmd::completions::run(&args, &mut Cli::command()),
     };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            // Commands wrap their AWS errors in one-line failures; any other error is folded to
-            // one line here too, with no SDK `Debug` dump.
-            eprintln!("error: {}", cmd::fail::render_any(&*e));
-            ExitCode::FAILURE
-        }
+    let exit = Exit::of(&result);
+    if let Err(e) = result {
+        // Commands wrap their AWS errors in one-line failures; any other error is folded to
+        // one line here too (an AWS call's with its resource and endpoint), no SDK `Debug` dump.
+        eprintln!("error: {}", cmd::fail::render_any(&*e));
     }
+    exit.into()
 }
 
 #[cfg(test)]
@@ -141,7 +143,100 @@ mod tests {
 
     #[test]
     fn the_cli_definition_is_consistent() {
-        use clap::CommandFactory;
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn version_prints_the_crate_version() {
+        let err = Cli::try_parse_from(["heatsink", "--version"]).expect_err("--version exits");
+        assert_eq!(err.kind(), ErrorKind::DisplayVersion);
+        assert_eq!(err.exit_code(), i32::from(Exit::Ok.code()));
+        assert_eq!(
+            err.to_string().trim(),
+            format!("heatsink {}", env!("CARGO_PKG_VERSION"))
+        );
+    }
+
+    #[test]
+    fn usage_errors_exit_with_the_documented_code() {
+        let err = Cli::try_parse_from(["heatsink", "plan", "--rate", "x"]).expect_err("bad rate");
+        assert_eq!(err.exit_code(), i32::from(Exit::Usage.code()));
+    }
+
+    #[test]
+    fn the_help_footer_lists_every_exit_code() {
+        let help = Cli::command().render_long_help().to_string();
+        for exit in Exit::ALL {
+            let line = format!("  {}  {}", exit.code(), exit.meaning());
+            assert!(
+                help.contains(&line),
+                "{line:?} missing from --help:\n{help}"
+            );
+        }
+        for (command, _) in exit::CHECKS {
+            let path: Vec<&str> = command
+                .split_whitespace()
+                .take_while(|w| !w.starts_with('-') && *w != "*")
+                .collect();
+            assert!(
+                find(&Cli::command(), &path).is_some(),
+                "the footer names {command:?}, which is not a command"
+            );
+            assert!(help.contains(command), "{command}");
+        }
+        let short = Cli::command().render_help().to_string();
+        assert!(short.contains("Exit codes:"), "-h shows the codes too");
+    }
+
+    /// The subcommand at `path` (`["slots", "verify"]`).
+    fn find(root: &clap::Command, path: &[&str]) -> Option<clap::Command> {
+        let mut cmd = root.clone();
+        for name in path {
+            cmd = cmd.find_subcommand(name)?.clone();
+        }
+        Some(cmd)
+    }
+
+    #[test]
+    fn completion_scripts_name_every_subcommand() {
+        use clap_complete::Shell;
+        let paths = cmd::completions::subcommand_paths(&Cli::command());
+        assert!(paths.len() > 20, "{paths:?}");
+        for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
+            let script = cmd::completions::script(&mut Cli::command(), shell);
+            for path in &paths {
+                assert!(
+                    cmd::completions::offers(&script, shell, "heatsink", path),
+                    "{shell} completion lacks {}",
+                    path.join(" ")
+                );
+            }
+            // Flags of nested commands are completed too.
+            assert!(
+                script.contains("ack-log"),
+                "{shell}: slots verify --ack-log"
+            );
+        }
+        let parsed = Cli::try_parse_from(["heatsink", "completions", "zsh"]).expect("parse");
+        assert!(matches!(parsed.command, Command::Completions(_)));
+    }
+
+    /// Leaf commands that print no report, so take no `--json`.
+    const NO_REPORT: &[&str] = &["completions"];
+
+    #[test]
+    fn every_command_that_reports_takes_json() {
+        let mut missing = Vec::new();
+        for path in cmd::completions::subcommand_paths(&Cli::command()) {
+            let words: Vec<&str> = path.iter().map(String::as_str).collect();
+            let leaf = find(&Cli::command(), &words).expect("listed");
+            if leaf.has_subcommands() || NO_REPORT.contains(&path.join(" ").as_str()) {
+                continue;
+            }
+            if !leaf.get_arguments().any(|a| a.get_long() == Some("json")) {
+                missing.push(path.join(" "));
+            }
+        }
+        assert!(missing.is_empty(), "no --json: {missing:?}");
     }
 }

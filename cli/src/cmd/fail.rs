@@ -315,9 +315,106 @@ fn balanced_len(text: &str) -> usize {
     text.len()
 }
 
-/// Anything printable as an error, on one line (the last line of defence in `main`).
+/// What kind of resource a call of `service` on `resource` was about, for the line.
+fn resource_kind(service: Service, resource: &str) -> &'static str {
+    match service {
+        _ if resource.starts_with("shardId-") => "shard",
+        Service::DynamoDb => "table",
+        Service::DynamoDbStreams | Service::Kinesis => "stream",
+        Service::EventBridge => "event bus",
+        Service::CloudWatch => "insight rule",
+    }
+}
+
+/// One AWS call an error names: the service, the API operation and the resource.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Call<'a> {
+    /// The service.
+    pub service: Service,
+    /// The API operation (`PutItem`).
+    pub operation: &'a str,
+    /// The table, stream, shard, rule or bus.
+    pub resource: &'a str,
+}
+
+/// The AWS call a library error was caused by: the first `{service} {operation} on {resource}
+/// failed: …` in its one-line text, which is how [`AwsError`](heatsink::error::AwsError) displays itself. (The areas wrap
+/// it `#[error(transparent)]`, which hides the `AwsError` value from the source chain but keeps
+/// its text; a test pins the format to `AwsError`'s own.)
+pub fn aws_call(text: &str) -> Option<Call<'_>> {
+    const SERVICES: [Service; 5] = [
+        Service::DynamoDbStreams,
+        Service::DynamoDb,
+        Service::Kinesis,
+        Service::EventBridge,
+        Service::CloudWatch,
+    ];
+    let parse = |service: Service, at: usize| -> Option<Call<'_>> {
+        let rest = text[at..].strip_prefix(service.name())?.strip_prefix(' ')?;
+        let (operation, rest) = rest.split_once(' ')?;
+        let (resource, rest) = rest.strip_prefix("on ")?.split_once(' ')?;
+        let camel = operation.starts_with(|c: char| c.is_ascii_uppercase())
+            && operation.chars().all(|c| c.is_ascii_alphanumeric());
+        (camel && !resource.is_empty() && rest.starts_with("failed: ")).then_some(Call {
+            service,
+            operation,
+            resource,
+        })
+    };
+    text.char_indices()
+        .filter(|(i, _)| *i == 0 || text[..*i].ends_with([' ', '(', ':']))
+        .find_map(|(i, _)| SERVICES.iter().find_map(|s| parse(*s, i)))
+}
+
+/// The endpoint `service`'s calls go to, read from the environment the way the SDK's
+/// configuration chain reads it (for errors rendered where no `SdkConfig` is at hand).
+pub fn env_endpoint(service: Service) -> String {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let region = var("AWS_REGION").or_else(|| var("AWS_DEFAULT_REGION"));
+    endpoint_from(
+        var(service.env_var()).as_deref(),
+        var("AWS_ENDPOINT_URL").as_deref(),
+        region.as_deref(),
+    )
+}
+
+/// A command's error as a [`Failure`]: a `Failure` stays as it is; an error an AWS call caused
+/// (see [`aws_call`]) becomes that call's line (service, resource, endpoint, next step),
+/// with `action` (e.g. `split a range of`) or, without one, the call's operation; any other error
+/// (a library refusal, which names its resource and the command to run next) its one-line chain.
+pub fn failure(
+    endpoint: impl Fn(Service) -> String,
+    action: Option<&str>,
+    err: &(dyn std::error::Error + 'static),
+) -> Failure {
+    if let Some(done) = err.downcast_ref::<Failure>() {
+        return done.clone();
+    }
+    let text = chain(err);
+    match aws_call(&text) {
+        Some(call) => {
+            let operation = format!("call {} on", call.operation);
+            let what = resource_kind(call.service, call.resource);
+            Target::at(endpoint(call.service), call.service, what, call.resource)
+                .fail(action.unwrap_or(&operation), err)
+        }
+        None => Failure::new(text),
+    }
+}
+
+/// [`failure`] with the endpoints of `config`.
+pub fn of(
+    config: &aws_config::SdkConfig,
+    action: &str,
+    err: &(dyn std::error::Error + 'static),
+) -> Failure {
+    failure(|s| endpoint(config, s), Some(action), err)
+}
+
+/// Any error on one line: the last line of defence in `main`, which has no `SdkConfig` and
+/// reads the endpoints from the environment ([`failure`]).
 pub fn render_any(err: &(dyn std::error::Error + 'static)) -> String {
-    chain(err)
+    failure(env_endpoint, None, err).to_string()
 }
 
 #[cfg(test)]
@@ -437,6 +534,114 @@ mod tests {
         );
         assert_eq!(one_line("a\n  b"), "a b");
         assert_eq!(one_line("keep (this) text"), "keep (this) text");
+    }
+
+    use heatsink::error::AwsError;
+
+    fn aws_not_found(operation: &'static str, table: &str) -> AwsError {
+        use aws_sdk_dynamodb::error::SdkError;
+        use aws_sdk_dynamodb::operation::get_item::GetItemError;
+        use aws_sdk_dynamodb::types::error::ResourceNotFoundException;
+        let err: SdkError<GetItemError, ()> = SdkError::service_error(
+            GetItemError::ResourceNotFoundException(
+                ResourceNotFoundException::builder()
+                    .message("Requested resource not found")
+                    .build(),
+            ),
+            (),
+        );
+        AwsError::dynamodb(operation, table, err)
+    }
+
+    #[test]
+    fn a_library_error_an_aws_call_caused_names_the_call_its_resource_and_endpoint() {
+        let err = heatsink::slots::MoveError::Aws(aws_not_found("GetItem", "heatsink-slots"));
+        let at = |_: Service| "http://127.0.0.1:4566".to_owned();
+        let line = failure(at, None, &err).to_string();
+        assert_eq!(
+            line,
+            "table heatsink-slots not found at http://127.0.0.1:4566: run 'heatsink local bootstrap' or check --prefix"
+        );
+        // Any other kind keeps the call's operation as what failed.
+        let denied = {
+            use aws_sdk_dynamodb::error::SdkError;
+            use aws_sdk_dynamodb::operation::put_item::PutItemError;
+            let e: SdkError<PutItemError, ()> = SdkError::service_error(
+                PutItemError::generic(
+                    aws_sdk_dynamodb::error::ErrorMetadata::builder()
+                        .code("AccessDeniedException")
+                        .message("no")
+                        .build(),
+                ),
+                (),
+            );
+            heatsink::slots::MoveError::Aws(AwsError::dynamodb("PutItem", "posts", e))
+        };
+        let line = failure(at, None, &denied).to_string();
+        assert!(
+            line.starts_with(
+                "DynamoDB at http://127.0.0.1:4566 refused to call PutItem on table posts"
+            ) && line.contains("credentials"),
+            "{line}"
+        );
+        let line = failure(at, Some("split a range of"), &denied).to_string();
+        assert!(
+            line.contains("refused to split a range of table posts"),
+            "{line}"
+        );
+        assert_clean(&line);
+    }
+
+    #[test]
+    fn the_call_is_read_from_aws_errors_own_text_in_any_area_error() {
+        let aws = aws_not_found("GetItem", "heatsink-slots");
+        for text in [
+            aws.to_string(),
+            heatsink::slots::MoveError::Aws(aws_not_found("GetItem", "heatsink-slots")).to_string(),
+            format!("reshard journal: {aws}"),
+        ] {
+            assert_eq!(
+                aws_call(&text),
+                Some(Call {
+                    service: Service::DynamoDb,
+                    operation: "GetItem",
+                    resource: "heatsink-slots"
+                }),
+                "{text}"
+            );
+        }
+        let streams =
+            "DynamoDB Streams GetRecords on shardId-0001 failed: ExpiredIteratorException: x";
+        let call = aws_call(streams).expect("a call");
+        assert_eq!(
+            (call.service, call.resource),
+            (Service::DynamoDbStreams, "shardId-0001")
+        );
+        assert_eq!(resource_kind(call.service, call.resource), "shard");
+        for not_a_call in [
+            "the slot directory heatsink-slots is empty; run `heatsink slots init --owner TABLE`",
+            "DynamoDB is slow on Mondays failed: no",
+            "a Kinesis stream name on the line failed: no",
+        ] {
+            assert_eq!(aws_call(not_a_call), None, "{not_a_call}");
+        }
+    }
+
+    #[test]
+    fn refusals_and_ready_failures_keep_their_own_line() {
+        let refusal = heatsink::slots::MoveError::NoSuchMove {
+            id: "m-9".into(),
+            table: "heatsink-slots".into(),
+        };
+        let at = |_: Service| unreachable!("no AWS call, no endpoint");
+        assert_eq!(
+            failure(at, None, &refusal).to_string(),
+            "no move m-9 in heatsink-slots; see `heatsink move list --json`"
+        );
+        let ready = Failure::new("already\none line");
+        assert_eq!(failure(at, None, &ready).to_string(), "already one line");
+        let boxed: Box<dyn std::error::Error + Send + Sync> = Box::new(ready);
+        assert_eq!(render_any(&*boxed), "already one line");
     }
 
     #[test]

@@ -12,7 +12,10 @@ use heatsink::hot::{Change, Entry, Mode};
 use heatsink::hot::{Directory, DirectoryError};
 use heatsink::schema::{DEFAULT_PREFIX, Schema};
 
+use serde_json::{Value, json};
+
 use super::fail::{Failure, Service, Target};
+use super::output::Output;
 use super::table::{Align, Grid};
 use super::{CmdResult, sdk_config};
 
@@ -46,9 +49,8 @@ pub struct DirTarget {
 pub struct ListArgs {
     #[command(flatten)]
     target: DirTarget,
-    /// Print JSON.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    output: Output,
 }
 
 /// Arguments of `heatsink hot set`.
@@ -74,6 +76,8 @@ pub struct SetArgs {
     /// Why (kept in the entry).
     #[arg(long, default_value = "set by hand")]
     reason: String,
+    #[command(flatten)]
+    output: Output,
 }
 
 /// Arguments of `heatsink hot clear`.
@@ -93,6 +97,8 @@ pub struct ClearArgs {
     /// With --drained: the table's partition-key attribute (a string holding the sub-key).
     #[arg(long, value_name = "ATTR", default_value = "pk", requires = "table")]
     key_attribute: String,
+    #[command(flatten)]
+    output: Output,
 }
 
 /// The mitigation named on the command line.
@@ -118,7 +124,7 @@ pub async fn run(command: HotCommand) -> CmdResult {
         }
     };
     match command {
-        HotCommand::List(args) => list(&dir(&args.target), args.json, &failed).await,
+        HotCommand::List(args) => list(&dir(&args.target), args.output, &failed).await,
         HotCommand::Set(args) => {
             let dir = dir(&args.target);
             let current = dir
@@ -126,7 +132,7 @@ pub async fn run(command: HotCommand) -> CmdResult {
                 .await
                 .map_err(|e| failed(&dir, "read the hot-key entry from", e))?;
             let change = set(&args, current.as_ref(), now_secs())?;
-            apply(&dir, change, &failed).await
+            apply(&dir, change, args.output, &failed).await
         }
         HotCommand::Clear(args) => {
             let dir = dir(&args.target);
@@ -166,7 +172,7 @@ pub async fn run(command: HotCommand) -> CmdResult {
                     refuse_unless_drained(&current, table, &non_empty)?;
                 }
             }
-            apply(&dir, clear(&current, args.drained)?, &failed).await
+            apply(&dir, clear(&current, args.drained)?, args.output, &failed).await
         }
     }
 }
@@ -239,20 +245,22 @@ async fn holds_items(
 /// How a directory error becomes a one-line failure.
 type Failed<'a> = dyn Fn(&Directory, &str, DirectoryError) -> Failure + 'a;
 
-async fn list(dir: &Directory, json: bool, failed: &Failed<'_>) -> CmdResult {
+async fn list(dir: &Directory, output: Output, failed: &Failed<'_>) -> CmdResult {
     let entries = dir
         .list()
         .await
         .map_err(|e| failed(dir, "list the hot-key entries of", e))?;
-    if json {
-        println!("{}", serde_json::to_string_pretty(&entries)?);
-        return Ok(());
-    }
+    output.report(
+        || json!(entries),
+        || list_lines(dir.table(), &entries, now_secs()),
+    )
+}
+
+/// `hot list`'s human form at `now` (`--json` prints the entries as the library serializes them).
+fn list_lines(table: &str, entries: &[Entry], now: u64) -> Vec<String> {
     if entries.is_empty() {
-        println!("no hot keys in {}", dir.table());
-        return Ok(());
+        return vec![format!("no hot keys in {table}")];
     }
-    let now = now_secs();
     let mut grid = Grid::new(&[
         ("key", Align::Left),
         ("mode", Align::Left),
@@ -282,8 +290,7 @@ async fn list(dir: &Directory, json: bool, failed: &Failed<'_>) -> CmdResult {
             format!("{}{state}", e.reason),
         ]);
     }
-    grid.print();
-    Ok(())
+    grid.lines()
 }
 
 /// The change `hot set` makes, from the current entry (if any).
@@ -368,12 +375,26 @@ fn clear(current: &Entry, drained: bool) -> Result<Change, String> {
     }
 }
 
-async fn apply(dir: &Directory, change: Change, failed: &Failed<'_>) -> CmdResult {
+async fn apply(dir: &Directory, change: Change, output: Output, failed: &Failed<'_>) -> CmdResult {
     dir.apply(&change)
         .await
         .map_err(|e| failed(dir, "write the hot-key entry to", e))?;
-    match &change {
-        Change::Put { entry, .. } => println!(
+    output.report(|| change_json(&change), || vec![change_line(&change)])
+}
+
+/// `hot set|clear --json`: `{"key", "change": "put", "entry"}` (the entry as `hot list --json`
+/// prints it) or `{"key", "change": "remove"}`.
+fn change_json(change: &Change) -> Value {
+    match change {
+        Change::Put { entry, .. } => json!({"key": entry.key, "change": "put", "entry": entry}),
+        Change::Remove { key, .. } => json!({"key": key, "change": "remove"}),
+    }
+}
+
+/// What `hot set|clear` did, on one line.
+fn change_line(change: &Change) -> String {
+    match change {
+        Change::Put { entry, .. } => format!(
             "{}: {} S={}{} epoch {}",
             entry.key,
             entry.mode,
@@ -384,9 +405,8 @@ async fn apply(dir: &Directory, change: Change, failed: &Failed<'_>) -> CmdResul
                 .map_or(String::new(), |d| format!(" (draining {d})")),
             entry.epoch
         ),
-        Change::Remove { key, .. } => println!("{key}: removed"),
+        Change::Remove { key, .. } => format!("{key}: removed"),
     }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -435,6 +455,62 @@ mod tests {
             Cli::try_parse_from(["hot", "set", "p9", "--mode", "salt"]).is_err(),
             "S required"
         );
+    }
+
+    #[test]
+    fn the_json_of_a_change_carries_what_its_line_says() {
+        let salted = Entry::salt("likes#p9", 4, "auto", 10).unwrap();
+        let Ok(drain) = clear(&salted, false) else {
+            panic!()
+        };
+        let v: Value = serde_json::from_str(&change_json(&drain).to_string()).expect("parses");
+        assert_eq!(
+            change_line(&drain),
+            "likes#p9: salt S=1 (draining 4) epoch 2"
+        );
+        assert_eq!(
+            (v["key"].as_str(), v["change"].as_str()),
+            (Some("likes#p9"), Some("put"))
+        );
+        let entry = &v["entry"];
+        assert_eq!(entry["mode"], "salt");
+        assert_eq!(entry["salts"], json!({"current": 1, "draining": 4}));
+        assert_eq!(entry["epoch"], 2);
+        let remove = clear(&Entry::cache("p1", "r", 0, 10), false).unwrap();
+        assert_eq!(change_line(&remove), "p1: removed");
+        assert_eq!(
+            change_json(&remove),
+            json!({"key": "p1", "change": "remove"})
+        );
+    }
+
+    #[test]
+    fn the_list_json_carries_every_column_of_the_table() {
+        let mut salted = Entry::salt("likes#p9", 8, "launch day", 100).unwrap();
+        salted.epoch = 3;
+        let limit = Entry::limit("tenant#7", 50, "abuse", 100, 150);
+        let entries = vec![salted, limit];
+        let lines = list_lines("heatsink-hotkeys", &entries, 160);
+        assert_eq!(
+            lines[0].split_whitespace().collect::<Vec<_>>(),
+            ["key", "mode", "S", "limit", "epoch", "age", "reason"]
+        );
+        assert_eq!(
+            lines[1].split_whitespace().collect::<Vec<_>>(),
+            ["likes#p9", "salt", "8<-1", "-", "3", "60s", "launch", "day"]
+        );
+        assert!(lines[2].contains("[expired]"), "{}", lines[2]);
+        let v: Value = serde_json::from_str(&json!(entries).to_string()).expect("parses");
+        let first = &v[0];
+        assert_eq!(first["key"], "likes#p9");
+        assert_eq!(first["mode"], "salt");
+        assert_eq!(first["salts"], json!({"current": 8, "draining": 1}));
+        assert_eq!(first["epoch"], 3);
+        assert_eq!(first["since"], 100);
+        assert_eq!(first["reason"], "launch day");
+        assert_eq!(v[1]["limit_per_second"], 50);
+        assert_eq!(v[1]["expires"], 150);
+        assert_eq!(list_lines("t", &[], 0), ["no hot keys in t"]);
     }
 
     #[test]

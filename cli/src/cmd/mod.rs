@@ -1,11 +1,14 @@
 //! One module per subcommand.
 
+pub mod completions;
+pub mod exit;
 pub mod fail;
 pub mod hot;
 pub mod keys;
 pub mod lineage;
 pub mod local;
 pub mod r#move;
+pub mod output;
 pub mod plan;
 pub mod produce;
 pub mod progress;

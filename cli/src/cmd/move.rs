@@ -1,18 +1,25 @@
 //! `heatsink move start|status|resume|abort|rollback|list`: live moves of slot ranges.
 //!
 //! `move start` prints the move id as the first line of stdout, one progress line per phase on
-//! stderr, and ends with a one-line JSON summary on stdout (phase durations, items copied and
-//! applied, the diff, the write pause). A move interrupted anywhere continues with
-//! `move resume ID`; every refusal names the command that gets the move out of it.
+//! stderr, and ends with a summary on stdout (phase durations, items copied and applied, the
+//! diff, the write pause); with `--json` both are JSON lines (`{"id"}`, then the summary as
+//! `MoveRecord::summary` names its fields). `status`, `resume`, `abort` and `rollback` print
+//! the same summary of the record (`--json`: the whole record). A move interrupted anywhere
+//! continues with `move resume ID`; every refusal names the command that gets the move out of
+//! it.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Subcommand, ValueEnum};
 use heatsink::slots::mover::{Budget, MoveSpec, Mover};
-use heatsink::slots::{MoveMode, SlotRange};
+use heatsink::slots::{MoveError, MoveMode, SlotRange};
 
-use super::slots::DirArgs;
+use heatsink::slots::record::MoveRecord;
+use serde_json::json;
+
+use super::output::{Output, print_json_line, print_lines};
+use super::slots::{DirArgs, failed_on};
 use super::{CmdResult, parse_duration, slots_sdk_config};
 
 /// `heatsink move` subcommands.
@@ -67,12 +74,15 @@ pub struct StartArgs {
     /// Write capacity per second for the copy and the cleanup.
     #[arg(long, default_value = "1000", value_parser = super::positive_rate)]
     wcu: f64,
+    #[command(flatten)]
+    output: Output,
 }
 
 impl StartArgs {
     /// The arguments `slots plan --apply` starts one planned move with.
-    pub fn for_plan(dir: DirArgs, slots: SlotRange, to: String) -> Self {
+    pub fn for_plan(dir: DirArgs, slots: SlotRange, to: String, output: Output) -> Self {
         Self {
+            output,
             dir,
             slots,
             to,
@@ -92,6 +102,8 @@ pub struct IdArgs {
     dir: DirArgs,
     /// The move id (`move list`).
     id: String,
+    #[command(flatten)]
+    output: Output,
 }
 
 /// Arguments of `move list`.
@@ -99,9 +111,8 @@ pub struct IdArgs {
 pub struct ListArgs {
     #[command(flatten)]
     dir: DirArgs,
-    /// Print JSON.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    output: Output,
 }
 
 async fn clients() -> (aws_sdk_dynamodb::Client, aws_sdk_dynamodbstreams::Client) {
@@ -135,13 +146,79 @@ pub async fn start(a: StartArgs) -> CmdResult {
             ..Budget::default()
         },
     };
+    let table = dir.table().to_owned();
     let mut mover = Mover::start(ddb, streams, dir, spec)
-        .await?
+        .await
+        .map_err(|e| failed_on(&table, "start the move in", &e))?
         .with_progress(progress());
-    println!("{}", mover.record().id);
-    let record = mover.run().await?;
-    println!("{}", record.summary());
+    let id = mover.record().id.clone();
+    // The id first, so a script has it for `move resume` even if the run is cut short.
+    if a.output.json {
+        print_json_line(&json!({"id": id}));
+    } else {
+        print_lines([&id]);
+    }
+    let record = mover
+        .run()
+        .await
+        .map_err(|e| failed_on(&table, &format!("run move {id} in"), &e))?;
+    if a.output.json {
+        print_json_line(&record.summary());
+    } else {
+        print_lines(record_lines(record));
+    }
     Ok(())
+}
+
+/// A move record for people: what moved where, the phase, the copy, the diff, the pause.
+pub fn record_lines(r: &MoveRecord) -> Vec<String> {
+    let mode = match r.mode {
+        MoveMode::Copy => "copy",
+        MoveMode::Attrition => "attrition",
+    };
+    let ms = |v: Option<u64>| v.map_or("-".to_owned(), |v| format!("{v} ms"));
+    let parts = |m: &std::collections::BTreeMap<String, u64>| {
+        m.iter()
+            .map(|(k, v)| format!("{k} {v} ms"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut lines = vec![
+        format!(
+            "move {}: slots {} {} -> {} ({mode}), phase {}",
+            r.id,
+            r.slots,
+            r.from,
+            r.to,
+            r.phase.name()
+        ),
+        format!(
+            "  copied {}, applied {}, skipped {}, cleaned {}; {:.0} RCU, {:.0} WCU",
+            r.copied, r.applied, r.skipped, r.cleaned, r.rcu, r.wcu
+        ),
+    ];
+    lines.push(match &r.diff {
+        Some(d) => format!(
+            "  diff: {} ({} source items, {} target, missing {}, extra {}, mismatched {})",
+            if d.clean() { "clean" } else { "DIFFERENCES" },
+            d.source_items,
+            d.target_items,
+            d.missing,
+            d.extra,
+            d.mismatched
+        ),
+        None => "  diff: not run".to_owned(),
+    });
+    let mut pause = format!("  write pause {}", ms(r.pause_ms));
+    if !r.pause_parts_ms.is_empty() {
+        pause.push_str(&format!(" ({})", parts(&r.pause_parts_ms)));
+    }
+    pause.push_str(&format!("; tail lag {}", ms(r.lag_ms)));
+    lines.push(pause);
+    if !r.phase_ms.is_empty() {
+        lines.push(format!("  phases: {}", parts(&r.phase_ms)));
+    }
+    lines
 }
 
 /// Runs one `heatsink move` subcommand.
@@ -150,22 +227,27 @@ pub async fn run(command: MoveCommand) -> CmdResult {
         MoveCommand::Start(a) => start(a).await,
         MoveCommand::List(a) => {
             let dir = a.dir.open().await;
-            let moves = Mover::list(&dir).await?;
-            if a.json {
-                println!("{}", serde_json::to_string(&moves)?);
-            } else {
-                for m in moves {
-                    println!(
-                        "{} {} {} -> {} {}",
-                        m.id,
-                        m.slots,
-                        m.from,
-                        m.to,
-                        m.phase.name()
-                    );
-                }
-            }
-            Ok(())
+            let moves = Mover::list(&dir)
+                .await
+                .map_err(|e| failed_on(dir.table(), "list the moves of", &e))?;
+            a.output.report(
+                || json!(moves),
+                || {
+                    moves
+                        .iter()
+                        .map(|m| {
+                            format!(
+                                "{} {} {} -> {} {}",
+                                m.id,
+                                m.slots,
+                                m.from,
+                                m.to,
+                                m.phase.name()
+                            )
+                        })
+                        .collect()
+                },
+            )
         }
         other => {
             let (ddb, streams) = clients().await;
@@ -177,19 +259,103 @@ pub async fn run(command: MoveCommand) -> CmdResult {
                 _ => return Ok(()),
             };
             let dir = a.dir.open().await;
+            let table = dir.table().to_owned();
+            let action = match what {
+                "status" => format!("read move {} from", a.id),
+                "rollback" => format!("roll back move {} in", a.id),
+                _ => format!("{what} move {} in", a.id),
+            };
+            let failed = |e: MoveError| failed_on(&table, &action, &e);
             let mut mover = Mover::open(ddb, streams, dir, &a.id)
-                .await?
+                .await
+                .map_err(failed)?
                 .with_progress(progress());
             match what {
                 "resume" => {
-                    mover.run().await?;
+                    mover.run().await.map_err(failed)?;
                 }
-                "abort" => mover.abort().await?,
-                "rollback" => mover.rollback().await?,
+                "abort" => mover.abort().await.map_err(failed)?,
+                "rollback" => mover.rollback().await.map_err(failed)?,
                 _ => {}
             }
-            println!("{}", serde_json::to_string(mover.record())?);
-            Ok(())
+            let record = mover.record();
+            a.output.report(|| json!(record), || record_lines(record))
         }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use serde_json::Value;
+
+    use super::*;
+
+    /// A finished copy move as the mover stores it.
+    pub(crate) fn done_record() -> MoveRecord {
+        serde_json::from_value(json!({
+            "id": "m-1", "slots": {"first": 12067, "last": 12067}, "from": "posts", "to": "posts-p9",
+            "mode": "copy", "strict": false, "phase": "done", "epoch": 1, "marked_ms": 0,
+            "max_age_ms": 1000,
+            "budget": {"rcu_per_sec": 1000.0, "wcu_per_sec": 1000.0, "segments": 4,
+                "soak": {"secs": 5, "nanos": 0}, "lag_target": {"secs": 1, "nanos": 0}},
+            "forward": {"stream_arn": "arn", "shards": {}, "fence_seen": true},
+            "reverse": null, "scan": [], "scan_done": [],
+            "copied": 120, "applied": 31, "skipped": 2, "rcu": 60.5, "wcu": 151.0,
+            "diff": {"source_items": 120, "target_items": 120, "missing": 0, "extra": 0,
+                "mismatched": 0, "samples": [], "rounds": 1},
+            "phase_ms": {"copied": 800, "flipped": 40},
+            "fenced_ms": 10, "pause_ms": 45, "pause_parts_ms": {"drain": 30, "fence": 15},
+            "cleaned": 120, "lag_ms": 200, "rev": 9, "created_ms": 0,
+        }))
+        .expect("a move record")
+    }
+
+    #[test]
+    fn the_summary_line_and_its_json_carry_the_same_facts() {
+        let r = done_record();
+        let lines = record_lines(&r);
+        assert_eq!(
+            lines[0],
+            "move m-1: slots 12067-12067 posts -> posts-p9 (copy), phase done"
+        );
+        assert_eq!(
+            lines[1],
+            "  copied 120, applied 31, skipped 2, cleaned 120; 60 RCU, 151 WCU"
+        );
+        assert_eq!(
+            lines[2],
+            "  diff: clean (120 source items, 120 target, missing 0, extra 0, mismatched 0)"
+        );
+        assert_eq!(
+            lines[3],
+            "  write pause 45 ms (drain 30 ms, fence 15 ms); tail lag 200 ms"
+        );
+        assert_eq!(lines[4], "  phases: copied 800 ms, flipped 40 ms");
+        let v: Value = serde_json::from_str(&r.summary().to_string()).expect("parses");
+        assert_eq!(
+            (v["id"].as_str(), v["phase"].as_str()),
+            (Some("m-1"), Some("done"))
+        );
+        assert_eq!(
+            (v["from"].as_str(), v["to"].as_str()),
+            (Some("posts"), Some("posts-p9"))
+        );
+        assert_eq!(v["slots"], "12067-12067");
+        for (field, n) in [
+            ("copied", 120),
+            ("applied", 31),
+            ("skipped", 2),
+            ("cleaned", 120),
+            ("pause_ms", 45),
+            ("lag_ms", 200),
+        ] {
+            assert_eq!(v[field], n, "{field}");
+        }
+        assert_eq!(v["pause_parts_ms"]["drain"], 30);
+        assert_eq!(v["phase_ms"]["copied"], 800);
+        assert_eq!(v["diff"]["missing"], 0);
+        // `status --json` prints the whole record, which reads back as the same record.
+        let whole: MoveRecord = serde_json::from_value(json!(r)).expect("round trip");
+        assert_eq!(whole, r);
     }
 }

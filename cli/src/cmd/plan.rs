@@ -2,8 +2,12 @@
 //! load (docs/write-sharding.md).
 
 use clap::Args;
-use heatsink::keys::{DEFAULT_TARGET, PlanRequest, evaluate, plan};
+use heatsink::counter::{EsmPlan, EsmPlanRequest, esm_plan};
+use heatsink::keys::{DEFAULT_TARGET, Plan, PlanRequest, evaluate, plan};
+use serde_json::{Value, json};
 
+use super::fail::Failure;
+use super::output::{Output, round4};
 use super::table::{Align, Grid};
 use super::{CmdResult, fraction, non_negative_rate, positive_rate};
 
@@ -55,14 +59,33 @@ pub struct PlanArgs {
     /// With --esm: batching window in seconds (default: the deployed window; 0 to 300).
     #[arg(long, value_parser = super::non_negative_rate)]
     window: Option<f64>,
+    #[command(flatten)]
+    output: Output,
+}
+
+/// What `plan --esm` computed: the request as sized and the mapping's plan.
+#[derive(Debug, Clone)]
+struct EsmReport {
+    request: EsmPlanRequest,
+    plan: EsmPlan,
+}
+
+impl EsmReport {
+    /// True when the stream's shards carry the rate at 80 % of a shard's ceilings.
+    fn enough_shards(&self) -> bool {
+        self.plan.shards_needed <= self.request.shards
+    }
 }
 
 /// `plan --esm`: the mapping's shards, batches and the hot key's writes.
-fn run_esm(args: &PlanArgs) -> CmdResult {
-    use heatsink::counter::{EsmPlanRequest, esm_plan};
+fn esm_report(args: &PlanArgs) -> Result<EsmReport, Failure> {
     let deployed = heatsink_photo_app::esm::deployed(&heatsink_photo_app::Schema::new("heatsink-"));
     let window = match args.window {
-        Some(w) if w > 300.0 => return Err("--window is at most 300 s (Lambda's limit)".into()),
+        Some(w) if w > 300.0 => {
+            return Err(Failure::new(format!(
+                "--window {w} is over Lambda's 300 s batching window: give at most 300"
+            )));
+        }
         Some(w) => std::time::Duration::from_secs_f64(w),
         None => deployed.window,
     };
@@ -70,15 +93,41 @@ fn run_esm(args: &PlanArgs) -> CmdResult {
     let batch = args
         .batch_size
         .unwrap_or(u32::try_from(deployed.batch_size).unwrap_or(u32::MAX));
-    let plan = esm_plan(&EsmPlanRequest::new(args.rate, shards, batch, window));
+    let request = EsmPlanRequest::new(args.rate, shards, batch, window);
+    let plan = esm_plan(&request);
+    Ok(EsmReport { request, plan })
+}
+
+/// `plan --esm --json`: the request (`rate`, `shards`, `batch_size`, `window_s`) and the
+/// plan's fields as `heatsink::counter::EsmPlan` names them.
+fn esm_json(r: &EsmReport) -> Value {
+    let (q, p) = (&r.request, &r.plan);
+    json!({
+        "rate": q.rate,
+        "shards": q.shards,
+        "batch_size": q.batch_size,
+        "window_s": q.window.as_secs_f64(),
+        "shards_needed": p.shards_needed,
+        "enough_shards": r.enough_shards(),
+        "per_shard_rate": round4(p.per_shard_rate),
+        "batches_per_shard_per_second": round4(p.batches_per_shard_per_second),
+        "records_per_batch": round4(p.records_per_batch),
+        "hot_writes_per_second": round4(p.hot_writes_per_second),
+        "hot_writes_per_1000": round4(p.hot_writes_per_1000),
+    })
+}
+
+/// `plan --esm`'s human form.
+fn esm_lines(r: &EsmReport) -> Vec<String> {
+    let (q, plan) = (&r.request, &r.plan);
     let mut grid = Grid::new(&[("", Align::Left), ("value", Align::Right)]);
-    grid.row(["changes/s".into(), format!("{:.0}", args.rate)]);
-    grid.row(["batch size".into(), batch.to_string()]);
+    grid.row(["changes/s".into(), format!("{:.0}", q.rate)]);
+    grid.row(["batch size".into(), q.batch_size.to_string()]);
     grid.row([
         "batching window".into(),
-        format!("{:.1} s", window.as_secs_f64()),
+        format!("{:.1} s", q.window.as_secs_f64()),
     ]);
-    grid.row(["stream shards".into(), shards.to_string()]);
+    grid.row(["stream shards".into(), q.shards.to_string()]);
     grid.row([
         "shards needed for ingest (80% of 1,000 records/s, 1 MB/s)".into(),
         plan.shards_needed.to_string(),
@@ -103,59 +152,112 @@ fn run_esm(args: &PlanArgs) -> CmdResult {
         "hot-key writes per 1,000 likes".into(),
         format!("{:.2}", plan.hot_writes_per_1000),
     ]);
-    grid.print();
-    if plan.shards_needed > shards {
-        println!(
-            "NOT ENOUGH SHARDS: {shards} carry {:.0} records/s at 80%; give the stream {} (or on-demand)",
-            f64::from(shards) * 800.0,
+    let mut lines = grid.lines();
+    if !r.enough_shards() {
+        lines.push(format!(
+            "NOT ENOUGH SHARDS: {} carry {:.0} records/s at 80%; give the stream {} (or on-demand)",
+            q.shards,
+            f64::from(q.shards) * 800.0,
             plan.shards_needed
-        );
+        ));
     }
-    Ok(())
+    lines
 }
 
-/// Prints the plan as a table.
-pub fn run(args: PlanArgs) -> CmdResult {
-    if args.esm {
-        return run_esm(&args);
+/// What `plan` computed: the request and the salt count with every shard's load.
+#[derive(Debug, Clone)]
+struct SaltsReport {
+    request: PlanRequest,
+    plan: Plan,
+}
+
+impl SaltsReport {
+    /// True when every shard is at or under the target.
+    fn fits(&self) -> bool {
+        self.plan.max_utilisation <= self.request.target + 1e-9
     }
+}
+
+/// Sizes S (or evaluates `--salts`).
+fn salts_report(args: PlanArgs) -> Result<SaltsReport, Failure> {
     let background = match (args.backgrounds, args.shards) {
         (Some(b), _) => b,
         (None, Some(n)) => {
             // `n` is at most MAX_SHARDS (the parser's range), so this cannot overflow memory.
-            let n = usize::try_from(n.min(MAX_SHARDS)).map_err(|_| "--shards is too large")?;
+            let n = usize::try_from(n.min(MAX_SHARDS))
+                .map_err(|_| Failure::new("--shards is too large: give at most 10000"))?;
             vec![args.background; n]
         }
         (None, None) => {
-            return Err("plan needs the shards: give --shards N or --backgrounds B1,B2,…".into());
+            return Err(Failure::new(
+                "plan needs the shards: give --shards N or --backgrounds B1,B2,…",
+            ));
         }
     };
     if background.is_empty() || background.len() as u64 > MAX_SHARDS {
-        return Err(format!(
+        return Err(Failure::new(format!(
             "--backgrounds has {} values: give 1 to {MAX_SHARDS} (one per shard)",
             background.len()
-        )
-        .into());
+        )));
     }
     let request = PlanRequest::new(args.rate, args.ceiling, background)
         .with_target(args.target)
         .with_min_salts(args.min_salts);
-    let result = match args.salts {
-        Some(s) => evaluate(&request, s)?,
-        None => plan(&request)?,
-    };
-    println!(
+    let plan = match args.salts {
+        Some(s) => evaluate(&request, s),
+        None => plan(&request),
+    }
+    .map_err(|e| {
+        Failure::new(format!(
+            "no salt count fits --rate {} on {} shards: {e}",
+            args.rate,
+            request.background.len()
+        ))
+    })?;
+    Ok(SaltsReport { request, plan })
+}
+
+/// `plan --json`: the request, S, whether every shard fits the target, and `per_shard` as
+/// `heatsink::keys::ShardLoad` names it (with each shard's background).
+fn salts_json(r: &SaltsReport) -> Value {
+    let (q, p) = (&r.request, &r.plan);
+    let per_shard: Vec<Value> = p
+        .per_shard
+        .iter()
+        .zip(&q.background)
+        .map(|(load, bg)| {
+            json!({
+                "shard": load.shard,
+                "subkeys": load.subkeys,
+                "background": *bg,
+                "load": round4(load.load),
+                "utilisation": round4(load.utilisation),
+            })
+        })
+        .collect();
+    json!({
+        "rate": q.rate,
+        "ceiling": q.ceiling,
+        "target": q.target,
+        "salts": p.salts,
+        "rate_per_salt": round4(q.rate / f64::from(p.salts)),
+        "fits": r.fits(),
+        "max_utilisation": round4(p.max_utilisation),
+        "per_shard": per_shard,
+    })
+}
+
+/// `plan`'s human form: the verdict, then one row per shard.
+fn salts_lines(r: &SaltsReport) -> Vec<String> {
+    let (q, p) = (&r.request, &r.plan);
+    let mut lines = vec![format!(
         "S = {} sub-keys, {:.1}/s each; every shard at or under {:.0}% of {}/s: {}",
-        result.salts,
-        args.rate / f64::from(result.salts),
-        args.target * 100.0,
-        args.ceiling,
-        if result.max_utilisation <= args.target + 1e-9 {
-            "yes"
-        } else {
-            "NO"
-        }
-    );
+        p.salts,
+        q.rate / f64::from(p.salts),
+        q.target * 100.0,
+        q.ceiling,
+        if r.fits() { "yes" } else { "NO" }
+    )];
     let mut grid = Grid::new(&[
         ("shard", Align::Right),
         ("sub-keys", Align::Right),
@@ -163,7 +265,7 @@ pub fn run(args: PlanArgs) -> CmdResult {
         ("load/s", Align::Right),
         ("utilisation", Align::Right),
     ]);
-    for (load, bg) in result.per_shard.iter().zip(&request.background) {
+    for (load, bg) in p.per_shard.iter().zip(&q.background) {
         grid.row([
             load.shard.to_string(),
             load.subkeys.to_string(),
@@ -172,8 +274,19 @@ pub fn run(args: PlanArgs) -> CmdResult {
             format!("{:.1}%", load.utilisation * 100.0),
         ]);
     }
-    grid.print();
-    Ok(())
+    lines.extend(grid.lines());
+    lines
+}
+
+/// Prints the plan (a table, or JSON with `--json`).
+pub fn run(args: PlanArgs) -> CmdResult {
+    let output = args.output;
+    if args.esm {
+        let r = esm_report(&args)?;
+        return output.report(|| esm_json(&r), || esm_lines(&r));
+    }
+    let r = salts_report(args)?;
+    output.report(|| salts_json(&r), || salts_lines(&r))
 }
 
 #[cfg(test)]
@@ -224,6 +337,103 @@ mod tests {
         assert!(run(ok.plan).is_ok());
         let long = parse(&["--esm", "--rate", "2400", "--window", "301"]).expect("parse");
         assert!(run(long.plan).is_err());
+    }
+
+    #[test]
+    fn the_json_carries_s_the_verdict_and_every_shards_load() {
+        let cli = parse(&[
+            "--rate",
+            "2400",
+            "--backgrounds",
+            "200,200,150,200",
+            "--min-salts",
+            "8",
+        ])
+        .expect("parse");
+        let r = salts_report(cli.plan).expect("a plan");
+        let v: Value = serde_json::from_str(&salts_json(&r).to_string()).expect("parses");
+        let human = salts_lines(&r);
+        assert_eq!(v["salts"], 8);
+        assert!(
+            human[0].starts_with("S = 8 sub-keys, 300.0/s each"),
+            "{}",
+            human[0]
+        );
+        assert_eq!(v["rate_per_salt"], 300.0);
+        assert_eq!(v["fits"], true);
+        assert!(human[0].ends_with(": yes"), "{}", human[0]);
+        assert_eq!(
+            (v["target"].as_f64(), v["ceiling"].as_f64()),
+            (Some(0.8), Some(1000.0))
+        );
+        let shards = v["per_shard"].as_array().unwrap();
+        assert_eq!(shards.len(), 4);
+        for (i, shard) in shards.iter().enumerate() {
+            assert_eq!(shard["shard"], i);
+            let row = &human[2 + i];
+            let cells: Vec<&str> = row.split_whitespace().collect();
+            assert_eq!(cells[1], shard["subkeys"].to_string(), "{row}");
+            assert_eq!(
+                cells[2].parse::<f64>().ok(),
+                shard["background"].as_f64(),
+                "{row}"
+            );
+            assert_eq!(
+                cells[3].parse::<f64>().ok(),
+                shard["load"].as_f64(),
+                "{row}"
+            );
+            let pct = shard["utilisation"].as_f64().unwrap() * 100.0;
+            assert_eq!(cells[4], format!("{pct:.1}%"), "{row}");
+        }
+        assert!(v["max_utilisation"].as_f64().unwrap() <= 0.8);
+    }
+
+    #[test]
+    fn the_esm_json_carries_every_row_and_the_shard_verdict() {
+        let cli = parse(&[
+            "--esm",
+            "--rate",
+            "10000",
+            "--stream-shards",
+            "4",
+            "--batch-size",
+            "100",
+            "--window",
+            "3",
+        ])
+        .expect("parse");
+        let r = esm_report(&cli.plan).expect("a plan");
+        let v: Value = serde_json::from_str(&esm_json(&r).to_string()).expect("parses");
+        let human = esm_lines(&r);
+        assert_eq!(v["rate"], 10000.0);
+        assert_eq!(v["shards"], 4);
+        assert_eq!(v["batch_size"], 100);
+        assert_eq!(v["window_s"], 3.0);
+        let needed = v["shards_needed"].as_u64().unwrap();
+        assert!(needed > 4, "10,000 changes/s need more than 4 shards");
+        assert_eq!(v["enough_shards"], false);
+        let last = human.last().unwrap();
+        assert!(
+            last.starts_with("NOT ENOUGH SHARDS")
+                && last.contains(&format!("give the stream {needed}")),
+            "{last}"
+        );
+        for field in [
+            "per_shard_rate",
+            "batches_per_shard_per_second",
+            "records_per_batch",
+            "hot_writes_per_second",
+            "hot_writes_per_1000",
+        ] {
+            assert!(v[field].as_f64().is_some_and(f64::is_finite), "{field}");
+        }
+        let hot = human
+            .iter()
+            .find(|l| l.starts_with("hot-key writes/s"))
+            .unwrap();
+        let shown = format!("{:.1}", v["hot_writes_per_second"].as_f64().unwrap());
+        assert!(hot.ends_with(&shown), "{hot} vs {shown}");
     }
 
     #[test]

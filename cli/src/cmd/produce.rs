@@ -2,8 +2,9 @@
 //!
 //! Records come from stdin as JSON lines `{"partition_key": "...", "data": "..."}` (data as
 //! UTF-8 text), or are generated with `--keys N --rate R --duration D [--zipf X]`. At the end
-//! one JSON line sums up what happened: records, requests, retried entries, aggregated
-//! records, throttles (and failed, salted, seconds).
+//! one line sums up what happened: records, requests, retried entries, aggregated records,
+//! throttles, failed, salted, seconds (with `--json`, a JSON document with those fields, as
+//! `heatsink::kinesis::ProducerReport` names them).
 
 use std::io::BufRead;
 use std::sync::Arc;
@@ -19,6 +20,7 @@ use rand_distr::{Distribution, Zipf};
 use serde::Deserialize;
 
 use super::fail::{Service, Target};
+use super::output::Output;
 use super::{CmdResult, parse_duration, positive_rate, sdk_config};
 
 /// Arguments of `heatsink produce`.
@@ -51,6 +53,8 @@ pub struct ProduceArgs {
     /// Seed of the generated keys.
     #[arg(long, default_value = "1", requires = "keys")]
     seed: u64,
+    #[command(flatten)]
+    output: Output,
 }
 
 fn zipf_exponent(text: &str) -> Result<f64, String> {
@@ -101,16 +105,30 @@ pub async fn run(args: ProduceArgs) -> CmdResult {
         Some(keys) => generate(&producer, keys, &args).await,
         None => feed_stdin(&producer).await,
     };
+    let print = |report: &ProducerReport| {
+        let elapsed = started.elapsed();
+        args.output.report(
+            || summary(report, elapsed),
+            || vec![summary_line(report, elapsed)],
+        )
+    };
     let report = match producer.shutdown().await {
         Ok(report) => report,
         Err(ProducerError::Put { source, report }) => {
-            println!("{}", summary(&report, started.elapsed()));
+            print(&report)?;
             return Err(target().fail("put records on", &source).into());
         }
-        Err(e) => return Err(e.into()),
+        Err(e) => return Err(target().fail("flush the producer of", &e).into()),
     };
-    println!("{}", summary(&report, started.elapsed()));
-    fed?;
+    print(&report)?;
+    // A refused send is the producer's (its stream, its endpoint); a bad stdin line names itself.
+    fed.map_err(|e| -> Box<dyn std::error::Error + Send + Sync> {
+        if e.is::<ProducerError>() {
+            Box::new(target().fail("put records on", &*e))
+        } else {
+            e
+        }
+    })?;
     if report.failed > 0 {
         return Err(format!(
             "{} records were not written to {} after every retry; re-run them (the summary counts them as failed)",
@@ -121,7 +139,22 @@ pub async fn run(args: ProduceArgs) -> CmdResult {
     Ok(())
 }
 
-/// The one-line JSON summary.
+/// The summary's human form.
+pub fn summary_line(r: &ProducerReport, elapsed: Duration) -> String {
+    format!(
+        "{} records in {} requests in {:.1} s: {} retried entries, {} aggregated records, {} throttles, {} failed, {} salted",
+        r.records,
+        r.requests,
+        elapsed.as_secs_f64(),
+        r.retried_entries,
+        r.aggregated_records,
+        r.throttles,
+        r.failed,
+        r.salted
+    )
+}
+
+/// The JSON summary (`--json`).
 pub fn summary(r: &ProducerReport, elapsed: Duration) -> serde_json::Value {
     serde_json::json!({
         "records": r.records,
@@ -216,6 +249,8 @@ mod tests {
             retried_entries: 3,
             aggregated_records: 1,
             throttles: 4,
+            failed: 5,
+            salted: 6,
             ..ProducerReport::default()
         };
         let s = summary(&r, Duration::from_millis(1500));
@@ -226,6 +261,24 @@ mod tests {
         assert_eq!(s["throttles"], 4);
         assert_eq!(s["seconds"], 1.5);
         assert!(!s.to_string().contains('\n'));
+        let parsed: serde_json::Value = serde_json::from_str(&s.to_string()).expect("parses");
+        let line = summary_line(&r, Duration::from_millis(1500));
+        assert_eq!(
+            line,
+            "10 records in 2 requests in 1.5 s: 3 retried entries, 1 aggregated records, 4 throttles, 5 failed, 6 salted"
+        );
+        for field in [
+            "records",
+            "requests",
+            "retried_entries",
+            "aggregated_records",
+            "throttles",
+            "failed",
+            "salted",
+        ] {
+            let shown = parsed[field].to_string();
+            assert!(line.contains(&shown), "{field} = {shown} not in {line}");
+        }
     }
 
     #[test]

@@ -14,7 +14,10 @@ use heatsink::schema::DEFAULT_PREFIX;
 use heatsink_photo_app::rebuild::{RebuildOptions, RebuildReport, rebuild};
 use heatsink_photo_app::schema::{Schema, Table};
 
+use serde_json::json;
+
 use super::fail::{Service, Target};
+use super::output::Output;
 use super::table::{Align, Grid};
 use super::{CmdResult, parse_duration, sdk_config};
 
@@ -27,9 +30,8 @@ pub struct RebuildArgs {
     /// Correct a post only if it had no like for this long (e.g. 60s, 0s; at most 168h).
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     quiet: Duration,
-    /// Print the report as JSON on stdout.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    output: Output,
 }
 
 /// Runs one rebuild and prints what it corrected.
@@ -54,13 +56,7 @@ pub async fn run(args: RebuildArgs) -> CmdResult {
             );
             Target::new(&config, Service::DynamoDb, "tables", tables).fail("recount", &e)
         })?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        for line in render(&report) {
-            println!("{line}");
-        }
-    }
+    args.output.report(|| json!(report), || render(&report))?;
     eprintln!(
         "heatsink rebuild: done in {:.1} s",
         started.elapsed().as_secs_f64()
@@ -125,7 +121,7 @@ mod tests {
         assert_eq!(cli.rebuild.quiet, Duration::from_secs(60));
         let cli = Cli::try_parse_from(["rebuild", "--quiet", "0s", "--json"]).expect("parse");
         assert_eq!(cli.rebuild.quiet, Duration::ZERO);
-        assert!(cli.rebuild.json);
+        assert!(cli.rebuild.output.json);
         assert!(Cli::try_parse_from(["rebuild", "--quiet", "soon"]).is_err());
     }
 
@@ -139,6 +135,14 @@ mod tests {
         r.corrected.insert("p1".into(), 4);
         r.corrected.insert("p2".into(), -1);
         r.unsettled.push("p9".into());
+        let v: serde_json::Value = serde_json::from_str(&json!(r).to_string()).expect("parses");
+        assert_eq!(
+            (v["events_scanned"].as_u64(), v["counters_checked"].as_u64()),
+            (Some(13), Some(2))
+        );
+        assert_eq!(v["corrected"], json!({"p1": 4, "p2": -1}));
+        assert_eq!(v["unsettled"], json!(["p9"]));
+        assert_eq!(v["skipped"], json!([]));
         let lines = render(&r);
         assert_eq!(
             lines[0],

@@ -3,12 +3,15 @@
 //! `plan` samples the last `--sample` seconds of every open shard and prints, per shard, its
 //! load, the chosen split key or the refusal with its reason, and the predicted max/mean load
 //! after the plan next to what a midpoint split gives. `--json` prints
-//! `{"shards":[{"shard_id","load","action","split_hash_key"?,"reason"?}],
-//! "predicted_max_over_mean","midpoint_max_over_mean"}` with hash keys as decimal strings.
+//! `{"shards":[{"shard_id","load","action","split_hash_key"?,"split_hash_keys"?,"merge_with"?,
+//! "reason"?}], "predicted_max_over_mean","midpoint_max_over_mean","uniform_max_over_mean"}`
+//! with hash keys as decimal strings.
 //! `apply` carries the plan out one call at a time, journaled in `--state` so a re-run resumes,
 //! and hands the keys it refused to split for ("salt it") to the hot-key controller, which
 //! salts them in the directory `<prefix>hotkeys` (a producer with `--salted` then spreads
-//! them); `--no-salt` leaves the directory alone.
+//! them); `--no-salt` leaves the directory alone. Its `--json` prints, at the end, `{"plan": …
+//! as above, "salted": [key], "not_salted": [{"key","reason"}], "done", "operations",
+//! "journal"}`; progress stays on stderr.
 
 use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -23,7 +26,8 @@ use heatsink::kinesis::reshard::{
 use heatsink::schema::{DEFAULT_PREFIX, Schema};
 use serde_json::{Value, json};
 
-use super::fail::{Service, Target};
+use super::fail::{Failure, Service, Target};
+use super::output::{Output, big, print_lines};
 use super::{CmdResult, sdk_config};
 
 /// `heatsink reshard` subcommands.
@@ -44,9 +48,8 @@ pub struct PlanArgs {
     /// Seconds of each shard to sample (read with an AT_TIMESTAMP iterator).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     sample: u64,
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    output: Output,
 }
 
 /// Arguments of `heatsink reshard apply`.
@@ -68,6 +71,8 @@ pub struct ApplyArgs {
     /// Do not hand refused keys to the hot-key directory (only print them).
     #[arg(long)]
     no_salt: bool,
+    #[command(flatten)]
+    output: Output,
 }
 
 fn now_ms() -> u64 {
@@ -93,7 +98,13 @@ pub fn plan_json(p: &Plan) -> Value {
                 },
             });
             if let Some(k) = s.split_hash_key {
-                v["split_hash_key"] = json!(k.to_string());
+                v["split_hash_key"] = big(k);
+            }
+            if !s.split_hash_keys.is_empty() {
+                v["split_hash_keys"] = s.split_hash_keys.iter().copied().map(big).collect();
+            }
+            if let Some(other) = &s.merge_with {
+                v["merge_with"] = json!(other);
             }
             if let Some(r) = &s.refusal {
                 v["reason"] = json!(r.reason());
@@ -105,10 +116,13 @@ pub fn plan_json(p: &Plan) -> Value {
         "shards": shards,
         "predicted_max_over_mean": (p.predicted_max_over_mean * 1e4).round() / 1e4,
         "midpoint_max_over_mean": (p.midpoint_max_over_mean * 1e4).round() / 1e4,
+        "uniform_max_over_mean": (p.uniform_max_over_mean * 1e4).round() / 1e4,
     })
 }
 
-fn print_table(p: &Plan) {
+/// The plan's human form: one line per shard, then the predicted balance.
+fn plan_lines(p: &Plan) -> Vec<String> {
+    let mut lines = Vec::new();
     for s in &p.shards {
         let what = match (s.action, &s.refusal) {
             (Action::Split, _) => format!(
@@ -125,12 +139,50 @@ fn print_table(p: &Plan) {
             (_, Some(r)) => format!("refuse: {}", r.reason()),
             _ => "none".to_owned(),
         };
-        println!("{:<24} load {:>6.1}%  {what}", s.shard_id, s.load * 100.0);
+        lines.push(format!(
+            "{:<24} load {:>6.1}%  {what}",
+            s.shard_id,
+            s.load * 100.0
+        ));
     }
-    println!(
+    lines.push(format!(
         "predicted max/mean after the plan: {:.2} (midpoint split: {:.2}, uniform UpdateShardCount: {:.2})",
         p.predicted_max_over_mean, p.midpoint_max_over_mean, p.uniform_max_over_mean
-    );
+    ));
+    lines
+}
+
+/// What `apply` did besides the plan: keys handed to the directory (or not, with why), and the
+/// journal's progress.
+#[derive(Debug, Default)]
+struct Applied {
+    salted: Vec<String>,
+    not_salted: Vec<(String, String)>,
+    done: usize,
+    operations: usize,
+    journal: PathBuf,
+}
+
+/// `reshard apply --json`.
+fn apply_json(plan: &Plan, a: &Applied) -> Value {
+    json!({
+        "plan": plan_json(plan),
+        "salted": a.salted,
+        "not_salted": a.not_salted.iter().map(|(key, reason)| json!({"key": key, "reason": reason})).collect::<Vec<_>>(),
+        "done": a.done,
+        "operations": a.operations,
+        "journal": a.journal.display().to_string(),
+    })
+}
+
+/// `reshard apply`'s closing line.
+fn applied_line(a: &Applied) -> String {
+    format!(
+        "{} of {} operations done; journal {}",
+        a.done,
+        a.operations,
+        a.journal.display()
+    )
 }
 
 /// Runs a `reshard` subcommand.
@@ -150,7 +202,14 @@ pub async fn run(command: ReshardCommand) -> CmdResult {
         ReshardCommand::Plan(_) => PathBuf::new(),
     };
     let state = match &command {
-        ReshardCommand::Apply(_) => Journal::load(&path)?.map(|j| j.state).unwrap_or_default(),
+        ReshardCommand::Apply(_) => Journal::load(&path)
+            .map_err(|e| {
+                Failure::new(format!(
+                    "{e}: fix or move the journal file, or give another --state (a new file starts a new plan)"
+                ))
+            })?
+            .map(|j| j.state)
+            .unwrap_or_default(),
         ReshardCommand::Plan(_) => Default::default(),
     };
     let plan = sample_and_plan(
@@ -168,16 +227,15 @@ pub async fn run(command: ReshardCommand) -> CmdResult {
             .fail("sample", &e)
     })?;
     match command {
-        ReshardCommand::Plan(a) => {
-            if a.json {
-                println!("{}", plan_json(&plan));
-            } else {
-                print_table(&plan);
-            }
-            Ok(())
-        }
+        ReshardCommand::Plan(a) => a.output.report(|| plan_json(&plan), || plan_lines(&plan)),
         ReshardCommand::Apply(a) => {
-            print_table(&plan);
+            if !a.output.json {
+                print_lines(plan_lines(&plan));
+            }
+            let mut applied = Applied {
+                journal: path.clone(),
+                ..Applied::default()
+            };
             if !plan.hot_keys.is_empty() && !a.no_salt {
                 let ddb = aws_sdk_dynamodb::Client::new(&config);
                 let directory = Directory::from_schema(ddb, &Schema::new(&a.prefix));
@@ -196,9 +254,11 @@ pub async fn run(command: ReshardCommand) -> CmdResult {
                         "salt it: {} handed to the hot-key directory {table}",
                         change.key()
                     );
+                    applied.salted.push(change.key().to_owned());
                 }
                 for (key, why) in &report.refused {
                     eprintln!("salt it: {key} not written to {table}: {why}");
+                    applied.not_salted.push((key.clone(), why.to_string()));
                 }
             }
             let journal = apply(
@@ -226,13 +286,12 @@ pub async fn run(command: ReshardCommand) -> CmdResult {
             )
             .await
             .map_err(|e| target().fail("reshard", &e))?;
-            println!(
-                "{} of {} operations done; journal {}",
-                journal.done,
-                journal.ops.len(),
-                path.display()
-            );
-            Ok(())
+            applied.done = journal.done;
+            applied.operations = journal.ops.len();
+            a.output.report(
+                || apply_json(&plan, &applied),
+                || vec![applied_line(&applied)],
+            )
         }
     }
 }
@@ -282,8 +341,63 @@ mod tests {
             [
                 "midpoint_max_over_mean",
                 "predicted_max_over_mean",
-                "shards"
+                "shards",
+                "uniform_max_over_mean"
             ]
+        );
+        // What the human form shows, the JSON carries.
+        let v: Value = serde_json::from_str(&v.to_string()).expect("parses");
+        let human = plan_lines(&p);
+        assert!(
+            human[0].starts_with("shardId-0") && human[0].contains("split at"),
+            "{}",
+            human[0]
+        );
+        let split_keys: Vec<&str> = v["shards"][0]["split_hash_keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| k.as_str().unwrap())
+            .collect();
+        assert!(
+            human[0].ends_with(&format!("split at {}", split_keys.join(", "))),
+            "{}",
+            human[0]
+        );
+        let load = v["shards"][0]["load"].as_f64().unwrap() * 100.0;
+        assert!(
+            human[0].contains(&format!("load {load:>6.1}%")),
+            "{}",
+            human[0]
+        );
+        let last = human.last().unwrap();
+        for field in [
+            "predicted_max_over_mean",
+            "midpoint_max_over_mean",
+            "uniform_max_over_mean",
+        ] {
+            let shown = format!("{:.2}", v[field].as_f64().unwrap());
+            assert!(last.contains(&shown), "{field} {shown} in {last}");
+        }
+        let applied = Applied {
+            salted: vec!["p9".into()],
+            not_salted: vec![("p8".into(), "changed since epoch 2".into())],
+            done: 1,
+            operations: 2,
+            journal: PathBuf::from("j.json"),
+        };
+        let a: Value = serde_json::from_str(&apply_json(&p, &applied).to_string()).expect("parses");
+        assert_eq!(a["plan"], v);
+        assert_eq!(
+            (a["done"].as_u64(), a["operations"].as_u64()),
+            (Some(1), Some(2))
+        );
+        assert_eq!(a["journal"], "j.json");
+        assert_eq!(a["salted"], json!(["p9"]));
+        assert_eq!(a["not_salted"][0]["reason"], "changed since epoch 2");
+        assert_eq!(
+            applied_line(&applied),
+            "1 of 2 operations done; journal j.json"
         );
 
         let refused = plan(

@@ -5,6 +5,7 @@ use heatsink::schema::DEFAULT_PREFIX;
 use heatsink_photo_app::schema::Schema;
 
 use super::CmdResult;
+use super::output::Output;
 use super::table::{Align, Grid};
 
 /// Arguments of `heatsink schema`.
@@ -21,10 +22,11 @@ pub struct SchemaArgs {
 /// Prints the schema.
 pub fn run(args: SchemaArgs) -> CmdResult {
     let schema = Schema::new(args.prefix);
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&schema.to_json())?);
-        return Ok(());
-    }
+    Output { json: args.json }.report(|| schema.to_json(), || lines(&schema))
+}
+
+/// The human form: one row per table, then one per stream.
+fn lines(schema: &Schema) -> Vec<String> {
     let mut grid = Grid::new(&[
         ("table", Align::Left),
         ("partition key", Align::Left),
@@ -60,7 +62,7 @@ pub fn run(args: SchemaArgs) -> CmdResult {
             extras.join("; "),
         ]);
     }
-    grid.print();
+    let mut lines = grid.lines();
     let mut streams = Grid::headless(&[Align::Left, Align::Left]);
     for st in schema.streams() {
         streams.row([
@@ -68,6 +70,38 @@ pub fn run(args: SchemaArgs) -> CmdResult {
             format!("kinesis stream, {} shards", st.shards),
         ]);
     }
-    streams.print();
-    Ok(())
+    lines.extend(streams.lines());
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_json_names_every_table_and_stream_the_table_shows() {
+        let schema = Schema::new("t-");
+        let v: serde_json::Value =
+            serde_json::from_str(&schema.to_json().to_string()).expect("parses");
+        let human = lines(&schema);
+        let tables = v["tables"].as_array().expect("tables");
+        let streams = v["streams"].as_array().expect("streams");
+        assert_eq!(human.len(), 1 + tables.len() + streams.len());
+        for (row, table) in human[1..].iter().zip(tables) {
+            let cells: Vec<&str> = row.split_whitespace().collect();
+            assert_eq!(Some(cells[0]), table["name"].as_str(), "{row}");
+            assert_eq!(
+                Some(cells[1]),
+                table["partition_key"]["name"].as_str(),
+                "{row}"
+            );
+        }
+        for (row, stream) in human[1 + tables.len()..].iter().zip(streams) {
+            assert!(row.starts_with(stream["name"].as_str().unwrap()), "{row}");
+            assert!(
+                row.contains(&format!("{} shards", stream["shards"])),
+                "{row}"
+            );
+        }
+    }
 }

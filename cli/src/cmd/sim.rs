@@ -47,6 +47,99 @@ pub struct SimArgs {
     /// reports from that bus only.
     #[arg(long, requires = "publish_every")]
     event_bus: Option<String>,
+    /// Print the events (listening, published, stopped) as JSON lines on stdout instead of
+    /// lines on stderr.
+    #[arg(long)]
+    json: bool,
+}
+
+/// One thing the simulator reports while it runs.
+#[derive(Debug, Clone, PartialEq)]
+enum Event {
+    /// It serves at `endpoint`.
+    Listening {
+        endpoint: String,
+        upstream: String,
+        partitions: u32,
+        write_ceiling: f64,
+        read_ceiling: f64,
+    },
+    /// It publishes hot-key reports to `event_bus`.
+    Publishing { event_bus: String, every_s: u64 },
+    /// A report went out.
+    Published { keys: usize, dropped_keys: usize },
+    /// A publish failed (retried at the next tick); the line says what, where and what next.
+    PublishFailed { error: String },
+    /// Ctrl-C: the final statistics.
+    Stopped { requests: u64, throttled: u64 },
+}
+
+impl Event {
+    /// The human line (on stderr).
+    fn line(&self) -> String {
+        match self {
+            Self::Listening {
+                endpoint,
+                upstream,
+                partitions,
+                write_ceiling,
+                read_ceiling,
+            } => format!(
+                "heatsink sim: {endpoint} -> {upstream} ({partitions} partitions/table, {write_ceiling} WCU/s and {read_ceiling} RCU/s each); stats at {endpoint}/_sim/stats, hot keys at {endpoint}/_sim/hot; Ctrl-C stops"
+            ),
+            Self::Publishing { event_bus, every_s } => format!(
+                "heatsink sim: publishing hot-key reports to EventBridge bus {event_bus} at most every {every_s} s"
+            ),
+            Self::Published { keys, dropped_keys } => format!(
+                "heatsink sim: published {keys} hot key(s){}",
+                if *dropped_keys > 0 {
+                    format!(" ({dropped_keys} colder ones left out to fit one event)")
+                } else {
+                    String::new()
+                }
+            ),
+            Self::PublishFailed { error } => format!("heatsink sim: {error} (retrying in 1 s)"),
+            Self::Stopped {
+                requests,
+                throttled,
+            } => format!("heatsink sim: {requests} requests, {throttled} throttled"),
+        }
+    }
+
+    /// The JSON line (`--json`, on stdout): `{"event": NAME, …the fields}`.
+    fn json(&self) -> serde_json::Value {
+        use serde_json::json;
+        match self {
+            Self::Listening {
+                endpoint,
+                upstream,
+                partitions,
+                write_ceiling,
+                read_ceiling,
+            } => json!({"event": "listening", "endpoint": endpoint, "upstream": upstream,
+                "partitions": partitions, "write_ceiling": write_ceiling, "read_ceiling": read_ceiling}),
+            Self::Publishing { event_bus, every_s } => {
+                json!({"event": "publishing", "event_bus": event_bus, "every_s": every_s})
+            }
+            Self::Published { keys, dropped_keys } => {
+                json!({"event": "published", "keys": keys, "dropped_keys": dropped_keys})
+            }
+            Self::PublishFailed { error } => json!({"event": "publish_failed", "error": error}),
+            Self::Stopped {
+                requests,
+                throttled,
+            } => json!({"event": "stopped", "requests": requests, "throttled": throttled}),
+        }
+    }
+
+    /// Reports the event: a JSON line on stdout with `--json`, else a line on stderr.
+    fn emit(&self, json: bool) {
+        if json {
+            super::output::print_json_line(&self.json());
+        } else {
+            eprintln!("{}", self.line());
+        }
+    }
 }
 
 /// Serves until Ctrl-C, then prints the final statistics.
@@ -73,39 +166,41 @@ pub async fn run(args: SimArgs) -> CmdResult {
             fail::chain(&e)
         ))
     })?;
-    eprintln!(
-        "heatsink sim: {} -> {} ({} partitions/table, {} WCU/s and {} RCU/s each); stats at {0}/_sim/stats, hot keys at {0}/_sim/hot; Ctrl-C stops",
-        sim.endpoint(),
-        args.upstream,
-        args.partitions,
-        args.write_ceiling,
-        args.read_ceiling,
-    );
+    Event::Listening {
+        endpoint: sim.endpoint().to_string(),
+        upstream: args.upstream.clone(),
+        partitions: args.partitions,
+        write_ceiling: args.write_ceiling,
+        read_ceiling: args.read_ceiling,
+    }
+    .emit(args.json);
     match (args.publish_every, args.event_bus) {
-        (Some(secs), Some(bus)) => publish_until_ctrl_c(&sim, secs, bus).await?,
+        (Some(secs), Some(bus)) => publish_until_ctrl_c(&sim, secs, bus, args.json).await?,
         // clap requires --event-bus with --publish-every, so this is the no-publishing case.
         _ => tokio::signal::ctrl_c().await?,
     }
     let stats = sim.stats();
-    eprintln!(
-        "heatsink sim: {} requests, {} throttled",
-        stats.requests,
-        stats.throttled()
-    );
+    Event::Stopped {
+        requests: stats.requests,
+        throttled: stats.throttled(),
+    }
+    .emit(args.json);
     sim.stop();
     Ok(())
 }
 
 /// Every second, offers the sampler's report to a publisher with a `secs`-second cadence.
-async fn publish_until_ctrl_c(sim: &Simulator, secs: u64, bus: String) -> CmdResult {
+async fn publish_until_ctrl_c(sim: &Simulator, secs: u64, bus: String, json: bool) -> CmdResult {
     let config = sdk_config().await;
     let client = aws_sdk_eventbridge::Client::new(&config);
     let target = Target::new(&config, Service::EventBridge, "event bus", &bus)
         .if_missing("check --event-bus");
     let every = Duration::from_secs(secs);
-    eprintln!(
-        "heatsink sim: publishing hot-key reports to EventBridge bus {bus} at most every {secs} s"
-    );
+    Event::Publishing {
+        event_bus: bus.clone(),
+        every_s: secs,
+    }
+    .emit(json);
     let mut publisher = Publisher::new(EventBridgeSink::new(client, bus), every);
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let ctrl_c = tokio::signal::ctrl_c();
@@ -117,24 +212,17 @@ async fn publish_until_ctrl_c(sim: &Simulator, secs: u64, bus: String) -> CmdRes
         }
         let report = sim.hot();
         match publisher.tick(&report, sim.elapsed()).await {
-            Ok(Some(p)) => eprintln!(
-                "heatsink sim: published {} hot key(s){}",
-                p.keys,
-                if p.dropped_keys > 0 {
-                    format!(
-                        " ({} colder ones left out to fit one event)",
-                        p.dropped_keys
-                    )
-                } else {
-                    String::new()
-                }
-            ),
+            Ok(Some(p)) => Event::Published {
+                keys: p.keys,
+                dropped_keys: p.dropped_keys,
+            }
+            .emit(json),
             Ok(None) => {}
             // A failed publish is retried at the next tick; the proxy keeps serving.
-            Err(e) => eprintln!(
-                "heatsink sim: {} (retrying in 1 s)",
-                target.fail("publish the hot-key report to", &e)
-            ),
+            Err(e) => Event::PublishFailed {
+                error: target.fail("publish the hot-key report to", &e).to_string(),
+            }
+            .emit(json),
         }
     }
 }
@@ -169,6 +257,51 @@ mod tests {
             .expect("parse");
         assert_eq!(cli.sim.publish_every, Some(2));
         assert_eq!(cli.sim.event_bus.as_deref(), Some("b"));
+    }
+
+    #[test]
+    fn each_event_line_and_json_line_carry_the_same_facts() {
+        let events = [
+            Event::Listening {
+                endpoint: "http://127.0.0.1:8100".into(),
+                upstream: "http://127.0.0.1:5000".into(),
+                partitions: 4,
+                write_ceiling: 1000.0,
+                read_ceiling: 3000.0,
+            },
+            Event::Publishing {
+                event_bus: "heatsink-control".into(),
+                every_s: 2,
+            },
+            Event::Published {
+                keys: 3,
+                dropped_keys: 1,
+            },
+            Event::PublishFailed {
+                error: "cannot reach EventBridge".into(),
+            },
+            Event::Stopped {
+                requests: 1200,
+                throttled: 17,
+            },
+        ];
+        for event in &events {
+            let text = event.json().to_string();
+            assert!(!text.contains('\n'), "one JSON line: {text}");
+            let v: serde_json::Value = serde_json::from_str(&text).expect("parses");
+            let line = event.line();
+            let fields = v.as_object().expect("an object");
+            assert!(fields["event"].is_string());
+            for (name, value) in fields.iter().filter(|(k, _)| *k != "event") {
+                // Numbers as Rust prints them (3000.0 as `3000`).
+                let shown = match (value.as_str(), value.as_f64()) {
+                    (Some(text), _) => text.to_owned(),
+                    (None, Some(n)) => n.to_string(),
+                    _ => value.to_string(),
+                };
+                assert!(line.contains(&shown), "{name} = {shown} not in {line:?}");
+            }
+        }
     }
 
     #[test]

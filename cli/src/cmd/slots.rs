@@ -14,12 +14,16 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use heatsink::schema::{DEFAULT_PREFIX, Schema, Table, ensure_table};
-use heatsink::slots::balance::{BalanceConfig, plan};
+use heatsink::slots::balance::{BalanceConfig, BalancePlan, plan};
 use heatsink::slots::mover::Mover;
-use heatsink::slots::verify::{AckLine, verify};
-use heatsink::slots::{RetryRule, Router, SlotDirectory, SlotRange, slot_of};
+use heatsink::slots::record::MoveRecord;
+use heatsink::slots::verify::{AckLine, VerifyReport, verify};
+use heatsink::slots::{RetryRule, Router, SlotDirectory, SlotMap, SlotRange, slot_of};
 use heatsink_sim::load::{LoadSpec, latency_quantile, run_load};
+use serde_json::{Value, json};
 
+use super::fail::{Failure, Target, aws_call, chain, env_endpoint};
+use super::output::Output;
 use super::{CmdResult, parse_duration, slots_sdk_config};
 
 /// `heatsink slots` subcommands.
@@ -71,6 +75,8 @@ pub struct InitArgs {
     /// Strict directory: routers check the owner's fence on every write (2x write cost).
     #[arg(long)]
     strict: bool,
+    #[command(flatten)]
+    output: Output,
 }
 
 /// Arguments of `slots status`.
@@ -78,9 +84,8 @@ pub struct InitArgs {
 pub struct StatusArgs {
     #[command(flatten)]
     dir: DirArgs,
-    /// Print JSON.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    output: Output,
 }
 
 /// Arguments of `slots split`.
@@ -94,6 +99,8 @@ pub struct SplitArgs {
     /// The first slot of the right part.
     #[arg(long)]
     at: u16,
+    #[command(flatten)]
+    output: Output,
 }
 
 /// Arguments of `slots merge`.
@@ -104,6 +111,8 @@ pub struct MergeArgs {
     /// Two adjacent ranges, `A-B,C-D`.
     #[arg(long)]
     ranges: String,
+    #[command(flatten)]
+    output: Output,
 }
 
 /// Arguments of `slots load`.
@@ -132,6 +141,8 @@ pub struct LoadArgs {
     /// Fenced writes on every range, whatever the directory says.
     #[arg(long)]
     strict: bool,
+    #[command(flatten)]
+    output: Output,
 }
 
 /// Arguments of `slots verify`.
@@ -142,6 +153,8 @@ pub struct VerifyArgs {
     /// The ack log `slots load` wrote.
     #[arg(long)]
     ack_log: std::path::PathBuf,
+    #[command(flatten)]
+    output: Output,
 }
 
 /// Arguments of `slots plan`.
@@ -164,9 +177,12 @@ pub struct PlanArgs {
     /// Tables that own nothing yet and may take moves.
     #[arg(long)]
     spare: Vec<String>,
-    /// Carry the plan out, one move at a time.
+    /// Carry the plan out, one move at a time (each move prints as `move start` does; with
+    /// --json the plan and then each move's events are JSON lines).
     #[arg(long)]
     apply: bool,
+    #[command(flatten)]
+    output: Output,
 }
 
 /// Runs one `heatsink slots` subcommand.
@@ -175,109 +191,157 @@ pub async fn run(command: SlotsCommand) -> CmdResult {
         SlotsCommand::Init(a) => {
             let dir = a.dir.open().await;
             let spec = Schema::new(&a.dir.prefix).table(Table::Slots);
-            ensure_table(dir.client(), &spec).await?;
-            let map = dir.init(&a.owner, a.max_age, a.strict).await?;
-            println!(
-                "{}",
-                serde_json::json!({"directory": dir.table(), "version": map.version, "owner": a.owner, "strict": map.strict})
-            );
-            Ok(())
+            ensure_table(dir.client(), &spec)
+                .await
+                .map_err(|e| failed(&dir, "create the slot directory", &e))?;
+            let map = dir
+                .init(&a.owner, a.max_age, a.strict)
+                .await
+                .map_err(|e| failed(&dir, "initialize the slot directory", &e))?;
+            a.output.report(
+                || json!({"directory": dir.table(), "version": map.version, "owner": a.owner, "strict": map.strict, "max_age_ms": map.max_age_ms}),
+                || {
+                    vec![format!(
+                        "directory {} version {}: every slot to {} at epoch 1 (strict: {}, max age {} ms)",
+                        dir.table(),
+                        map.version,
+                        a.owner,
+                        map.strict,
+                        map.max_age_ms
+                    )]
+                },
+            )
         }
         SlotsCommand::Status(a) => status(a).await,
         SlotsCommand::Split(a) => {
             let dir = a.dir.open().await;
-            let map = dir.load().await?;
-            dir.commit(&map.split(a.range, a.at)?).await?;
-            println!(
-                "split {} at {} (directory version {})",
-                a.range,
-                a.at,
-                map.version + 1
-            );
-            Ok(())
+            let map = load_map(&dir).await?;
+            dir.commit(&map.split(a.range, a.at)?)
+                .await
+                .map_err(|e| failed(&dir, "split a range of", &e))?;
+            let version = map.version + 1;
+            a.output.report(
+                || json!({"directory": dir.table(), "split": a.range, "at": a.at, "version": version}),
+                || vec![format!("split {} at {} (directory version {version})", a.range, a.at)],
+            )
         }
         SlotsCommand::Merge(a) => {
             let dir = a.dir.open().await;
-            let (x, y) = a
-                .ranges
-                .split_once(',')
-                .ok_or_else(|| format!("--ranges {:?} is not A-B,C-D", a.ranges))?;
+            let (x, y) = a.ranges.split_once(',').ok_or_else(|| {
+                Failure::new(format!(
+                    "--ranges {:?} is not two ranges: give them as A-B,C-D (see 'heatsink slots status')",
+                    a.ranges
+                ))
+            })?;
             let (x, y): (SlotRange, SlotRange) = (x.parse()?, y.parse()?);
-            let map = dir.load().await?;
-            dir.commit(&map.merge(x, y)?).await?;
-            println!("merged {x} and {y} (directory version {})", map.version + 1);
-            Ok(())
+            let map = load_map(&dir).await?;
+            dir.commit(&map.merge(x, y)?)
+                .await
+                .map_err(|e| failed(&dir, "merge two ranges of", &e))?;
+            let version = map.version + 1;
+            a.output.report(
+                || json!({"directory": dir.table(), "merged": [x, y], "version": version}),
+                || vec![format!("merged {x} and {y} (directory version {version})")],
+            )
         }
         SlotsCommand::Load(a) => load(a).await,
-        SlotsCommand::Verify(a) => {
-            let dir = a.dir.open().await;
-            let text = std::fs::read_to_string(&a.ack_log)
-                .map_err(|e| format!("reading {}: {e}", a.ack_log.display()))?;
-            let acks = text
-                .lines()
-                .filter(|l| !l.trim().is_empty())
-                .map(serde_json::from_str::<AckLine>)
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| format!("{} is not an ack log: {e}", a.ack_log.display()))?;
-            let router = Router::new(dir.client().clone(), dir, Duration::from_secs(1));
-            let report = verify(&router, &acks).await?;
-            println!("{}", serde_json::to_string(&report)?);
-            if !report.ok() {
-                std::process::exit(1);
-            }
-            Ok(())
-        }
+        SlotsCommand::Verify(a) => verify_cmd(a).await,
         SlotsCommand::Plan(a) => plan_cmd(a).await,
     }
 }
 
+/// A failure of the slot directory `dir` (its table, on the DynamoDB endpoint), or the
+/// library's refusal as it is (it names the command to run next).
+fn failed(dir: &SlotDirectory, action: &str, e: &(dyn std::error::Error + 'static)) -> Failure {
+    failed_on(dir.table(), action, e)
+}
+
+/// [`failed`] for the directory table named `table`: an AWS call's failure names its table
+/// (the directory, or an owner table) and the endpoint.
+pub(crate) fn failed_on(
+    table: &str,
+    action: &str,
+    e: &(dyn std::error::Error + 'static),
+) -> Failure {
+    let text = chain(e);
+    let Some(call) = aws_call(&text) else {
+        return Failure::new(text);
+    };
+    let next = if call.resource == table {
+        "run 'heatsink slots init --owner TABLE' (or check --prefix)"
+    } else {
+        "the directory names it as an owner: check it exists, or move its slots ('heatsink slots status')"
+    };
+    Target::at(
+        env_endpoint(call.service),
+        call.service,
+        "table",
+        call.resource,
+    )
+    .if_missing(next)
+    .fail(action, e)
+}
+
+/// The directory's map, or a one-line failure.
+async fn load_map(dir: &SlotDirectory) -> Result<heatsink::slots::SlotMap, Failure> {
+    dir.load()
+        .await
+        .map_err(|e| failed(dir, "read the slot directory", &e))
+}
+
 async fn status(a: StatusArgs) -> CmdResult {
     let dir = a.dir.open().await;
-    let map = dir.load().await?;
-    let moves = Mover::list(&dir).await?;
-    if a.json {
-        let ranges: Vec<_> = map
-            .ranges
-            .iter()
-            .map(|r| serde_json::json!({"first": r.range.first, "last": r.range.last, "owner": r.owner, "epoch": r.epoch, "state": r.state.name()}))
-            .collect();
-        let moves: Vec<_> = moves
-            .iter()
-            .map(|m| serde_json::json!({"id": m.id, "slots": m.slots.to_string(), "from": m.from, "to": m.to, "phase": m.phase.name()}))
-            .collect();
-        println!(
-            "{}",
-            serde_json::json!({"version": map.version, "strict": map.strict, "max_age_ms": map.max_age_ms, "ranges": ranges, "moves": moves})
-        );
-        return Ok(());
-    }
-    println!(
-        "directory {} version {} (strict: {}, max age {} ms)",
-        dir.table(),
-        map.version,
-        map.strict,
-        map.max_age_ms
-    );
+    let map = load_map(&dir).await?;
+    let moves = Mover::list(&dir)
+        .await
+        .map_err(|e| failed(&dir, "list the moves of", &e))?;
+    a.output.report(
+        || status_json(&map, &moves),
+        || status_lines(dir.table(), &map, &moves),
+    )
+}
+
+/// `slots status --json`: the map's version, strictness and max age, every range (`first`,
+/// `last`, `owner`, `epoch`, `state`) and every move (`id`, `slots`, `from`, `to`, `phase`).
+fn status_json(map: &SlotMap, moves: &[MoveRecord]) -> Value {
+    let ranges: Vec<_> = map
+        .ranges
+        .iter()
+        .map(|r| json!({"first": r.range.first, "last": r.range.last, "owner": r.owner, "epoch": r.epoch, "state": r.state.name()}))
+        .collect();
+    let moves: Vec<_> = moves
+        .iter()
+        .map(|m| json!({"id": m.id, "slots": m.slots.to_string(), "from": m.from, "to": m.to, "phase": m.phase.name()}))
+        .collect();
+    json!({"version": map.version, "strict": map.strict, "max_age_ms": map.max_age_ms, "ranges": ranges, "moves": moves})
+}
+
+/// `slots status`'s human form: the map, then the moves not yet final.
+fn status_lines(table: &str, map: &SlotMap, moves: &[MoveRecord]) -> Vec<String> {
+    let mut lines = vec![format!(
+        "directory {table} version {} (strict: {}, max age {} ms)",
+        map.version, map.strict, map.max_age_ms
+    )];
     for r in &map.ranges {
-        println!(
+        lines.push(format!(
             "  {:>11}  {:<7} epoch {:<4} {}",
             r.range.to_string(),
             r.state.name(),
             r.epoch,
             r.owner
-        );
+        ));
     }
     for m in moves.iter().filter(|m| !m.phase.is_final()) {
-        println!(
+        lines.push(format!(
             "  move {} {} {} -> {} ({})",
             m.id,
             m.slots,
             m.from,
             m.to,
             m.phase.name()
-        );
+        ));
     }
-    Ok(())
+    lines
 }
 
 async fn load(a: LoadArgs) -> CmdResult {
@@ -293,7 +357,12 @@ async fn load(a: LoadArgs) -> CmdResult {
         .create(true)
         .append(true)
         .open(&a.ack_log)
-        .map_err(|e| format!("opening {}: {e}", a.ack_log.display()))?;
+        .map_err(|e| {
+            Failure::new(format!(
+                "cannot open the ack log {}: {e}; check --ack-log",
+                a.ack_log.display()
+            ))
+        })?;
     let sink = Arc::new(std::sync::Mutex::new(std::io::BufWriter::new(file)));
     let writer = sink.clone();
     let spec = LoadSpec {
@@ -314,30 +383,175 @@ async fn load(a: LoadArgs) -> CmdResult {
     })
     .await;
     if let Ok(mut w) = sink.lock() {
-        w.flush()?;
+        w.flush().map_err(|e| {
+            Failure::new(format!(
+                "cannot write the ack log {}: {e}; check the disk, then run 'heatsink slots load' again",
+                a.ack_log.display()
+            ))
+        })?;
     }
     let q = |p| latency_quantile(&report.samples, 0, u64::MAX, p);
-    eprintln!(
-        "{}",
-        serde_json::json!({"acked": report.acked, "failed": report.failed, "moved": report.moved,
-            "p50_ms": q(0.5), "p99_ms": q(0.99), "max_ms": q(1.0)})
+    let summary = LoadSummary {
+        acked: report.acked,
+        failed: report.failed,
+        moved: report.moved,
+        p50_ms: q(0.5),
+        p99_ms: q(0.99),
+        max_ms: q(1.0),
+    };
+    a.output.report(|| json!(summary), || vec![summary.line()])
+}
+
+/// What `slots load` did.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+struct LoadSummary {
+    acked: u64,
+    failed: u64,
+    moved: u64,
+    p50_ms: Option<f64>,
+    p99_ms: Option<f64>,
+    max_ms: Option<f64>,
+}
+
+impl LoadSummary {
+    /// The human line.
+    fn line(&self) -> String {
+        let ms = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.1} ms"));
+        format!(
+            "{} writes acknowledged, {} not, {} MOVED answers; latency p50 {} p99 {} max {}",
+            self.acked,
+            self.failed,
+            self.moved,
+            ms(self.p50_ms),
+            ms(self.p99_ms),
+            ms(self.max_ms)
+        )
+    }
+}
+
+async fn verify_cmd(a: VerifyArgs) -> CmdResult {
+    let dir = a.dir.open().await;
+    let text = std::fs::read_to_string(&a.ack_log).map_err(|e| {
+        Failure::new(format!(
+            "cannot read the ack log {}: {e}; check --ack-log (the file 'heatsink slots load --ack-log' wrote)",
+            a.ack_log.display()
+        ))
+    })?;
+    let acks = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(serde_json::from_str::<AckLine>)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| {
+            Failure::new(format!(
+                "{} is not an ack log ({e}): give --ack-log the file 'heatsink slots load' wrote",
+                a.ack_log.display()
+            ))
+        })?;
+    let table = dir.table().to_owned();
+    let router = Router::new(dir.client().clone(), dir, Duration::from_secs(1));
+    let report = verify(&router, &acks)
+        .await
+        .map_err(|e| failed_on(&table, "read back the acknowledged writes through", &e))?;
+    a.output
+        .report(|| json!(report), || vec![verify_line(&report)])?;
+    verify_outcome(&report, &table)
+}
+
+/// `slots verify`'s human line.
+fn verify_line(r: &VerifyReport) -> String {
+    let mut line = format!(
+        "{} acknowledged writes of {} keys checked: {} lost",
+        r.acked, r.keys, r.lost
     );
-    Ok(())
+    if !r.lost_samples.is_empty() {
+        line.push_str(&format!(" (e.g. {})", r.lost_samples.join(", ")));
+    }
+    if !r.double_owned.is_empty() {
+        line.push_str(&format!("; slots with two owners: {:?}", r.double_owned));
+    }
+    line
+}
+
+/// Exit 1 (one line) when the check found a lost write or a slot with two owners.
+fn verify_outcome(r: &VerifyReport, table: &str) -> CmdResult {
+    if r.ok() {
+        return Ok(());
+    }
+    let mut what = Vec::new();
+    if r.lost > 0 {
+        what.push(format!(
+            "{} acknowledged writes read back below their version (e.g. {})",
+            r.lost,
+            r.lost_samples.join(", ")
+        ));
+    }
+    if !r.double_owned.is_empty() {
+        what.push(format!(
+            "slots {:?} accept writes on two tables",
+            r.double_owned
+        ));
+    }
+    Err(Failure::new(format!(
+        "verify failed on the tables of directory {table}: {}: keep the ack log, see the moves with 'heatsink move list' and finish or roll back the one holding those slots",
+        what.join("; ")
+    ))
+    .into())
 }
 
 async fn plan_cmd(a: PlanArgs) -> CmdResult {
     let dir = a.dir.open().await;
-    let map = dir.load().await?;
-    let text = std::fs::read_to_string(&a.samples)
-        .map_err(|e| format!("reading {}: {e}", a.samples.display()))?;
+    let map = load_map(&dir).await?;
+    let text = std::fs::read_to_string(&a.samples).map_err(|e| {
+        Failure::new(format!(
+            "cannot read the samples {}: {e}; check --samples",
+            a.samples.display()
+        ))
+    })?;
+    let load = parse_samples(&text, &a.samples)?;
+    let cfg = BalanceConfig {
+        capacity: a.capacity,
+        target: a.target,
+        band: a.band,
+    };
+    let p = plan(&map, &a.spare, &load, &cfg);
+    if a.apply && a.output.json {
+        // The plan, then each move's events: JSON lines.
+        super::output::print_json_line(&json!(p));
+    } else {
+        a.output
+            .report(|| json!(p), || plan_lines(&p, cfg.target))?;
+    }
+    if a.apply {
+        for mv in &p.moves {
+            let args = super::r#move::StartArgs::for_plan(
+                a.dir.clone(),
+                mv.slots,
+                mv.to.clone(),
+                a.output,
+            );
+            super::r#move::start(args).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Per-slot load from the samples' JSON lines (`{"key" or "slot", "rate"}`).
+fn parse_samples(text: &str, path: &std::path::Path) -> Result<BTreeMap<u16, f64>, Failure> {
     let mut load: BTreeMap<u16, f64> = BTreeMap::new();
     for (n, line) in text
         .lines()
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
     {
-        let v: serde_json::Value = serde_json::from_str(line)
-            .map_err(|e| format!("{} line {}: {e}", a.samples.display(), n + 1))?;
+        let bad = |why: String| {
+            Failure::new(format!(
+                "{} line {}: {why}; each line must be {{\"key\" or \"slot\", \"rate\"}}",
+                path.display(),
+                n + 1
+            ))
+        };
+        let v: Value = serde_json::from_str(line).map_err(|e| bad(e.to_string()))?;
         let rate = v["rate"].as_f64().filter(|r| r.is_finite() && *r >= 0.0);
         let slot = v["slot"]
             .as_u64()
@@ -345,27 +559,227 @@ async fn plan_cmd(a: PlanArgs) -> CmdResult {
             .filter(|s| *s < heatsink::slots::SLOTS)
             .or_else(|| v["key"].as_str().map(slot_of));
         let (Some(slot), Some(rate)) = (slot, rate) else {
-            return Err(format!(
-                "{} line {}: want {{\"key\" or \"slot\", \"rate\"}}",
-                a.samples.display(),
-                n + 1
-            )
-            .into());
+            return Err(bad(
+                "no slot (0-16383) or key, or no rate of 0 or more".into()
+            ));
         };
         *load.entry(slot).or_insert(0.0) += rate;
     }
-    let cfg = BalanceConfig {
-        capacity: a.capacity,
-        target: a.target,
-        band: a.band,
-    };
-    let p = plan(&map, &a.spare, &load, &cfg);
-    println!("{}", serde_json::to_string(&p)?);
-    if a.apply {
-        for mv in &p.moves {
-            let args = super::r#move::StartArgs::for_plan(a.dir.clone(), mv.slots, mv.to.clone());
-            super::r#move::start(args).await?;
-        }
+    Ok(load)
+}
+
+/// `slots plan`'s human form: each move, each owner's utilisation after them, the owners no move
+/// helps.
+fn plan_lines(p: &BalancePlan, target: f64) -> Vec<String> {
+    let mut lines = Vec::new();
+    if p.moves.is_empty() {
+        lines.push(format!(
+            "no move needed: every owner ends under {:.0}%",
+            target * 100.0
+        ));
     }
-    Ok(())
+    for mv in &p.moves {
+        lines.push(format!(
+            "move {} {} -> {} (load {:.1})",
+            mv.slots, mv.from, mv.to, mv.load
+        ));
+    }
+    for (owner, utilisation) in &p.after {
+        lines.push(format!("  {owner}: {:.1}% after", utilisation * 100.0));
+    }
+    for owner in &p.stuck {
+        lines.push(format!(
+            "  {owner}: still over target, one slot too hot for any table: salt its hot key instead"
+        ));
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use heatsink::slots::RangeEntry;
+
+    use super::*;
+
+    #[test]
+    fn the_status_json_carries_every_range_and_open_move_the_lines_show() {
+        let mut map = SlotMap::initial("posts", 1000, false);
+        map.ranges = vec![
+            RangeEntry::stable(
+                SlotRange {
+                    first: 0,
+                    last: 12066,
+                },
+                "posts",
+                1,
+            ),
+            RangeEntry::stable(
+                SlotRange {
+                    first: 12067,
+                    last: 12067,
+                },
+                "posts-p9",
+                2,
+            ),
+            RangeEntry::stable(
+                SlotRange {
+                    first: 12068,
+                    last: 16383,
+                },
+                "posts",
+                1,
+            ),
+        ];
+        let mut open = crate::cmd::r#move::tests::done_record();
+        open.id = "m-2".into();
+        open.phase = heatsink::slots::Phase::Copied;
+        let moves = vec![crate::cmd::r#move::tests::done_record(), open];
+        let v: Value =
+            serde_json::from_str(&status_json(&map, &moves).to_string()).expect("parses");
+        let lines = status_lines("heatsink-slots", &map, &moves);
+        assert_eq!(
+            lines[0],
+            "directory heatsink-slots version 1 (strict: false, max age 1000 ms)"
+        );
+        assert_eq!(
+            (
+                v["version"].as_u64(),
+                v["strict"].as_bool(),
+                v["max_age_ms"].as_u64()
+            ),
+            (Some(1), Some(false), Some(1000))
+        );
+        let ranges = v["ranges"].as_array().unwrap();
+        assert_eq!(ranges.len(), 3);
+        for (range, line) in ranges.iter().zip(&lines[1..]) {
+            let cells: Vec<&str> = line.split_whitespace().collect();
+            assert_eq!(cells[0], format!("{}-{}", range["first"], range["last"]));
+            assert_eq!(Some(cells[1]), range["state"].as_str());
+            assert_eq!(cells[3], range["epoch"].to_string());
+            assert_eq!(Some(cells[4]), range["owner"].as_str());
+        }
+        // The JSON lists every move; the lines only the open one.
+        assert_eq!(v["moves"].as_array().map(Vec::len), Some(2));
+        assert_eq!(
+            lines[4],
+            "  move m-2 12067-12067 posts -> posts-p9 (copied)"
+        );
+        assert_eq!(lines.len(), 5);
+        assert_eq!(v["moves"][1]["phase"], "copied");
+    }
+
+    #[test]
+    fn verify_reports_lost_writes_on_one_line_and_fails() {
+        let ok = VerifyReport {
+            keys: 4,
+            acked: 40,
+            ..VerifyReport::default()
+        };
+        assert_eq!(
+            verify_line(&ok),
+            "40 acknowledged writes of 4 keys checked: 0 lost"
+        );
+        assert!(verify_outcome(&ok, "heatsink-slots").is_ok());
+        let lost = VerifyReport {
+            keys: 4,
+            acked: 40,
+            lost: 1,
+            lost_samples: vec!["{t1}key-1 acked=2 found=Some(1)".into()],
+            double_owned: vec![7],
+        };
+        let v: Value = serde_json::from_str(&json!(lost).to_string()).expect("parses");
+        assert_eq!(
+            (v["lost"].as_u64(), v["acked"].as_u64(), v["keys"].as_u64()),
+            (Some(1), Some(40), Some(4))
+        );
+        assert_eq!(v["double_owned"], json!([7]));
+        let line = verify_line(&lost);
+        assert!(
+            line.contains("1 lost (e.g. {t1}key-1 acked=2 found=Some(1))")
+                && line.contains("two owners: [7]"),
+            "{line}"
+        );
+        let err = verify_outcome(&lost, "heatsink-slots")
+            .expect_err("a lost write fails")
+            .to_string();
+        assert!(!err.contains('\n'));
+        assert!(
+            err.contains("heatsink-slots") && err.contains("'heatsink move list'"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_plan_prints_each_move_and_what_it_leaves() {
+        let p = BalancePlan {
+            moves: vec![heatsink::slots::balance::PlannedMove {
+                slots: SlotRange {
+                    first: 12067,
+                    last: 12067,
+                },
+                from: "posts".into(),
+                to: "posts-p9".into(),
+                load: 900.0,
+            }],
+            after: BTreeMap::from([("posts".into(), 0.5), ("posts-p9".into(), 0.9)]),
+            stuck: vec!["posts-p9".into()],
+        };
+        let v: Value = serde_json::from_str(&json!(p).to_string()).expect("parses");
+        let lines = plan_lines(&p, 0.7);
+        assert_eq!(lines[0], "move 12067-12067 posts -> posts-p9 (load 900.0)");
+        assert_eq!(
+            v["moves"][0]["slots"],
+            json!({"first": 12067, "last": 12067})
+        );
+        assert_eq!(v["moves"][0]["load"], 900.0);
+        assert_eq!(lines[1], "  posts: 50.0% after");
+        assert_eq!(v["after"]["posts-p9"], 0.9);
+        assert!(
+            lines[3].starts_with("  posts-p9: still over target"),
+            "{}",
+            lines[3]
+        );
+        assert_eq!(v["stuck"], json!(["posts-p9"]));
+    }
+
+    #[test]
+    fn samples_are_read_by_key_or_slot_and_refused_with_their_line() {
+        let path = std::path::Path::new("samples.jsonl");
+        let load = parse_samples(
+            "{\"key\": \"{p9}\", \"rate\": 2}\n\n{\"slot\": 12067, \"rate\": 3}\n",
+            path,
+        )
+        .expect("parses");
+        assert_eq!(load, BTreeMap::from([(slot_of("p9"), 5.0)]));
+        let err = parse_samples("{\"slot\": 16384, \"rate\": 1}", path)
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("samples.jsonl line 1: "), "{err}");
+    }
+
+    #[test]
+    fn the_load_summary_line_shows_its_json_fields() {
+        let s = LoadSummary {
+            acked: 500,
+            failed: 2,
+            moved: 7,
+            p50_ms: Some(3.25),
+            p99_ms: Some(40.0),
+            max_ms: None,
+        };
+        let v: Value = serde_json::from_str(&json!(s).to_string()).expect("parses");
+        assert_eq!(
+            (
+                v["acked"].as_u64(),
+                v["failed"].as_u64(),
+                v["moved"].as_u64()
+            ),
+            (Some(500), Some(2), Some(7))
+        );
+        assert_eq!(v["max_ms"], Value::Null);
+        assert_eq!(
+            s.line(),
+            "500 writes acknowledged, 2 not, 7 MOVED answers; latency p50 3.2 ms p99 40.0 ms max -"
+        );
+    }
 }

@@ -4,14 +4,16 @@
 //! table; each prints, as one JSON line per record, what it processes, in processing order, and
 //! checkpoints as it goes. Ctrl-C stops after the current batch and releases the leases.
 //!
-//! A line is `{"shard", "seq", "sub_seq"?, "partition_key", "data", "data_encoding"}`: `data` is
-//! the record as text when `data_encoding` is `"utf8"`, base64 when it is `"base64"`. A record
-//! that carries the KPL magic but does not decode within the bounds (`docs/bounds.md`) is printed
-//! whole with `"undecodable"` (the reason), its data cut to the first 4 KiB (`"data_truncated"`,
-//! `"data_len"`), and `tail` reads on. stdout is
-//! written without blocking the runtime, one write and flush per batch; when it cannot be written
-//! (a closed pipe) `tail` stops without checkpointing the batch and exits non-zero, so a re-run
-//! prints it.
+//! A record prints as one line `SHARD SEQ[/SUB_SEQ] PARTITION_KEY DATA` (control characters
+//! escaped, data that is not UTF-8 as `base64:…`); with `--json` as one JSON line
+//! `{"shard", "seq", "sub_seq"?, "partition_key", "data", "data_encoding"}`: `data` is the record
+//! as text when `data_encoding` is `"utf8"`, base64 when it is `"base64"`. A record that carries
+//! the KPL magic but does not decode within the bounds (`docs/bounds.md`) is printed whole with
+//! `"undecodable"` (the reason; `(undecodable: …)` on its line), its data cut to the first
+//! 4 KiB (`"data_truncated"`, `"data_len"`; `(first 4096 of N bytes)`), and `tail` reads on.
+//! stdout is written without blocking the runtime, one write and flush per batch; when it cannot
+//! be written (a closed pipe) `tail` stops without checkpointing the batch and exits non-zero, so
+//! a re-run prints it.
 //!
 //! With `--emf`, every lease round also writes one CloudWatch Embedded Metric Format line to
 //! stderr (`LeasesHeld`, `LeasesExpired`, dimension `Function=stream-consumer`): run under a log
@@ -43,14 +45,6 @@ enum From {
     Latest,
 }
 
-/// How records are printed.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-enum Output {
-    /// One JSON object per line: `{"shard", "seq", "sub_seq"?, "partition_key", "data",
-    /// "data_encoding"}`.
-    Jsonl,
-}
-
 /// Arguments of `heatsink tail`.
 #[derive(Debug, Args)]
 pub struct TailArgs {
@@ -65,9 +59,10 @@ pub struct TailArgs {
     /// resume from the checkpoints, and new child shards start at their first record.
     #[arg(long, value_enum, default_value = "trim-horizon")]
     from: From,
-    /// Output format.
-    #[arg(long, value_enum, default_value = "jsonl")]
-    output: Output,
+    /// Print each record as a JSON line `{"shard", "seq", "sub_seq"?, "partition_key", "data",
+    /// "data_encoding", "undecodable"?}` instead of `SHARD SEQ[/SUB_SEQ] PARTITION_KEY DATA`.
+    #[arg(long)]
+    json: bool,
     /// Exit 0 after this long (`30s`, `500ms`, `2m`; at most 168h) with no records and every
     /// reachable shard finished or caught up.
     #[arg(long, value_parser = parse_duration)]
@@ -110,16 +105,65 @@ fn line(record: &StreamRecord, shard: &str) -> serde_json::Value {
     line
 }
 
-/// Prints each record as a JSON line; one non-blocking write and flush of stdout per batch.
+/// Prints each record as a line (or a JSON line); one non-blocking write and flush of stdout
+/// per batch.
 struct Printer<W> {
     out: tokio::sync::Mutex<W>,
+    json: bool,
+}
+
+/// A record's human line, from its JSON form: `SHARD SEQ[/SUB_SEQ] PARTITION_KEY DATA`, the
+/// data's control characters escaped (one record, one line), binary data as `base64:…`, and
+/// ` (undecodable: REASON)` for a KPL record that did not decode.
+fn record_line(record: &serde_json::Value) -> String {
+    let text = |field: &str| record[field].as_str().unwrap_or_default();
+    let seq = match record["sub_seq"].as_u64() {
+        Some(sub) => format!("{}/{sub}", text("seq")),
+        None => text("seq").to_owned(),
+    };
+    let encoding = if text("data_encoding") == "base64" {
+        "base64:"
+    } else {
+        ""
+    };
+    let mut line = format!(
+        "{} {seq} {} {encoding}{}",
+        text("shard"),
+        escape_controls(text("partition_key")),
+        escape_controls(text("data"))
+    );
+    if let Some(why) = record["undecodable"].as_str() {
+        line.push_str(&format!(" (undecodable: {why})"));
+    }
+    if let Some(len) = record["data_len"].as_u64() {
+        line.push_str(&format!(" (first {UNDECODABLE_DATA_BYTES} of {len} bytes)"));
+    }
+    line
+}
+
+/// `text` with its control characters escaped (`\n`, `\u{1b}`), so a record stays one line.
+fn escape_controls(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 impl<W: tokio::io::AsyncWrite + Unpin + Send + Sync + 'static> RecordProcessor for Printer<W> {
     async fn process(&self, batch: &ProcessBatch) -> Result<(), StreamError> {
         let mut text = String::new();
         for record in &batch.records {
-            text.push_str(&line(record, &batch.shard_id).to_string());
+            let json = line(record, &batch.shard_id);
+            if self.json {
+                text.push_str(&json.to_string());
+            } else {
+                text.push_str(&record_line(&json));
+            }
             text.push('\n');
         }
         let mut out = self.out.lock().await;
@@ -153,9 +197,9 @@ pub async fn run(args: TailArgs) -> CmdResult {
     };
     worker_config.sync_interval = Duration::from_secs(10);
     worker_config.verify_takes = args.verify_takes;
-    let Output::Jsonl = args.output;
     let printer = Printer {
         out: tokio::sync::Mutex::new(tokio::io::stdout()),
+        json: args.json,
     };
     if is_dynamodb_stream(&args.stream) {
         let source =
@@ -243,6 +287,64 @@ mod tests {
         assert!(!off.tail.emf);
         let on = Cli::try_parse_from(base.iter().chain(&["--emf"])).expect("parse");
         assert!(on.tail.emf);
+    }
+
+    #[test]
+    fn a_record_line_shows_what_its_json_line_carries() {
+        use heatsink::counter::Seq;
+        use heatsink::stream::StreamRecord;
+        let record = |data: &[u8], sub_seq| StreamRecord {
+            seq: Seq::parse("49590338271490256608559692538361571095921575989136588898")
+                .expect("a sequence number"),
+            sub_seq,
+            partition_key: "likes#p9".into(),
+            data: data.to_vec().into(),
+            undecodable: None,
+        };
+        let text = record(b"{\"post\":\"p9\"}\nnext", None).to_json("shardId-000000000001");
+        let parsed: serde_json::Value =
+            serde_json::from_str(&text.to_string()).expect("one JSON line parses");
+        assert!(!text.to_string().contains('\n'));
+        assert_eq!(
+            record_line(&parsed),
+            "shardId-000000000001 49590338271490256608559692538361571095921575989136588898 likes#p9 {\"post\":\"p9\"}\\nnext"
+        );
+        let binary = record(&[0xff, 0x00], Some(3)).to_json("s");
+        assert_eq!(binary["data_encoding"], "base64");
+        assert_eq!(binary["sub_seq"], 3);
+        assert!(
+            record_line(&binary).ends_with("/3 likes#p9 base64:/wA="),
+            "{}",
+            record_line(&binary)
+        );
+        // A hostile aggregate: both forms bounded, both say so.
+        let hostile = StreamRecord {
+            undecodable: Some(heatsink_core_kpl_error()),
+            ..record(&vec![b'x'; 10_000], None)
+        };
+        let json = line(&hostile, "s");
+        assert_eq!(
+            (json["data_truncated"].as_bool(), json["data_len"].as_u64()),
+            (Some(true), Some(10_000))
+        );
+        let human = record_line(&json);
+        assert!(
+            human.len() < UNDECODABLE_DATA_BYTES + 300,
+            "{}",
+            human.len()
+        );
+        assert!(human.ends_with("(first 4096 of 10000 bytes)"), "{human}");
+        assert!(
+            human.contains("(undecodable: aggregated record's MD5 trailer"),
+            "{human}"
+        );
+    }
+
+    fn heatsink_core_kpl_error() -> heatsink::kinesis::kpl::KplError {
+        heatsink::kinesis::kpl::KplError::BadDigest {
+            expected: "00".into(),
+            found: "ff".into(),
+        }
     }
 
     #[test]

@@ -11,6 +11,9 @@ use heatsink::insights::{
 use heatsink_sim::sampler::fetch_report;
 
 use super::fail::{self, Failure, Service, Target};
+use serde_json::{Value, json};
+
+use super::output::Output;
 use super::table::{Align, Grid};
 use super::{CmdResult, sdk_config};
 
@@ -30,9 +33,8 @@ pub struct TopArgs {
     /// Keys per rule (1–100).
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(i32).range(1..=100))]
     limit: i32,
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    output: Output,
     /// Enable Contributor Insights on the table and every GSI, then exit.
     #[arg(long)]
     enable: bool,
@@ -72,8 +74,10 @@ pub async fn run(args: TopArgs) -> CmdResult {
         None => None,
     };
     let Some(table) = &args.table else {
-        let report = sampled.unwrap_or_default();
-        return print_named(&merge(&[], &report), "the sampler", args.json);
+        let named = merge(&[], &sampled.unwrap_or_default());
+        return args
+            .output
+            .report(|| named_json(&named), || named_lines(&named, "the sampler"));
     };
     let config = sdk_config().await;
     let insights = Insights::new(&config);
@@ -99,8 +103,9 @@ pub async fn run(args: TopArgs) -> CmdResult {
             .enable(table, args.mode.into())
             .await
             .map_err(|e| failed("enable Contributor Insights on", e))?;
-        print_enabled(&statuses, args.json)?;
-        return Ok(());
+        return args
+            .output
+            .report(|| enabled_json(&statuses), || enabled_lines(&statuses));
     }
     let query = ReportQuery {
         limit: args.limit,
@@ -112,26 +117,18 @@ pub async fn run(args: TopArgs) -> CmdResult {
         .map_err(|e| failed("read the Contributor Insights report of", e))?;
     if let Some(report) = sampled {
         let what = format!("{table} (Contributor Insights) and the sampler");
-        return print_named(&merge(&hot.contributors, &report), &what, args.json);
+        let named = merge(&hot.contributors, &report);
+        return args
+            .output
+            .report(|| named_json(&named), || named_lines(&named, &what));
     }
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&hot)?);
-    } else {
-        for line in render(table, args.minutes, &hot) {
-            println!("{line}");
-        }
-    }
-    Ok(())
+    args.output
+        .report(|| json!(hot), || render(table, args.minutes, &hot))
 }
 
-/// Prints keys named by the sampler (and Contributor Insights), hottest first.
-fn print_named(named: &[NamedKey], what: &str, json: bool) -> CmdResult {
-    if json {
-        let rows: Vec<_> = named.iter().map(named_json).collect();
-        println!("{}", serde_json::to_string_pretty(&rows)?);
-        return Ok(());
-    }
-    println!("hot keys named by {what}, hottest first");
+/// Keys named by the sampler (and Contributor Insights), hottest first.
+fn named_lines(named: &[NamedKey], what: &str) -> Vec<String> {
+    let mut lines = vec![format!("hot keys named by {what}, hottest first")];
     let mut grid = Grid::new(&[
         ("key", Align::Left),
         ("per s", Align::Right),
@@ -144,13 +141,16 @@ fn print_named(named: &[NamedKey], what: &str, json: bool) -> CmdResult {
             source_text(&n.source),
         ]);
     }
-    for line in grid.lines_indented(2) {
-        println!("{line}");
-    }
+    lines.extend(grid.lines_indented(2));
     if named.is_empty() {
-        println!("  none over the threshold in the window");
+        lines.push("  none over the threshold in the window".into());
     }
-    Ok(())
+    lines
+}
+
+/// `top --json` for named keys: `[{"key", "per_second", "source"}]`, hottest first.
+fn named_json(named: &[NamedKey]) -> Value {
+    Value::Array(named.iter().map(named_key_json).collect())
 }
 
 fn source_text(source: &Source) -> String {
@@ -171,33 +171,40 @@ fn source_text(source: &Source) -> String {
     }
 }
 
-fn named_json(n: &NamedKey) -> serde_json::Value {
-    serde_json::json!({"key": n.key, "per_second": n.per_second, "source": source_text(&n.source)})
+fn named_key_json(n: &NamedKey) -> Value {
+    json!({"key": n.key, "per_second": n.per_second, "source": source_text(&n.source)})
 }
 
-fn print_enabled(statuses: &[InsightsStatus], json: bool) -> CmdResult {
-    let rows: Vec<(String, &str, &str)> = statuses
+/// Each table's and index's Contributor Insights status and mode (`-` for none).
+fn enabled_rows(statuses: &[InsightsStatus]) -> Vec<(String, &str, &str)> {
+    statuses
         .iter()
         .map(|s| {
             let mode = s.mode.as_ref().map_or("-", |m| m.as_str());
             (s.target.to_string(), s.status_str(), mode)
         })
-        .collect();
-    if json {
-        let rows: Vec<_> = rows
-            .iter()
-            .map(|(t, s, m)| serde_json::json!({"target": t, "status": s, "mode": m}))
-            .collect();
-        println!("{}", serde_json::to_string_pretty(&rows)?);
-        return Ok(());
-    }
+        .collect()
+}
+
+/// `top --enable --json`: `[{"target", "status", "mode"}]`.
+fn enabled_json(statuses: &[InsightsStatus]) -> Value {
+    enabled_rows(statuses)
+        .iter()
+        .map(|(t, s, m)| json!({"target": t, "status": s, "mode": m}))
+        .collect()
+}
+
+/// `top --enable`'s human form.
+fn enabled_lines(statuses: &[InsightsStatus]) -> Vec<String> {
     let mut grid = Grid::headless(&[Align::Left, Align::Left, Align::Left]);
-    for (target, status, mode) in rows {
-        grid.row([target, status.to_owned(), mode.to_owned()]);
+    for (target, status, mode) in enabled_rows(statuses) {
+        grid.row([target.as_str(), status, mode]);
     }
-    grid.print();
-    println!("the first datapoint appears about a minute after ENABLED; then run `heatsink top`");
-    Ok(())
+    let mut lines = grid.lines();
+    lines.push(
+        "the first datapoint appears about a minute after ENABLED; then run `heatsink top`".into(),
+    );
+    lines
 }
 
 /// The report as lines: one section per rule kind, hottest first, then the gaps.
@@ -268,7 +275,18 @@ mod tests {
             source_text(&named[0].source),
             "sampler counters/p3 Write (within the error bound)"
         );
-        assert_eq!(named_json(&named[0])["per_second"], 2_400.0);
+        let v: Value = serde_json::from_str(&named_json(&named).to_string()).expect("parses");
+        assert_eq!(v[0]["per_second"], 2_400.0);
+        assert_eq!(v[0]["key"], "likes#p9");
+        assert_eq!(
+            v[0]["source"],
+            "sampler counters/p3 Write (within the error bound)"
+        );
+        let lines = named_lines(&named, "the sampler");
+        assert!(
+            lines[2].starts_with("  likes#p9 2400.0 sampler counters/p3 Write"),
+            "{lines:?}"
+        );
         #[derive(clap::Parser)]
         struct Cli {
             #[command(flatten)]
@@ -301,6 +319,16 @@ mod tests {
             }],
         };
         let lines = render("likes", 5, &hot);
+        let v: Value = serde_json::from_str(&json!(hot).to_string()).expect("parses");
+        let c = &v["contributors"][0];
+        assert_eq!(c["keys"], json!(["likes#p9#3"]));
+        assert_eq!(c["max_value"], 120.0);
+        assert_eq!(c["approximate_aggregate_value"], 300.0);
+        assert_eq!(
+            (c["table"].as_str(), c["rule_kind"].as_str()),
+            (Some("likes"), Some("PKT"))
+        );
+        assert_eq!(v["gaps"].as_array().map(Vec::len), Some(1));
         assert!(lines[1].starts_with("most throttled partition keys"));
         assert!(lines[3].contains("likes#p9#3") && lines[3].contains("2.0"));
         assert!(lines[4].starts_with("gap: likes/by_user"));
