@@ -98,13 +98,23 @@ fn json_goes_to_stdout_and_parses() {
 
 #[test]
 fn completions_print_a_script_for_each_shell() {
-    for (shell, marker) in [
-        ("bash", "complete -F _heatsink"),
-        ("zsh", "#compdef heatsink"),
-        ("fish", "complete -c heatsink"),
+    for (shell, marker, nested) in [
+        (
+            "bash",
+            "complete -F _heatsink",
+            "cmd=\"heatsink__subcmd__slots__subcmd__verify\"",
+        ),
+        ("zsh", "#compdef heatsink", "'verify:"),
+        ("fish", "complete -c heatsink", "-f -a \"verify\""),
     ] {
         let out = heatsink(&["completions", shell]);
         assert_eq!(out.status.code(), Some(0));
-        assert!(text(&out.stdout).contains(marker), "{shell}");
+        let script = text(&out.stdout);
+        assert!(script.contains(marker), "{shell}");
+        assert!(script.contains(nested), "{shell}: slots verify");
+        assert!(
+            script.contains("ack-log"),
+            "{shell}: a nested command's flag"
+        );
     }
 }

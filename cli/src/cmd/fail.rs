@@ -622,6 +622,7 @@ mod tests {
             "the slot directory heatsink-slots is empty; run `heatsink slots init --owner TABLE`",
             "DynamoDB is slow on Mondays failed: no",
             "a Kinesis stream name on the line failed: no",
+            "Kinesis stream on like-events failed: twice",
         ] {
             assert_eq!(aws_call(not_a_call), None, "{not_a_call}");
         }
