@@ -82,7 +82,7 @@ async fn tail_under_a_4_gib_address_space_prints_the_issue_32_record_bounded_and
             "--prefix",
             &format!("{run}-"),
         ])
-        .args(["--idle-exit", "3s"])
+        .args(["--idle-exit", "3s", "--json"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
