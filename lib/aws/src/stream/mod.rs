@@ -19,7 +19,7 @@
 //!   peers that hold nothing yet count towards the fair share.
 //! - [`Fence`] (`fence.rs`): makes a record processor's own DynamoDB writes conditional on its
 //!   lease counter, so a worker that lost its lease cannot overwrite a newer holder's work.
-//! - [`Worker`] (`worker.rs`): the consumer loop — shard sync, lease taking and rebalancing,
+//! - [`Worker`] (`worker.rs`, over the `worker/` folder): the consumer loop — shard sync, lease taking and rebalancing,
 //!   GetRecords polling, the [`RecordProcessor`], checkpoints, graceful shutdown; per round,
 //!   optionally, the lease metrics as EMF ([`Worker::emit_emf`]). Each lease round is decided
 //!   by the pure [`plan_round`] from one read of the lease

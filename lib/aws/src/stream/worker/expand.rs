@@ -21,7 +21,7 @@ use heatsink_core::counter::Seq;
 use heatsink_core::kpl::{self, Deaggregator};
 use tokio::sync::{mpsc, watch};
 
-use super::{ByteBudget, Fetched};
+use super::fetcher::{ByteBudget, Fetched};
 use crate::stream::{RecordBatch, StreamRecord};
 
 /// Bytes one user record costs beyond what it shares: its [`StreamRecord`].

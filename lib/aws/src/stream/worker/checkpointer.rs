@@ -1,0 +1,165 @@
+//! The checkpointer: a shard task's checkpoint writes, decoupled from its batches (one write in
+//! flight, started when enough records or time have passed, forced at the end).
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use heatsink_core::stream::{Lease, Position};
+
+use super::RecordProcessor;
+use super::shard::ShardExit;
+use super::shared::{HeldLease, Shared};
+use crate::stream::{ShardSource, StreamError};
+
+impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
+    /// Collects a finished write; starts one if due and none is in flight; waits for the one in
+    /// flight if processing ran far ahead of it.
+    pub(super) async fn maybe_checkpoint(
+        &self,
+        cp: &mut Checkpointer,
+        held: &HeldLease,
+    ) -> Result<(), ShardExit> {
+        if cp.inflight.as_ref().is_some_and(|w| w.is_finished()) {
+            self.collect(cp, held).await?;
+        }
+        let every = self.config.checkpoint_every_records.max(1);
+        if cp.inflight.is_some() && cp.uncheckpointed >= every.saturating_mul(2) {
+            self.collect(cp, held).await?;
+        }
+        let due =
+            cp.uncheckpointed >= every || cp.since.elapsed() >= self.config.checkpoint_interval;
+        if cp.inflight.is_none()
+            && due
+            && let Some(position) = cp.pending.take()
+        {
+            let table = self.leases.clone();
+            let lease = cp.lease.clone();
+            cp.inflight_position = Some(position.clone());
+            cp.inflight = Some(tokio::spawn(async move {
+                table.checkpoint(&lease, position).await
+            }));
+            cp.uncheckpointed = 0;
+            cp.since = Instant::now();
+        }
+        Ok(())
+    }
+
+    /// Waits for the write in flight and folds its result in.
+    pub(super) async fn collect(
+        &self,
+        cp: &mut Checkpointer,
+        held: &HeldLease,
+    ) -> Result<(), ShardExit> {
+        let Some(write) = cp.inflight.take() else {
+            return Ok(());
+        };
+        let position = cp.inflight_position.take();
+        match write.await {
+            Ok(Ok(next)) => {
+                self.stats
+                    .0
+                    .checkpoint_writes
+                    .fetch_add(1, Ordering::Relaxed);
+                cp.lease = next;
+                held.set_checkpoint(&cp.lease);
+                Ok(())
+            }
+            Ok(Err(e)) if e.is_lease_lost() => {
+                held.mark_lost();
+                Err(ShardExit::Lost)
+            }
+            other => {
+                if let Ok(Err(e)) = &other {
+                    tracing::warn!(shard = %cp.lease.shard_id, error = %e, "checkpoint failed; retrying");
+                }
+                if cp.pending.is_none() {
+                    cp.pending = position;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Forces the checkpoint of everything processed: waits for the write in flight, then
+    /// writes what is pending, retrying (when `retry`) while the lease is valid.
+    pub(super) async fn flush(
+        &self,
+        cp: &mut Checkpointer,
+        held: &HeldLease,
+        retry: bool,
+    ) -> Result<(), ShardExit> {
+        self.collect(cp, held).await?;
+        let Some(position) = cp.pending.take() else {
+            return Ok(());
+        };
+        let mut pause = self.config.retry_backoff;
+        loop {
+            match self.leases.checkpoint(&cp.lease, position.clone()).await {
+                Ok(next) => {
+                    self.stats
+                        .0
+                        .checkpoint_writes
+                        .fetch_add(1, Ordering::Relaxed);
+                    cp.lease = next;
+                    held.set_checkpoint(&cp.lease);
+                    cp.uncheckpointed = 0;
+                    return Ok(());
+                }
+                Err(e) if e.is_lease_lost() => {
+                    held.mark_lost();
+                    return Err(ShardExit::Lost);
+                }
+                Err(e) => {
+                    tracing::warn!(shard = %cp.lease.shard_id, error = %e, "checkpoint failed");
+                    if !retry || !self.is_valid(held) {
+                        cp.pending = Some(position);
+                        return Err(ShardExit::Lost);
+                    }
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(self.config.max_backoff);
+                }
+            }
+        }
+    }
+}
+
+/// A shard task's checkpoint state: what is durable, what is processed but not yet written,
+/// and the one write in flight.
+pub(super) struct Checkpointer {
+    /// The row as last written (its checkpoint is the durable one).
+    pub(super) lease: Lease,
+    /// The last processed position not yet written.
+    pub(super) pending: Option<Position>,
+    /// Records processed since the last write started.
+    pub(super) uncheckpointed: usize,
+    /// When the last write started.
+    pub(super) since: Instant,
+    pub(super) inflight: Option<tokio::task::JoinHandle<Result<Lease, StreamError>>>,
+    pub(super) inflight_position: Option<Position>,
+}
+
+impl Checkpointer {
+    pub(super) fn new(lease: Lease) -> Self {
+        Self {
+            lease,
+            pending: None,
+            uncheckpointed: 0,
+            since: Instant::now(),
+            inflight: None,
+            inflight_position: None,
+        }
+    }
+
+    pub(super) fn processed(&mut self, position: Position, records: usize) {
+        self.pending = Some(position);
+        self.uncheckpointed = self.uncheckpointed.saturating_add(records);
+    }
+
+    /// The last processed position, written or not.
+    pub(super) fn done(&self) -> Option<&Position> {
+        self.pending
+            .as_ref()
+            .or(self.inflight_position.as_ref())
+            .or_else(|| self.lease.checkpoint.position())
+    }
+}
