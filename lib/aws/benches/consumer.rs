@@ -1,30 +1,56 @@
-//! Consumer throughput on kinesis-mock: `heatsink::stream::Worker` (1 and 3 workers, DynamoDB
-//! leases) side by side with the peer crate `ruststream-kinesis` (1 and 3 brokers on its
-//! in-process `MemoryLeaseStore`, and with `BENCH_PEER_DYNAMO=1` on its `DynamoLeaseStore` too)
-//! draining the same multi-shard stream in the same run: one warm-up, then `BENCH_RUNS` rounds
-//! in alternating order (heatsink, peer, heatsink with early reads off, heatsink with fixed pages
-//! of `max_records`, peer on DynamoDB; then the reverse), the median reported. All are timed until the last distinct (shard, seq)
-//! arrived, redeliveries reported apart; heatsink also reports checkpoint writes per 1,000 records, against the old cadence (a
-//! checkpoint per GetRecords batch of 1,000). Then catch-up time after UpdateShardCount, and
-//! failover: one of 3 workers with a 10 s lease is killed; seconds until each of its shards is
-//! read again.
+//! Consumer throughput, CPU and latency: `heatsink::stream::Worker` (DynamoDB leases) side by
+//! side with the peer crate `ruststream-kinesis` (its in-process `MemoryLeaseStore`, and with
+//! `BENCH_PEER_DYNAMO=1` its `DynamoLeaseStore` too), draining the same stream in the same run.
+//!
+//! **Drains.** Per shard count (`BENCH_SHARDS`) one stream holds `BENCH_RECORDS` records of
+//! 100 bytes; per worker count (`BENCH_WORKERS`) one warm-up pair of drains, then `BENCH_RUNS`
+//! rounds in alternating order (heatsink, peer, then the variants; the reverse on odd rounds),
+//! medians reported. Every drain is a fresh application in **its own child process** (this
+//! bench re-run with `BENCH_CHILD` set), timed from before its consumers start until the last
+//! distinct (shard, seq) arrived (redeliveries reported apart). The child reads the CPU time
+//! (utime + stime, `/proc/PID/stat`) of itself and of the emulators serving
+//! `AWS_ENDPOINT_URL_KINESIS` and `AWS_ENDPOINT_URL_DYNAMODB` (found by their listening port)
+//! at its clock's start and when the last record arrived, so each figure is that drain's CPU
+//! alone: the whole consumer process (SDK, HTTP, runtime, the counting processor), not a
+//! thread. Reported per 100,000 records.
+//!
+//! **Latency** (`BENCH_LATENCY_SECS` > 0): on a fresh stream of `BENCH_LATENCY_SHARDS` shards
+//! (default 4), one consumer at a time (ABBA over `BENCH_LATENCY_ROUNDS` rounds, default 1:
+//! heatsink then peer) reads while this process puts `BENCH_LATENCY_RATE` records a second
+//! (default 2,000) for the given seconds, each record carrying its put time; the child reports
+//! put-to-processor p50 / p99 / max and its CPU per 100,000 records at that steady rate. Both
+//! consumers poll every 200 ms at the tip (heatsink's `idle_poll`, the peer's `poll_interval`).
+//!
+//! **Extras** (`BENCH_EXTRAS`, default 1, on the first stream, in this process): heatsink with
+//! the old cadence (a checkpoint per GetRecords batch of 1,000); catch-up time after
+//! UpdateShardCount (skipped where the endpoint lacks it: kinesalite); failover (one of 3
+//! workers with a 10 s lease killed; seconds until each of its shards is read again).
 //!
 //! ```text
-//! AWS_ENDPOINT_URL_KINESIS=… AWS_ENDPOINT_URL_DYNAMODB=… cargo bench -p heatsink --bench consumer
+//! localstack/stack up --kinesalite && eval "$(localstack/stack env --lane kinesalite)"
+//! HEATSINK_VERIFY_TAKES=0 BENCH_RECORDS=200000 BENCH_SHARDS=4,16 BENCH_WORKERS=1 BENCH_RUNS=5 \
+//!   BENCH_VARIANTS=none BENCH_EXTRAS=0 BENCH_LATENCY_SECS=60 \
+//!   cargo bench -p heatsink --features full --bench consumer
 //! ```
-//! Knobs (env): `BENCH_RECORDS` (default 8000), `BENCH_SHARDS` (default 4), `BENCH_RUNS`
-//! (default 3), `BENCH_MAX_RECORDS` (heatsink's GetRecords limit; default the source's 10,000),
-//! `BENCH_PEER_DYNAMO=1` (add the peer on `DynamoLeaseStore`; it checkpoints every record, about
-//! 90 s per 20,000-record drain on moto), `BENCH_CPU_PIDS=kinesis-mock=PID,moto=PID` (report the
-//! CPU seconds each named process, and the bench itself, spent per drain: whether a consumer
-//! makes the emulators work more, or only waits differently), `BENCH_FANOUT=1` (add heatsink
-//! reading through enhanced fan-out, `FanOutSource`, a consumer registered afresh before each
-//! drain's clock starts).
+//! Knobs (env): `BENCH_RECORDS` (default 8000), `BENCH_SHARDS` (list, default 4),
+//! `BENCH_WORKERS` (list, default 1,3), `BENCH_RUNS` (default 3), `BENCH_MAX_RECORDS`
+//! (heatsink's GetRecords limit; default the source's 10,000), `BENCH_VARIANTS` (heatsink with
+//! one thing changed, as extra consumers in the ABBA order: `late` = early reads off, `fixed` =
+//! fixed pages of `max_records`, `fanout` = enhanced fan-out with a consumer registered before
+//! the clock starts, `peer-dynamo` = the peer on DynamoDB leases, which checkpoints every record;
+//! default `late,fixed`; `none`), `BENCH_FANOUT=1` and `BENCH_PEER_DYNAMO=1` (add those two),
+//! `BENCH_CPU_PIDS=name=PID,...` (CPU of these processes instead of the endpoints' listeners),
+//! `HEATSINK_VERIFY_TAKES=0` (leases on dynoxide, which serialises writes).
+
+mod meter;
+mod standin;
 
 use std::collections::{HashMap, HashSet};
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::{PutRecordsRequestEntry, ScalingType, StreamStatus};
@@ -34,6 +60,7 @@ use heatsink::stream::{
     FanOutSource, KinesisSource, LeaseTable, ProcessBatch, RecordProcessor, ShardSource,
     StreamError, Worker, WorkerConfig, WorkerStats,
 };
+use meter::{CpuMeter, cpu_delta, emulator_pids};
 use ruststream::{Broker, IncomingMessage, Positioned, Seekable, Seeker, Subscriber};
 use ruststream_kinesis::{
     DynamoLeaseStore, KinesisBroker, KinesisPosition, KinesisStream, LeaseStore, MemoryLeaseStore,
@@ -46,37 +73,119 @@ type Stop = tokio::sync::oneshot::Sender<()>;
 /// One running worker.
 type Running = tokio::task::JoinHandle<Result<(), StreamError>>;
 
-const TIMEOUT: Duration = Duration::from_secs(120);
+const TIMEOUT: Duration = Duration::from_secs(300);
+/// Bytes of every record's data.
+const RECORD_BYTES: usize = 100;
+
+// ------------------------------------------------------------------ counting
+
+/// A sequence number as a fixed-size key: its decimal digits (leading zeros dropped, at most
+/// 64: Kinesis's are 56) packed two to a byte, right-aligned. Exact, and no allocation per
+/// record, so counting costs both consumers the same few tens of nanoseconds.
+fn seq_key(seq: &str) -> Option<[u8; 32]> {
+    let digits = seq.trim_start_matches('0').as_bytes();
+    if digits.len() > 64 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let mut key = [0u8; 32];
+    let skip = 64 - digits.len();
+    for (i, d) in digits.iter().enumerate() {
+        let at = skip + i;
+        key[at / 2] |= (d - b'0') << if at.is_multiple_of(2) { 4 } else { 0 };
+    }
+    Some(key)
+}
+
+/// Distinct (shard, seq) seen so far.
+#[derive(Default)]
+struct Seen {
+    by_shard: HashMap<String, HashSet<[u8; 32]>>,
+    /// Sequence numbers that do not pack (none on Kinesis; kept exact anyway).
+    odd: HashSet<(String, String)>,
+}
+
+impl Seen {
+    fn insert(&mut self, shard: &str, seq: &str) -> bool {
+        let Some(key) = seq_key(seq) else {
+            return self.odd.insert((shard.to_owned(), seq.to_owned()));
+        };
+        match self.by_shard.get_mut(shard) {
+            Some(set) => set.insert(key),
+            None => self
+                .by_shard
+                .entry(shard.to_owned())
+                .or_default()
+                .insert(key),
+        }
+    }
+}
+
+/// Microseconds since the epoch.
+fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
+/// A latency-mode record starts with its put time in microseconds (16 digits, right-aligned).
+fn put_time_us(data: &[u8]) -> Option<u64> {
+    std::str::from_utf8(data.get(..16)?)
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
 
 /// Counts distinct (shard, seq) and deliveries; remembers when each shard was last read and by
-/// whom (for the failover measurement).
+/// whom (for the failover measurement); in latency mode, each record's put-to-processor time.
 #[derive(Clone, Default)]
 struct Count {
     distinct: Arc<AtomicU64>,
     delivered: Arc<AtomicU64>,
-    seen: Arc<std::sync::Mutex<HashSet<(String, String)>>>,
+    seen: Arc<std::sync::Mutex<Seen>>,
     last_read: Arc<std::sync::Mutex<HashMap<String, (String, Instant)>>>,
+    /// Put-to-processor microseconds, when the records carry their put time.
+    latencies: Option<Arc<std::sync::Mutex<Vec<u64>>>>,
     worker: String,
 }
 
 impl Count {
+    fn with_latencies() -> Self {
+        Self {
+            latencies: Some(Arc::default()),
+            ..Self::default()
+        }
+    }
+
     fn for_worker(&self, worker: &str) -> Self {
         Self {
             worker: worker.to_owned(),
             ..self.clone()
         }
     }
+
+    /// Notes the put times of `datas`, read now.
+    fn latency<'a>(&self, datas: impl Iterator<Item = &'a [u8]>) {
+        let Some(lat) = &self.latencies else {
+            return;
+        };
+        let now = now_us();
+        if let Ok(mut lat) = lat.lock() {
+            lat.extend(datas.filter_map(put_time_us).map(|t| now.saturating_sub(t)));
+        }
+    }
 }
 
 impl RecordProcessor for Count {
     async fn process(&self, batch: &ProcessBatch) -> Result<(), StreamError> {
+        self.latency(batch.records.iter().map(|r| r.data.as_ref()));
         self.delivered
             .fetch_add(batch.records.len() as u64, Ordering::Relaxed);
         let fresh = match self.seen.lock() {
             Ok(mut seen) => batch
                 .records
                 .iter()
-                .filter(|r| seen.insert((batch.shard_id.clone(), r.seq.to_string())))
+                .filter(|r| seen.insert(&batch.shard_id, r.seq.to_decimal()))
                 .count(),
             Err(_) => 0,
         };
@@ -91,65 +200,7 @@ impl RecordProcessor for Count {
     }
 }
 
-/// CPU seconds of named processes (`BENCH_CPU_PIDS`) and of the bench, from `/proc/PID/stat`.
-struct CpuMeter {
-    procs: Vec<(String, String)>,
-}
-
-impl CpuMeter {
-    fn from_env() -> Self {
-        let mut procs: Vec<(String, String)> = std::env::var("BENCH_CPU_PIDS")
-            .unwrap_or_default()
-            .split(',')
-            .filter_map(|p| p.split_once('='))
-            .map(|(name, pid)| (name.to_owned(), format!("/proc/{pid}/stat")))
-            .collect();
-        if !procs.is_empty() {
-            procs.push(("bench".into(), "/proc/self/stat".into()));
-        }
-        Self { procs }
-    }
-
-    /// utime + stime of each process, in seconds (Linux's USER_HZ of 100 ticks a second).
-    fn sample(&self) -> Vec<f64> {
-        self.procs
-            .iter()
-            .map(|(_, path)| {
-                let stat = std::fs::read_to_string(path).unwrap_or_default();
-                let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-                let f: Vec<f64> = after
-                    .split_whitespace()
-                    .map(|v| v.parse().unwrap_or(0.0))
-                    .collect();
-                (f.get(11).unwrap_or(&0.0) + f.get(12).unwrap_or(&0.0)) / 100.0
-            })
-            .collect()
-    }
-
-    /// Per process: the median CPU seconds of the drains in `deltas`.
-    fn report(&self, deltas: &[Vec<f64>]) -> String {
-        if self.procs.is_empty() || deltas.is_empty() {
-            return String::new();
-        }
-        let parts: Vec<String> = self
-            .procs
-            .iter()
-            .enumerate()
-            .map(|(i, (name, _))| {
-                let v: Vec<f64> = deltas
-                    .iter()
-                    .map(|d| d.get(i).copied().unwrap_or(0.0))
-                    .collect();
-                format!("{name} {:.2}", median(v))
-            })
-            .collect();
-        format!("   cpu s/drain: {}", parts.join(", "))
-    }
-}
-
-fn cpu_delta(before: &[f64], after: &[f64]) -> Vec<f64> {
-    after.iter().zip(before).map(|(a, b)| a - b).collect()
-}
+// ------------------------------------------------------------------ producing
 
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -158,53 +209,195 @@ fn env_usize(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
+fn env_list(name: &str, default: &str) -> Vec<usize> {
+    std::env::var(name)
+        .unwrap_or_else(|_| default.to_owned())
+        .split(',')
+        .filter_map(|v| v.trim().parse().ok())
+        .collect()
+}
+
+/// Record `j`'s data: its number (or, in latency mode, its put time) padded to 100 bytes.
+fn record_data(head: u64) -> Vec<u8> {
+    let mut d = format!("{head:>16} a record of the consumer bench ").into_bytes();
+    d.resize(RECORD_BYTES, b'.');
+    d
+}
+
+async fn put_batch(
+    k: &aws_sdk_kinesis::Client,
+    stream: &str,
+    entries: Vec<PutRecordsRequestEntry>,
+) -> Result<(), BoxError> {
+    let mut entries = entries;
+    for _ in 0..20 {
+        let out = k
+            .put_records()
+            .stream_name(stream)
+            .set_records(Some(entries.clone()))
+            .send()
+            .await?;
+        if out.failed_record_count().unwrap_or(0) == 0 {
+            return Ok(());
+        }
+        // Only the refused entries again (none on the emulators; kept for AWS).
+        entries = out
+            .records()
+            .iter()
+            .zip(entries)
+            .filter(|(r, _)| r.error_code().is_some())
+            .map(|(_, e)| e)
+            .collect();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err("records refused while producing".into())
+}
+
+fn entry(j: usize, head: u64) -> Result<PutRecordsRequestEntry, BoxError> {
+    Ok(PutRecordsRequestEntry::builder()
+        .partition_key(format!("k{}", j % 64))
+        .data(Blob::new(record_data(head)))
+        .build()?)
+}
+
+/// Puts records `from..from + n`, four PutRecords of 500 in flight.
 async fn produce(
     k: &aws_sdk_kinesis::Client,
     stream: &str,
     from: usize,
     n: usize,
 ) -> Result<(), BoxError> {
-    let mut i = from;
-    while i < from + n {
-        let end = (i + 500).min(from + n);
-        let entries = (i..end)
-            .map(|j| {
-                PutRecordsRequestEntry::builder()
-                    .partition_key(format!("k{}", j % 64))
-                    .data(Blob::new(format!(
-                        "record {j} with a little padding to look real"
-                    )))
-                    .build()
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let out = k
-            .put_records()
-            .stream_name(stream)
-            .set_records(Some(entries))
-            .send()
-            .await?;
-        if out.failed_record_count().unwrap_or(0) > 0 {
-            return Err("records refused while producing".into());
-        }
-        i = end;
+    let batches: Vec<(usize, usize)> = (from..from + n)
+        .step_by(500)
+        .map(|i| (i, (i + 500).min(from + n)))
+        .collect();
+    let mut puts = futures::stream::iter(batches)
+        .map(|(a, b)| async move {
+            let entries = (a..b)
+                .map(|j| entry(j, j as u64))
+                .collect::<Result<Vec<_>, _>>()?;
+            put_batch(k, stream, entries).await
+        })
+        .buffer_unordered(4);
+    while let Some(r) = puts.next().await {
+        r?;
     }
     Ok(())
 }
 
+/// Puts `rate` records a second for `secs` seconds, one PutRecords every 10 ms, each record
+/// stamped with the time just before its call; returns how many it put.
+async fn produce_steadily(
+    k: &aws_sdk_kinesis::Client,
+    stream: &str,
+    rate: usize,
+    secs: usize,
+) -> Result<usize, BoxError> {
+    let ticks = secs * 100;
+    let mut tick = tokio::time::interval(Duration::from_millis(10));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let mut sent = 0usize;
+    let mut calls = futures::stream::FuturesUnordered::new();
+    for t in 0..ticks {
+        // Records due by the end of this tick, so the total is exactly rate × secs.
+        let due = (t + 1) * rate / 100;
+        tick.tick().await;
+        let at = now_us();
+        let entries = (sent..due)
+            .map(|j| entry(j, at))
+            .collect::<Result<Vec<_>, _>>()?;
+        sent = due;
+        if !entries.is_empty() {
+            calls.push(put_batch(k, stream, entries));
+        }
+        // Collect finished calls without waiting for slow ones.
+        while let Some(Some(r)) = futures::FutureExt::now_or_never(calls.next()) {
+            r?;
+        }
+    }
+    while let Some(r) = calls.next().await {
+        r?;
+    }
+    Ok(sent)
+}
+
+// ------------------------------------------------------------------ consumers
+
 /// The consumers one run compares.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Consumer {
     Heatsink,
     /// heatsink with `early_read` off: the first GetRecords waits for the take.
     HeatsinkLate,
     /// heatsink asking `max_records` in every GetRecords (`page_records` = `max_records`).
     HeatsinkFixed,
-    /// heatsink reading through enhanced fan-out (`BENCH_FANOUT=1`), a fresh consumer a drain.
+    /// heatsink reading through enhanced fan-out, a fresh consumer a drain.
     HeatsinkFanOut,
     /// ruststream-kinesis with its in-process `MemoryLeaseStore`.
     Peer,
     /// ruststream-kinesis with its `DynamoLeaseStore` on the same DynamoDB as heatsink's leases.
     PeerDynamo,
+    /// heatsink with the old cadence: a checkpoint per GetRecords batch of 1,000.
+    HeatsinkOld,
+}
+
+impl Consumer {
+    const ALL: [Consumer; 7] = [
+        Consumer::Heatsink,
+        Consumer::HeatsinkLate,
+        Consumer::HeatsinkFixed,
+        Consumer::HeatsinkFanOut,
+        Consumer::Peer,
+        Consumer::PeerDynamo,
+        Consumer::HeatsinkOld,
+    ];
+
+    fn key(self) -> &'static str {
+        match self {
+            Consumer::Heatsink => "heatsink",
+            Consumer::HeatsinkLate => "late",
+            Consumer::HeatsinkFixed => "fixed",
+            Consumer::HeatsinkFanOut => "fanout",
+            Consumer::Peer => "peer",
+            Consumer::PeerDynamo => "peer-dynamo",
+            Consumer::HeatsinkOld => "old",
+        }
+    }
+
+    fn label(self, workers: usize) -> String {
+        match self {
+            Consumer::Heatsink => format!("heatsink::stream x{workers}"),
+            Consumer::HeatsinkLate => format!("heatsink x{workers}, no early reads"),
+            Consumer::HeatsinkFixed => format!("heatsink x{workers}, fixed pages"),
+            Consumer::HeatsinkFanOut => format!("heatsink x{workers}, fan-out"),
+            Consumer::Peer => format!("ruststream-kinesis x{workers}, memory"),
+            Consumer::PeerDynamo => format!("ruststream-kinesis x{workers}, DynamoDB"),
+            Consumer::HeatsinkOld => format!("heatsink x{workers}, old cadence"),
+        }
+    }
+
+    fn from_key(key: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.key() == key)
+    }
+
+    fn is_peer(self) -> bool {
+        matches!(self, Consumer::Peer | Consumer::PeerDynamo)
+    }
+
+    /// heatsink's settings for this variant.
+    fn tune(self, c: &mut WorkerConfig) {
+        match self {
+            Consumer::HeatsinkLate => c.early_read = false,
+            Consumer::HeatsinkFixed => c.page_records = i32::MAX,
+            Consumer::HeatsinkOld => {
+                c.max_records = Some(1_000);
+                c.checkpoint_interval = Duration::ZERO;
+                c.checkpoint_every_records = 1;
+                c.prefetch_batches = 1;
+            }
+            _ => {}
+        }
+    }
 }
 
 /// How long one drain took, from before its consumers started.
@@ -246,6 +439,7 @@ fn worker_config(id: &str) -> WorkerConfig {
     )));
     c.renew_interval = Duration::from_secs(1);
     c.sync_interval = Duration::from_secs(2);
+    // 200 ms at the tip (the minimum; the default is 1 s), as the peer is run.
     c.idle_poll = Duration::from_millis(200);
     // The lease table may be moto's, whose conditional writes are not atomic under concurrency.
     c.verify_takes = std::env::var("HEATSINK_VERIFY_TAKES").as_deref() != Ok("0");
@@ -257,8 +451,6 @@ fn worker_config(id: &str) -> WorkerConfig {
     c
 }
 
-/// Starts `workers` heatsink workers of `app`; returns the shared count, their stop handles and
-/// their stats.
 /// How heatsink's workers read the stream.
 #[derive(Clone)]
 enum Reader {
@@ -284,18 +476,20 @@ fn spawn_worker<S: ShardSource>(
     (stats, task)
 }
 
-/// Starts `workers` heatsink workers of `app` reading through `reader`; returns the shared
-/// count, their stop handles, their tasks and their stats.
+/// Starts `workers` heatsink workers of `app` reading through `reader`, counting into `count`;
+/// returns their stop handles, their tasks and their stats.
+#[allow(clippy::too_many_arguments)]
 fn heatsink_workers(
     reader: &Reader,
+    kinesis: &aws_sdk_kinesis::Client,
     config: &aws_config::SdkConfig,
     stream: &str,
     leases_table: &str,
     app: &str,
     workers: usize,
+    count: &Count,
     tune: impl Fn(&mut WorkerConfig),
-) -> (Count, Vec<Stop>, Vec<Running>, Vec<WorkerStats>) {
-    let count = Count::default();
+) -> (Vec<Stop>, Vec<Running>, Vec<WorkerStats>) {
     let mut stops = Vec::new();
     let mut tasks = Vec::new();
     let mut stats = Vec::new();
@@ -303,7 +497,7 @@ fn heatsink_workers(
         let id = format!("{app}-w{w}");
         let mut c = worker_config(&id);
         tune(&mut c);
-        let kinesis = aws_sdk_kinesis::Client::new(config);
+        let kinesis = kinesis.clone();
         let leases = LeaseTable::new(aws_sdk_dynamodb::Client::new(config), leases_table, app);
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         stops.push(tx);
@@ -326,73 +520,7 @@ fn heatsink_workers(
         stats.push(stat);
         tasks.push(task);
     }
-    (count, stops, tasks, stats)
-}
-
-/// One heatsink drain of the whole stream by a fresh application: (times, distinct,
-/// redelivered, checkpoint writes, the slowest worker's start-up work in ms, early reads used
-/// and dropped).
-#[allow(clippy::too_many_arguments)]
-async fn heatsink_drain(
-    reader: &Reader,
-    config: &aws_config::SdkConfig,
-    stream: &str,
-    leases_table: &str,
-    app: &str,
-    workers: usize,
-    n: u64,
-    tune: impl Fn(&mut WorkerConfig),
-) -> Result<(Took, u64, u64, u64, u64, (u64, u64)), BoxError> {
-    let start = Instant::now();
-    let (count, stops, tasks, stats) =
-        heatsink_workers(reader, config, stream, leases_table, app, workers, tune);
-    let took = wait_count(&count.distinct, n, start).await?;
-    stop_all(stops, tasks).await;
-    let delivered = count.delivered.load(Ordering::Relaxed);
-    let distinct = count.distinct.load(Ordering::Relaxed);
-    let writes = stats.iter().map(WorkerStats::checkpoint_writes).sum();
-    let startup = stats.iter().map(WorkerStats::startup_ms).max().unwrap_or(0);
-    let early = stats
-        .iter()
-        .map(WorkerStats::early_reads)
-        .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
-    Ok((took, distinct, delivered - distinct, writes, startup, early))
-}
-
-/// One peer drain: times until the first and the `n`th distinct record arrived, and the
-/// deliveries beyond the distinct ones (counted the same way as heatsink's).
-async fn peer_drain(
-    config: &aws_config::SdkConfig,
-    stream: &str,
-    brokers: usize,
-    n: u64,
-    store: Arc<dyn LeaseStore>,
-) -> Result<(Took, u64), BoxError> {
-    let start = Instant::now();
-    let (count, tasks) = peer_brokers(config, stream, brokers, store).await?;
-    let took = wait_count(&count.distinct, n, start).await;
-    for t in tasks {
-        t.abort();
-    }
-    let again = count.delivered.load(Ordering::Relaxed) - count.distinct.load(Ordering::Relaxed);
-    Ok((took?, again))
-}
-
-fn all_secs(v: &[Took]) -> Vec<f64> {
-    v.iter().map(|t| t.all.as_secs_f64()).collect()
-}
-
-fn first_secs(v: &[Took]) -> Vec<f64> {
-    v.iter().map(|t| t.first.as_secs_f64()).collect()
-}
-
-fn rounded(v: &[f64]) -> Vec<f64> {
-    v.iter().map(|s| (s * 1000.0).round() / 1000.0).collect()
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+    (stops, tasks, stats)
 }
 
 async fn stop_all(stops: Vec<Stop>, tasks: Vec<Running>) {
@@ -404,14 +532,15 @@ async fn stop_all(stops: Vec<Stop>, tasks: Vec<Running>) {
     }
 }
 
-/// Starts `brokers` ruststream-kinesis brokers sharing one lease store, reading from the horizon.
+/// Starts `brokers` ruststream-kinesis brokers sharing one lease store, reading from the
+/// horizon, counting into `count`.
 async fn peer_brokers(
     config: &aws_config::SdkConfig,
     stream: &str,
     brokers: usize,
     store: Arc<dyn LeaseStore>,
-) -> Result<(Count, Vec<tokio::task::JoinHandle<()>>), BoxError> {
-    let count = Count::default();
+    count: &Count,
+) -> Result<Vec<tokio::task::JoinHandle<()>>, BoxError> {
     let mut tasks = Vec::new();
     for b in 0..brokers {
         let connected = KinesisBroker::from_config(config.clone())
@@ -430,12 +559,13 @@ async fn peer_brokers(
             let mut messages = sub.stream();
             while let Some(msg) = messages.next().await {
                 if let Ok(msg) = msg {
+                    count.latency(std::iter::once(msg.payload()));
                     count.delivered.fetch_add(1, Ordering::Relaxed);
                     if let KinesisPosition::Sequence { shard, sequence } = msg.position()
                         && count
                             .seen
                             .lock()
-                            .is_ok_and(|mut s| s.insert((shard, sequence)))
+                            .is_ok_and(|mut s| s.insert(&shard, &sequence))
                     {
                         count.distinct.fetch_add(1, Ordering::Relaxed);
                     }
@@ -444,7 +574,7 @@ async fn peer_brokers(
             }
         }));
     }
-    Ok((count, tasks))
+    Ok(tasks)
 }
 
 /// A fresh, empty table for the peer's `DynamoLeaseStore` (partition key `lease_key`, the
@@ -485,6 +615,324 @@ async fn peer_lease_table(ddb: &aws_sdk_dynamodb::Client, name: &str) -> Result<
     }
 }
 
+// ------------------------------------------------------------------ one drain (child process)
+
+/// What a child reports (one `RESULT key=value ...` line).
+#[derive(Clone, Debug, Default)]
+struct Outcome {
+    first: f64,
+    all: f64,
+    distinct: u64,
+    redelivered: u64,
+    writes: u64,
+    startup_ms: u64,
+    early: (u64, u64),
+    /// CPU seconds between the clock's start and the last record: the child, then each
+    /// `BENCH_CPU_PIDS` process.
+    cpu: Vec<f64>,
+    cpu_names: Vec<String>,
+    /// Latency mode: p50, p99, max in ms, and records measured.
+    latency: Option<(f64, f64, f64, usize)>,
+}
+
+impl Outcome {
+    fn line(&self) -> String {
+        let mut s = format!(
+            "RESULT first={:.4} all={:.4} distinct={} redelivered={} writes={} startup_ms={} early_used={} early_dropped={}",
+            self.first,
+            self.all,
+            self.distinct,
+            self.redelivered,
+            self.writes,
+            self.startup_ms,
+            self.early.0,
+            self.early.1
+        );
+        for (name, cpu) in self.cpu_names.iter().zip(&self.cpu) {
+            s.push_str(&format!(" cpu:{name}={cpu:.3}"));
+        }
+        if let Some((p50, p99, max, n)) = self.latency {
+            s.push_str(&format!(
+                " p50={p50:.2} p99={p99:.2} max={max:.2} measured={n}"
+            ));
+        }
+        s
+    }
+
+    fn parse(line: &str) -> Option<Self> {
+        let rest = line.strip_prefix("RESULT ")?;
+        let mut o = Outcome::default();
+        let mut lat = (0.0, 0.0, 0.0, 0usize);
+        for kv in rest.split_whitespace() {
+            let (k, v) = kv.split_once('=')?;
+            let f = || v.parse::<f64>().unwrap_or(f64::NAN);
+            let u = || v.parse::<u64>().unwrap_or(0);
+            match k {
+                "first" => o.first = f(),
+                "all" => o.all = f(),
+                "distinct" => o.distinct = u(),
+                "redelivered" => o.redelivered = u(),
+                "writes" => o.writes = u(),
+                "startup_ms" => o.startup_ms = u(),
+                "early_used" => o.early.0 = u(),
+                "early_dropped" => o.early.1 = u(),
+                "p50" => lat.0 = f(),
+                "p99" => lat.1 = f(),
+                "max" => lat.2 = f(),
+                "measured" => {
+                    lat.3 = v.parse().unwrap_or(0);
+                    o.latency = Some(lat);
+                }
+                _ => {
+                    if let Some(name) = k.strip_prefix("cpu:") {
+                        o.cpu_names.push(name.to_owned());
+                        o.cpu.push(f());
+                    }
+                }
+            }
+        }
+        Some(o)
+    }
+}
+
+/// The p-th percentile (0..=100) of sorted `v`, in ms.
+fn percentile_ms(v: &[u64], p: f64) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((v.len() - 1) as f64 * p / 100.0).round() as usize;
+    v[i.min(v.len() - 1)] as f64 / 1_000.0
+}
+
+fn env_str(name: &str) -> Result<String, BoxError> {
+    std::env::var(name).map_err(|_| format!("{name} not set").into())
+}
+
+/// The child's side: one drain (or latency window) of `BENCH_CHILD`'s consumer.
+async fn child() -> Result<(), BoxError> {
+    let consumer = Consumer::from_key(&env_str("BENCH_CHILD")?).ok_or("unknown BENCH_CHILD")?;
+    let stream = env_str("BENCH_CHILD_STREAM")?;
+    let leases_table = env_str("BENCH_CHILD_LEASES")?;
+    let app = env_str("BENCH_CHILD_APP")?;
+    let workers = env_usize("BENCH_CHILD_WORKERS", 1);
+    let n = env_usize("BENCH_CHILD_N", 0) as u64;
+    let latency_mode = std::env::var("BENCH_CHILD_LATENCY").as_deref() == Ok("1");
+    let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    let kinesis = aws_sdk_kinesis::Client::new(&config);
+    let ddb = aws_sdk_dynamodb::Client::new(&config);
+    let meter = CpuMeter::new(
+        "consumer",
+        &std::env::var("BENCH_CPU_PIDS").unwrap_or_default(),
+    );
+    let count = if latency_mode {
+        Count::with_latencies()
+    } else {
+        Count::default()
+    };
+
+    // Set-up the clock does not include: a registered fan-out consumer, the peer's table.
+    let mut fan_out = None;
+    let mut peer_table = None;
+    let reader = match consumer {
+        Consumer::HeatsinkFanOut => {
+            let source = FanOutSource::register(kinesis.clone(), &stream, &app).await?;
+            let arn = source.consumer_arn().to_owned();
+            fan_out = Some(source);
+            Reader::FanOut(arn)
+        }
+        _ => Reader::Polling,
+    };
+    let store: Arc<dyn LeaseStore> = if consumer == Consumer::PeerDynamo {
+        let table = format!("{leases_table}-peer-{app}");
+        peer_lease_table(&ddb, &table).await?;
+        peer_table = Some(table.clone());
+        Arc::new(DynamoLeaseStore::new(&config, table.as_str()))
+    } else {
+        Arc::new(MemoryLeaseStore::new())
+    };
+
+    let before = meter.sample();
+    let start = Instant::now();
+    let mut heatsink = None;
+    let mut peer = None;
+    if consumer.is_peer() {
+        peer = Some(peer_brokers(&config, &stream, workers, store, &count).await?);
+    } else {
+        heatsink = Some(heatsink_workers(
+            &reader,
+            &kinesis,
+            &config,
+            &stream,
+            &leases_table,
+            &app,
+            workers,
+            &count,
+            |c| consumer.tune(c),
+        ));
+    }
+    println!("READY");
+    // In latency mode the CPU counts from the first record on: the steady state.
+    let mut from = before;
+    if latency_mode {
+        wait_count(&count.distinct, 1, start).await?;
+        from = meter.sample();
+    }
+    let took = wait_count(&count.distinct, n, start).await;
+    let after = meter.sample();
+    let distinct = count.distinct.load(Ordering::Relaxed);
+    let delivered = count.delivered.load(Ordering::Relaxed);
+    let mut outcome = Outcome {
+        distinct,
+        redelivered: delivered.saturating_sub(distinct),
+        cpu: cpu_delta(&from, &after),
+        cpu_names: meter.names(),
+        ..Outcome::default()
+    };
+    if let Some((stops, tasks, stats)) = heatsink {
+        stop_all(stops, tasks).await;
+        outcome.writes = stats.iter().map(WorkerStats::checkpoint_writes).sum();
+        outcome.startup_ms = stats.iter().map(WorkerStats::startup_ms).max().unwrap_or(0);
+        outcome.early = stats
+            .iter()
+            .map(WorkerStats::early_reads)
+            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+    }
+    for t in peer.into_iter().flatten() {
+        t.abort();
+    }
+    if let Some(source) = fan_out {
+        let _ = source.deregister().await;
+    }
+    if let Some(table) = peer_table {
+        let _ = ddb.delete_table().table_name(&table).send().await;
+    }
+    let took = took?;
+    outcome.first = took.first.as_secs_f64();
+    outcome.all = took.all.as_secs_f64();
+    if let Some(lat) = &count.latencies {
+        let mut v = lat.lock().map(|v| v.clone()).unwrap_or_default();
+        v.sort_unstable();
+        outcome.latency = Some((
+            percentile_ms(&v, 50.0),
+            percentile_ms(&v, 99.0),
+            percentile_ms(&v, 100.0),
+            v.len(),
+        ));
+    }
+    println!("{}", outcome.line());
+    Ok(())
+}
+
+/// A running child: its `READY` and `RESULT` lines arrive on `lines`.
+struct Child {
+    process: std::process::Child,
+    lines: tokio::sync::mpsc::UnboundedReceiver<String>,
+}
+
+/// Where children read, and whose CPU they measure.
+#[derive(Clone, Copy)]
+struct Target<'a> {
+    stream: &'a str,
+    leases: &'a str,
+    /// The Kinesis endpoint (`AWS_ENDPOINT_URL_KINESIS` of the child).
+    kinesis_url: &'a str,
+    /// `name=PID,...` of the emulators (`BENCH_CPU_PIDS` of the child).
+    cpu_pids: &'a str,
+}
+
+/// What one child does: `consumer` with `workers` workers as application `app`, until `n`
+/// distinct records arrived; `latency`: the records carry put times.
+struct Job<'a> {
+    consumer: Consumer,
+    app: &'a str,
+    workers: usize,
+    n: u64,
+    latency: bool,
+}
+
+/// Starts this bench as a child doing `job` on `target`.
+fn spawn_child(target: Target<'_>, job: Job<'_>) -> Result<Child, BoxError> {
+    let mut process = Command::new(std::env::current_exe()?)
+        .env("BENCH_CHILD", job.consumer.key())
+        .env("BENCH_CHILD_STREAM", target.stream)
+        .env("BENCH_CHILD_LEASES", target.leases)
+        .env("BENCH_CHILD_APP", job.app)
+        .env("BENCH_CHILD_WORKERS", job.workers.to_string())
+        .env("BENCH_CHILD_N", job.n.to_string())
+        .env("BENCH_CHILD_LATENCY", if job.latency { "1" } else { "0" })
+        .env("BENCH_CPU_PIDS", target.cpu_pids)
+        .env("AWS_ENDPOINT_URL_KINESIS", target.kinesis_url)
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let stdout = process.stdout.take().ok_or("child without stdout")?;
+    let (tx, lines) = tokio::sync::mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    Ok(Child { process, lines })
+}
+
+impl Child {
+    /// Waits for a line starting with `prefix` (other lines are passed through).
+    async fn line(&mut self, prefix: &str) -> Result<String, BoxError> {
+        while let Some(line) = self.lines.recv().await {
+            if line.starts_with(prefix) {
+                return Ok(line);
+            }
+            println!("   child: {line}");
+        }
+        Err(format!("the child ended before its {prefix} line").into())
+    }
+
+    async fn outcome(mut self) -> Result<Outcome, BoxError> {
+        let line = self.line("RESULT").await;
+        let status = tokio::task::spawn_blocking(move || self.process.wait()).await??;
+        let line = line.map_err(|e| format!("{e} ({status})"))?;
+        Outcome::parse(&line).ok_or_else(|| format!("bad child line: {line}").into())
+    }
+}
+
+// ------------------------------------------------------------------ the parent
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+fn rounded(v: &[f64]) -> Vec<f64> {
+    v.iter().map(|s| (s * 1000.0).round() / 1000.0).collect()
+}
+
+/// Per 100,000 records, the median over `runs` of each process's CPU seconds.
+fn cpu_per_100k(runs: &[Outcome], n: u64) -> Vec<(String, f64)> {
+    let Some(first) = runs.first() else {
+        return vec![];
+    };
+    first
+        .cpu_names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let v = runs
+                .iter()
+                .map(|o| o.cpu.get(i).copied().unwrap_or(f64::NAN) * 100_000.0 / n as f64)
+                .collect();
+            (name.clone(), median(v))
+        })
+        .collect()
+}
+
+fn cpu_text(cpu: &[(String, f64)]) -> String {
+    cpu.iter()
+        .map(|(n, v)| format!("{n} {v:.3}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 async fn wait_active(k: &aws_sdk_kinesis::Client, stream: &str) -> Result<(), BoxError> {
     let start = Instant::now();
     loop {
@@ -506,341 +954,327 @@ async fn wait_active(k: &aws_sdk_kinesis::Client, stream: &str) -> Result<(), Bo
     }
 }
 
-async fn bench() -> Result<(), BoxError> {
-    let records = env_usize("BENCH_RECORDS", 8_000);
-    let shards = env_usize("BENCH_SHARDS", 4);
-    let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
-    let kinesis = aws_sdk_kinesis::Client::new(&config);
-    let ddb = aws_sdk_dynamodb::Client::new(&config);
-    let tag = heatsink::clock::now_ms() % 1_000_000;
-    let schema = Schema::new(format!("hs-bench-{tag:06}-"));
-    let leases = schema.table(Table::Leases);
-    schema::ensure_table(&ddb, &leases).await?;
-    let stream = StreamSpec {
-        logical: "consumer".into(),
-        name: format!("{}consumer", schema.prefix()),
-        shards: i32::try_from(shards)?,
-    };
-    schema::ensure_stream(&kinesis, &stream).await?;
-    produce(&kinesis, &stream.name, 0, records).await?;
-    println!(
-        "consumer: {records} records on {shards} shards of {}",
-        stream.name
-    );
-    let runs = env_usize("BENCH_RUNS", 3).max(1);
-    let meter = CpuMeter::from_env();
-    let n = records as u64;
-    let mut app = 0usize;
-    let mut next_app = |tag: &str| {
-        app += 1;
-        format!("{tag}{app}")
-    };
-    println!(
-        "{:<40} {:>9} {:>9} {:>11} {:>9} {:>12}",
-        "consumer (median)", "seconds", "1st rec.", "records/s", "redeliv.", "ckpt/1000"
-    );
-    let mut peer_tables = 0usize;
-    // The peer on DynamoDB leases writes a checkpoint per record: minutes per drain on moto.
-    let peer_dynamo = std::env::var("BENCH_PEER_DYNAMO").as_deref() == Ok("1");
-    // heatsink through enhanced fan-out too.
-    let fan_out = std::env::var("BENCH_FANOUT").as_deref() == Ok("1");
-    for workers in [1usize, 3] {
-        // Warm-up, not counted.
-        heatsink_drain(
-            &Reader::Polling,
-            &config,
-            &stream.name,
-            &leases.name,
-            &next_app("warm"),
-            workers,
-            n,
-            |_| {},
-        )
-        .await?;
-        peer_drain(
-            &config,
-            &stream.name,
-            workers,
-            n,
-            Arc::new(MemoryLeaseStore::new()),
-        )
-        .await?;
-        let mut ours = Vec::new();
-        let mut peer = Vec::new();
-        let mut peer_ddb = Vec::new();
-        let mut redelivered = 0;
-        let mut writes = 0;
-        let mut startups = Vec::new();
-        let mut early = (0, 0);
-        let mut late = Vec::new();
-        let mut fixed = Vec::new();
-        let mut fanned = Vec::new();
-        // CPU per drain: heatsink, peer, heatsink without early reads, fixed pages, fan-out.
-        let mut cpu: [Vec<Vec<f64>>; 5] = Default::default();
-        let (mut peer_again, mut peer_ddb_again) = (0, 0);
-        let mut peer_ddb_failed: Option<String> = None;
+/// The consumers of one ABBA round: heatsink, the peer, then the variants asked for.
+fn consumers() -> Vec<Consumer> {
+    let mut wanted: Vec<String> = std::env::var("BENCH_VARIANTS")
+        .unwrap_or_else(|_| "late,fixed".into())
+        .split(',')
+        .map(|s| s.trim().to_owned())
+        .collect();
+    if std::env::var("BENCH_FANOUT").as_deref() == Ok("1") {
+        wanted.push("fanout".into());
+    }
+    if std::env::var("BENCH_PEER_DYNAMO").as_deref() == Ok("1") {
+        wanted.push("peer-dynamo".into());
+    }
+    let mut out = vec![Consumer::Heatsink, Consumer::Peer];
+    for c in [
+        Consumer::HeatsinkLate,
+        Consumer::HeatsinkFixed,
+        Consumer::HeatsinkFanOut,
+        Consumer::PeerDynamo,
+    ] {
+        if wanted.iter().any(|w| w == c.key()) {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The ABBA drains of one stream: one table per worker count.
+async fn drains(
+    target: Target<'_>,
+    shards: usize,
+    n: u64,
+    runs: usize,
+    next_app: &mut impl FnMut(&str) -> String,
+) -> Result<(), BoxError> {
+    let round = consumers();
+    for workers in env_list("BENCH_WORKERS", "1,3") {
+        // Warm-up, not counted: a drain of each of heatsink and the peer.
+        for c in [Consumer::Heatsink, Consumer::Peer] {
+            let app = next_app("warm");
+            let job = Job {
+                consumer: c,
+                app: &app,
+                workers,
+                n,
+                latency: false,
+            };
+            spawn_child(target, job)?.outcome().await?;
+        }
+        let mut results: HashMap<&'static str, Vec<Outcome>> = HashMap::new();
+        let mut failed: HashMap<&'static str, String> = HashMap::new();
         for run in 0..runs {
-            // Alternating order: heatsink, peer, heatsink without early reads, heatsink with
-            // fixed pages, peer on DynamoDB on even runs, the reverse on odd ones (ABCDE EDCBA:
-            // each consumer's mean position is the same).
-            let mut order = [
-                Consumer::Heatsink,
-                Consumer::Peer,
-                Consumer::HeatsinkLate,
-                Consumer::HeatsinkFixed,
-                Consumer::HeatsinkFanOut,
-                Consumer::PeerDynamo,
-            ];
+            // Alternating order (ABC… …CBA): each consumer's mean position is the same.
+            let mut order = round.clone();
             if run % 2 == 1 {
                 order.reverse();
             }
-            for turn in order {
-                let before = meter.sample();
-                let slot = match turn {
-                    Consumer::Heatsink => Some(0),
-                    Consumer::Peer => Some(1),
-                    Consumer::HeatsinkLate => Some(2),
-                    Consumer::HeatsinkFixed => Some(3),
-                    Consumer::HeatsinkFanOut => Some(4),
-                    Consumer::PeerDynamo => None,
+            for c in order {
+                if failed.contains_key(c.key()) {
+                    continue;
+                }
+                let app = next_app(c.key());
+                let job = Job {
+                    consumer: c,
+                    app: &app,
+                    workers,
+                    n,
+                    latency: false,
                 };
-                match turn {
-                    Consumer::Heatsink => {
-                        let (took, _, again, w, startup, e) = heatsink_drain(
-                            &Reader::Polling,
-                            &config,
-                            &stream.name,
-                            &leases.name,
-                            &next_app("drain"),
-                            workers,
-                            n,
-                            |_| {},
-                        )
-                        .await?;
-                        ours.push(took);
-                        startups.push(startup as f64);
-                        early = (early.0 + e.0, early.1 + e.1);
-                        redelivered += again;
-                        writes += w;
+                let outcome = spawn_child(target, job)?.outcome().await;
+                match outcome {
+                    Ok(o) => results.entry(c.key()).or_default().push(o),
+                    // The peer on DynamoDB leases writes a checkpoint per record, so it may not
+                    // finish in time: reported, not fatal.
+                    Err(e) if c == Consumer::PeerDynamo => {
+                        failed.insert(c.key(), e.to_string());
                     }
-                    Consumer::HeatsinkLate => {
-                        let (took, ..) = heatsink_drain(
-                            &Reader::Polling,
-                            &config,
-                            &stream.name,
-                            &leases.name,
-                            &next_app("late"),
-                            workers,
-                            n,
-                            |c| c.early_read = false,
-                        )
-                        .await?;
-                        late.push(took);
-                    }
-                    Consumer::HeatsinkFixed => {
-                        let (took, ..) = heatsink_drain(
-                            &Reader::Polling,
-                            &config,
-                            &stream.name,
-                            &leases.name,
-                            &next_app("fixed"),
-                            workers,
-                            n,
-                            |c| c.page_records = i32::MAX,
-                        )
-                        .await?;
-                        fixed.push(took);
-                    }
-                    Consumer::HeatsinkFanOut if !fan_out => continue,
-                    Consumer::HeatsinkFanOut => {
-                        let app = next_app("fanout");
-                        // Registered (and ACTIVE) before the clock starts, as a deployed
-                        // consumer is; removed after.
-                        let source =
-                            FanOutSource::register(kinesis.clone(), &stream.name, &app).await?;
-                        let (took, ..) = heatsink_drain(
-                            &Reader::FanOut(source.consumer_arn().to_owned()),
-                            &config,
-                            &stream.name,
-                            &leases.name,
-                            &app,
-                            workers,
-                            n,
-                            |_| {},
-                        )
-                        .await?;
-                        let _ = source.deregister().await;
-                        fanned.push(took);
-                    }
-                    Consumer::Peer => {
-                        let store = Arc::new(MemoryLeaseStore::new());
-                        let (took, again) =
-                            peer_drain(&config, &stream.name, workers, n, store).await?;
-                        peer.push(took);
-                        peer_again += again;
-                    }
-                    Consumer::PeerDynamo if !peer_dynamo || peer_ddb_failed.is_some() => {}
-                    Consumer::PeerDynamo => {
-                        peer_tables += 1;
-                        let table = format!("{}peer-leases-{peer_tables}", schema.prefix());
-                        peer_lease_table(&ddb, &table).await?;
-                        let store = Arc::new(DynamoLeaseStore::new(&config, table.as_str()));
-                        // It writes a checkpoint per acknowledged record, so it may not finish
-                        // within the time-out: that is reported, not fatal.
-                        match peer_drain(&config, &stream.name, workers, n, store).await {
-                            Ok((took, again)) => {
-                                peer_ddb.push(took);
-                                peer_ddb_again += again;
-                            }
-                            Err(e) => peer_ddb_failed = Some(e.to_string()),
-                        }
-                        let _ = ddb.delete_table().table_name(&table).send().await;
-                    }
-                }
-                if let Some(slot) = slot {
-                    cpu[slot].push(cpu_delta(&before, &meter.sample()));
+                    Err(e) => return Err(e),
                 }
             }
         }
-        let ours_s = median(all_secs(&ours));
-        let per_1000 = writes as f64 * 1_000.0 / (n as f64 * runs as f64);
         println!(
-            "{:<40} {:>9.3} {:>9.3} {:>11.0} {:>9} {:>12.2}   runs {:?}   start-up work {} ms   early reads used/dropped {}/{}{}",
-            format!("heatsink::stream x{workers}"),
-            ours_s,
-            median(first_secs(&ours)),
-            n as f64 / ours_s,
-            redelivered,
-            per_1000,
-            rounded(&all_secs(&ours)),
-            median(startups),
-            early.0,
-            early.1,
-            meter.report(&cpu[0]),
+            "\n{shards} shards, {n} records, {workers} worker(s) per consumer, {runs} runs (medians; CPU s per 100,000 records)"
         );
-        // heatsink with one thing changed, against heatsink's defaults (same run): a positive
-        // difference is what the default saves.
-        for (variant, times, cpu) in [
-            ("no early", &late, &cpu[2]),
-            ("fixed pages", &fixed, &cpu[3]),
-            ("fan-out", &fanned, &cpu[4]),
-        ] {
-            if times.is_empty() {
+        println!(
+            "{:<36} {:>8} {:>8} {:>10} {:>8} {:>9}   cpu s / 100k records",
+            "consumer", "seconds", "1st rec", "records/s", "redeliv", "ckpt/1000"
+        );
+        let ours = results.get("heatsink").cloned().unwrap_or_default();
+        let ours_s = median(ours.iter().map(|o| o.all).collect());
+        let ours_cpu = cpu_per_100k(&ours, n);
+        for c in &round {
+            if let Some(e) = failed.get(c.key()) {
+                println!("{:<36} did not finish: {e}", c.label(workers));
                 continue;
             }
-            let secs = median(all_secs(times));
-            println!(
-                "{:<40} {:>9.3} {:>9.3} {:>11.0}   runs {:?}   ({variant} minus defaults: {:+.3} s){}",
-                format!("heatsink::stream x{workers}, {variant}"),
-                secs,
-                median(first_secs(times)),
-                n as f64 / secs,
-                rounded(&all_secs(times)),
-                secs - ours_s,
-                meter.report(cpu),
-            );
-        }
-        if let Some(e) = &peer_ddb_failed {
-            println!("ruststream-kinesis x{workers}, DynamoDB leases: {e} (no row)");
-        }
-        for (name, times, again, cpu) in [
-            ("memory leases", &peer, peer_again, meter.report(&cpu[1])),
-            ("DynamoDB leases", &peer_ddb, peer_ddb_again, String::new()),
-        ] {
-            if times.is_empty() {
+            let Some(rs) = results.get(c.key()) else {
                 continue;
-            }
-            let secs = median(all_secs(times));
-            // Each run's ratio, from the same ABBA round: robust to the emulator drifting
-            // over the bench.
-            let per_run: Vec<f64> = all_secs(times)
-                .iter()
-                .zip(all_secs(&ours))
-                .map(|(p, h)| p / h)
-                .collect();
+            };
+            let all: Vec<f64> = rs.iter().map(|o| o.all).collect();
+            let secs = median(all.clone());
+            let redelivered: u64 = rs.iter().map(|o| o.redelivered).sum();
+            let writes: u64 = rs.iter().map(|o| o.writes).sum();
+            let cpu = cpu_per_100k(rs, n);
+            let ckpt = if c.is_peer() {
+                "-".to_owned()
+            } else {
+                format!(
+                    "{:.2}",
+                    writes as f64 * 1_000.0 / (n as f64 * rs.len() as f64)
+                )
+            };
             println!(
-                "{:<40} {:>9.3} {:>9.3} {:>11.0} {:>9} {:>12}   runs {:?}   (heatsink/peer = {:.2}; per run {:?}, median {:.2}){}",
-                format!("ruststream-kinesis x{workers}, {name}"),
+                "{:<36} {:>8.3} {:>8.3} {:>10.0} {:>8} {:>9}   {}   runs {:?}",
+                c.label(workers),
                 secs,
-                median(first_secs(times)),
+                median(rs.iter().map(|o| o.first).collect()),
                 n as f64 / secs,
-                again,
-                "-",
-                rounded(&all_secs(times)),
-                secs / ours_s,
-                rounded(&per_run),
-                median(per_run.clone()),
-                cpu
+                redelivered,
+                ckpt,
+                cpu_text(&cpu),
+                rounded(&all),
             );
+            if *c == Consumer::Heatsink {
+                let startup = median(rs.iter().map(|o| o.startup_ms as f64).collect());
+                let early = rs
+                    .iter()
+                    .fold((0, 0), |a, o| (a.0 + o.early.0, a.1 + o.early.1));
+                println!(
+                    "{:<36} start-up work {startup} ms, early reads used/dropped {}/{}",
+                    "", early.0, early.1
+                );
+            } else {
+                // Each run's ratio, from the same ABBA round: robust to drift over the bench.
+                let per_run: Vec<f64> = all
+                    .iter()
+                    .zip(ours.iter().map(|o| o.all))
+                    .map(|(p, h)| p / h)
+                    .collect();
+                let cpu_ratio: Vec<String> = ours_cpu
+                    .iter()
+                    .zip(&cpu)
+                    .map(|((name, h), (_, p))| format!("{name} {:.2}", h / p))
+                    .collect();
+                println!(
+                    "{:<36} heatsink/this: speed {:.2} (per run {:?}), CPU {}",
+                    "",
+                    secs / ours_s,
+                    rounded(&per_run),
+                    cpu_ratio.join(", ")
+                );
+            }
         }
     }
-    // The old cadence for comparison: a checkpoint after every GetRecords batch of 1,000.
-    let (took, _, again, writes, _, _) = heatsink_drain(
-        &Reader::Polling,
-        &config,
-        &stream.name,
-        &leases.name,
-        &next_app("old"),
-        1,
-        n,
-        |c| {
-            c.max_records = Some(1_000);
-            c.checkpoint_interval = Duration::ZERO;
-            c.checkpoint_every_records = 1;
-            c.prefetch_batches = 1;
-        },
-    )
-    .await?;
+    Ok(())
+}
+
+/// Put-to-processor latency at a steady rate, one consumer at a time on fresh streams.
+async fn latency(
+    kinesis: &aws_sdk_kinesis::Client,
+    kinesis_url: &str,
+    schema: &Schema,
+    leases: &str,
+    cpu_pids: &str,
+    next_app: &mut impl FnMut(&str) -> String,
+) -> Result<(), BoxError> {
+    let secs = env_usize("BENCH_LATENCY_SECS", 0);
+    if secs == 0 {
+        return Ok(());
+    }
+    let rate = env_usize("BENCH_LATENCY_RATE", 2_000);
+    let shards = env_usize("BENCH_LATENCY_SHARDS", 4);
+    let rounds = env_usize("BENCH_LATENCY_ROUNDS", 1).max(1);
+    let mut results: Vec<(Consumer, Outcome)> = Vec::new();
+    for round in 0..rounds {
+        let mut order = [Consumer::Heatsink, Consumer::Peer];
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for c in order {
+            let app = next_app("lat");
+            let spec = StreamSpec {
+                logical: "latency".into(),
+                name: format!("{}{app}", schema.prefix()),
+                shards: i32::try_from(shards)?,
+            };
+            schema::ensure_stream(kinesis, &spec).await?;
+            let n = (rate * secs) as u64;
+            let target = Target {
+                stream: &spec.name,
+                leases,
+                kinesis_url,
+                cpu_pids,
+            };
+            let job = Job {
+                consumer: c,
+                app: &app,
+                workers: 1,
+                n,
+                latency: true,
+            };
+            let mut child = spawn_child(target, job)?;
+            child.line("READY").await?;
+            // Let the consumer take its shards and reach the (empty) tip before the load.
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            let sent = produce_steadily(kinesis, &spec.name, rate, secs).await?;
+            let outcome = child.outcome().await?;
+            if sent as u64 != n {
+                return Err(format!("put {sent} records, expected {n}").into());
+            }
+            results.push((c, outcome));
+            let _ = kinesis.delete_stream().stream_name(&spec.name).send().await;
+        }
+    }
     println!(
-        "{:<40} {:>9.3} {:>9.3} {:>11.0} {:>9} {:>12.2}",
-        "heatsink x1, old cadence (ckpt/batch)",
-        took.all.as_secs_f64(),
-        took.first.as_secs_f64(),
-        n as f64 / took.all.as_secs_f64(),
-        again,
-        writes as f64 * 1_000.0 / n as f64
+        "\nput-to-processor latency: {rate} records/s on {shards} shards for {secs} s, one consumer at a time (1 worker, 200 ms poll at the tip)"
+    );
+    for c in [Consumer::Heatsink, Consumer::Peer] {
+        let rs: Vec<&Outcome> = results
+            .iter()
+            .filter(|(k, _)| *k == c)
+            .map(|(_, o)| o)
+            .collect();
+        let lat: Vec<(f64, f64, f64, usize)> = rs.iter().filter_map(|o| o.latency).collect();
+        let owned: Vec<Outcome> = rs.iter().map(|o| (*o).clone()).collect();
+        println!(
+            "{:<36} p50 {:?} ms, p99 {:?} ms, max {:?} ms (per round), records {:?}; cpu s / 100k records at this rate: {}",
+            c.label(1),
+            lat.iter().map(|l| l.0).collect::<Vec<_>>(),
+            lat.iter().map(|l| l.1).collect::<Vec<_>>(),
+            lat.iter().map(|l| l.2).collect::<Vec<_>>(),
+            lat.iter().map(|l| l.3).collect::<Vec<_>>(),
+            cpu_text(&cpu_per_100k(&owned, (rate * secs) as u64)),
+        );
+    }
+    Ok(())
+}
+
+/// The old cadence (a child), then catch-up after UpdateShardCount and failover (in this
+/// process), on `target`'s stream.
+async fn extras(
+    config: &aws_config::SdkConfig,
+    kinesis: &aws_sdk_kinesis::Client,
+    target: Target<'_>,
+    shards: usize,
+    records: usize,
+) -> Result<(), BoxError> {
+    let (stream, leases) = (target.stream, target.leases);
+    let n = records as u64;
+    let job = Job {
+        consumer: Consumer::HeatsinkOld,
+        app: "old",
+        workers: 1,
+        n,
+        latency: false,
+    };
+    let old = spawn_child(target, job)?.outcome().await?;
+    println!(
+        "\n{:<36} {:>8.3} {:>8.3} {:>10.0} {:>8} {:>9.2}   (1 run)",
+        Consumer::HeatsinkOld.label(1),
+        old.all,
+        old.first,
+        n as f64 / old.all,
+        old.redelivered,
+        old.writes as f64 * 1_000.0 / n as f64
     );
 
     // Catch-up after a reshard: a caught-up worker, UpdateShardCount ×2, a new burst of records;
     // time from the last put until every new record went through the children.
-    let (count, stops, tasks, _) = heatsink_workers(
+    let count = Count::default();
+    let (stops, tasks, _) = heatsink_workers(
         &Reader::Polling,
-        &config,
-        &stream.name,
-        &leases.name,
+        kinesis,
+        config,
+        stream,
+        leases,
         "catchup",
         1,
+        &count,
         |_| {},
     );
     wait_count(&count.distinct, n, Instant::now()).await?;
     let before = count.distinct.load(Ordering::Relaxed);
-    kinesis
+    let resharded = kinesis
         .update_shard_count()
-        .stream_name(&stream.name)
+        .stream_name(stream)
         .target_shard_count(i32::try_from(shards * 2)?)
         .scaling_type(ScalingType::UniformScaling)
         .send()
-        .await?;
-    wait_active(&kinesis, &stream.name).await?;
-    let burst = records / 2;
-    produce(&kinesis, &stream.name, records, burst).await?;
-    let took = wait_count(&count.distinct, before + burst as u64, Instant::now()).await?;
+        .await;
+    match resharded {
+        Err(e) => println!(
+            "catch-up after UpdateShardCount: skipped, the endpoint refused it ({})",
+            aws_sdk_kinesis::error::ProvideErrorMetadata::code(&e).unwrap_or("no answer")
+        ),
+        Ok(_) => {
+            wait_active(kinesis, stream).await?;
+            let burst = records / 2;
+            produce(kinesis, stream, records, burst).await?;
+            let took = wait_count(&count.distinct, before + burst as u64, Instant::now()).await?;
+            println!(
+                "catch-up after UpdateShardCount {shards}->{}: {burst} records drained {:.3} s after the last put (heatsink x1)",
+                shards * 2,
+                took.all.as_secs_f64()
+            );
+        }
+    }
     stop_all(stops, tasks).await;
-    println!(
-        "catch-up after UpdateShardCount {shards}->{}: {burst} records drained {:.3} s after the last put (heatsink x1)",
-        shards * 2,
-        took.all.as_secs_f64()
-    );
 
     // Failover: 3 workers, 10 s lease, a trickle of records; kill one; seconds until every
     // shard it held is read again by a survivor.
-    let (count, mut stops, mut tasks, stats) = heatsink_workers(
+    let count = Count::default();
+    let (mut stops, mut tasks, stats) = heatsink_workers(
         &Reader::Polling,
-        &config,
-        &stream.name,
-        &leases.name,
+        kinesis,
+        config,
+        stream,
+        leases,
         "failover",
         3,
+        &count,
         |c| {
             c.lease_duration = Duration::from_secs(10);
             c.renew_interval = Duration::from_secs(3);
@@ -848,7 +1282,7 @@ async fn bench() -> Result<(), BoxError> {
     );
     let producer = {
         let kinesis = kinesis.clone();
-        let name = stream.name.clone();
+        let name = stream.to_owned();
         tokio::spawn(async move {
             for i in 0.. {
                 if produce(&kinesis, &name, 1_000_000 + i * 64, 64)
@@ -894,12 +1328,89 @@ async fn bench() -> Result<(), BoxError> {
         ),
         None => println!("failover: shards not read again within {TIMEOUT:?}"),
     }
-    let _ = kinesis
-        .delete_stream()
-        .stream_name(&stream.name)
-        .enforce_consumer_deletion(true)
-        .send()
-        .await;
+    Ok(())
+}
+
+async fn bench() -> Result<(), BoxError> {
+    let records = env_usize("BENCH_RECORDS", 8_000);
+    let runs = env_usize("BENCH_RUNS", 3).max(1);
+    let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    // `BENCH_KINESIS=standin`: Kinesis is the in-memory stand-in (its own process), so that the
+    // clients, not an emulator, bind.
+    let (standin, kinesis_url, kinesis) = standin::endpoint(&config, "reads")?;
+    let ddb = aws_sdk_dynamodb::Client::new(&config);
+    let tag = heatsink::clock::now_ms() % 1_000_000;
+    let schema = Schema::new(format!("hs-bench-{tag:06}-"));
+    let leases = schema.table(Table::Leases);
+    schema::ensure_table(&ddb, &leases).await?;
+    let ddb_url = std::env::var("AWS_ENDPOINT_URL_DYNAMODB").unwrap_or_default();
+    let cpu_pids = emulator_pids(&[("kinesis", &kinesis_url), ("dynamodb", &ddb_url)]);
+    println!(
+        "consumer bench: Kinesis {kinesis_url}{}, DynamoDB {ddb_url}; CPU of {}",
+        if standin.is_some() { " (stand-in)" } else { "" },
+        if cpu_pids.is_empty() {
+            "the consumers only (no emulator found)"
+        } else {
+            cpu_pids.as_str()
+        }
+    );
+    let mut app = 0usize;
+    let mut next_app = |tag: &str| {
+        app += 1;
+        format!("{tag}{app}")
+    };
+    let mut streams = Vec::new();
+    for shards in env_list("BENCH_SHARDS", "4") {
+        let stream = StreamSpec {
+            logical: "consumer".into(),
+            name: format!("{}consumer-{shards}", schema.prefix()),
+            shards: i32::try_from(shards)?,
+        };
+        schema::ensure_stream(&kinesis, &stream).await?;
+        let t = Instant::now();
+        produce(&kinesis, &stream.name, 0, records).await?;
+        println!(
+            "put {records} records of {RECORD_BYTES} B on {shards} shards of {} in {:.1} s",
+            stream.name,
+            t.elapsed().as_secs_f64()
+        );
+        let target = Target {
+            stream: &stream.name,
+            leases: &leases.name,
+            kinesis_url: &kinesis_url,
+            cpu_pids: &cpu_pids,
+        };
+        drains(target, shards, records as u64, runs, &mut next_app).await?;
+        streams.push((stream.name, shards));
+    }
+    latency(
+        &kinesis,
+        &kinesis_url,
+        &schema,
+        &leases.name,
+        &cpu_pids,
+        &mut next_app,
+    )
+    .await?;
+    if std::env::var("BENCH_EXTRAS").as_deref() != Ok("0")
+        && let Some((stream, shards)) = streams.first()
+    {
+        let target = Target {
+            stream,
+            leases: &leases.name,
+            kinesis_url: &kinesis_url,
+            cpu_pids: &cpu_pids,
+        };
+        extras(&config, &kinesis, target, *shards, records).await?;
+    }
+    for (stream, _) in &streams {
+        let _ = kinesis
+            .delete_stream()
+            .stream_name(stream)
+            .enforce_consumer_deletion(true)
+            .send()
+            .await;
+    }
     let _ = ddb.delete_table().table_name(&leases.name).send().await;
     Ok(())
 }
@@ -923,8 +1434,19 @@ fn main() {
             std::process::exit(1);
         }
     };
-    if let Err(e) = runtime.block_on(bench()) {
-        eprintln!("consumer bench failed: {e}");
+    let is_child = std::env::var_os("BENCH_CHILD").is_some();
+    let result = if std::env::var_os("BENCH_STANDIN_SERVE").is_some() {
+        runtime.block_on(standin::serve())
+    } else if is_child {
+        runtime.block_on(child())
+    } else {
+        runtime.block_on(bench())
+    };
+    if let Err(e) = result {
+        eprintln!(
+            "consumer bench{} failed: {e}",
+            if is_child { " child" } else { "" }
+        );
         std::process::exit(1);
     }
 }

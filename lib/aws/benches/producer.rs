@@ -1,32 +1,55 @@
-//! Producer throughput on kinesis-mock: `heatsink::kinesis::Producer` with KPL aggregation,
-//! without it, and the naive way (one `PutRecord` call per record, awaited in turn), side by
-//! side in one criterion run, in alternating order after criterion's warm-up (round 0
-//! aggregated → plain → naive, round 1 the reverse).
+//! Producer throughput and CPU per record: `heatsink::kinesis::Producer` with KPL aggregation
+//! and without it, side by side with the loop a user would write by hand (PutRecords batches of
+//! 500, four requests in flight like the producer's default, only the refused entries retried
+//! with a doubling back-off), in one run: one warm-up round, then `BENCH_RUNS` rounds in
+//! alternating order (aggregated → plain → baseline, then the reverse), medians reported.
 //!
-//! Each iteration puts `BENCH_RECORDS` (default 200) user records of 100 bytes over 1,000 keys
-//! into one 4-shard stream, from `send` of the first to the end of `shutdown` (every record
-//! acknowledged). Criterion reports records/s as its throughput; PutRecords (or PutRecord)
-//! requests per 1,000 records are counted over every iteration and printed after each group.
-//! kinesis-mock, not the producer, bounds the plain and naive rates (it answers one call at a
-//! time, slowly), so record counts are small to keep the run to a few minutes.
+//! Every run puts `BENCH_RECORDS` records of `BENCH_SIZES` bytes (one run per size; default 100
+//! and 1,024) under 100,000 partition keys into a fresh stream of `BENCH_SHARDS` shards (default
+//! 64, so that the producer's pacing at Kinesis's per-shard limits, 1,000 records and 1 MiB a
+//! second, does not bind below the emulator's own rate), timed from the first record handed over
+//! until every record is acknowledged. The same generator builds every record for all three.
+//! CPU seconds of this process (nothing else runs in it meanwhile) and of the emulator serving
+//! `AWS_ENDPOINT_URL_KINESIS` (found by its listening port; `BENCH_CPU_PIDS=name=PID` instead)
+//! come from `/proc/PID/stat` around each run, reported per 100,000 records.
 //!
 //! ```text
-//! eval "$(localstack/stack env)"
-//! cargo bench -p heatsink --features full --bench producer
+//! localstack/stack up --kinesalite && eval "$(localstack/stack env --lane kinesalite)"
+//! BENCH_RECORDS=200000 BENCH_RUNS=5 cargo bench -p heatsink --features full --bench producer
 //! ```
+//! On kinesis-mock (the default lanes) the emulator, not the producer, sets the pace: use small
+//! `BENCH_RECORDS` there.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+mod meter;
+mod standin;
+
 use std::time::{Duration, Instant};
 
 use aws_sdk_kinesis::primitives::Blob;
-use criterion::{Criterion, Throughput};
+use aws_sdk_kinesis::types::PutRecordsRequestEntry;
+use futures::StreamExt;
 use heatsink::kinesis::{Producer, ProducerConfig};
 use heatsink::schema::{self, StreamSpec};
+use meter::{CpuMeter, cpu_delta, emulator_pids};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-const MODES: [&str; 3] = ["aggregated", "plain", "naive PutRecord"];
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Aggregated,
+    Plain,
+    Baseline,
+}
+
+impl Mode {
+    fn label(self) -> &'static str {
+        match self {
+            Mode::Aggregated => "Producer, KPL aggregation",
+            Mode::Plain => "Producer, plain",
+            Mode::Baseline => "baseline: PutRecords of 500, 4 in flight",
+        }
+    }
+}
 
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -35,46 +58,230 @@ fn env_usize(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-/// Put `n` records one way; returns the requests it took.
+/// Record `i` of a run: a key out of 100,000 and `size` bytes of data.
+fn record(run: usize, i: usize, size: usize) -> (String, Vec<u8>) {
+    let mut data = format!("{{\"run\":{run},\"i\":{i},\"pad\":\"").into_bytes();
+    data.resize(size.saturating_sub(2), b'x');
+    data.extend_from_slice(b"\"}");
+    (format!("user-{}", i % 100_000), data)
+}
+
+/// What one run did: seconds, requests, and the CPU seconds of this process and each emulator.
+struct Run {
+    secs: f64,
+    requests: u64,
+    /// Kinesis records put (aggregates count once).
+    kinesis_records: u64,
+    cpu: Vec<f64>,
+}
+
+/// One PutRecords of `entries`, again with only the refused entries (doubling back-off from
+/// 50 ms, at most 12 attempts): the loop a careful user writes.
+async fn put_with_retry(
+    k: &aws_sdk_kinesis::Client,
+    stream: &str,
+    mut entries: Vec<PutRecordsRequestEntry>,
+) -> Result<u64, BoxError> {
+    let mut backoff = Duration::from_millis(50);
+    for attempt in 1..=12u64 {
+        let out = k
+            .put_records()
+            .stream_name(stream)
+            .set_records(Some(entries.clone()))
+            .send()
+            .await?;
+        if out.failed_record_count().unwrap_or(0) == 0 {
+            return Ok(attempt);
+        }
+        entries = out
+            .records()
+            .iter()
+            .zip(entries)
+            .filter(|(r, _)| r.error_code().is_some())
+            .map(|(_, e)| e)
+            .collect();
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(2));
+    }
+    Err(format!("{} records still refused after 12 attempts", entries.len()).into())
+}
+
+/// Puts `n` records of `size` bytes one way; returns the requests and Kinesis records it took.
 async fn put(
     k: &aws_sdk_kinesis::Client,
     stream: &str,
-    mode: &str,
+    mode: Mode,
+    run: usize,
     n: usize,
-    round: u64,
-) -> Result<u64, BoxError> {
-    let key = |i: usize| format!("user-{round}-{}", i % 1_000);
-    let data = |i: usize| format!("{{\"i\":{i:>10},\"pad\":\"{}\"}}", "x".repeat(76)).into_bytes();
-    if mode == "naive PutRecord" {
-        for i in 0..n {
-            k.put_record()
-                .stream_name(stream)
-                .partition_key(key(i))
-                .data(Blob::new(data(i)))
-                .send()
-                .await?;
+    size: usize,
+) -> Result<(u64, u64), BoxError> {
+    if mode == Mode::Baseline {
+        let batches = (0..n).step_by(500).map(|from| {
+            (from..(from + 500).min(n))
+                .map(|i| {
+                    let (key, data) = record(run, i, size);
+                    PutRecordsRequestEntry::builder()
+                        .partition_key(key)
+                        .data(Blob::new(data))
+                        .build()
+                })
+                .collect::<Result<Vec<_>, _>>()
+        });
+        let mut calls = futures::stream::iter(batches)
+            .map(|entries| async move { put_with_retry(k, stream, entries?).await })
+            .buffer_unordered(4);
+        let mut requests = 0;
+        while let Some(r) = calls.next().await {
+            requests += r?;
         }
-        return Ok(n as u64);
+        return Ok((requests, n as u64));
     }
     let config = ProducerConfig {
-        aggregate: mode == "aggregated",
+        aggregate: mode == Mode::Aggregated,
         ..ProducerConfig::default()
     };
     let producer = Producer::start(k.clone(), stream, config).await?;
     for i in 0..n {
-        producer.send(key(i), data(i)).await?;
+        let (key, data) = record(run, i, size);
+        producer.send(key, data).await?;
     }
     let report = producer.shutdown().await?;
     if report.records != n as u64 || report.failed > 0 {
-        return Err(format!("{mode}: {} of {n} records written", report.records).into());
+        return Err(format!("{mode:?}: {} of {n} records written", report.records).into());
     }
-    Ok(report.requests)
+    let kinesis_records = if report.aggregated_records > 0 {
+        report.aggregated_records
+    } else {
+        n as u64
+    };
+    Ok((report.requests, kinesis_records))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+async fn bench() -> Result<(), BoxError> {
+    let n = env_usize("BENCH_RECORDS", 20_000);
+    let runs = env_usize("BENCH_RUNS", 3).max(1);
+    let shards = env_usize("BENCH_SHARDS", 64);
+    let sizes: Vec<usize> = std::env::var("BENCH_SIZES")
+        .unwrap_or_else(|_| "100,1024".into())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect();
+    let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    // `BENCH_KINESIS=standin`: Kinesis is the in-memory stand-in (its own process).
+    let (standin, url, k) = standin::endpoint(&config, "all")?;
+    let pids = emulator_pids(&[("kinesis", &url)]);
+    let meter = CpuMeter::new("producer", &pids);
+    println!(
+        "producer bench: Kinesis {url}{}, {shards} shards, {n} records a run; CPU of this process{}",
+        if standin.is_some() { " (stand-in)" } else { "" },
+        if pids.is_empty() {
+            String::new()
+        } else {
+            format!(" and {pids}")
+        }
+    );
+    let mut stream_no = 0usize;
+    for size in sizes {
+        let mut results: Vec<(Mode, Run)> = Vec::new();
+        // Round 0 is the warm-up.
+        for round in 0..=runs {
+            let mut order = [Mode::Aggregated, Mode::Plain, Mode::Baseline];
+            if round % 2 == 0 {
+                order.reverse();
+            }
+            for mode in order {
+                stream_no += 1;
+                let spec = StreamSpec {
+                    logical: "bench".into(),
+                    name: format!("bench-producer-{}-{stream_no}", std::process::id()),
+                    shards: i32::try_from(shards)?,
+                };
+                schema::ensure_stream(&k, &spec).await?;
+                let before = meter.sample();
+                let start = Instant::now();
+                let (requests, kinesis_records) = put(&k, &spec.name, mode, round, n, size).await?;
+                let secs = start.elapsed().as_secs_f64();
+                let after = meter.sample();
+                let _ = k.delete_stream().stream_name(&spec.name).send().await;
+                if round > 0 {
+                    results.push((
+                        mode,
+                        Run {
+                            secs,
+                            requests,
+                            kinesis_records,
+                            cpu: cpu_delta(&before, &after),
+                        },
+                    ));
+                }
+            }
+        }
+        println!("\n{size} B records, {n} a run, {runs} runs (medians; CPU s per 100,000 records)");
+        println!(
+            "{:<42} {:>8} {:>10} {:>9} {:>11}   cpu s / 100k records",
+            "mode", "seconds", "records/s", "requests", "kinesis rec"
+        );
+        let base: Vec<&Run> = results
+            .iter()
+            .filter(|(m, _)| *m == Mode::Baseline)
+            .map(|(_, r)| r)
+            .collect();
+        let base_secs = median(base.iter().map(|r| r.secs).collect());
+        let base_cpu = median(base.iter().map(|r| r.cpu[0]).collect());
+        for mode in [Mode::Aggregated, Mode::Plain, Mode::Baseline] {
+            let rs: Vec<&Run> = results
+                .iter()
+                .filter(|(m, _)| *m == mode)
+                .map(|(_, r)| r)
+                .collect();
+            let secs = median(rs.iter().map(|r| r.secs).collect());
+            let cpu: Vec<String> = meter
+                .names()
+                .iter()
+                .enumerate()
+                .map(|(i, name)| {
+                    let v = median(rs.iter().map(|r| r.cpu[i]).collect());
+                    format!("{name} {:.3}", v * 100_000.0 / n as f64)
+                })
+                .collect();
+            let own_cpu = median(rs.iter().map(|r| r.cpu[0]).collect());
+            println!(
+                "{:<42} {:>8.3} {:>10.0} {:>9.0} {:>11.0}   {}   runs {:?}{}",
+                mode.label(),
+                secs,
+                n as f64 / secs,
+                median(rs.iter().map(|r| r.requests as f64).collect()),
+                median(rs.iter().map(|r| r.kinesis_records as f64).collect()),
+                cpu.join(", "),
+                rs.iter()
+                    .map(|r| (r.secs * 1000.0).round() / 1000.0)
+                    .collect::<Vec<_>>(),
+                if mode == Mode::Baseline {
+                    String::new()
+                } else {
+                    format!(
+                        "   (vs baseline: {:.2}x records/s, {:.2}x CPU per record)",
+                        base_secs / secs,
+                        own_cpu / base_cpu
+                    )
+                }
+            );
+        }
+    }
+    Ok(())
 }
 
 fn main() {
-    if std::env::var_os("AWS_ENDPOINT_URL_KINESIS").is_none() {
+    if std::env::var_os("AWS_ENDPOINT_URL_KINESIS").is_none()
+        && std::env::var("BENCH_KINESIS").as_deref() != Ok("standin")
+    {
         println!(
-            "skip: producer bench needs AWS_ENDPOINT_URL_KINESIS (the local stack: eval \"$(localstack/stack env)\")"
+            "skip: producer bench needs AWS_ENDPOINT_URL_KINESIS (the local stack: eval \"$(localstack/stack env --lane kinesalite)\")"
         );
         return;
     }
@@ -88,86 +295,13 @@ fn main() {
             std::process::exit(1);
         }
     };
-    let n = env_usize("BENCH_RECORDS", 200);
-    let stream = format!("bench-producer-{}", std::process::id());
-    let setup = runtime.block_on(async {
-        let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
-        let k = aws_sdk_kinesis::Client::new(&config);
-        let spec = StreamSpec {
-            logical: "bench".into(),
-            name: stream.clone(),
-            shards: 4,
-        };
-        schema::ensure_stream(&k, &spec).await?;
-        Ok::<_, BoxError>(k)
-    });
-    let k = match setup {
-        Ok(k) => k,
-        Err(e) => {
-            eprintln!("producer bench: could not create {stream}: {e}");
-            std::process::exit(1);
-        }
+    let result = if std::env::var_os("BENCH_STANDIN_SERVE").is_some() {
+        runtime.block_on(standin::serve())
+    } else {
+        runtime.block_on(bench())
     };
-    let mut c = Criterion::default()
-        .sample_size(10)
-        .warm_up_time(Duration::from_secs(2))
-        .measurement_time(Duration::from_secs(10))
-        .configure_from_args();
-    let mut g = c.benchmark_group(format!("produce {n} records to kinesis-mock (4 shards)"));
-    g.throughput(Throughput::Elements(n as u64));
-    let rounds = Arc::new(AtomicU64::new(0));
-    let mut summary = Vec::new();
-    for round in 0..2 {
-        let mut order = MODES;
-        if round == 1 {
-            order.reverse();
-        }
-        for mode in order {
-            let requests = Arc::new(AtomicU64::new(0));
-            let records = Arc::new(AtomicU64::new(0));
-            g.bench_function(format!("{mode} (round {round})"), |b| {
-                b.to_async(&runtime).iter_custom(|iters| {
-                    let (k, stream) = (k.clone(), stream.clone());
-                    let (requests, records, rounds) =
-                        (requests.clone(), records.clone(), rounds.clone());
-                    async move {
-                        let start = Instant::now();
-                        for _ in 0..iters {
-                            let r = rounds.fetch_add(1, Ordering::Relaxed);
-                            match put(&k, &stream, mode, n, r).await {
-                                Ok(req) => {
-                                    requests.fetch_add(req, Ordering::Relaxed);
-                                    records.fetch_add(n as u64, Ordering::Relaxed);
-                                }
-                                Err(e) => {
-                                    eprintln!("producer bench: {e}");
-                                    std::process::exit(1);
-                                }
-                            }
-                        }
-                        start.elapsed()
-                    }
-                })
-            });
-            let (req, rec) = (
-                requests.load(Ordering::Relaxed),
-                records.load(Ordering::Relaxed),
-            );
-            summary.push(format!(
-                "{mode} (round {round}): {:.1} requests per 1,000 records ({req} requests, {rec} records)",
-                req as f64 * 1_000.0 / rec.max(1) as f64
-            ));
-        }
+    if let Err(e) = result {
+        eprintln!("producer bench failed: {e}");
+        std::process::exit(1);
     }
-    g.finish();
-    for line in &summary {
-        println!("{line}");
-    }
-    let _ = runtime.block_on(
-        k.delete_stream()
-            .stream_name(&stream)
-            .enforce_consumer_deletion(true)
-            .send(),
-    );
-    c.final_summary();
 }
