@@ -76,8 +76,11 @@ fn endpoint_from(service_env: Option<&str>, global: Option<&str>, region: Option
 pub enum Kind {
     /// The table, stream or shard does not exist there.
     NotFound,
-    /// The endpoint could not be reached (refused, DNS, timeout).
+    /// The endpoint could not be reached (refused, DNS, connect timeout).
     Unreachable,
+    /// The endpoint took the call but did not answer within the call's timeout
+    /// ([`heatsink::timeouts::Timeouts::CALL`]: 5 s an attempt, 15 s in all).
+    TimedOut,
     /// The credentials were refused or lack a permission.
     AccessDenied,
     /// The service throttled the call.
@@ -89,15 +92,16 @@ pub enum Kind {
 /// Classifies an error by its SDK error code, else by its text.
 pub fn classify(code: Option<&str>, text: &str) -> Kind {
     const NOT_FOUND: [&str; 3] = ["ResourceNotFound", "not found", "does not exist"];
-    const UNREACHABLE: [&str; 7] = [
+    const UNREACHABLE: [&str; 5] = [
         "Connection refused",
         "connection refused",
         "dispatch failure",
         "error trying to connect",
         "dns error",
-        "timed out",
-        "TimeoutError",
     ];
+    // The SDK's operation and attempt timeouts: "request has timed out: operation timeout (all
+    // attempts including retries) occurred after 15s".
+    const TIMED_OUT: [&str; 3] = ["timed out", "TimeoutError", "timeout occurred"];
     const DENIED: [&str; 8] = [
         "AccessDenied",
         "UnrecognizedClient",
@@ -127,6 +131,8 @@ pub fn classify(code: Option<&str>, text: &str) -> Kind {
         Kind::Throttled
     } else if any(&UNREACHABLE) {
         Kind::Unreachable
+    } else if any(&TIMED_OUT) {
+        Kind::TimedOut
     } else {
         Kind::Other
     }
@@ -236,6 +242,10 @@ impl Target {
             Kind::NotFound => format!("{what} {name} not found at {at}: {}", self.not_found),
             Kind::Unreachable => format!(
                 "cannot reach {service} at {at} to {action} {what} {name} ({detail}): start the local stack with 'localstack/stack up' or check {} / AWS_ENDPOINT_URL",
+                self.service.env_var()
+            ),
+            Kind::TimedOut => format!(
+                "{service} at {at} did not answer in time to {action} {what} {name} ({detail}): the call timed out (5 s an attempt, 15 s in all); check that the endpoint is up and reachable ({} / AWS_ENDPOINT_URL), then run it again",
                 self.service.env_var()
             ),
             Kind::AccessDenied => format!(
@@ -470,6 +480,10 @@ mod tests {
                 "run it again",
             ),
             ("ValidationException: bad\nrequest", "RUST_LOG=debug"),
+            (
+                "DynamoDB GetItem on heatsink-counters failed: request has timed out: operation timeout (all attempts including retries) occurred after 15s",
+                "the call timed out (5 s an attempt, 15 s in all); check that the endpoint is up",
+            ),
         ];
         for (text, next) in cases {
             let f =

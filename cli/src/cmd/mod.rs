@@ -26,7 +26,10 @@ pub type CmdResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
 /// Loads the AWS configuration from the environment (region, `AWS_ENDPOINT_URL_*`, credentials).
 pub async fn sdk_config() -> aws_config::SdkConfig {
-    aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await
+    // No call waits forever: 5 s an attempt, 15 s a call (heatsink::timeouts); commands that
+    // run under a lease (tail) tighten their stream clients to it.
+    heatsink::timeouts::Timeouts::CALL
+        .apply(&aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await)
 }
 
 /// The environment variable that makes the slots and move commands send one DynamoDB call at a

@@ -65,9 +65,12 @@ async fn main() -> Result<(), Error> {
     run(service_fn(move |event: LambdaEvent<Value>| async move {
         let mut options = options.clone();
         options.holder = event.context.request_id.clone();
-        let report = Repair::new(counters, &counting.counter, recount, options)
-            .run()
-            .await?;
+        // Cut before the deadline: the repair's lease and cursor make the next run go on.
+        let report = heatsink::lambda::before_deadline(
+            event.context.deadline,
+            Repair::new(counters, &counting.counter, recount, options).run(),
+        )
+        .await??;
         tracing::info!(
             completed = report.completed,
             busy = report.busy,

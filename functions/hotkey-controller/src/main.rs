@@ -34,9 +34,13 @@ async fn main() -> Result<(), Error> {
     let function = Controller::new(directory, settings).with_insights(Insights::new(&sdk));
     let function = &function;
     run(service_fn(move |event: LambdaEvent<Value>| async move {
-        let outcome = function
-            .handle(&event.payload, std::time::SystemTime::now())
-            .await?;
+        // Cut before the deadline: the next schedule tick or report runs it again. Boxed: the
+        // handler future is deep enough to overflow layout computation inline.
+        let outcome = heatsink::lambda::before_deadline(
+            event.context.deadline,
+            Box::pin(function.handle(&event.payload, std::time::SystemTime::now())),
+        )
+        .await??;
         tracing::info!(
             trigger = outcome.trigger,
             signals = outcome.signals,

@@ -39,7 +39,18 @@ async fn main() -> Result<(), Error> {
     run(service_fn(
         move |event: LambdaEvent<ApiGatewayV2httpRequest>| async move {
             // Boxed: the handler future is deep enough to overflow layout computation inline.
-            let resp = Box::pin(api.handle(event.payload)).await;
+            // Cut before the deadline: a 503 the caller may retry instead of a Lambda timeout.
+            let deadline = event.context.deadline;
+            let resp =
+                heatsink::lambda::before_deadline(deadline, Box::pin(api.handle(event.payload)))
+                    .await
+                    .unwrap_or_else(|cut| {
+                        lambda_runtime::tracing::error!(error = %cut, "likes-api request cut at its deadline");
+                        heatsink_photo_app::api::response(
+                            503,
+                            serde_json::json!({"error": "timed out; retry"}),
+                        )
+                    });
             if resp.status_code == 429 {
                 Emf::new(Function::LikesApi)
                     .count(Metric::AdmissionRejected, 1)

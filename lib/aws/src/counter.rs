@@ -307,7 +307,8 @@ impl CounterStore {
     /// A store on `table` (the schema's `counters` table).
     pub fn new(ddb: aws_sdk_dynamodb::Client, table: impl Into<String>) -> Self {
         Self {
-            ddb,
+            // No call waits forever: a client without a bound of its own gets the policy's.
+            ddb: crate::timeouts::bounded!(aws_sdk_dynamodb, ddb, crate::timeouts::Timeouts::CALL),
             table: table.into(),
             buckets: BucketSpec::default(),
             touch_shards: TOUCH_SHARDS,

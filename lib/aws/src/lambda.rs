@@ -1,5 +1,10 @@
 //! Lambda pieces: a function's cold start, and helpers for stream events.
 //!
+//! **No call waits forever**: [`start`] builds every client with
+//! [`Timeouts::LAMBDA`](crate::timeouts::Timeouts::LAMBDA) (2 s an attempt, 5 s a call), and
+//! [`before_deadline`] cuts an invocation's work [`ANSWER_MARGIN`] (500 ms) before its deadline,
+//! so a call ends by the smaller of its own timeout and the invocation's remaining time.
+//!
 //! **Cold start** ([`start`]): logging set up the way the Lambda runtime asks
 //! (`AWS_LAMBDA_LOG_FORMAT` `JSON` or `Text`, JSON when unset, so capacity lines keep their
 //! `fields` for Contributor Insights; level from `RUST_LOG`, else `AWS_LAMBDA_LOG_LEVEL`, else
@@ -30,6 +35,9 @@
 mod events;
 
 pub use events::{MAX_CHANGE_BYTES, Undecodable, dynamodb_batch, kinesis_batch, kinesis_change};
+
+// Cold start, below: every client is built with `Timeouts::LAMBDA` (2 s an attempt, 5 s a call),
+// and `before_deadline` cuts an invocation's work 500 ms before its deadline.
 
 use aws_lambda_events::dynamodb::Event as DynamoDbEvent;
 use aws_lambda_events::streams::{DynamoDbBatchItemFailure, KinesisBatchItemFailure};
@@ -135,7 +143,9 @@ pub struct LambdaStart {
 /// names.
 pub async fn start(tables: impl FnOnce(&str) -> Vec<TableSpec>) -> LambdaStart {
     init_logging();
-    let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    // No call waits forever: every client of the function is built from this config.
+    let config =
+        sdk_config(&aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await);
     let prefix = std::env::var(PREFIX_VAR).unwrap_or_else(|_| DEFAULT_PREFIX.into());
     let ddb = crate::metrics::dynamodb_client(&config, &tables(&prefix));
     LambdaStart {
@@ -143,6 +153,53 @@ pub async fn start(tables: impl FnOnce(&str) -> Vec<TableSpec>) -> LambdaStart {
         prefix,
         ddb,
     }
+}
+
+/// A function's SDK configuration: `loaded` (the environment's) with
+/// [`Timeouts::LAMBDA`](crate::timeouts::Timeouts::LAMBDA), 2 s an attempt and 5 s a call, so a
+/// hung endpoint fails the call well inside the function's own timeout. [`start`] builds every
+/// client from it; build a function's other clients from it too.
+pub fn sdk_config(loaded: &aws_types::SdkConfig) -> aws_types::SdkConfig {
+    crate::timeouts::Timeouts::LAMBDA.apply(loaded)
+}
+
+/// What an invocation keeps for answering once its work is cut at the deadline: 500 ms.
+pub const ANSWER_MARGIN: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// An invocation's work cut [`ANSWER_MARGIN`] before its deadline.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error(
+    "the invocation's work was cut {margin_ms} ms before its deadline, after {budget_ms} ms; \
+     nothing after the cut was done (retry the event, or give the function more time)"
+)]
+pub struct DeadlineNear {
+    /// The time the work had, ms.
+    pub budget_ms: u64,
+    /// [`ANSWER_MARGIN`], ms.
+    pub margin_ms: u64,
+}
+
+/// The time an invocation whose deadline is `deadline_ms` (the Lambda context's `deadline`,
+/// ms since the epoch) has for its work at `now_ms`: the time left less [`ANSWER_MARGIN`].
+pub fn budget(deadline_ms: u64, now_ms: u64) -> std::time::Duration {
+    let margin = u64::try_from(ANSWER_MARGIN.as_millis()).unwrap_or(u64::MAX);
+    std::time::Duration::from_millis(deadline_ms.saturating_sub(now_ms).saturating_sub(margin))
+}
+
+/// Runs `work` until [`ANSWER_MARGIN`] before `deadline_ms`, so the function answers before
+/// Lambda stops it: every call the work makes ends by then, whatever its own timeout
+/// ([`crate::timeouts`]). `Err` when the work was cut (it is dropped at the cut).
+pub async fn before_deadline<T>(
+    deadline_ms: u64,
+    work: impl std::future::Future<Output = T>,
+) -> Result<T, DeadlineNear> {
+    let budget = budget(deadline_ms, crate::clock::now_ms());
+    tokio::time::timeout(budget, work)
+        .await
+        .map_err(|_| DeadlineNear {
+            budget_ms: u64::try_from(budget.as_millis()).unwrap_or(u64::MAX),
+            margin_ms: u64::try_from(ANSWER_MARGIN.as_millis()).unwrap_or(u64::MAX),
+        })
 }
 
 /// A Kinesis partial-batch failure naming the record to retry from.
@@ -269,6 +326,24 @@ mod tests {
             Some(&serde_dynamo::AttributeValue::Bs(vec![bytes, vec![1]]))
         );
         assert!(change.old_image.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_invocations_work_is_cut_half_a_second_before_its_deadline() {
+        let now = crate::clock::now_ms();
+        assert_eq!(
+            budget(now + 3_000, now),
+            std::time::Duration::from_millis(2_500)
+        );
+        assert_eq!(budget(now + 100, now), std::time::Duration::ZERO);
+        let hung = std::future::pending::<()>();
+        let cut = before_deadline(now + 2_000, hung).await.expect_err("cut");
+        assert!(cut.budget_ms <= 1_500 && cut.margin_ms == 500, "{cut:?}");
+        assert!(!cut.to_string().contains('\n'));
+        assert_eq!(
+            before_deadline(now + 2_000, async { 7 }).await.ok(),
+            Some(7)
+        );
     }
 
     #[test]

@@ -49,6 +49,7 @@
 //! that copies, tails, fences and flips, and deletes moved data only on proof.
 //!
 //! Underneath: [`schema`] (tables as data), [`metrics`] (EMF and capacity log lines),
+//! [`timeouts`] (one attempt and operation timeout policy for every SDK call),
 //! `lambda` (cold start and stream-event helpers, feature `lambda`), [`error`] (one
 //! [`error::AwsError`] for every failed call) and [`clock`].
 //!
@@ -105,6 +106,7 @@ pub mod stream;
 #[cfg(any(test, feature = "test-util"))]
 #[doc(hidden)]
 pub mod testing;
+pub mod timeouts;
 
 /// Key strategies: salted keys, calculated suffixes, GSI shards, the S planner (pure).
 pub use heatsink_core::keys;

@@ -322,7 +322,14 @@ impl<M: ChangeMapper> StreamAggregator<M> {
         Self {
             counters,
             mapper,
-            streams,
+            // No call waits forever: a client without a bound of its own gets the policy's.
+            streams: streams.map(|c| {
+                crate::timeouts::bounded!(
+                    aws_sdk_dynamodbstreams,
+                    c,
+                    crate::timeouts::Timeouts::CALL
+                )
+            }),
             shard_cache: Mutex::new(HashMap::new()),
             table: None,
             dedupe_window: DEDUPE_WINDOW,

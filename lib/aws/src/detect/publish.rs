@@ -188,7 +188,12 @@ impl EventBridgeSink {
     /// Publishes on `bus`: the stack's control bus, by name or ARN.
     pub fn new(client: aws_sdk_eventbridge::Client, bus: impl Into<String>) -> Self {
         Self {
-            client,
+            // No call waits forever: a client without a bound of its own gets the policy's.
+            client: crate::timeouts::bounded!(
+                aws_sdk_eventbridge,
+                client,
+                crate::timeouts::Timeouts::CALL
+            ),
             bus: bus.into(),
         }
     }

@@ -10,11 +10,21 @@ pub struct Insights {
 }
 
 impl Insights {
-    /// Clients built from `config`.
+    /// Clients built from `config` (with [`crate::timeouts::Timeouts::CALL`] unless `config`
+    /// bounds its operations).
     pub fn new(config: &aws_types::SdkConfig) -> Self {
+        use crate::timeouts::{Timeouts, bounded};
         Self::from_clients(
-            aws_sdk_dynamodb::Client::new(config),
-            aws_sdk_cloudwatch::Client::new(config),
+            bounded!(
+                aws_sdk_dynamodb,
+                aws_sdk_dynamodb::Client::new(config),
+                Timeouts::CALL
+            ),
+            bounded!(
+                aws_sdk_cloudwatch,
+                aws_sdk_cloudwatch::Client::new(config),
+                Timeouts::CALL
+            ),
         )
     }
 

@@ -54,6 +54,7 @@ use super::{KinesisError, open_shard_ranges};
 use crate::error::AwsError;
 use crate::hot::directory::CachedDirectory;
 use crate::metrics::{Emf, MetricDef};
+use crate::timeouts::{Timeouts, bounded};
 
 /// `PutRecords`: at most 500 entries per request.
 pub const MAX_RECORDS_PER_REQUEST: usize = 500;
@@ -144,6 +145,10 @@ pub struct ProducerConfig {
     pub backoff_cap: Duration,
     /// Per-shard write limits used for pacing (default Kinesis's).
     pub limits: ShardLimits,
+    /// Attempt and operation timeouts of its calls, for a client that has none of its own
+    /// (default [`Timeouts::CALL`]: 5 s an attempt, 15 s a call), so a hung stream fails the
+    /// call instead of holding it: the entries are retried, and given up after `max_attempts`.
+    pub timeouts: Timeouts,
 }
 
 impl Default for ProducerConfig {
@@ -159,6 +164,7 @@ impl Default for ProducerConfig {
             backoff_base: Duration::from_millis(50),
             backoff_cap: Duration::from_secs(2),
             limits: ShardLimits::KINESIS,
+            timeouts: Timeouts::CALL,
         }
     }
 }
@@ -240,6 +246,7 @@ impl Producer {
         config: ProducerConfig,
     ) -> Result<Self, ProducerError> {
         let stream = stream.into();
+        let kinesis = bounded!(aws_sdk_kinesis, kinesis, config.timeouts);
         let shards = open_shard_ranges(&kinesis, &stream).await?;
         let (tx, rx) = mpsc::channel(config.queue_capacity.max(1));
         let worker = Worker::new(kinesis, stream.clone(), config, shards);

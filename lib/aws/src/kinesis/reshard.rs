@@ -45,6 +45,7 @@ use crate::error::AwsError;
 use crate::hot::controller::{ControlReport, Controller, RunBounds};
 use crate::hot::directory::DirectoryError;
 use crate::kinesis::{KinesisError, open_shard_ranges};
+use crate::timeouts::Timeouts;
 
 pub use heatsink_core::reshard::*;
 
@@ -102,6 +103,8 @@ pub async fn sample(
     secs: u64,
     now_ms: u64,
 ) -> Result<Vec<ShardSample>, ReshardError> {
+    // No call waits forever: a client without a bound of its own gets the policy's.
+    let kinesis = &crate::timeouts::bounded!(aws_sdk_kinesis, kinesis.clone(), Timeouts::CALL);
     let open = open_shard_ranges(kinesis, stream).await?;
     let depths = depths(kinesis, stream).await?;
     let from_ms = now_ms.saturating_sub(secs.saturating_mul(1_000));
@@ -328,6 +331,8 @@ pub async fn apply(
     config: &ApplyConfig,
     mut progress: impl FnMut(Step),
 ) -> Result<Journal, ReshardError> {
+    // No call waits forever: a client without a bound of its own gets the policy's.
+    let kinesis = &crate::timeouts::bounded!(aws_sdk_kinesis, kinesis.clone(), Timeouts::CALL);
     let mut journal = match Journal::load(journal_path)? {
         Some(j) if j.stream != stream => {
             return Err(ReshardError::OtherStream {

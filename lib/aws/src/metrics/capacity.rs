@@ -90,7 +90,12 @@ pub fn dynamodb_client(
     let conf = aws_sdk_dynamodb::config::Builder::from(config)
         .interceptor(log)
         .build();
-    aws_sdk_dynamodb::Client::from_conf(conf)
+    // No call waits forever: a config without a bound of its own gets the policy's.
+    crate::timeouts::bounded!(
+        aws_sdk_dynamodb,
+        aws_sdk_dynamodb::Client::from_conf(conf),
+        crate::timeouts::Timeouts::CALL
+    )
 }
 
 /// The partition key attributes of one table and of its GSIs.

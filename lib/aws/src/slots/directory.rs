@@ -113,7 +113,8 @@ impl SlotDirectory {
     /// The directory in table `table` (create it with [`crate::schema::Table::Slots`]).
     pub fn new(ddb: aws_sdk_dynamodb::Client, table: impl Into<String>) -> Self {
         Self {
-            ddb,
+            // No call waits forever: a client without a bound of its own gets the policy's.
+            ddb: crate::timeouts::bounded!(aws_sdk_dynamodb, ddb, crate::timeouts::Timeouts::CALL),
             table: table.into(),
         }
     }

@@ -19,6 +19,7 @@ use tokio::time::Instant;
 use super::fence::{KeySchema, TOMBSTONE_ATTR, TableInfo, VERSION_ATTR, parse_fence};
 use super::{MoveError, SlotDirectory};
 use crate::error::AwsError;
+use crate::timeouts::{Timeouts, bounded};
 
 /// A write the owner stored (or had stored: a retry of an applied write).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,7 +112,8 @@ impl Router {
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
-                ddb,
+                // No call waits forever: a client without a bound of its own gets the policy's.
+                ddb: bounded!(aws_sdk_dynamodb, ddb, Timeouts::CALL),
                 dir,
                 max_age,
                 strict,

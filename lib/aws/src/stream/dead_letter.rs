@@ -41,7 +41,8 @@ impl SqsDeadLetter {
         stream: impl Into<String>,
     ) -> Self {
         Self {
-            client,
+            // No call waits forever: a client without a bound of its own gets the policy's.
+            client: crate::timeouts::bounded!(aws_sdk_sqs, client, crate::timeouts::Timeouts::CALL),
             queue_url: queue_url.into(),
             stream: stream.into(),
         }

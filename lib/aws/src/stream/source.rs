@@ -2,9 +2,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
-use aws_smithy_types::timeout::TimeoutConfig;
 use bytes::Bytes;
 use heatsink_core::counter::Seq;
 use heatsink_core::stream::{Position, ShardInfo};
@@ -112,43 +110,7 @@ pub struct RecordBatch {
     pub millis_behind: Option<i64>,
 }
 
-/// Attempt and operation timeouts for a stream's SDK clients, sized below a lease duration.
-///
-/// A hung call must fail before the lease it works under lapses: with the defaults an attempt
-/// gets a quarter of the lease and the whole operation (retries included) half of it, so a
-/// renewal that hangs fails with time left for the next one (renewals run every third of it).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Timeouts {
-    /// One HTTP attempt.
-    pub attempt: Duration,
-    /// The whole operation, retries included.
-    pub operation: Duration,
-}
-
-impl Timeouts {
-    /// A quarter of `lease` per attempt, half of it per operation.
-    pub fn for_lease(lease: Duration) -> Self {
-        Self {
-            attempt: lease / 4,
-            operation: lease / 2,
-        }
-    }
-
-    /// As the SDK's timeout configuration.
-    pub fn config(&self) -> TimeoutConfig {
-        TimeoutConfig::builder()
-            .operation_attempt_timeout(self.attempt)
-            .operation_timeout(self.operation)
-            .build()
-    }
-}
-
-impl Default for Timeouts {
-    /// [`Timeouts::for_lease`] of the default 10 s lease: 2.5 s per attempt, 5 s per operation.
-    fn default() -> Self {
-        Self::for_lease(Duration::from_secs(10))
-    }
-}
+pub use crate::timeouts::Timeouts;
 
 /// A stream read shard by shard: Kinesis Data Streams or DynamoDB Streams.
 ///
@@ -250,13 +212,5 @@ mod tests {
             heatsink_core::kpl::KplError::Truncated { len: 7, min: 20 }.to_string()
         );
         assert!(line.get("sub_seq").is_none());
-    }
-
-    #[test]
-    fn timeouts_sit_inside_the_lease() {
-        let t = Timeouts::for_lease(Duration::from_secs(10));
-        assert_eq!(t.attempt, Duration::from_millis(2_500));
-        assert_eq!(t.operation, Duration::from_secs(5));
-        assert_eq!(t.config().operation_timeout(), Some(Duration::from_secs(5)));
     }
 }
