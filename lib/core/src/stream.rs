@@ -105,6 +105,8 @@
 //!   taker's clock. Skew can cause duplicate reading, never a lost checkpoint (fencing).
 
 mod assign;
+mod cadence;
+mod delivery;
 mod graph;
 mod history;
 mod lease;
@@ -116,6 +118,8 @@ mod round;
 mod tests;
 
 pub use assign::{Assignment, Steal, assign, take_order};
+pub use cadence::{Cadence, CheckpointStep, CheckpointView, Inflight};
+pub use delivery::{Attempt, Backoff, Delivery, DeliveryStep, Stall};
 pub use graph::{ShardGraph, ShardInfo};
 pub use history::{ReshardOp, ReshardSim, SimRecord};
 pub use lease::{Lease, LeaseEvent, LeaseState};

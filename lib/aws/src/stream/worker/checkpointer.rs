@@ -1,10 +1,11 @@
 //! The checkpointer: a shard task's checkpoint writes, decoupled from its batches (one write in
-//! flight, started when enough records or time have passed, forced at the end).
+//! flight, started when enough records or time have passed — core's [`Cadence`] decides —
+//! forced at the end).
 
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use heatsink_core::stream::{Lease, Position};
+use heatsink_core::stream::{Cadence, CheckpointStep, CheckpointView, Inflight, Lease, Position};
 
 use super::RecordProcessor;
 use super::shard::ShardExit;
@@ -12,36 +13,37 @@ use super::shared::{HeldLease, Shared};
 use crate::stream::{ShardSource, StreamError};
 
 impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
-    /// Collects a finished write; starts one if due and none is in flight; waits for the one in
-    /// flight if processing ran far ahead of it.
+    /// Does what core's [`Cadence`] says: collects a finished write, waits for the one in
+    /// flight if processing ran far ahead of it, starts one if due and none is in flight.
     pub(super) async fn maybe_checkpoint(
         &self,
         cp: &mut Checkpointer,
         held: &HeldLease,
     ) -> Result<(), ShardExit> {
-        if cp.inflight.as_ref().is_some_and(|w| w.is_finished()) {
-            self.collect(cp, held).await?;
+        let cadence = Cadence::new(
+            self.config.checkpoint_every_records,
+            self.config.checkpoint_interval,
+        );
+        loop {
+            match cadence.next(&cp.view()) {
+                CheckpointStep::Idle => return Ok(()),
+                CheckpointStep::Collect => self.collect(cp, held).await?,
+                CheckpointStep::Start => {
+                    let Some(position) = cp.pending.take() else {
+                        return Ok(());
+                    };
+                    let table = self.leases.clone();
+                    let lease = cp.lease.clone();
+                    cp.inflight_position = Some(position.clone());
+                    cp.inflight = Some(tokio::spawn(async move {
+                        table.checkpoint(&lease, position).await
+                    }));
+                    cp.uncheckpointed = 0;
+                    cp.since = Instant::now();
+                    return Ok(());
+                }
+            }
         }
-        let every = self.config.checkpoint_every_records.max(1);
-        if cp.inflight.is_some() && cp.uncheckpointed >= every.saturating_mul(2) {
-            self.collect(cp, held).await?;
-        }
-        let due =
-            cp.uncheckpointed >= every || cp.since.elapsed() >= self.config.checkpoint_interval;
-        if cp.inflight.is_none()
-            && due
-            && let Some(position) = cp.pending.take()
-        {
-            let table = self.leases.clone();
-            let lease = cp.lease.clone();
-            cp.inflight_position = Some(position.clone());
-            cp.inflight = Some(tokio::spawn(async move {
-                table.checkpoint(&lease, position).await
-            }));
-            cp.uncheckpointed = 0;
-            cp.since = Instant::now();
-        }
-        Ok(())
     }
 
     /// Waits for the write in flight and folds its result in.
@@ -153,6 +155,20 @@ impl Checkpointer {
     pub(super) fn processed(&mut self, position: Position, records: usize) {
         self.pending = Some(position);
         self.uncheckpointed = self.uncheckpointed.saturating_add(records);
+    }
+
+    /// What core's [`Cadence`] decides from.
+    pub(super) fn view(&self) -> CheckpointView {
+        CheckpointView {
+            uncheckpointed: self.uncheckpointed,
+            since_last: self.since.elapsed(),
+            inflight: match &self.inflight {
+                None => Inflight::None,
+                Some(write) if write.is_finished() => Inflight::Finished,
+                Some(_) => Inflight::Running,
+            },
+            pending: self.pending.is_some(),
+        }
     }
 
     /// The last processed position, written or not.

@@ -1,8 +1,10 @@
-//! Delivery: a batch handed to the processor under the failure policy (retry with capped
-//! back-off, report the shard stalled, hand it to the dead-letter sink).
+//! Delivery: a batch handed to the processor under the failure policy, which core's
+//! [`Delivery`] decides (retry with capped back-off, report the shard stalled, hand it to the
+//! dead-letter sink); this file executes its steps.
 
 use std::sync::atomic::Ordering;
 
+use heatsink_core::stream::{Attempt, Backoff, Delivery, DeliveryStep, Stall};
 use tokio::sync::watch;
 
 use super::shard::ShardExit;
@@ -21,11 +23,13 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
         stop: &mut watch::Receiver<bool>,
     ) -> Result<(), ShardExit> {
         let shard = &work.shard_id;
-        let mut pause = self.config.retry_backoff;
-        let mut attempt: u32 = 0;
-        let mut stalled = false;
+        let backoff = Backoff::new(self.config.retry_backoff, self.config.max_backoff);
+        let mut policy = Delivery::new(
+            self.config.max_attempts,
+            backoff,
+            self.dead_letter.is_some(),
+        );
         loop {
-            attempt = attempt.saturating_add(1);
             if !self.is_valid(held) {
                 return Err(ShardExit::Lost);
             }
@@ -39,62 +43,81 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
             };
             let error = match result {
                 Ok(()) => {
-                    if stalled {
-                        tracing::info!(shard = %shard, attempt, "stalled batch went through");
+                    if policy.attempted(Attempt::Delivered)
+                        == (DeliveryStep::Done { recovered: true })
+                    {
+                        tracing::info!(shard = %shard, attempt = policy.attempts(),
+                            "stalled batch went through");
                         self.stats.set_stalled(shard, None);
                     }
                     self.count(work);
                     return Ok(());
                 }
-                Err(e) if e.is_lease_lost() => {
-                    tracing::info!(shard = %shard, token = work.token, error = %e,
+                Err(e) => e,
+            };
+            let attempt = match &error {
+                e if e.is_lease_lost() => Attempt::Fenced,
+                StreamError::Abort(_) => Attempt::Abort,
+                _ => Attempt::Failed,
+            };
+            let mut step = policy.attempted(attempt);
+            let (first, last) = work.range();
+            match step {
+                DeliveryStep::StopShard => {
+                    tracing::info!(shard = %shard, token = work.token, error = %error,
                         "processor fenced out; stopping the shard");
                     return Err(ShardExit::Lost);
                 }
-                Err(e @ StreamError::Abort(_)) => {
-                    let (first, last) = work.range();
-                    tracing::error!(shard = %shard, first_seq = %first, last_seq = %last, error = %e,
+                DeliveryStep::StopWorker => {
+                    tracing::error!(shard = %shard, first_seq = %first, last_seq = %last,
+                        error = %error,
                         "processor cannot deliver; stopping the worker without checkpointing");
-                    self.set_fatal(e);
+                    self.set_fatal(error);
                     return Err(ShardExit::Aborted);
                 }
-                Err(e) => e,
-            };
+                _ => {}
+            }
             self.stats.0.failed_attempts.fetch_add(1, Ordering::Relaxed);
-            let (first, last) = work.range();
-            if attempt >= self.config.max_attempts.max(1) {
-                if let Some(sink) = &self.dead_letter {
-                    match sink.send(work, &error).await {
-                        Ok(()) => {
-                            tracing::warn!(shard = %shard, first_seq = %first, last_seq = %last,
-                                attempt, error = %error,
-                                "batch failed every attempt; handed to the dead-letter sink and skipped");
-                            self.stats.0.dead_lettered.fetch_add(1, Ordering::Relaxed);
-                            self.stats.set_stalled(shard, None);
-                            self.count(work);
-                            return Ok(());
-                        }
-                        Err(e) => tracing::error!(shard = %shard, error = %e,
-                            "dead-letter sink refused the batch; the shard stays stalled"),
+            if step == DeliveryStep::DeadLetter
+                && let Some(sink) = &self.dead_letter
+            {
+                match sink.send(work, &error).await {
+                    Ok(()) => {
+                        tracing::warn!(shard = %shard, first_seq = %first, last_seq = %last,
+                            attempt = policy.attempts(), error = %error,
+                            "batch failed every attempt; handed to the dead-letter sink and skipped");
+                        self.stats.0.dead_lettered.fetch_add(1, Ordering::Relaxed);
+                        self.stats.set_stalled(shard, None);
+                        self.count(work);
+                        return Ok(());
+                    }
+                    Err(e) => {
+                        tracing::error!(shard = %shard, error = %e,
+                            "dead-letter sink refused the batch; the shard stays stalled");
+                        step = policy.dead_letter_refused();
                     }
                 }
-                if !stalled {
-                    tracing::error!(shard = %shard, first_seq = %first, last_seq = %last, attempt,
-                        error = %error,
+            }
+            let DeliveryStep::Retry { pause, stall } = step else {
+                return Err(ShardExit::Lost);
+            };
+            match stall {
+                Stall::No => tracing::warn!(shard = %shard, attempt = policy.attempts(),
+                    error = %error, "batch failed; retrying"),
+                Stall::Now => {
+                    tracing::error!(shard = %shard, first_seq = %first, last_seq = %last,
+                        attempt = policy.attempts(), error = %error,
                         "batch keeps failing: shard stalled, retrying until it succeeds or the \
                          lease is lost (nothing is checkpointed past it)");
                     self.stats.set_stalled(shard, Some((first, last)));
-                    stalled = true;
                 }
-            } else {
-                tracing::warn!(shard = %shard, attempt, error = %error, "batch failed; retrying");
+                Stall::Already => {}
             }
             tokio::select! {
                 () = tokio::time::sleep(pause) => {}
                 () = stopped(stop) => return Err(ShardExit::Stopped),
                 () = self.lease_lapsed(held) => return Err(ShardExit::Lost),
             }
-            pause = (pause * 2).min(self.config.max_backoff);
         }
     }
 

@@ -132,13 +132,13 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
             {
                 tracing::warn!(shard = %shard, error = %e, "ChildShards did not merge into the graph");
             }
-            // Records at or before the checkpoint (a resumed aggregate) were processed already.
-            let done = cp.done().cloned();
-            let records: Vec<StreamRecord> = batch
-                .records
-                .into_iter()
-                .filter(|r| done.as_ref().is_none_or(|d| r.position() > *d))
-                .collect();
+            // Records at or before the checkpoint (a resumed aggregate) were processed already;
+            // a batch is in reading order, so they are a prefix of it.
+            let mut records = batch.records;
+            if let Some(done) = cp.done() {
+                let skip = records.iter().take_while(|r| r.position() <= *done).count();
+                records.drain(..skip);
+            }
             if let Some(last) = records.last().map(StreamRecord::position) {
                 let work = ProcessBatch {
                     shard_id: shard.clone(),
