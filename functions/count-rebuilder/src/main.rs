@@ -22,11 +22,21 @@
 //! it is judged; `HEATSINK_COMPACT_GRACE_SECONDS` (unset: no compaction; 86400 for DynamoDB
 //! Streams and a 24 h Kinesis stream; both stacks set it to the like-events retention):
 //! compact every checked post over the retired shards (`RepairOptions::compact`), which needs
-//! `dynamodb:UpdateItem` on the counters table (granted by both stacks).
+//! `dynamodb:UpdateItem` on the counters table (granted by both stacks);
+//! `HEATSINK_SOURCE_ARN`: the stream the aggregator reads (the Kinesis stream's ARN, or the
+//! events table's `LatestStreamArn`). Every shard it lists must prove progress before a bucket
+//! is judged (`Repair::with_lineage`): a shard that has never recorded a watermark blocks the
+//! run (`blocked` in its report, `CounterRepairBlocked` = 1) instead of being ignored. Unset,
+//! the run trusts the watermarks it finds, which cannot see a shard that never flushed: the
+//! function logs that at every start.
+//!
+//! A run that cannot prove progress judges nothing, moves no cursor and reports `blocked` with
+//! the shard and the next step; `CounterRepairLag` is `now − proven` in seconds.
 
 use std::time::Duration;
 
 use heatsink::counter::CounterStore;
+use heatsink::counter::lineage::{ShardListing, for_stream_arn};
 use heatsink::counter::repair::{Repair, RepairOptions};
 use heatsink::metrics::Emf;
 use heatsink_photo_app::counting::Counting;
@@ -46,7 +56,24 @@ fn seconds(var: &str) -> Result<Option<Duration>, Error> {
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    let LambdaStart { schema, ddb, .. } = start_lambda().await;
+    let LambdaStart {
+        config,
+        schema,
+        ddb,
+    } = start_lambda().await;
+    let lineage: Option<std::sync::Arc<dyn ShardListing>> = match std::env::var(
+        "HEATSINK_SOURCE_ARN",
+    ) {
+        Ok(arn) => {
+            Some(for_stream_arn(&config, &arn).map_err(|e| format!("HEATSINK_SOURCE_ARN: {e}"))?)
+        }
+        Err(_) => {
+            tracing::warn!(
+                "HEATSINK_SOURCE_ARN is not set: a shard that never flushed cannot block repairs; set it to the stream the aggregator reads"
+            );
+            None
+        }
+    };
     let mut options = RepairOptions::default();
     let counting_likes = Counting::from_env(&schema).is_likes();
     // `liked` is written only by conditional inserts (likes-api): the insert-only rule.
@@ -62,15 +89,18 @@ async fn main() -> Result<(), Error> {
     let recount = counting.bucket_recount(&ddb);
     let counters = CounterStore::new(ddb.clone(), counting.counters_table.clone());
     let (counters, counting, recount, options) = (&counters, &counting, &recount, &options);
+    let lineage = lineage.as_deref();
     run(service_fn(move |event: LambdaEvent<Value>| async move {
         let mut options = options.clone();
         options.holder = event.context.request_id.clone();
+        let repair = Repair::new(counters, &counting.counter, recount, options);
+        let repair = match lineage {
+            Some(l) => repair.with_lineage(l),
+            None => repair,
+        };
         // Cut before the deadline: the repair's lease and cursor make the next run go on.
-        let report = heatsink::lambda::before_deadline(
-            event.context.deadline,
-            Repair::new(counters, &counting.counter, recount, options).run(),
-        )
-        .await??;
+        let report =
+            heatsink::lambda::before_deadline(event.context.deadline, repair.run()).await??;
         tracing::info!(
             completed = report.completed,
             busy = report.busy,
@@ -79,6 +109,7 @@ async fn main() -> Result<(), Error> {
             corrected = report.corrected.len(),
             lagging = report.lagging,
             compacted = report.compacted,
+            blocked = ?report.blocked,
             "repair done"
         );
         let mut emf = Emf::new(Function::CountRebuilder);

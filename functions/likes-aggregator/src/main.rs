@@ -4,7 +4,9 @@
 //!
 //! It counts the photo app's likes by default; `HEATSINK_COUNTER`, `HEATSINK_COUNT_BY` and
 //! `HEATSINK_COUNTERS_TABLE` make it count any table's items per attribute value
-//! (`heatsink_photo_app::counting`).
+//! (`heatsink_photo_app::counting`). With `HEATSINK_SOURCE_ARN` (the stream it is mapped to)
+//! it retires a parent shard's writer once every child of it has a watermark
+//! (`StreamAggregator::with_lineage`): one listing a minute at most, paced.
 
 use heatsink::counter::CounterStore;
 use heatsink::counter::aggregate::{ChangeMapper, StreamAggregator};
@@ -126,6 +128,15 @@ async fn main() -> Result<(), Error> {
         ddb,
         aws_sdk_dynamodbstreams::Client::new(&config),
     );
+    // Parents retired from the stream's lineage once every child has a watermark (Kinesis and
+    // DynamoDB Streams alike), so proven progress does not freeze after a reshard.
+    let agg = match std::env::var("HEATSINK_SOURCE_ARN") {
+        Ok(arn) => agg.with_lineage(
+            heatsink::counter::lineage::for_stream_arn(&config, &arn)
+                .map_err(|e| format!("HEATSINK_SOURCE_ARN: {e}"))?,
+        ),
+        Err(_) => agg,
+    };
     let agg = &agg;
     run(service_fn(move |event: LambdaEvent<Value>| async move {
         invoke(agg, event.payload, event.context.deadline).await

@@ -38,6 +38,7 @@
 #[cfg_attr(docsrs, doc(cfg(feature = "lambda")))]
 pub mod aggregate;
 pub mod compact;
+pub mod lineage;
 pub mod rebuild;
 pub mod repair;
 
@@ -700,20 +701,28 @@ impl CounterStore {
     }
 
     /// Records that `writer` processed every change it carries created at or before
-    /// `flushed_ms` (its flushed watermark for counter `name`); never moves it back.
+    /// `flushed_ms` (its flushed watermark for counter `name`); never moves it back. `lag_ms`:
+    /// the largest delay from a change's creation to its arrival in the stream the batch saw
+    /// (Kinesis Data Streams for DynamoDB's replication lag), recorded with the watermark so
+    /// that the repair's gate sees it ([`Progress::gate`]).
     pub async fn record_progress(
         &self,
         name: &str,
         writer: &WriterId,
         flushed_ms: u64,
+        lag_ms: Option<u64>,
     ) -> Result<(), CounterStoreError> {
+        let update = match lag_ms {
+            Some(lag) => Update::new().set("at", n(flushed_ms)).set("lag", n(lag)),
+            None => Update::new().set("at", n(flushed_ms)),
+        };
         let out = self
             .ddb
             .update_item()
             .table_name(&self.table)
             .key("pk", s(progress_pk(name)))
             .key("sk", s(SubKey::Writer(writer.clone()).sort_key()))
-            .updating(&Update::new().set("at", n(flushed_ms)))
+            .updating(&update)
             .only_if(&Condition::not_exists("at").or(Condition::lt("at", n(flushed_ms))))
             .send()
             .await;
@@ -721,11 +730,22 @@ impl CounterStore {
             Ok(_) => Ok(()),
             Err(e) => {
                 let e = AwsError::dynamodb("UpdateItem", &self.table, e);
-                if e.is_conditional_check_failed() {
-                    Ok(())
-                } else {
-                    Err(e.into())
+                if !e.is_conditional_check_failed() {
+                    return Err(e.into());
                 }
+                // The watermark did not advance (late changes arrived): their delay is the
+                // news the repair's gate needs, so it is recorded all the same.
+                let Some(lag) = lag_ms else { return Ok(()) };
+                self.ddb
+                    .update_item()
+                    .table_name(&self.table)
+                    .key("pk", s(progress_pk(name)))
+                    .key("sk", s(SubKey::Writer(writer.clone()).sort_key()))
+                    .updating(&Update::new().set("lag", n(lag)))
+                    .send()
+                    .await
+                    .map_err(|e| AwsError::dynamodb("UpdateItem", &self.table, e))?;
+                Ok(())
             }
         }
     }
@@ -770,10 +790,20 @@ impl CounterStore {
                     .and_then(|n| n.parse::<u64>().ok())
                     .ok_or_else(|| malformed("`at` is not a whole number"))?,
             };
+            let lag_ms = match item.get("lag") {
+                None => None,
+                Some(v) => Some(
+                    v.as_n()
+                        .ok()
+                        .and_then(|n| n.parse::<u64>().ok())
+                        .ok_or_else(|| malformed("`lag` is not a whole number"))?,
+                ),
+            };
             out.push(Watermark {
                 writer,
                 flushed_ms,
                 retired,
+                lag_ms,
             });
         }
         Ok(out)

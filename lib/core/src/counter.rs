@@ -90,7 +90,9 @@ mod esm;
 mod flush;
 mod layout;
 mod pass;
+mod progress;
 mod read;
+mod redrive;
 mod repair;
 mod seq;
 #[cfg(test)]
@@ -110,10 +112,12 @@ pub use layout::{CounterKey, SubKey, WriterId};
 pub use pass::{
     Check, PassPlan, PassSpan, PostChecks, RepairCursor, Resume, SpanRule, plan_pass, plan_span,
 };
+pub use progress::{Gate, Progress, progress, retire_due};
 pub use read::{Correction, CounterSum, correction, sum_counter};
+pub use redrive::{MAX_PARKED_BATCH, MAX_PARKED_BYTES, ParkedBatch, ParkedError, ParkedSource};
 pub use repair::{
-    Verdict, Watermark, judge, needed_general, needed_insert_only, proven_through,
-    proven_through_expected,
+    Verdict, Watermark, WholeRead, WholeVerdict, judge, judge_whole, needed_general,
+    needed_insert_only, rejudge,
 };
 pub use seq::{FlushCounter, Seq};
 

@@ -395,7 +395,7 @@ impl World {
             .await
             .expect("flush fresh");
         self.store
-            .record_progress("likes", &self.writer, heatsink::clock::now_ms())
+            .record_progress("likes", &self.writer, heatsink::clock::now_ms(), None)
             .await
             .expect("progress");
         (bucket, truth)
@@ -455,13 +455,15 @@ async fn run(w: &mut World, method: Method, n: u32) -> Run {
             let options = RepairOptions {
                 buckets: w.spec,
                 insert_only: true,
-                expected: vec![w.writer.clone()],
                 holder: format!("bench-{n}"),
                 start_at: Some(bucket),
                 until: Some(bucket + w.spec.width_ms()),
                 ..RepairOptions::default()
             };
-            let report = repair(&store, &recount, options).await.expect("repair");
+            let lineage = heatsink::counter::lineage::Shards::open([w.writer.as_str()]);
+            let report = repair(&store, &recount, options, &lineage)
+                .await
+                .expect("repair");
             assert!(report.completed, "{report:?}");
             assert_eq!(report.posts_checked, u64::from(FRESH_POSTS), "{report:?}");
             assert!(report.skipped.is_empty(), "{report:?}");

@@ -25,13 +25,18 @@ pub fn liked_bucket_recount(ddb: &aws_sdk_dynamodb::Client, schema: &Schema) -> 
     crate::counting::Counting::likes(schema).bucket_recount(ddb)
 }
 
-/// One incremental repair run of the likes counters (see the module docs).
+/// One incremental repair run of the likes counters (see the module docs), judging only on
+/// progress proven by every shard `lineage` lists (the stream the aggregator reads).
 pub async fn repair(
     counters: &heatsink::counter::CounterStore,
     recount: &GsiRecount,
     options: RepairOptions,
+    lineage: &dyn heatsink::counter::lineage::ShardListing,
 ) -> Result<RepairReport, RebuildError> {
-    Repair::new(counters, COUNTER, recount, options).run().await
+    Repair::new(counters, COUNTER, recount, options)
+        .with_lineage(lineage)
+        .run()
+        .await
 }
 
 /// Every post's durable likes, counted from the `liked` table.

@@ -154,7 +154,7 @@ async fn the_repair_run_compacts_the_posts_it_checks_over_retired_writers() {
         counters.flush(&shard(i), &batch).await.expect("flush");
     }
     counters
-        .record_progress("likes", &shard(3), now + 60_000)
+        .record_progress("likes", &shard(3), now + 60_000, None)
         .await
         .expect("progress");
     for i in [1, 2] {

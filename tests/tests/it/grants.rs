@@ -269,7 +269,7 @@ async fn count_rebuilder(fx: &Fixture) {
         .expect("delta");
     setup.flush(&writer, &deltas).await.expect("flush");
     setup
-        .record_progress("likes", &writer, now + 3_600_000)
+        .record_progress("likes", &writer, now + 3_600_000, None)
         .await
         .expect("progress");
     // A parent shard that counted another like and is closed: its child delivered.
@@ -286,7 +286,9 @@ async fn count_rebuilder(fx: &Fixture) {
         compact: Some(heatsink::counter::compact::STREAM_RETENTION),
         ..heatsink::counter::repair::RepairOptions::default()
     };
-    let report = heatsink_photo_app::rebuild::repair(&counters, &recount, options)
+    // The stream's shards: the writer that counted and the retired parent.
+    let lineage = heatsink::counter::lineage::Shards::open([writer.as_str(), parent.as_str()]);
+    let report = heatsink_photo_app::rebuild::repair(&counters, &recount, options, &lineage)
         .await
         .expect("repair");
     assert_eq!(report.corrected.get("p10"), Some(&1), "{report:?}");

@@ -19,6 +19,7 @@ use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_sdk_dynamodb::error::BoxError;
 use aws_sdk_dynamodb::types::AttributeValue;
 use base64::Engine;
+use heatsink::counter::lineage::Shards;
 use heatsink::counter::repair::{Repair, RepairOptions};
 use heatsink::counter::{BucketSpec, CounterKey, CounterStore, Deltas, Seq, WriterId};
 use heatsink_photo_app::rebuild::liked_bucket_recount;
@@ -39,12 +40,12 @@ fn hot_spec() -> BucketSpec {
     BucketSpec::new(2_000, 30).expect("spec")
 }
 
-fn options(expected: Vec<WriterId>) -> RepairOptions {
-    options_with(spec(), expected, 15)
+fn options() -> RepairOptions {
+    options_with(spec(), 15)
 }
 
 /// A fresh cursor starts `back` buckets back, not 30 (the first run's index reads).
-fn options_with(buckets: BucketSpec, expected: Vec<WriterId>, back: u64) -> RepairOptions {
+fn options_with(buckets: BucketSpec, back: u64) -> RepairOptions {
     RepairOptions {
         buckets,
         start_at: Some(heatsink::clock::now_ms().saturating_sub(back * buckets.width_ms())),
@@ -53,7 +54,6 @@ fn options_with(buckets: BucketSpec, expected: Vec<WriterId>, back: u64) -> Repa
         lease: Duration::from_secs(30),
         budget: Duration::from_secs(60),
         holder: "test".into(),
-        expected,
         insert_only: true,
         max_wait: Duration::from_secs(3),
         poll: Duration::from_millis(100),
@@ -222,25 +222,18 @@ async fn sim_a_hot_post_liked_without_pause_is_repaired_while_the_load_continues
     );
     // The rebuilder, every 0.3 s while the likes come.
     let recount = liked_bucket_recount(&fx.stack.ddb, &fx.photo());
-    let expected: Vec<WriterId> = shard_ids
-        .iter()
-        .map(|s| WriterId::new(s.clone()).expect("writer"))
-        .collect();
+    let lineage = Shards::open(shard_ids.iter().cloned());
     let dropped_seen = dropped_p9.clone();
     let rebuilding = async {
         let mut fixed_while_liked = 0;
         let mut runs = 0;
         let mut repaired_after = None;
         while !done.load(Ordering::Relaxed) {
-            let report = Repair::new(
-                &counters,
-                "likes",
-                &recount,
-                options_with(hot_spec(), expected.clone(), 1),
-            )
-            .run()
-            .await
-            .expect("repair");
+            let report = Repair::new(&counters, "likes", &recount, options_with(hot_spec(), 1))
+                .with_lineage(&lineage)
+                .run()
+                .await
+                .expect("repair");
             assert!(report.skipped.is_empty(), "{:?}", report.skipped);
             runs += u64::from(report.completed);
             if !done.load(Ordering::Relaxed) {
@@ -282,15 +275,11 @@ async fn sim_a_hot_post_liked_without_pause_is_repaired_while_the_load_continues
     );
     // The load has stopped and the stream is drained: a last run changes nothing, and p9 and p1
     // are exact (a correction was never counted again by the aggregator).
-    Repair::new(
-        &counters,
-        "likes",
-        &recount,
-        options_with(hot_spec(), expected, 4),
-    )
-    .run()
-    .await
-    .expect("repair");
+    Repair::new(&counters, "likes", &recount, options_with(hot_spec(), 4))
+        .with_lineage(&lineage)
+        .run()
+        .await
+        .expect("repair");
     for post in ["p9", "p1"] {
         assert_eq!(
             api.count(post).await.expect("count"),
@@ -372,17 +361,15 @@ async fn sim_a_lagging_aggregator_is_never_made_up_for_twice() {
         .map(|v| v.shard_id)
         .collect();
     assert_eq!(shards.len(), 2);
-    let expected: Vec<WriterId> = shards
-        .iter()
-        .map(|s| WriterId::new(s.clone()).expect("writer"))
-        .collect();
+    let lineage = Shards::open(shards.iter().cloned());
     // Shard 0 is read to its end, its first batch lost; shard 1 lags: 2 records read.
     let (_, lost) = deliver(&shaper, &arn, &agg, &shards[0], 0, usize::MAX / 2, 1).await;
     let (at1, _) = deliver(&shaper, &arn, &agg, &shards[1], 0, 2, 0).await;
     assert!(lost > 0);
     let recount = liked_bucket_recount(&fx.stack.ddb, &fx.photo());
     let run = || async {
-        Repair::new(&counters, "likes", &recount, options(expected.clone()))
+        Repair::new(&counters, "likes", &recount, options())
+            .with_lineage(&lineage)
             .run()
             .await
             .expect("repair")
@@ -540,7 +527,7 @@ async fn repair_requests(fx: &Fixture, old: u32) -> (u64, u64) {
     }
     counters.flush(&writer, &deltas).await.expect("flush");
     counters
-        .record_progress("likes", &writer, now + 60_000)
+        .record_progress("likes", &writer, now + 60_000, None)
         .await
         .expect("progress");
     let requests = Requests::default();
@@ -552,13 +539,15 @@ async fn repair_requests(fx: &Fixture, old: u32) -> (u64, u64) {
     let counted =
         CounterStore::new(ddb.clone(), fx.photo().table_name(Table::Counters)).with_buckets(spec());
     let recount = liked_bucket_recount(&ddb, &fx.photo());
-    let mut opts = options(vec![writer]);
+    let mut opts = options();
+    let lineage = Shards::open([writer.as_str()]);
     opts.settle = Duration::ZERO;
     opts.start_at = Some(fresh_start.saturating_sub(1_000));
     // A pinned end: both sizes judge the same two buckets (the one before the fresh likes and
     // theirs), however long the setup took.
     opts.until = Some(fresh_start + spec().width_ms());
     let report = Repair::new(&counted, "likes", &recount, opts)
+        .with_lineage(&lineage)
         .run()
         .await
         .expect("repair");
@@ -656,4 +645,194 @@ async fn likes_stored_under_the_old_index_rule_are_still_recounted() {
         .await
         .expect("recount");
     assert_eq!(n, 40, "every like is counted, whichever rule stored it");
+}
+
+/// A like of `post` by `user` at `at` in `liked`, as likes-api stores it.
+async fn put_like(fx: &Fixture, user: &str, post: &str, at: u64) {
+    fx.stack
+        .ddb
+        .put_item()
+        .table_name(fx.photo().table_name(Table::Liked))
+        .item("user", AttributeValue::S(user.into()))
+        .item("post", AttributeValue::S(post.into()))
+        .item("liked_at", AttributeValue::N(at.to_string()))
+        .item(
+            POST_SHARD,
+            AttributeValue::S(post_shard(post, user).expect("post id")),
+        )
+        .send()
+        .await
+        .expect("a like");
+}
+
+/// One Kinesis batch of shard `shard` holding a like of `post` by `user` created at `at`,
+/// reaching the stream `arrival_after` ms later (Kinesis Data Streams for DynamoDB's shape).
+fn kinesis_like(
+    fx: &Fixture,
+    shard: &str,
+    user: &str,
+    post: &str,
+    at: u64,
+    arrival_after: u64,
+) -> serde_json::Value {
+    let image = serde_json::json!({"user": {"S": user}, "post": {"S": post}, "liked_at": {"N": at.to_string()}});
+    let change = serde_json::json!({"awsRegion": "us-east-1", "eventID": format!("{user}-{post}"),
+        "eventName": "INSERT", "userIdentity": null, "recordFormat": "application/json",
+        "tableName": fx.photo().table_name(Table::Liked), "eventSource": "aws:dynamodb",
+        "dynamodb": {"ApproximateCreationDateTime": at, "Keys": {"user": {"S": user}, "post": {"S": post}},
+            "NewImage": image, "SizeBytes": 60}});
+    let seq = format!("4962{at}");
+    serde_json::json!({"Records": [{"eventSource": "aws:kinesis", "eventVersion": "1.0",
+        "eventID": format!("{shard}:{seq}"), "eventName": "aws:kinesis:record",
+        "invokeIdentityArn": "arn:aws:iam::000000000000:role/aggregator", "awsRegion": "us-east-1",
+        "eventSourceARN": "arn:aws:kinesis:us-east-1:000000000000:stream/like-events",
+        "kinesis": {"kinesisSchemaVersion": "1.0", "partitionKey": "k", "sequenceNumber": seq,
+            "approximateArrivalTimestamp": (at + arrival_after) as f64 / 1_000.0,
+            "data": base64::engine::general_purpose::STANDARD.encode(serde_json::to_vec(&change).expect("json"))}}]})
+}
+
+/// `like-events` split: parent shard 0 closed into children 1 and 2. The repair learns its
+/// writers from the lineage, so the second child, silent since the split, blocks it (named,
+/// no fix written, the cursor kept); a shard whose changes reach the stream later than the
+/// settle time blocks it too; and once both children have delivered, the aggregator retires the
+/// parent from the lineage (a Kinesis parent: no `parent` in its batches), so proven progress
+/// moves past the parent's frozen watermark and the lost like is made up exactly once.
+#[tokio::test]
+async fn a_split_childs_silent_or_lagging_shard_blocks_the_repair_until_the_lineage_proves_it() {
+    use heatsink::counter::lineage::ShardInfo;
+    let fx = fixture!(
+        "a_split_childs_silent_or_lagging_shard_blocks_the_repair_until_the_lineage_proves_it"
+    );
+    tables(&fx, &["p7", "p8"]).await;
+    let counters = store(&fx);
+    let now = heatsink::clock::now_ms();
+    let at = spec().start_of(now) - 4 * spec().width_ms();
+    for user in ["u1", "u2", "u3"] {
+        put_like(&fx, user, "p7", at + 100).await;
+    }
+    // The parent counted two of the three likes (the third was in a batch lost before the
+    // split) and closed; its watermark froze there.
+    let (parent, child1, child2) = (
+        "shardId-000000000000",
+        "shardId-000000000001",
+        "shardId-000000000002",
+    );
+    let writer = |id: &str| WriterId::new(id).expect("writer");
+    let mut deltas = Deltas::new();
+    for i in 1..=2u64 {
+        deltas
+            .add_record_at(
+                CounterKey::new("likes", "p7").expect("key"),
+                Seq::from(i),
+                1,
+                Some(at + 100),
+            )
+            .expect("delta");
+    }
+    counters
+        .flush(&writer(parent), &deltas)
+        .await
+        .expect("flush");
+    counters
+        .record_progress("likes", &writer(parent), at + 200, None)
+        .await
+        .expect("progress");
+    counters
+        .record_progress("likes", &writer(child1), now + 60_000, None)
+        .await
+        .expect("progress");
+    let shard = |id: &str, closed: bool| ShardInfo {
+        parent: (id != parent).then(|| parent.to_owned()),
+        ending_seq: closed.then(|| "99".to_owned()),
+        ..ShardInfo::new(id)
+    };
+    let lineage = Shards(vec![
+        shard(parent, true),
+        shard(child1, false),
+        shard(child2, false),
+    ]);
+    let recount = liked_bucket_recount(&fx.stack.ddb, &fx.photo());
+    let run = || async {
+        Repair::new(&counters, "likes", &recount, options())
+            .with_lineage(&lineage)
+            .run()
+            .await
+            .expect("repair")
+    };
+    // The second child has no watermark: blocked, named, nothing written.
+    let silent = run().await;
+    let blocked = silent.blocked.clone().expect("blocked");
+    assert_eq!(
+        (blocked.reason, blocked.shard.as_deref()),
+        ("silent-shard", Some(child2)),
+        "{silent:?}"
+    );
+    assert!(
+        !silent.completed && silent.corrected.is_empty(),
+        "{silent:?}"
+    );
+    assert_eq!(fix_total(&counters, "p7").await, 0);
+    // It delivers, but its changes reach the stream 5 s after they were made (replication lag
+    // past the 0.5 s settle): still blocked, on that shard.
+    let plain = aggregator(counters.clone(), None)
+        .with_table(fx.photo().table_name(Table::Liked))
+        .with_dedupe_window(Duration::from_millis(300));
+    let late = heatsink::clock::now_ms();
+    put_like(&fx, "u9", "p8", late).await;
+    assert_eq!(
+        invoke(&plain, &kinesis_like(&fx, child2, "u9", "p8", late, 5_000)).await,
+        None
+    );
+    let lagging = run().await;
+    let blocked = lagging.blocked.clone().expect("blocked");
+    assert_eq!(
+        (blocked.reason, blocked.shard.as_deref()),
+        ("replication-lag", Some(child2)),
+        "{lagging:?}"
+    );
+    assert_eq!(fix_total(&counters, "p7").await, 0);
+    // Without a lineage the aggregator leaves the Kinesis parent unretired: the parent's
+    // frozen watermark holds progress below the bucket, so nothing is judged.
+    let caught = heatsink::clock::now_ms() + 1_000;
+    put_like(&fx, "u10", "p8", caught).await;
+    assert_eq!(
+        invoke(&plain, &kinesis_like(&fx, child2, "u10", "p8", caught, 10)).await,
+        None
+    );
+    let frozen = run().await;
+    assert!(frozen.blocked.is_none(), "{frozen:?}");
+    assert_eq!(
+        frozen.proven_ms,
+        Some(at + 200),
+        "the parent's watermark: {frozen:?}"
+    );
+    assert_eq!(fix_total(&counters, "p7").await, 0);
+    // With the lineage, the next batch retires the parent (both children have watermarks).
+    let agg = aggregator(counters.clone(), None)
+        .with_table(fx.photo().table_name(Table::Liked))
+        .with_dedupe_window(Duration::from_millis(300))
+        .with_lineage(Arc::new(lineage.clone()));
+    let next = caught + 1;
+    put_like(&fx, "u11", "p8", next).await;
+    assert_eq!(
+        invoke(&agg, &kinesis_like(&fx, child1, "u11", "p8", next, 10)).await,
+        None
+    );
+    let marks = counters.progress("likes").await.expect("marks");
+    assert!(
+        marks
+            .iter()
+            .any(|m| m.writer.as_str() == parent && m.retired),
+        "{marks:?}"
+    );
+    let repaired = run().await;
+    assert!(
+        repaired.completed && repaired.blocked.is_none(),
+        "{repaired:?}"
+    );
+    assert_eq!(repaired.corrected.get("p7"), Some(&1), "{repaired:?}");
+    assert_eq!(fix_total(&counters, "p7").await, 1);
+    // And a run after that changes nothing.
+    let again = run().await;
+    assert!(again.corrected.is_empty(), "{again:?}");
 }

@@ -44,15 +44,17 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use aws_lambda_events::dynamodb::Event as DynamoDbEvent;
 use aws_lambda_events::kinesis::KinesisEvent;
 use aws_lambda_events::streams::{DynamoDbEventResponse, KinesisEventResponse};
-use heatsink_core::counter::{Change, ChangeId, CounterKey, Deltas, Seq, WriterId};
+use heatsink_core::counter::{Change, ChangeId, CounterKey, Deltas, Seq, WriterId, retire_due};
 use serde::Serialize;
 use serde_json::Value;
 
+use super::lineage::ShardListing;
 use super::{CounterStore, FlushReport};
 use crate::error::AwsError;
 use crate::lambda::{dynamodb_failure, kinesis_failure};
@@ -236,6 +238,9 @@ pub struct AggregateReport {
     pub foreign: u64,
     /// The flushed watermark this batch recorded (Unix ms of change creation), if any.
     pub watermark_ms: Option<u64>,
+    /// The largest delay from a change's creation to its arrival in the stream this batch saw
+    /// (Kinesis; recorded with the watermark, it gates the repair), ms.
+    pub replication_lag_ms: Option<u64>,
 }
 
 /// A change record's `dynamodb.ApproximateCreationDateTime` in ms since the epoch. DynamoDB
@@ -305,6 +310,18 @@ pub struct StreamAggregator<M> {
     dedupe_window: Duration,
     progress: Option<String>,
     retired: Mutex<HashSet<String>>,
+    lineage: Option<std::sync::Arc<dyn ShardListing>>,
+}
+
+/// What the aggregator knows of the batch's source beyond its records.
+struct BatchSource<'a> {
+    /// Kinesis: deduplicate by change identity (the source may deliver a change twice).
+    dedupe: bool,
+    /// The DynamoDB Streams parent shard of the batch's shard, when known.
+    parent: Option<&'a str>,
+    /// The largest `arrival − creation` of the batch's records plus 1, ms (0: none seen):
+    /// filled while the records are walked.
+    lag: &'a AtomicU64,
 }
 
 /// How long a Kinesis writer sub-key remembers the changes it counted
@@ -335,12 +352,26 @@ impl<M: ChangeMapper> StreamAggregator<M> {
             dedupe_window: DEDUPE_WINDOW,
             progress: None,
             retired: Mutex::new(HashSet::new()),
+            lineage: None,
         }
+    }
+
+    /// Retires parent writers from the stream's lineage: after recording a watermark, a parent
+    /// shard every child of which has a watermark is marked retired
+    /// ([`heatsink_core::counter::retire_due`]), for Kinesis (splits, merges, UpdateShardCount,
+    /// `heatsink reshard apply`) and DynamoDB Streams alike, so proven progress does not freeze
+    /// on a closed parent's last watermark. Cost: one listing per [`LineageCache`]'s pace and
+    /// one Query of the watermarks per batch while a listed parent is not retired yet.
+    ///
+    /// [`LineageCache`]: super::lineage
+    pub fn with_lineage(mut self, lineage: std::sync::Arc<dyn ShardListing>) -> Self {
+        self.lineage = Some(lineage);
+        self
     }
 
     /// Records each writer's flushed watermark for counter `name` after every batch it flushed
     /// completely (and retires a DynamoDB Streams shard once its child delivers): the progress
-    /// the rebuilder's repair is gated on ([`heatsink_core::counter::proven_through`]). Without
+    /// the rebuilder's repair is gated on ([`heatsink_core::counter::progress`]). Without
     /// it, the names of the batch's counted keys are used.
     pub fn with_progress(mut self, name: impl Into<String>) -> Self {
         self.progress = Some(name.into());
@@ -386,9 +417,9 @@ impl<M: ChangeMapper> StreamAggregator<M> {
         &self,
         writer: &WriterId,
         records: impl IntoIterator<Item = (String, String, Result<Value, String>)>,
-        dedupe: bool,
-        parent: Option<&str>,
+        source: BatchSource<'_>,
     ) -> AggregateReport {
+        let BatchSource { dedupe, .. } = source;
         let mut report = AggregateReport::default();
         let mut deltas = Deltas::new();
         let mut changes: BTreeMap<CounterKey, Vec<Change>> = BTreeMap::new();
@@ -471,7 +502,7 @@ impl<M: ChangeMapper> StreamAggregator<M> {
         report.keys = keys.len() as u64;
         if deltas.is_empty() && changes.is_empty() {
             if report.failed_at.is_none() {
-                self.progress_done(writer, &keys, newest_ms, dedupe, parent, &mut report)
+                self.progress_done(writer, &keys, newest_ms, &source, &mut report)
                     .await;
             }
             return report;
@@ -490,7 +521,7 @@ impl<M: ChangeMapper> StreamAggregator<M> {
                 }
                 report.flush = flush;
                 if report.failed_at.is_none() {
-                    self.progress_done(writer, &keys, newest_ms, dedupe, parent, &mut report)
+                    self.progress_done(writer, &keys, newest_ms, &source, &mut report)
                         .await;
                 }
             }
@@ -517,10 +548,11 @@ impl<M: ChangeMapper> StreamAggregator<M> {
         writer: &WriterId,
         keys: &BTreeSet<CounterKey>,
         newest_ms: Option<u64>,
-        dedupe: bool,
-        parent: Option<&str>,
+        source: &BatchSource<'_>,
         report: &mut AggregateReport,
     ) {
+        let (dedupe, parent) = (source.dedupe, source.parent);
+        let lag_ms = source.lag.load(Ordering::Relaxed).checked_sub(1);
         let names: BTreeSet<String> = match &self.progress {
             Some(name) => BTreeSet::from([name.clone()]),
             None => keys.iter().map(|k| k.name().to_owned()).collect(),
@@ -533,12 +565,21 @@ impl<M: ChangeMapper> StreamAggregator<M> {
         };
         let flushed = newest.saturating_sub(behind);
         for name in &names {
-            if let Err(e) = self.counters.record_progress(name, writer, flushed).await {
+            if let Err(e) = self
+                .counters
+                .record_progress(name, writer, flushed, lag_ms)
+                .await
+            {
                 tracing::warn!(error = %e, "flushed watermark not recorded; repairs wait for the next batch");
                 report.error.get_or_insert_with(|| e.to_string());
                 return;
             }
             report.watermark_ms = Some(flushed);
+            report.replication_lag_ms = lag_ms;
+        }
+        if let Some(lineage) = &self.lineage {
+            self.retire_from_lineage(lineage.as_ref(), &names).await;
+            return;
         }
         let Some(parent) = parent else { return };
         if self.retired.lock().is_ok_and(|r| r.contains(parent)) {
@@ -555,6 +596,61 @@ impl<M: ChangeMapper> StreamAggregator<M> {
         }
         if let Ok(mut r) = self.retired.lock() {
             r.insert(parent.to_owned());
+        }
+    }
+
+    /// Retires every parent of the lineage whose children all have a watermark (see
+    /// [`StreamAggregator::with_lineage`]). Failures are logged: the next batch tries again.
+    async fn retire_from_lineage(&self, lineage: &dyn ShardListing, names: &BTreeSet<String>) {
+        let listing = match lineage.list(0).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(error = %e, "stream not listed; parents retired with a later batch");
+                return;
+            }
+        };
+        let pending = {
+            let Ok(done) = self.retired.lock() else {
+                return;
+            };
+            listing
+                .shards
+                .iter()
+                .flat_map(|s| s.parents())
+                .any(|p| !done.contains(p))
+        };
+        if !pending {
+            return;
+        }
+        for name in names {
+            let marks = match self.counters.progress(name).await {
+                Ok(m) => m,
+                Err(e) => {
+                    tracing::warn!(error = %e, "watermarks not read; parents retired with a later batch");
+                    return;
+                }
+            };
+            if let Ok(mut done) = self.retired.lock() {
+                done.extend(
+                    marks
+                        .iter()
+                        .filter(|m| m.retired)
+                        .map(|m| m.writer.as_str().to_owned()),
+                );
+            }
+            for parent in retire_due(&listing.shards, &marks) {
+                if let Err(e) = self.counters.retire(name, &parent).await {
+                    tracing::warn!(error = %e, "parent shard not retired; retried with the next batch");
+                    return;
+                }
+                tracing::info!(
+                    shard = parent.as_str(),
+                    "parent shard retired: every child has a watermark"
+                );
+                if let Ok(mut done) = self.retired.lock() {
+                    done.insert(parent.as_str().to_owned());
+                }
+            }
         }
     }
 
@@ -582,6 +678,7 @@ impl<M: ChangeMapper> StreamAggregator<M> {
                 return (resp, AggregateReport::default());
             }
         };
+        let lag = AtomicU64::new(0);
         let records = event.records.iter().map(|r| {
             let seq = r.kinesis.sequence_number.clone();
             // Bounded (crate::lambda::kinesis_change). A KPL aggregate is not a change
@@ -592,9 +689,25 @@ impl<M: ChangeMapper> StreamAggregator<M> {
                     Value::Null
                 })
             });
+            // Replication lag: how long after its creation the change reached the stream.
+            let arrival =
+                u64::try_from(r.kinesis.approximate_arrival_timestamp.0.timestamp_millis()).ok();
+            if let (Ok(c), Some(arrived)) = (&change, arrival)
+                && let Some(created) = approximate_creation_ms(c)
+            {
+                lag.fetch_max(
+                    arrived.saturating_sub(created).saturating_add(1),
+                    Ordering::Relaxed,
+                );
+            }
             (seq.clone(), seq, change)
         });
-        let report = self.aggregate(&writer, records, true, None).await;
+        let source = BatchSource {
+            dedupe: true,
+            parent: None,
+            lag: &lag,
+        };
+        let report = self.aggregate(&writer, records, source).await;
         if let Some(at) = &report.failed_at {
             resp.batch_item_failures
                 .push(kinesis_failure(if at.is_empty() {
@@ -652,9 +765,13 @@ impl<M: ChangeMapper> StreamAggregator<M> {
                 });
             (seq.clone(), seq, change)
         });
-        let report = self
-            .aggregate(&writer, records, false, parent.as_deref())
-            .await;
+        let lag = AtomicU64::new(0);
+        let source = BatchSource {
+            dedupe: false,
+            parent: parent.as_deref(),
+            lag: &lag,
+        };
+        let report = self.aggregate(&writer, records, source).await;
         if let Some(at) = &report.failed_at {
             resp.batch_item_failures
                 .push(dynamodb_failure(if at.is_empty() {

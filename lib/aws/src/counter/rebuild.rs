@@ -130,6 +130,9 @@ pub enum RebuildError {
     /// The user's recount failed.
     #[error("recount failed: {0}")]
     Recount(#[source] BoxError),
+    /// Listing the stream's shards (the writers that must prove progress) failed.
+    #[error("listing the stream's shards failed: {0}")]
+    Lineage(#[source] BoxError),
 }
 
 /// Sum of the absolute changes one run wrote into `fix`: how far the counters were off.

@@ -33,10 +33,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use heatsink_core::counter::{
-    BucketSpec, Check, CounterKey, SpanRule, Verdict, WriterId, judge, needed_general,
-    needed_insert_only, plan_pass, plan_span, proven_through_expected,
+    BucketSpec, Check, CounterKey, Gate, SpanRule, Verdict, WriterId, judge, needed_general,
+    needed_insert_only, plan_pass, plan_span, progress,
 };
 use serde::Serialize;
+
+use super::lineage::{Listing, ShardListing};
 
 use super::rebuild::{CORRECTED, CORRECTION_UNITS, RebuildError, UNSETTLED, unrepairable};
 use super::{CounterStore, CounterStoreError, FixItem};
@@ -48,6 +50,13 @@ use crate::metrics::{Emf, MetricDef};
 pub const RUN_COMPLETED: MetricDef = MetricDef::count("CounterRebuildCompleted");
 /// Bucket checks one run left because the aggregator had not proven its progress.
 pub const LAGGING: MetricDef = MetricDef::count("CounterRebuildLagging");
+/// 1 when a run judged nothing because proven progress is blocked (a shard of the stream
+/// without a watermark, replication lag past the settle time, nothing proven), else 0.
+/// Alarmed: a blocked repair must page, not look like a quiet one.
+pub const BLOCKED: MetricDef = MetricDef::count("CounterRepairBlocked");
+/// How far the aggregator's proven progress is behind the rebuilder's clock (`now − proven`),
+/// seconds; not emitted while nothing is proven ([`BLOCKED`] says so).
+pub const REPAIR_LAG: MetricDef = MetricDef::seconds("CounterRepairLag");
 
 /// How a repair run judges buckets and bounds itself.
 #[derive(Debug, Clone, PartialEq)]
@@ -69,10 +78,6 @@ pub struct RepairOptions {
     /// Most (post, bucket) checks carried to the next run; beyond it they are dropped and
     /// reported.
     pub max_retry: usize,
-    /// The source's writers (its stream shards), when known: one without a watermark proves
-    /// nothing (an empty list trusts the watermarks found, which cannot see a shard that has
-    /// never flushed).
-    pub expected: Vec<WriterId>,
     /// The events table is written only by conditional inserts (never removed or changed; the
     /// photo app's `liked`): a bucket is judged on the progress read at the start of the run
     /// ([`needed_insert_only`]) with no wait after the recount, which also repairs counters
@@ -114,7 +119,6 @@ impl Default for RepairOptions {
             budget: Duration::from_secs(240),
             holder: format!("rebuilder-{}", crate::clock::now_ms()),
             max_retry: 1_000,
-            expected: vec![],
             insert_only: false,
             start_at: None,
             until: None,
@@ -136,6 +140,11 @@ pub struct RepairReport {
     pub busy: bool,
     /// The aggregator's proven progress (Unix ms), if any writer is active.
     pub proven_ms: Option<u64>,
+    /// Why this run judged nothing, when proven progress is blocked (then `completed` is
+    /// false and the cursor did not move).
+    pub blocked: Option<Blocked>,
+    /// `now − proven` (ms) when progress is proven: the [`REPAIR_LAG`] metric.
+    pub lag_ms: Option<u64>,
     /// Buckets starting before this were closable this run.
     pub horizon_ms: u64,
     /// The first bucket this run looked at.
@@ -175,7 +184,57 @@ impl RepairReport {
             .count(CORRECTION_UNITS, units)
             .count(CORRECTED, self.corrected.len() as u64)
             .count(UNSETTLED, self.moved.len() as u64)
-            .count(LAGGING, self.lagging);
+            .count(LAGGING, self.lagging)
+            .count(BLOCKED, u64::from(self.blocked.is_some()));
+        if let Some(lag) = self.lag_ms {
+            emf.seconds(REPAIR_LAG, Duration::from_millis(lag));
+        }
+    }
+}
+
+/// Why a repair run judged nothing: what blocks proven progress, the shard, and what to do.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Blocked {
+    /// `silent-shard` (a shard of the stream without a watermark), `replication-lag` (a
+    /// shard's changes arrive later than the settle time) or `nothing-proven` (no watermark).
+    pub reason: &'static str,
+    /// The shard holding progress back, when one does.
+    pub shard: Option<String>,
+    /// What it says, with the next command.
+    pub detail: String,
+}
+
+impl Blocked {
+    fn from_gate(gate: &Gate, name: &str) -> Option<Self> {
+        let next = format!(
+            "check the aggregator's errors and parked batches (`heatsink redrive --counter {name}`), then rerun the repair"
+        );
+        match gate {
+            Gate::Open(_) => None,
+            Gate::Silent(shards) => Some(Self {
+                reason: "silent-shard",
+                shard: shards.first().cloned(),
+                detail: format!(
+                    "shard(s) {} of the stream have no flushed watermark for `{name}`: their changes may still be uncounted; {next}",
+                    shards.join(", ")
+                ),
+            }),
+            Gate::ReplicationLag { writer, lag_ms } => Some(Self {
+                reason: "replication-lag",
+                shard: Some(writer.as_str().to_owned()),
+                detail: format!(
+                    "shard {} last saw changes arrive {lag_ms} ms after they were made, more than the settle time; the repair waits for the stream to catch up (AgeOfOldestUnreplicatedRecord), then rerun",
+                    writer.as_str()
+                ),
+            }),
+            Gate::NothingProven => Some(Self {
+                reason: "nothing-proven",
+                shard: None,
+                detail: format!(
+                    "no shard has recorded a flushed watermark for `{name}`: the aggregator is not running with progress for this counter; {next}"
+                ),
+            }),
+        }
     }
 }
 
@@ -188,6 +247,7 @@ pub struct Repair<'a, R> {
     name: String,
     recount: &'a R,
     options: RepairOptions,
+    lineage: Option<&'a dyn ShardListing>,
 }
 
 impl<'a, R: BucketRecount> Repair<'a, R> {
@@ -203,7 +263,35 @@ impl<'a, R: BucketRecount> Repair<'a, R> {
             name: name.into(),
             recount,
             options,
+            lineage: None,
         }
+    }
+
+    /// Judges only on progress proven by every shard `lineage` lists (the stream the aggregator
+    /// reads): a shard without a watermark blocks the run and is reported
+    /// ([`RepairReport::blocked`]). Without a lineage the watermarks found are the writers,
+    /// which cannot see a shard that has never flushed: production runs set it.
+    pub fn with_lineage(mut self, lineage: &'a dyn ShardListing) -> Self {
+        self.lineage = Some(lineage);
+        self
+    }
+
+    /// The repair's gate now: the watermarks, then a listing of the lineage taken no earlier
+    /// than they were read (a listing older than them would not show a shard that flushed
+    /// since; its watermark then still counts, never ignored).
+    async fn gate(&self) -> Result<Gate, RebuildError> {
+        let marks = self.counters.progress(&self.name).await?;
+        let read_at = crate::clock::now_ms();
+        let (listing, newer) = match self.lineage {
+            None => (Listing::default(), false),
+            Some(l) => {
+                let listing = l.list(read_at).await.map_err(RebuildError::Lineage)?;
+                let newer = listing.taken_ms >= read_at;
+                (listing, newer)
+            }
+        };
+        let p = progress(&listing.shards, &marks, newer);
+        Ok(p.gate(millis(self.options.settle)))
     }
 
     fn ddb(&self) -> &aws_sdk_dynamodb::Client {
@@ -231,9 +319,19 @@ impl<'a, R: BucketRecount> Repair<'a, R> {
         let started = Instant::now();
         let spec = self.options.buckets;
         let cursor = self.load_cursor().await?;
+        let gate = self.gate().await?;
         let marks = self.counters.progress(&self.name).await?;
-        let proven = proven_through_expected(&marks, &self.options.expected);
+        if let Some(blocked) = Blocked::from_gate(&gate, &self.name) {
+            tracing::warn!(reason = blocked.reason, shard = ?blocked.shard, detail = %blocked.detail, "repair blocked; nothing judged");
+            report.blocked = Some(blocked);
+            return Ok(());
+        }
+        let proven = match gate {
+            Gate::Open(p) => Some(p),
+            _ => None,
+        };
         report.proven_ms = proven;
+        report.lag_ms = proven.map(|p| crate::clock::now_ms().saturating_sub(p));
         let closed: BTreeSet<WriterId> = marks
             .iter()
             .filter(|m| m.retired)
@@ -336,10 +434,10 @@ impl<'a, R: BucketRecount> Repair<'a, R> {
         let needed = recount_end.saturating_add(skew_ms);
         let waited = Instant::now();
         loop {
-            let proven = proven_through_expected(
-                &self.counters.progress(&self.name).await?,
-                &self.options.expected,
-            );
+            let proven = match self.gate().await? {
+                Gate::Open(p) => Some(p),
+                _ => None,
+            };
             if proven.is_some_and(|p| p >= needed) || waited.elapsed() >= self.options.max_wait {
                 return Ok(proven);
             }

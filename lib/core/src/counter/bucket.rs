@@ -155,6 +155,17 @@ impl Buckets {
         Some(old)
     }
 
+    /// Sets the bucket starting at `start` to `net` and records that it was judged when the
+    /// writers held `events` changes of it (the `fix` item: a bucket whose events later differ
+    /// is judged again); returns the previous net. Below `low` nothing is set, `None` returned.
+    pub fn set_judged(&mut self, start: u64, net: i64, events: u64) -> Option<i64> {
+        if start < self.low {
+            return None;
+        }
+        let old = self.map.insert(start, (net, events)).map_or(0, |(n, _)| n);
+        Some(old)
+    }
+
     /// Forgets buckets more than `spec.keep` below the newest, raising `low`.
     pub fn trim(&mut self, spec: BucketSpec) {
         if let Some(newest) = self.newest() {

@@ -4,15 +4,16 @@
 //! **Watermarks.** After every batch it flushed completely, a stream writer records how far it
 //! got in change-creation time: `flushed_ms` = every change of its shard created at or before it
 //! has been *processed* — counted, or given up on (a parked batch). A writer whose shard closed
-//! and whose child shard has delivered is *retired* (Lambda reads a child only after its parent
-//! is read to its end). The aggregator's progress is the smallest watermark of the writers that
-//! are not retired ([`proven_through`]).
+//! and every child of which has delivered is *retired* (Lambda reads a child only after its
+//! parents are read to their end). The aggregator's progress is the smallest watermark of the
+//! writers the stream lists that are not retired, and nothing while one of them has none
+//! ([`progress`](super::progress)).
 //!
 //! **The check of one bucket `b` of one counter**, in this order:
 //! 1. read every writer sub-key's `(net, events)` of `b` (strongly consistent): `before`;
 //! 2. recount the durable events whose event time is in `b`; the recount ends at `T` (the
 //!    rebuilder's clock);
-//! 3. read the watermarks: `proven_through ≥ T + skew` is required;
+//! 3. read the watermarks: proven progress `≥ T + skew` is required;
 //! 4. read `b` again: `after`.
 //!
 //! Correct `b`'s fix to `recount − before.net` iff step 3 holds and `after.events ==
@@ -37,13 +38,14 @@
 //! aggregator's lag. From then on steps 1–4 see the same `events` and the bucket is judged.
 //!
 //! ```
-//! use heatsink_core::counter::{Verdict, judge, needed_general, proven_through, Watermark, WriterId};
-//! let marks = [
-//!     Watermark { writer: WriterId::new("shardId-0")?, flushed_ms: 10_500, retired: false },
-//!     Watermark { writer: WriterId::new("shardId-1")?, flushed_ms: 12_000, retired: false },
-//!     Watermark { writer: WriterId::new("shardId-2")?, flushed_ms: 1_000, retired: true },
-//! ];
-//! let proven = proven_through(&marks);
+//! use heatsink_core::counter::{Verdict, judge, needed_general, progress, Watermark, WriterId};
+//! use heatsink_core::stream::ShardInfo;
+//! let mark = |id: &str, at: u64, retired: bool| Watermark {
+//!     writer: WriterId::new(id).unwrap(), flushed_ms: at, retired, lag_ms: None };
+//! let marks = [mark("shardId-0", 10_500, false), mark("shardId-1", 12_000, false),
+//!     mark("shardId-2", 1_000, true)];
+//! let listing = ["shardId-0", "shardId-1", "shardId-2"].map(ShardInfo::new);
+//! let proven = progress(&listing, &marks, true).proven;
 //! assert_eq!(proven, Some(10_500));
 //! // Recount finished at 10,000 ms with a 200 ms skew allowance: the aggregator is past it.
 //! let v = judge((98, 98), 100, (98, 98), proven, needed_general(10_000, 200), 0)?;
@@ -67,29 +69,10 @@ pub struct Watermark {
     pub flushed_ms: u64,
     /// The writer's shard is closed and read to its end: it holds back nothing.
     pub retired: bool,
-}
-
-/// The aggregator's proven progress: the smallest watermark of the writers not retired, or
-/// `None` when no writer is active (nothing proven: no correction may be made).
-pub fn proven_through(marks: &[Watermark]) -> Option<u64> {
-    marks
-        .iter()
-        .filter(|m| !m.retired)
-        .map(|m| m.flushed_ms)
-        .min()
-}
-
-/// [`proven_through`], when the source's writers are known (the stream's shards): a writer
-/// of `expected` that has no watermark yet holds back every change it carries, so nothing is
-/// proven until it flushes once (or is retired).
-pub fn proven_through_expected(marks: &[Watermark], expected: &[WriterId]) -> Option<u64> {
-    if expected
-        .iter()
-        .any(|w| !marks.iter().any(|m| &m.writer == w))
-    {
-        return None;
-    }
-    proven_through(marks)
+    /// The largest delay from a change's creation to its arrival in the stream that the
+    /// writer's last batch saw (Kinesis Data Streams for DynamoDB's replication lag; `None`
+    /// where the source has none to see).
+    pub lag_ms: Option<u64>,
 }
 
 /// The general rule's requirement: progress read *after* the recount (step 3) at least its end
@@ -152,39 +135,109 @@ pub fn judge(
     )?))
 }
 
+/// The buckets of one counter to judge again: kept by every writer sub-key and known to the
+/// `fix` item, older than `from` (the pass judges `[from, horizon)` anyway) and not older than
+/// `oldest`, whose events summed over `writers` now differ from the events the `fix` recorded
+/// when the bucket was last judged ([`Buckets::set_judged`](super::Buckets::set_judged); 0
+/// when it never was). A change counted in a bucket after it was judged (a late change, a
+/// duplicate beyond the window, a delete) moves its events, so its bucket is judged again;
+/// a bucket nobody changed since is not.
+pub fn rejudge(
+    writers: &[&super::Buckets],
+    fix: &super::Buckets,
+    from: u64,
+    oldest: u64,
+) -> Vec<u64> {
+    let mut starts: Vec<u64> = writers
+        .iter()
+        .flat_map(|b| b.iter().map(|(s, _)| s))
+        .chain(fix.iter().map(|(s, _)| s))
+        .filter(|s| *s >= oldest && *s < from)
+        .collect();
+    starts.sort_unstable();
+    starts.dedup();
+    starts
+        .into_iter()
+        .filter(|s| fix.knows(*s) && writers.iter().all(|w| w.knows(*s)))
+        .filter(|s| {
+            let events = writers
+                .iter()
+                .fold(0u64, |sum, w| sum.saturating_add(w.get(*s).1));
+            events != fix.get(*s).1
+        })
+        .collect()
+}
+
+/// What a whole-count check reads of a counter, before and after the recount.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WholeRead {
+    /// The counter's total without its `fix` (writers, salts, `settled`).
+    pub without_fix: i64,
+    /// Changes counted in the writer sub-keys' kept buckets, summed: it moves with any counted
+    /// change of a kept bucket, even when deltas cancel out.
+    pub events: u64,
+    /// Writer sub-keys (a new writer is a change).
+    pub writers: usize,
+    /// The newest bucket start any writer sub-key or the `fix` keeps (`None`: none).
+    pub newest: Option<u64>,
+}
+
+/// What a whole-count check decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WholeVerdict {
+    /// Write this whole fix (its `change` may be 0).
+    Correct(Correction),
+    /// The counter moved while checked: a later run.
+    Moved,
+    /// The counter holds changes at or after the cutoff: judge it per bucket (or later).
+    Busy,
+    /// The aggregator has not proven it processed every change before the cutoff.
+    Lagging,
+}
+
+/// Judges a whole-count check of an insert-only events table (a cold counter, or one whose
+/// carried check is older than the kept buckets): the recount counts the durable events with
+/// an event time before `cutoff`, the reads before and after it must be equal, hold nothing at
+/// or after `cutoff`, and the progress read before the first must be at least `cutoff +
+/// settle` (every event before `cutoff` was created by then and so processed). Then the
+/// counter's total is exactly its count of those events, and `fix = recount − total` is
+/// exact for them (the same argument as [`judge`]'s insert-only rule, over `(−∞, cutoff)`).
+pub fn judge_whole(
+    before: WholeRead,
+    recount: i64,
+    after: WholeRead,
+    cutoff: u64,
+    proven: Option<u64>,
+    settle_ms: u64,
+    current_fix: i64,
+) -> Result<WholeVerdict, CounterError> {
+    if proven.is_none_or(|p| p < needed_insert_only(cutoff, settle_ms)) {
+        return Ok(WholeVerdict::Lagging);
+    }
+    if [before.newest, after.newest]
+        .iter()
+        .any(|n| n.is_some_and(|n| n >= cutoff))
+    {
+        return Ok(WholeVerdict::Busy);
+    }
+    if before != after {
+        return Ok(WholeVerdict::Moved);
+    }
+    Ok(WholeVerdict::Correct(correction(
+        recount,
+        before.without_fix,
+        current_fix,
+    )?))
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
 
     use super::*;
 
-    fn mark(id: &str, at: u64, retired: bool) -> Watermark {
-        Watermark {
-            writer: WriterId::new(id).unwrap(),
-            flushed_ms: at,
-            retired,
-        }
-    }
-
     #[test]
-    fn an_expected_writer_without_a_watermark_proves_nothing() {
-        let marks = [mark("a", 50, false)];
-        let b = WriterId::new("b").unwrap();
-        assert_eq!(proven_through_expected(&marks, &[]), Some(50));
-        assert_eq!(
-            proven_through_expected(&marks, std::slice::from_ref(&b)),
-            None
-        );
-        assert_eq!(
-            proven_through_expected(&[mark("a", 50, false), mark("b", 9, true)], &[b]),
-            Some(50)
-        );
-    }
-
-    #[test]
-    fn no_active_writer_proves_nothing() {
-        assert_eq!(proven_through(&[]), None);
-        assert_eq!(proven_through(&[mark("a", 5, true)]), None);
+    fn nothing_proven_judges_nothing() {
         assert_eq!(
             judge((0, 0), 3, (0, 0), None, 0, 0).unwrap(),
             Verdict::Lagging {
@@ -246,6 +299,27 @@ mod tests {
             })
     }
 
+    #[test]
+    fn a_bucket_whose_events_changed_after_it_was_judged_is_judged_again() {
+        use crate::counter::{BucketSpec, Buckets};
+        let spec = BucketSpec::new(1_000, 30).unwrap();
+        let mut w = Buckets::default();
+        for at in [10_100, 11_100, 11_200, 12_100] {
+            w.add(spec, at, 1).unwrap();
+        }
+        let mut fix = Buckets::from_parts(0, Default::default());
+        fix.set_judged(10_000, 0, 1);
+        fix.set_judged(11_000, 1, 2);
+        // 12 s was never judged: its 1 event differs from 0. The pass judges 13 s on.
+        assert_eq!(rejudge(&[&w], &fix, 13_000, 0), vec![12_000]);
+        // A late change lands in 10 s: judged again.
+        w.add(spec, 10_500, 1).unwrap();
+        assert_eq!(rejudge(&[&w], &fix, 13_000, 0), vec![10_000, 12_000]);
+        // Below `oldest`, or at or after `from`: not here.
+        assert!(rejudge(&[&w], &fix, 10_000, 0).is_empty());
+        assert_eq!(rejudge(&[&w], &fix, 13_000, 11_000), vec![12_000]);
+    }
+
     proptest! {
         /// Insert-only events (each created within `settle` of its event time, in bucket
         /// [0, 1000)): with progress read before step 1 past `end + settle`, a correction is
@@ -294,6 +368,40 @@ mod tests {
                 let counted: i64 = early.iter().map(|e| e.delta * i64::from(e.times)).sum();
                 let truth: i64 = early.iter().map(|e| e.delta).sum();
                 prop_assert_eq!(counted + c.fix, truth, "evs {:?}", evs);
+            }
+        }
+
+        /// A whole-count check of insert-only likes (each created within `settle` of its event
+        /// time, processed some time later, counted 0, 1 or 2 times): a correction it allows
+        /// leaves the count of the likes before the cutoff exact.
+        #[test]
+        fn a_whole_check_corrects_the_likes_before_the_cutoff_exactly(
+            evs in proptest::collection::vec((0u64..3_000, 0u64..300, 0u64..600,
+                prop_oneof![8 => Just(1u8), 1 => Just(0u8), 1 => Just(2u8)]), 0..40),
+            t0 in 1_000u64..4_000,
+            gap in 0u64..300,
+        ) {
+            let settle = 300;
+            let evs: Vec<(u64, Ev)> = evs.into_iter().map(|(at, delay, lag, times)| (at, Ev {
+                created: at + delay, processed: at + delay + lag, times, delta: 1 })).collect();
+            let proven = evs.iter().filter(|(_, e)| e.processed > t0).map(|(_, e)| e.created.saturating_sub(1)).min()
+                .unwrap_or(t0).min(t0);
+            let cutoff = proven.saturating_sub(settle);
+            let read = |t: u64| {
+                let counted: Vec<&(u64, Ev)> = evs.iter().filter(|(_, e)| e.processed <= t && e.times > 0).collect();
+                WholeRead {
+                    without_fix: evs.iter().filter(|(_, e)| e.processed <= t).map(|(_, e)| i64::from(e.times)).sum(),
+                    events: evs.iter().filter(|(_, e)| e.processed <= t).map(|(_, e)| u64::from(e.times)).sum(),
+                    writers: 1,
+                    newest: counted.iter().map(|(at, _)| *at).max(),
+                }
+            };
+            let (t1, t3) = (t0 + 1, t0 + 2 + gap);
+            let recount = evs.iter().filter(|(at, e)| *at < cutoff && e.created <= t1 + gap).count() as i64;
+            if let WholeVerdict::Correct(c) = judge_whole(read(t1), recount, read(t3), cutoff, Some(proven), settle, 0).unwrap() {
+                let before: Vec<&(u64, Ev)> = evs.iter().filter(|(at, _)| *at < cutoff).collect();
+                let counted: i64 = before.iter().map(|(_, e)| i64::from(e.times)).sum();
+                prop_assert_eq!(counted + c.fix, before.len() as i64, "evs {:?}", evs);
             }
         }
     }
