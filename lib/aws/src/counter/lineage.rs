@@ -13,8 +13,6 @@
 //! minute otherwise, far inside ListShards' and DescribeStream's limits; the rebuilder makes
 //! one per run.
 
-use std::time::Duration;
-
 use futures::future::BoxFuture;
 /// A shard as the lineage lists it (id, parents, whether it is closed).
 pub use heatsink_core::stream::ShardInfo;
@@ -72,7 +70,7 @@ pub use cache::{LineageCache, for_stream_arn};
 #[cfg(feature = "streams")]
 mod cache {
     use std::sync::Mutex;
-    use std::time::Instant;
+    use std::time::{Duration, Instant};
 
     use super::*;
     use crate::stream::ShardSource;
@@ -270,13 +268,13 @@ mod tests {
             [&first, &second]
         );
         let cache = LineageCache::new(crate::stream::KinesisSource::new(client, "like-events"))
-            .min_interval(Duration::from_millis(200));
+            .min_interval(std::time::Duration::from_millis(200));
         let a = cache.list(0).await.expect("list");
         assert_eq!(a.shards.len(), 1);
         // Young: reused, even when asked for a listing newer than it (the pace holds).
         let b = cache.list(a.taken_ms + 1).await.expect("list");
         assert_eq!(b, a);
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
         // Past the interval, a listing newer than the cached one is fetched.
         let c = cache.list(a.taken_ms + 1).await.expect("list");
         assert_eq!(c.shards.len(), 2);
