@@ -43,6 +43,7 @@
 //! `HEATSINK_VERIFY_TAKES=0` (leases on dynoxide, which serialises writes).
 
 mod meter;
+mod put_records;
 mod standin;
 
 use std::collections::{HashMap, HashSet};
@@ -224,33 +225,15 @@ fn record_data(head: u64) -> Vec<u8> {
     d
 }
 
+/// One PutRecords of `entries`, the refused ones again until none is left.
 async fn put_batch(
     k: &aws_sdk_kinesis::Client,
     stream: &str,
     entries: Vec<PutRecordsRequestEntry>,
 ) -> Result<(), BoxError> {
-    let mut entries = entries;
-    for _ in 0..20 {
-        let out = k
-            .put_records()
-            .stream_name(stream)
-            .set_records(Some(entries.clone()))
-            .send()
-            .await?;
-        if out.failed_record_count().unwrap_or(0) == 0 {
-            return Ok(());
-        }
-        // Only the refused entries again (none on the emulators; kept for AWS).
-        entries = out
-            .records()
-            .iter()
-            .zip(entries)
-            .filter(|(r, _)| r.error_code().is_some())
-            .map(|(_, e)| e)
-            .collect();
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Err("records refused while producing".into())
+    put_records::put_with_retry(k, stream, entries)
+        .await
+        .map(|_| ())
 }
 
 fn entry(j: usize, head: u64) -> Result<PutRecordsRequestEntry, BoxError> {

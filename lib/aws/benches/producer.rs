@@ -21,9 +21,10 @@
 //! `BENCH_RECORDS` there.
 
 mod meter;
+mod put_records;
 mod standin;
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::PutRecordsRequestEntry;
@@ -75,37 +76,6 @@ struct Run {
     cpu: Vec<f64>,
 }
 
-/// One PutRecords of `entries`, again with only the refused entries (doubling back-off from
-/// 50 ms, at most 12 attempts): the loop a careful user writes.
-async fn put_with_retry(
-    k: &aws_sdk_kinesis::Client,
-    stream: &str,
-    mut entries: Vec<PutRecordsRequestEntry>,
-) -> Result<u64, BoxError> {
-    let mut backoff = Duration::from_millis(50);
-    for attempt in 1..=12u64 {
-        let out = k
-            .put_records()
-            .stream_name(stream)
-            .set_records(Some(entries.clone()))
-            .send()
-            .await?;
-        if out.failed_record_count().unwrap_or(0) == 0 {
-            return Ok(attempt);
-        }
-        entries = out
-            .records()
-            .iter()
-            .zip(entries)
-            .filter(|(r, _)| r.error_code().is_some())
-            .map(|(_, e)| e)
-            .collect();
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(2));
-    }
-    Err(format!("{} records still refused after 12 attempts", entries.len()).into())
-}
-
 /// Puts `n` records of `size` bytes one way; returns the requests and Kinesis records it took.
 async fn put(
     k: &aws_sdk_kinesis::Client,
@@ -128,7 +98,7 @@ async fn put(
                 .collect::<Result<Vec<_>, _>>()
         });
         let mut calls = futures::stream::iter(batches)
-            .map(|entries| async move { put_with_retry(k, stream, entries?).await })
+            .map(|entries| async move { put_records::put_with_retry(k, stream, entries?).await })
             .buffer_unordered(4);
         let mut requests = 0;
         while let Some(r) = calls.next().await {
