@@ -80,6 +80,8 @@ $(HACK):
 features: $(HACK)
 	@echo "== each feature alone (cargo hack)"
 	$(HACK) hack check --each-feature --no-dev-deps -p heatsink-core -p heatsink
+	@echo "== the library's own tests with its default features (cargo test -p heatsink, as a contributor runs it)"
+	CARGO_PROFILE_DEV_DEBUG=0 $(CARGO) test --locked -p heatsink --lib --no-run
 
 ## The crates a user depends on, packaged as crates.io would take them and built from the
 ## packages alone (heatsink against the packaged heatsink-core), with the README's feature set.

@@ -5,11 +5,10 @@
 //! with "changed since epoch N"; run it again). Clearing a salt entry does not delete it: writers
 //! go back to the plain key while readers keep reading the old sub-keys until `--drained`.
 
-use aws_sdk_dynamodb::types::{AttributeValue, Select};
 use clap::{Args, Subcommand, ValueEnum};
 use heatsink::clock::now_secs;
 use heatsink::hot::{Change, Entry, Mode};
-use heatsink::hot::{Directory, DirectoryError};
+use heatsink::hot::{Directory, DirectoryError, drain};
 use heatsink::schema::{DEFAULT_PREFIX, Schema};
 
 use serde_json::{Value, json};
@@ -149,7 +148,8 @@ pub async fn run(command: HotCommand) -> CmdResult {
                 .into());
             };
             if args.drained {
-                let check = drain_check(&current)?;
+                let check = drain::sub_keys_to_verify(&current)
+                    .map_err(|e| format!("{}: {e}", current.key))?;
                 if !check.is_empty() {
                     let table = args.table.as_deref().ok_or_else(|| {
                         format!(
@@ -160,35 +160,16 @@ pub async fn run(command: HotCommand) -> CmdResult {
                     })?;
                     let target = Target::new(&config, Service::DynamoDb, "table", table)
                         .if_missing("check --table");
-                    let mut non_empty = Vec::new();
-                    for sub_key in &check {
-                        if holds_items(&ddb, table, &args.key_attribute, sub_key)
+                    let non_empty =
+                        drain::sub_keys_holding_items(&ddb, table, &args.key_attribute, &check)
                             .await
-                            .map_err(|e| target.sdk("query the sub-keys of", &e))?
-                        {
-                            non_empty.push(sub_key.clone());
-                        }
-                    }
+                            .map_err(|e| target.fail("query the sub-keys of", &e))?;
                     refuse_unless_drained(&current, table, &non_empty)?;
                 }
             }
             apply(&dir, clear(&current, args.drained)?, args.output, &failed).await
         }
     }
-}
-
-/// The sub-keys that must be empty before `entry` may be removed: every sub-key readers still
-/// read (the current set and, while draining, the old-only set), except the plain key itself,
-/// which readers keep reading once the entry is gone.
-fn drain_check(entry: &Entry) -> Result<Vec<String>, String> {
-    if entry.mode != Mode::Salt {
-        return Ok(Vec::new());
-    }
-    let read = entry
-        .salts
-        .read_set(&entry.key)
-        .map_err(|e| format!("{}: {e}", entry.key))?;
-    Ok(read.into_iter().filter(|k| *k != entry.key).collect())
 }
 
 /// Refuses the removal of `entry` while any of its sub-keys in `table` holds items.
@@ -217,29 +198,6 @@ fn refuse_unless_drained(entry: &Entry, table: &str, non_empty: &[String]) -> Re
         entry.key,
         non_empty.join(", ")
     ))
-}
-
-/// True when `table` holds at least one item whose partition key `attr` is `sub_key` (a
-/// strongly consistent Query with `Limit 1`).
-async fn holds_items(
-    ddb: &aws_sdk_dynamodb::Client,
-    table: &str,
-    attr: &str,
-    sub_key: &str,
-) -> Result<bool, aws_sdk_dynamodb::error::SdkError<aws_sdk_dynamodb::operation::query::QueryError>>
-{
-    let out = ddb
-        .query()
-        .table_name(table)
-        .key_condition_expression("#k = :v")
-        .expression_attribute_names("#k", attr)
-        .expression_attribute_values(":v", AttributeValue::S(sub_key.to_owned()))
-        .select(Select::Count)
-        .consistent_read(true)
-        .limit(1)
-        .send()
-        .await?;
-    Ok(out.count() > 0)
 }
 
 /// How a directory error becomes a one-line failure.
@@ -569,14 +527,17 @@ mod tests {
     #[test]
     fn drained_checks_every_sub_key_readers_still_read_except_the_plain_key() {
         assert_eq!(
-            drain_check(&draining()).unwrap(),
+            drain::sub_keys_to_verify(&draining()).unwrap(),
             ["likes#p9#0", "likes#p9#1", "likes#p9#2", "likes#p9#3"]
         );
         // A steady salted entry: removing it would hide its current sub-keys too.
         let steady = Entry::salt("likes#p9", 2, "auto", 10).unwrap();
-        assert_eq!(drain_check(&steady).unwrap(), ["likes#p9#0", "likes#p9#1"]);
+        assert_eq!(
+            drain::sub_keys_to_verify(&steady).unwrap(),
+            ["likes#p9#0", "likes#p9#1"]
+        );
         assert!(
-            drain_check(&Entry::cache("p1", "r", 0, 10))
+            drain::sub_keys_to_verify(&Entry::cache("p1", "r", 0, 10))
                 .unwrap()
                 .is_empty()
         );

@@ -216,3 +216,31 @@ async fn a_controller_that_decided_on_a_stale_view_loses_and_redecides() {
     let p9 = dir.get("p9").await.expect("get").expect("entry");
     assert_eq!((p9.epoch, p9.salts.current()), (1, 5));
 }
+
+#[tokio::test]
+async fn a_salted_key_is_drained_only_when_every_sub_key_readers_read_is_empty() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use heatsink::hot::drain;
+
+    let fx = fixture!("a_salted_key_is_drained_only_when_every_sub_key_readers_read_is_empty");
+    // Any table keyed by a string partition key holds sub-keys; the directory's own will do.
+    let spec = fx.photo_table(Table::Hotkeys).await;
+    let (table, attr) = (spec.name.clone(), spec.partition_key.name.clone());
+    let entry = Entry::salt("likes#p9", 3, "write-hot", 100).expect("entry");
+    let sub_keys = drain::sub_keys_to_verify(&entry).expect("read set");
+    assert_eq!(sub_keys, ["likes#p9#0", "likes#p9#1", "likes#p9#2"]);
+    let ddb = &fx.stack.ddb;
+    let holding = drain::sub_keys_holding_items(ddb, &table, &attr, &sub_keys).await;
+    assert!(holding.expect("query").is_empty(), "nothing written yet");
+    // One item left under the middle sub-key: the drain is not proven, and it is named.
+    fx.stack
+        .ddb
+        .put_item()
+        .table_name(&table)
+        .item(&attr, AttributeValue::S("likes#p9#1".into()))
+        .send()
+        .await
+        .expect("put");
+    let holding = drain::sub_keys_holding_items(ddb, &table, &attr, &sub_keys).await;
+    assert_eq!(holding.expect("query"), ["likes#p9#1"]);
+}

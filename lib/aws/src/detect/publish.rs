@@ -283,14 +283,8 @@ impl<S: ReportSink> Publisher<S> {
 
 #[cfg(test)]
 mod tests {
-    use crate::testing::in_chain;
-    use crate::testing::mocked;
     use std::sync::{Arc, Mutex};
 
-    use aws_sdk_eventbridge::config::http::HttpResponse;
-    use aws_sdk_eventbridge::error::{ErrorMetadata, ProvideErrorMetadata, SdkError};
-    use aws_sdk_eventbridge::operation::put_events::PutEventsError;
-    use aws_smithy_mocks::{Rule, mock};
     use heatsink_core::detect::{HotKey, Kind, PartitionLoad};
     use proptest::prelude::*;
     use serde_json::Value;
@@ -298,37 +292,49 @@ mod tests {
     use super::*;
     use crate::hot::control::Trigger;
 
-    /// A EventBridge client answering from `rule`.
-    fn eventbridge(rule: Rule) -> aws_sdk_eventbridge::Client {
-        mocked!(aws_sdk_eventbridge, rule)
-    }
+    /// The EventBridge adapter, against mocked answers.
+    #[cfg(feature = "publish")]
+    mod sink {
+        use aws_sdk_eventbridge::config::http::HttpResponse;
+        use aws_sdk_eventbridge::error::{ErrorMetadata, ProvideErrorMetadata, SdkError};
+        use aws_sdk_eventbridge::operation::put_events::PutEventsError;
+        use aws_smithy_mocks::{Rule, mock};
 
-    #[tokio::test]
-    async fn a_throttled_put_events_keeps_the_sdk_error_as_the_source() {
-        let put = mock!(aws_sdk_eventbridge::Client::put_events).then_error(|| {
-            PutEventsError::generic(
-                ErrorMetadata::builder()
-                    .code("ThrottlingException")
-                    .message("Rate exceeded")
-                    .build(),
-            )
-        });
-        let sink = EventBridgeSink::new(eventbridge(put), "heatsink-bus");
-        let err = sink.put("{}".into()).await.expect_err("mocked to fail");
-        let aws = err.aws().expect("an AWS failure");
-        assert!(aws.is_throttling());
-        assert!(!aws.is_conditional_check_failed());
-        assert_eq!(
-            (aws.service(), aws.operation(), aws.resource()),
-            ("EventBridge", "PutEvents", "heatsink-bus")
-        );
-        assert_eq!(
-            err.to_string(),
-            "EventBridge PutEvents on heatsink-bus failed: ThrottlingException: Rate exceeded"
-        );
-        let sdk = in_chain::<SdkError<PutEventsError, HttpResponse>>(&err)
-            .expect("the SDK error is in the source chain");
-        assert_eq!(sdk.code(), Some("ThrottlingException"));
+        use super::*;
+        use crate::testing::{in_chain, mocked};
+
+        /// A EventBridge client answering from `rule`.
+        fn eventbridge(rule: Rule) -> aws_sdk_eventbridge::Client {
+            mocked!(aws_sdk_eventbridge, rule)
+        }
+
+        #[tokio::test]
+        async fn a_throttled_put_events_keeps_the_sdk_error_as_the_source() {
+            let put = mock!(aws_sdk_eventbridge::Client::put_events).then_error(|| {
+                PutEventsError::generic(
+                    ErrorMetadata::builder()
+                        .code("ThrottlingException")
+                        .message("Rate exceeded")
+                        .build(),
+                )
+            });
+            let sink = EventBridgeSink::new(eventbridge(put), "heatsink-bus");
+            let err = sink.put("{}".into()).await.expect_err("mocked to fail");
+            let aws = err.aws().expect("an AWS failure");
+            assert!(aws.is_throttling());
+            assert!(!aws.is_conditional_check_failed());
+            assert_eq!(
+                (aws.service(), aws.operation(), aws.resource()),
+                ("EventBridge", "PutEvents", "heatsink-bus")
+            );
+            assert_eq!(
+                err.to_string(),
+                "EventBridge PutEvents on heatsink-bus failed: ThrottlingException: Rate exceeded"
+            );
+            let sdk = in_chain::<SdkError<PutEventsError, HttpResponse>>(&err)
+                .expect("the SDK error is in the source chain");
+            assert_eq!(sdk.code(), Some("ThrottlingException"));
+        }
     }
 
     /// A write-hot key named `key` at `estimate` writes/s (the shape the sampler reports).
@@ -442,7 +448,10 @@ mod tests {
                     "EventBridge",
                     "PutEvents",
                     "default",
-                    SdkError::<PutEventsError, HttpResponse>::construction_failure("throttled"),
+                    aws_sdk_eventbridge::error::SdkError::<
+                        aws_sdk_eventbridge::operation::put_events::PutEventsError,
+                        aws_sdk_eventbridge::config::http::HttpResponse,
+                    >::construction_failure("throttled"),
                 )));
             }
             self.sent.lock().unwrap().push(detail);

@@ -201,6 +201,7 @@ mod tests {
 
     use super::*;
     use crate::detect::publish::SAMPLER_DETAIL_TYPE;
+    #[cfg(feature = "insights")]
     use crate::insights::{Datapoint, Target};
 
     #[test]
@@ -273,6 +274,7 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "insights")]
     #[test]
     fn throttled_contributors_count_at_least_the_ceiling() {
         let c = |kind, max_value| Contributor {

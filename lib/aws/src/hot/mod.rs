@@ -40,6 +40,7 @@ pub mod cache;
 pub mod control;
 pub mod controller;
 pub mod directory;
+pub mod drain;
 
 /// Admission decisions: GCRA buckets per key and tenant (pure).
 pub use heatsink_core::guard;
