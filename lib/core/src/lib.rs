@@ -28,3 +28,4 @@ pub mod merge;
 pub mod reshard;
 pub mod slots;
 pub mod stream;
+pub mod throttle;

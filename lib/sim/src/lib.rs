@@ -7,9 +7,11 @@
 //! most 1,000 WCU/s and 3,000 RCU/s (token buckets with a configurable burst). Capacity units
 //! come from item size: 1 WCU per started KB written, 1 RCU per started 4 KB read, half for an
 //! eventually consistent read, double inside a transaction. A request that would overdraw a
-//! partition is answered with DynamoDB's own `ProvisionedThroughputExceededException` body,
-//! `ThrottlingReasons` included (`TableWriteKeyRangeThroughputExceeded`, …), so the SDK's retry
-//! logic engages exactly as against AWS.
+//! partition is answered as DynamoDB answers it: `ThrottlingException` on an on-demand table,
+//! `ProvisionedThroughputExceededException` on a provisioned one, with the throttling reason
+//! naming the key range of the table or index and its ARN (`TableWriteKeyRangeThroughputExceeded`,
+//! `IndexReadKeyRangeThroughputExceeded`, …), so the SDK's retry logic engages exactly as against
+//! AWS and a throttle-reason reader sees what it would see there.
 //!
 //! Per-partition consumed capacity, throttles and a per-second history are served as JSON at
 //! `GET /_sim/stats`, the sampled hot keys ([`sampler`]) at `GET /_sim/hot`, and both are
@@ -496,8 +498,13 @@ fn json_response(status: StatusCode, body: String) -> Response<Full<Bytes>> {
     resp
 }
 
-/// DynamoDB's throttling answer, with the reason AWS gives for a hot partition.
-fn throttle_response(c: &Charge) -> Response<Full<Bytes>> {
+/// DynamoDB's throttling answer for a hot partition, as DynamoDB gives it since August 2025:
+/// `ThrottlingException` on an on-demand table, `ProvisionedThroughputExceededException` on a
+/// provisioned one, each with one `{reason, resource}` naming the key range of the table or
+/// index (`TableWriteKeyRangeThroughputExceeded`, `IndexReadKeyRangeThroughputExceeded`, …)
+/// and its ARN. The list's member is `throttlingReasons` on `ThrottlingException` and
+/// `ThrottlingReasons` on the other (the service model's spellings; the SDK reads only those).
+fn throttle_response(c: &Charge, provisioned: bool) -> Response<Full<Bytes>> {
     let resource = if c.partition.index.is_some() {
         "Index"
     } else {
@@ -517,21 +524,29 @@ fn throttle_response(c: &Charge) -> Response<Full<Bytes>> {
             c.partition.table
         ),
     };
-    let body = serde_json::json!({
-        "__type": "com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException",
+    let (error, member) = if provisioned {
+        (
+            "ProvisionedThroughputExceededException",
+            "ThrottlingReasons",
+        )
+    } else {
+        ("ThrottlingException", "throttlingReasons")
+    };
+    let mut body = serde_json::json!({
+        "__type": format!("com.amazonaws.dynamodb.v20120810#{error}"),
         "message": format!(
             "Throughput exceeds the current capacity for one or more partitions of your {}. (heatsink sim: partition {})",
             resource.to_lowercase(), c.partition.partition
         ),
-        "ThrottlingReasons": [{
-            "reason": format!("{resource}{op}KeyRangeThroughputExceeded"),
-            "resource": arn,
-        }],
     });
+    body[member] = serde_json::json!([{
+        "reason": format!("{resource}{op}KeyRangeThroughputExceeded"),
+        "resource": arn,
+    }]);
     let mut resp = json_response(StatusCode::BAD_REQUEST, body.to_string());
     resp.headers_mut().insert(
         "x-amzn-errortype",
-        hyper::header::HeaderValue::from_static("ProvisionedThroughputExceededException"),
+        hyper::header::HeaderValue::from_static(error),
     );
     resp
 }
@@ -592,7 +607,13 @@ async fn handle(
                 Err(_) => Ok(()),
             };
             if let Err(over) = admitted {
-                return Ok(throttle_response(&over));
+                let provisioned = shared
+                    .keys
+                    .lock()
+                    .ok()
+                    .and_then(|k| k.get(&over.partition.table).map(|t| t.provisioned))
+                    .unwrap_or(false);
+                return Ok(throttle_response(&over, provisioned));
             }
             settle = read;
         }
@@ -677,5 +698,64 @@ fn control(shared: &Shared, parts: &hyper::http::request::Parts) -> Response<Ful
             StatusCode::NOT_FOUND,
             "{\"message\":\"GET /_sim/stats, GET /_sim/hot or POST /_sim/reset\"}".into(),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn answer(c: &Charge, provisioned: bool) -> (String, Value) {
+        let resp = throttle_response(c, provisioned);
+        let kind = resp.headers()["x-amzn-errortype"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        (kind, serde_json::from_slice(&body).unwrap())
+    }
+
+    #[tokio::test]
+    async fn a_hot_partition_answers_in_the_tables_capacity_mode_with_the_scoped_reason() {
+        let index_write = Charge {
+            partition: PartitionId {
+                table: "t".into(),
+                index: Some("by-creator".into()),
+                partition: 3,
+            },
+            access: Access::Write,
+            units: 1.0,
+        };
+        let (kind, body) = answer(&index_write, false).await;
+        assert_eq!(kind, "ThrottlingException");
+        assert_eq!(
+            body["__type"],
+            "com.amazonaws.dynamodb.v20120810#ThrottlingException"
+        );
+        // The service model spells the member `throttlingReasons` on this error only.
+        assert!(body.get("ThrottlingReasons").is_none());
+        assert_eq!(
+            body["throttlingReasons"][0]["reason"],
+            "IndexWriteKeyRangeThroughputExceeded"
+        );
+        assert_eq!(
+            body["throttlingReasons"][0]["resource"],
+            "arn:aws:dynamodb:us-east-1:000000000000:table/t/index/by-creator"
+        );
+        let table_read = Charge {
+            partition: PartitionId {
+                table: "t".into(),
+                index: None,
+                partition: 0,
+            },
+            access: Access::Read,
+            units: 0.5,
+        };
+        let (kind, body) = answer(&table_read, true).await;
+        assert_eq!(kind, "ProvisionedThroughputExceededException");
+        assert_eq!(
+            body["ThrottlingReasons"][0]["reason"],
+            "TableReadKeyRangeThroughputExceeded"
+        );
     }
 }

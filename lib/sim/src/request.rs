@@ -16,6 +16,9 @@ pub struct TableKeys {
     pub pk: String,
     /// GSI name → the index's partition-key attribute.
     pub indexes: HashMap<String, String>,
+    /// Provisioned capacity mode (DynamoDB then throttles with
+    /// `ProvisionedThroughputExceededException`; on-demand tables get `ThrottlingException`).
+    pub provisioned: bool,
 }
 
 impl TableKeys {
@@ -44,7 +47,23 @@ impl TableKeys {
                     .collect()
             })
             .unwrap_or_default();
-        Some(Self { pk, indexes })
+        // `BillingModeSummary` is absent from a table that was never on-demand; an on-demand
+        // table reports zero provisioned units where it reports any.
+        let provisioned = match table
+            .pointer("/BillingModeSummary/BillingMode")
+            .and_then(Value::as_str)
+        {
+            Some(mode) => mode == "PROVISIONED",
+            None => table
+                .pointer("/ProvisionedThroughput/WriteCapacityUnits")
+                .and_then(Value::as_u64)
+                .is_some_and(|u| u > 0),
+        };
+        Some(Self {
+            pk,
+            indexes,
+            provisioned,
+        })
     }
 }
 
@@ -418,6 +437,7 @@ mod tests {
             TableKeys {
                 pk: "post".into(),
                 indexes: HashMap::from([("by-creator".to_owned(), "creator_shard".to_owned())]),
+                provisioned: false,
             },
         )])
     }
@@ -494,5 +514,29 @@ mod tests {
                 "KeySchema": [{"AttributeName": "creator_shard", "KeyType": "HASH"}, {"AttributeName": "created_at", "KeyType": "RANGE"}]}]
         }});
         assert_eq!(TableKeys::from_describe(&body), keys().remove("posts"));
+    }
+
+    #[test]
+    fn the_capacity_mode_is_read_from_describe_table() {
+        let mode = |table: Value| {
+            let mut t = json!({"KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"}]});
+            t.as_object_mut()
+                .unwrap()
+                .extend(table.as_object().unwrap().clone());
+            TableKeys::from_describe(&json!({ "Table": t }))
+                .unwrap()
+                .provisioned
+        };
+        assert!(!mode(
+            json!({"BillingModeSummary": {"BillingMode": "PAY_PER_REQUEST"},
+            "ProvisionedThroughput": {"ReadCapacityUnits": 0, "WriteCapacityUnits": 0}})
+        ));
+        assert!(mode(
+            json!({"BillingModeSummary": {"BillingMode": "PROVISIONED"}})
+        ));
+        assert!(mode(
+            json!({"ProvisionedThroughput": {"ReadCapacityUnits": 5, "WriteCapacityUnits": 5}})
+        ));
+        assert!(!mode(json!({})), "no mode and no units: on-demand");
     }
 }

@@ -176,6 +176,7 @@ mod tests {
             TableKeys {
                 pk: "pk".into(),
                 indexes: HashMap::new(),
+                provisioned: false,
             },
         )])
     }

@@ -53,8 +53,18 @@ impl Stack {
 
     /// A simulator of `partitions` partitions in front of the stack, and a client through it.
     pub async fn simulator(&self, partitions: u32) -> (Simulator, Client) {
+        self.simulator_with(
+            partitions,
+            SimConfig::new(&self.upstream).limits.burst_seconds,
+        )
+        .await
+    }
+
+    /// [`Stack::simulator`] with partitions that bank `burst_seconds` of their ceiling.
+    pub async fn simulator_with(&self, partitions: u32, burst_seconds: f64) -> (Simulator, Client) {
         let mut sim_config = SimConfig::new(&self.upstream);
         sim_config.limits.partitions = partitions;
+        sim_config.limits.burst_seconds = burst_seconds;
         let sim = Simulator::start(sim_config).await.expect("start simulator");
         let conf = aws_sdk_dynamodb::config::Builder::from(&self.config);
         let via_sim = Client::from_conf(conf.endpoint_url(sim.endpoint()).build());

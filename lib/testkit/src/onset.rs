@@ -1,10 +1,12 @@
-//! The closed loop end to end: a key turns hot → the sampler names it → the controller writes
+//! The closed loop end to end: a key turns hot → a detector names it → the controller writes
 //! the directory → writers salt. Measures each step's time from the onset.
 //!
 //! Writers send an open-loop stream of `UpdateItem ADD` on one key through the simulator, each
 //! choosing its sub-key from a [`CachedDirectory`] snapshot (round-robin over the write set).
-//! Every `poll` the controller reads the simulator's sampler report (`/_sim/hot`, as a router's
-//! report would arrive) and runs the [`Controller`] on it. Used by the onset benchmark
+//! Every `poll` the controller reads its [`Detection`]: the simulator's sampler report
+//! (`/_sim/hot`, as a router's report would arrive), or the writers' own throttle reasons (a
+//! [`ThrottleWatch`] on the writers' client: key-range throttles of every attempt, no sampling),
+//! and runs the [`Controller`] on it. Used by the onset benchmark
 //! (`lib/testkit/benches/onset.rs`) and the integration tests.
 
 use std::sync::Arc;
@@ -16,7 +18,7 @@ use heatsink::keys::SaltPolicy;
 use serde::Serialize;
 use serde_json::json;
 
-use heatsink::detect::{SAMPLER_DETAIL_TYPE, SAMPLER_SOURCE};
+use heatsink::detect::{Kind, SAMPLER_DETAIL_TYPE, SAMPLER_SOURCE, ThrottleWatch};
 use heatsink::hot::CachedDirectory;
 use heatsink::hot::{ControlError, Controller};
 use heatsink_sim::Simulator;
@@ -33,14 +35,26 @@ pub struct Onset {
     pub rate: u32,
     /// How long the writers run.
     pub duration: Duration,
-    /// How often the controller reads the sampler report.
+    /// How often the controller reads its detector.
     pub poll: Duration,
+    /// Which signal the controller acts on.
+    pub detection: Detection,
+}
+
+/// The signal the controller acts on in an onset run.
+#[derive(Debug, Clone)]
+pub enum Detection {
+    /// The simulator's sampler report (1 in N requests sampled into a sliding window).
+    Sampler,
+    /// The key-range throttle reasons the writers' client saw on every attempt (`ThrottleWatch`
+    /// must be an interceptor of the client the run writes with).
+    Throttles(ThrottleWatch),
 }
 
 /// When each step happened, from the first hot write.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct OnsetReport {
-    /// The sampler report first named the key.
+    /// The detector (sampler report or throttle reasons) first named the key.
     pub detected_ms: Option<u64>,
     /// The controller run that wrote the key's salt entry returned (writers may already have
     /// seen the entry: the run re-reads the directory after writing).
@@ -116,23 +130,49 @@ pub async fn run(
             .await
         }
     };
+    let ceilings = {
+        let stats = sim.stats();
+        (stats.read_ceiling, stats.write_ceiling)
+    };
     let controller = async {
         let mut report = OnsetReport::default();
         let mut before = None;
         let mut tick = tokio::time::interval(onset.poll);
         while start.elapsed() < onset.duration {
             tick.tick().await;
-            let hot = sim.hot();
-            if report.detected_ms.is_none() && hot.hot.iter().any(|h| h.key == onset.key) {
-                report.detected_ms = Some(start.elapsed().as_millis() as u64);
-            }
-            let event = json!({"source": SAMPLER_SOURCE, "detail-type": SAMPLER_DETAIL_TYPE, "detail": hot});
-            let outcome = function.handle(&event, SystemTime::now()).await?;
-            let mine = outcome
-                .changes
-                .iter()
-                .filter(|c| c.starts_with(&format!("{}:", onset.key)));
-            let n = mine.count();
+            let n = match &onset.detection {
+                Detection::Sampler => {
+                    let hot = sim.hot();
+                    if report.detected_ms.is_none() && hot.hot.iter().any(|h| h.key == onset.key) {
+                        report.detected_ms = Some(start.elapsed().as_millis() as u64);
+                    }
+                    let event = json!({"source": SAMPLER_SOURCE, "detail-type": SAMPLER_DETAIL_TYPE, "detail": hot});
+                    let outcome = function.handle(&event, SystemTime::now()).await?;
+                    outcome
+                        .changes
+                        .iter()
+                        .filter(|c| c.starts_with(&format!("{}:", onset.key)))
+                        .count()
+                }
+                Detection::Throttles(watch) => {
+                    let signals = watch.signals(|kind| match kind {
+                        Kind::Read => ceilings.0,
+                        Kind::Write => ceilings.1,
+                    });
+                    if report.detected_ms.is_none() && signals.iter().any(|s| s.key == onset.key) {
+                        report.detected_ms = Some(start.elapsed().as_millis() as u64);
+                    }
+                    let now = SystemTime::now()
+                        .duration_since(SystemTime::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_secs());
+                    let outcome = function.run(&signals, now).await?;
+                    outcome
+                        .applied
+                        .iter()
+                        .filter(|c| c.key() == onset.key)
+                        .count()
+                }
+            };
             if n > 0 && report.directory_ms.is_none() {
                 report.directory_ms = Some(start.elapsed().as_millis() as u64);
             }

@@ -7,13 +7,14 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use heatsink::detect::Ceilings;
+use heatsink::detect::ThrottleWatch;
 use heatsink::detect::{SAMPLER_DETAIL_TYPE, SAMPLER_SOURCE};
 use heatsink::hot::ControllerConfig;
 use heatsink::hot::Mode;
 use heatsink::hot::{CachedDirectory, Controller, Directory};
 use heatsink_photo_app::schema::Table;
 use heatsink_sim::{Limits, SimConfig, Simulator};
-use heatsink_testkit::onset::{self, Onset};
+use heatsink_testkit::onset::{self, Detection, Onset};
 use heatsink_testkit::{Fixture, fixture, sampled_hot_key};
 use serde_json::json;
 
@@ -93,6 +94,7 @@ async fn a_key_that_turns_hot_is_named_salted_and_spread_in_the_closed_loop() {
         rate: 120,
         duration: Duration::from_secs(5),
         poll: Duration::from_millis(250),
+        detection: Detection::Sampler,
     };
     let report = onset::run(&run, &sim, &via_sim, &f, cached)
         .await
@@ -131,6 +133,73 @@ async fn a_key_that_turns_hot_is_named_salted_and_spread_in_the_closed_loop() {
         "{served:?}"
     );
     assert!(p9.reason.contains("write-hot"), "{}", p9.reason);
+}
+
+#[tokio::test]
+async fn a_key_is_salted_from_throttle_reasons_alone_with_the_sampler_off() {
+    let fx = fixture!("a_key_is_salted_from_throttle_reasons_alone_with_the_sampler_off");
+    fx.photo_table(Table::Hotkeys).await;
+    fx.photo_table(Table::Counters).await;
+    // The closed loop above, scaled the same way, but the controller never reads the sampler:
+    // its only signal is the key-range throttles the writers' own client saw, attempt by attempt.
+    let upstream = std::env::var("AWS_ENDPOINT_URL_DYNAMODB").expect("fixture checked it");
+    let mut config = SimConfig::new(&upstream);
+    config.limits = Limits {
+        partitions: 8,
+        write_ceiling: 50.0,
+        read_ceiling: 150.0,
+        burst_seconds: 0.5,
+    };
+    let sim = Simulator::start(config).await.expect("simulator");
+    let counters = fx.photo().table(Table::Counters);
+    let watch = ThrottleWatch::new(&[counters]);
+    let via_sim = aws_sdk_dynamodb::Client::from_conf(
+        aws_sdk_dynamodb::config::Builder::from(&fx.stack.config)
+            .endpoint_url(sim.endpoint())
+            .interceptor(watch.clone())
+            .build(),
+    );
+    let ceilings = Ceilings::new(Some(150.0), Some(50.0), 0.1).expect("ceilings");
+    let f = function(&fx, ceilings);
+    let directory = Directory::from_schema(fx.stack.ddb.clone(), &fx.schema);
+    let cached = Arc::new(CachedDirectory::new(
+        directory.clone(),
+        Duration::from_millis(250),
+    ));
+    let run = Onset {
+        table: fx.photo().table_name(Table::Counters),
+        key: "p9".into(),
+        rate: 120,
+        duration: Duration::from_secs(5),
+        poll: Duration::from_millis(250),
+        detection: Detection::Throttles(watch.clone()),
+    };
+    let report = onset::run(&run, &sim, &via_sim, &f, cached)
+        .await
+        .expect("onset");
+    eprintln!("onset from throttles: {report:?}\n{:?}", watch.tally());
+    let detected = report.detected_ms.expect("the throttle reasons named p9");
+    let salting = report.salting_ms.expect("writers salted");
+    assert!(detected <= salting, "{report:?}");
+    let tally = watch.tally();
+    assert!(tally.key_range >= 3, "{tally:?}");
+    assert!(
+        tally.capacity.is_empty(),
+        "the simulator throttles key ranges only"
+    );
+    let p9 = directory.get("p9").await.expect("get").expect("entry");
+    assert_eq!((p9.mode, p9.calm_since), (Mode::Salt, None), "{report:?}");
+    assert!(
+        p9.salts.current() >= 3,
+        "120/s over 50 WCU/s partitions: {p9:?}"
+    );
+    assert!(p9.reason.contains("throttle"), "{}", p9.reason);
+    // One decision, sized from the rate the writers sent (120/s, retries excluded), not a
+    // ceiling per throttled sub-key: S settles in a few steps as on the sampler path.
+    assert!(
+        report.directory_writes <= 4 && p9.salts.current() <= 8,
+        "{report:?}"
+    );
 }
 
 /// A client of `$krate` answering from aws-smithy-mocks `$rules` in any order (no emulator

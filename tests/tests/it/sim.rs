@@ -62,8 +62,8 @@ async fn drive(
             if let Err(e) = r {
                 let service = e.into_service_error();
                 assert!(
-                    service.is_provisioned_throughput_exceeded_exception(),
-                    "only throttles are expected, got {service:?}"
+                    service.is_throttling_exception(),
+                    "only on-demand throttles are expected, got {service:?}"
                 );
                 throttled += 1;
             }
@@ -111,32 +111,38 @@ async fn the_simulator_throttles_a_naive_hot_key_and_not_the_same_load_salted() 
     );
 }
 
-#[tokio::test]
-async fn a_throttle_carries_dynamodbs_error_and_throttling_reason() {
-    let fx = fixture!("a_throttle_carries_dynamodbs_error_and_throttling_reason");
-    let counters = fx.photo_table(Table::Counters).await;
-    let sim = small_sim().await;
-    let ddb = client_via(&sim, &fx.stack.config);
-    let mut seen = None;
+/// Writes `pk = hot` back to back until one is refused; the refusal as the SDK parsed it.
+async fn first_refusal(
+    ddb: &aws_sdk_dynamodb::Client,
+    table: &str,
+) -> aws_sdk_dynamodb::operation::put_item::PutItemError {
     for _ in 0..200 {
         let r = ddb
             .put_item()
-            .table_name(&counters.name)
+            .table_name(table)
             .item("pk", AttributeValue::S("hot".into()))
             .item("sk", AttributeValue::S("x".into()))
             .send()
             .await;
         if let Err(e) = r {
-            seen = Some(e.into_service_error());
-            break;
+            return e.into_service_error();
         }
     }
-    let err = seen.expect("200 back-to-back writes exceed a 10-unit burst and 20 WCU/s");
-    let aws_sdk_dynamodb::operation::put_item::PutItemError::ProvisionedThroughputExceededException(
-        e,
-    ) = err
-    else {
-        panic!("expected ProvisionedThroughputExceededException, got {err:?}");
+    panic!("200 back-to-back writes exceed a 10-unit burst and 20 WCU/s");
+}
+
+#[tokio::test]
+async fn an_on_demand_table_is_throttled_with_throttling_exception_and_its_key_range_reason() {
+    use aws_sdk_dynamodb::operation::put_item::PutItemError;
+    let fx = fixture!(
+        "an_on_demand_table_is_throttled_with_throttling_exception_and_its_key_range_reason"
+    );
+    let counters = fx.photo_table(Table::Counters).await;
+    let sim = small_sim().await;
+    let ddb = client_via(&sim, &fx.stack.config);
+    let err = first_refusal(&ddb, &counters.name).await;
+    let PutItemError::ThrottlingException(e) = err else {
+        panic!("expected ThrottlingException on an on-demand table, got {err:?}");
     };
     let reason = e.throttling_reasons().first().expect("a throttling reason");
     assert_eq!(
@@ -147,6 +153,64 @@ async fn a_throttle_carries_dynamodbs_error_and_throttling_reason() {
         reason
             .resource()
             .is_some_and(|r| r.ends_with(&format!("table/{}", counters.name)))
+    );
+}
+
+#[tokio::test]
+async fn a_provisioned_table_is_throttled_with_provisioned_throughput_exceeded_and_its_reason() {
+    use aws_sdk_dynamodb::operation::put_item::PutItemError;
+    use aws_sdk_dynamodb::types::{
+        AttributeDefinition, KeySchemaElement, KeyType, ProvisionedThroughput, ScalarAttributeType,
+    };
+    let fx = fixture!(
+        "a_provisioned_table_is_throttled_with_provisioned_throughput_exceeded_and_its_reason"
+    );
+    let direct = aws_sdk_dynamodb::Client::new(&fx.stack.config);
+    let name = format!("{}provisioned", fx.prefix());
+    let attr = |n: &str| {
+        AttributeDefinition::builder()
+            .attribute_name(n)
+            .attribute_type(ScalarAttributeType::S)
+            .build()
+            .expect("complete")
+    };
+    let key = |n: &str, t| {
+        KeySchemaElement::builder()
+            .attribute_name(n)
+            .key_type(t)
+            .build()
+            .expect("complete")
+    };
+    direct
+        .create_table()
+        .table_name(&name)
+        .attribute_definitions(attr("pk"))
+        .attribute_definitions(attr("sk"))
+        .key_schema(key("pk", KeyType::Hash))
+        .key_schema(key("sk", KeyType::Range))
+        .provisioned_throughput(
+            ProvisionedThroughput::builder()
+                .read_capacity_units(100)
+                .write_capacity_units(100)
+                .build()
+                .expect("complete"),
+        )
+        .send()
+        .await
+        .expect("create the provisioned table");
+    let sim = small_sim().await;
+    let ddb = client_via(&sim, &fx.stack.config);
+    let err = first_refusal(&ddb, &name).await;
+    let _ = direct.delete_table().table_name(&name).send().await;
+    let PutItemError::ProvisionedThroughputExceededException(e) = err else {
+        panic!(
+            "expected ProvisionedThroughputExceededException on a provisioned table, got {err:?}"
+        );
+    };
+    let reason = e.throttling_reasons().first().expect("a throttling reason");
+    assert_eq!(
+        reason.reason(),
+        Some("TableWriteKeyRangeThroughputExceeded")
     );
 }
 

@@ -28,6 +28,7 @@
 pub use heatsink_core::detect::*;
 
 pub mod publish;
+pub mod throttle;
 
 #[cfg(feature = "publish")]
 pub use publish::EventBridgeSink;
@@ -35,3 +36,4 @@ pub use publish::{
     Cadence, Encoded, PublishError, Published, Publisher, ReportSink, SAMPLER_DETAIL_TYPE,
     SAMPLER_SOURCE, encode,
 };
+pub use throttle::{ThrottleTally, ThrottleWatch};

@@ -51,6 +51,10 @@ use aws_sdk_dynamodb::operation::update_item::{
 use aws_sdk_dynamodb::types::{AttributeValue, Capacity, ConsumedCapacity, ReturnConsumedCapacity};
 use aws_smithy_types::config_bag::{Storable, StoreReplace};
 
+use aws_smithy_runtime_api::client::interceptors::context::Error as InterceptorError;
+use aws_smithy_runtime_api::client::orchestrator::OrchestratorError;
+use heatsink_core::throttle::{Class, Remedy, classify};
+
 use crate::ddb::value::scalar_text as key_string;
 use crate::schema::TableSpec;
 
@@ -105,6 +109,13 @@ struct TableKeys {
     gsis: Vec<(String, String)>,
 }
 
+/// Reads which keys a call touches from its input, knowing each table's key attributes (shared
+/// by the capacity log and the throttle watch).
+#[derive(Debug, Clone)]
+pub(crate) struct KeyReader {
+    tables: Arc<HashMap<String, TableKeys>>,
+}
+
 /// SDK interceptor: requests `ReturnConsumedCapacity=INDEXES` (unless the caller chose a value)
 /// and logs one `info` line per key a call touched, with the [`log_field`] fields and `op`.
 ///
@@ -113,7 +124,7 @@ struct TableKeys {
 /// logs none. A failed call logs its keys with `error` (the error code) and no capacity.
 #[derive(Debug, Clone)]
 pub struct CapacityLog {
-    tables: Arc<HashMap<String, TableKeys>>,
+    keys: KeyReader,
     /// Log 1 call in this many (≥ 1).
     sample: u64,
     /// Calls seen, for the 1-in-N choice.
@@ -129,22 +140,8 @@ impl CapacityLog {
     /// An interceptor that knows the key attributes of `tables` (calls on other tables are
     /// logged without their partition key).
     pub fn new(tables: &[TableSpec]) -> Self {
-        let tables = tables
-            .iter()
-            .map(|t| {
-                let keys = TableKeys {
-                    partition_key: t.partition_key.name.clone(),
-                    gsis: t
-                        .gsis
-                        .iter()
-                        .map(|g| (g.name.clone(), g.partition_key.name.clone()))
-                        .collect(),
-                };
-                (t.name.clone(), keys)
-            })
-            .collect();
         Self {
-            tables: Arc::new(tables),
+            keys: KeyReader::new(tables),
             sample: 1,
             seen: Arc::new(AtomicU64::new(0)),
             clear: None,
@@ -209,6 +206,48 @@ impl CapacityLog {
                 .is_multiple_of(self.sample)
     }
 
+    /// What a call is about, read from its input; `None` for operations not logged.
+    /// The call to log, if this one is sampled: keys shown as configured, capacity scaled.
+    fn call(&self, context: &mut BeforeSerializationInterceptorContextMut<'_>) -> Option<Call> {
+        if !self.chosen() {
+            return None;
+        }
+        let mut call = self.keys.read(context, true)?;
+        call.sample = self.sample as f64;
+        for t in &mut call.targets {
+            t.partition_key = t.partition_key.as_deref().map(|k| self.shown(&t.table, k));
+            let table = t.table.clone();
+            for (_, v) in &mut t.gsi_keys {
+                *v = self.shown(&table, v);
+            }
+        }
+        Some(call)
+    }
+}
+
+impl KeyReader {
+    /// A reader that knows the key attributes of `tables` (calls on other tables are read
+    /// without their partition key).
+    pub(crate) fn new(tables: &[TableSpec]) -> Self {
+        let tables = tables
+            .iter()
+            .map(|t| {
+                let keys = TableKeys {
+                    partition_key: t.partition_key.name.clone(),
+                    gsis: t
+                        .gsis
+                        .iter()
+                        .map(|g| (g.name.clone(), g.partition_key.name.clone()))
+                        .collect(),
+                };
+                (t.name.clone(), keys)
+            })
+            .collect();
+        Self {
+            tables: Arc::new(tables),
+        }
+    }
+
     /// The key attribute of `index` (or of the base table) of `table`, if the table is known.
     fn key_attr(&self, table: &str, index: Option<&str>) -> Option<&str> {
         let keys = self.tables.get(table)?;
@@ -241,36 +280,27 @@ impl CapacityLog {
         }
     }
 
-    /// What a call is about, read from its input; `None` for operations not logged.
-    /// The call to log, if this one is sampled: keys shown as configured, capacity scaled.
-    fn call(&self, context: &mut BeforeSerializationInterceptorContextMut<'_>) -> Option<Call> {
-        if !self.chosen() {
-            return None;
-        }
-        let mut call = self.build_call(context)?;
-        call.sample = self.sample as f64;
-        for t in &mut call.targets {
-            t.partition_key = t.partition_key.as_deref().map(|k| self.shown(&t.table, k));
-            let table = t.table.clone();
-            for (_, v) in &mut t.gsi_keys {
-                *v = self.shown(&table, v);
-            }
-        }
-        Some(call)
-    }
-
-    fn build_call(
+    /// What a call is about, from its input; `None` for operations not read. With
+    /// `ask_capacity`, the call is also asked for `ReturnConsumedCapacity=INDEXES` (unless the
+    /// caller chose a value).
+    pub(crate) fn read(
         &self,
         context: &mut BeforeSerializationInterceptorContextMut<'_>,
+        ask_capacity: bool,
     ) -> Option<Call> {
         const INDEXES: ReturnConsumedCapacity = ReturnConsumedCapacity::Indexes;
+        let ask = |rcc: &mut Option<ReturnConsumedCapacity>| {
+            if ask_capacity {
+                rcc.get_or_insert(INDEXES);
+            }
+        };
         let input = context.input_mut();
         let table = |t: &Option<String>| t.clone().unwrap_or_default();
         // A single-item call: one target, from its key (or, for a put, the whole item).
         macro_rules! single_item {
             ($input:ty, $op:ident, $attrs:ident, $item:literal) => {
                 if let Some(i) = input.downcast_mut::<$input>() {
-                    i.return_consumed_capacity.get_or_insert(INDEXES);
+                    ask(&mut i.return_consumed_capacity);
                     let t = self.target(&table(&i.table_name), i.$attrs.as_ref()?, $item);
                     return Some(Call::new(Op::$op, vec![t]));
                 }
@@ -281,7 +311,7 @@ impl CapacityLog {
         single_item!(UpdateItemInput, UpdateItem, key, false);
         single_item!(DeleteItemInput, DeleteItem, key, false);
         if let Some(i) = input.downcast_mut::<QueryInput>() {
-            i.return_consumed_capacity.get_or_insert(INDEXES);
+            ask(&mut i.return_consumed_capacity);
             let t = table(&i.table_name);
             let partition_key = self.key_attr(&t, i.index_name.as_deref()).and_then(|attr| {
                 query_partition_key(
@@ -300,7 +330,7 @@ impl CapacityLog {
             return Some(Call::new(Op::Query, vec![target]));
         }
         if let Some(i) = input.downcast_mut::<ScanInput>() {
-            i.return_consumed_capacity.get_or_insert(INDEXES);
+            ask(&mut i.return_consumed_capacity);
             let target = Target {
                 table: table(&i.table_name),
                 index: i.index_name.clone(),
@@ -310,7 +340,7 @@ impl CapacityLog {
             return Some(Call::new(Op::Scan, vec![target]));
         }
         if let Some(i) = input.downcast_mut::<BatchGetItemInput>() {
-            i.return_consumed_capacity.get_or_insert(INDEXES);
+            ask(&mut i.return_consumed_capacity);
             let targets = i
                 .request_items
                 .iter()
@@ -320,7 +350,7 @@ impl CapacityLog {
             return Some(Call::new(Op::BatchGetItem, targets));
         }
         if let Some(i) = input.downcast_mut::<BatchWriteItemInput>() {
-            i.return_consumed_capacity.get_or_insert(INDEXES);
+            ask(&mut i.return_consumed_capacity);
             let targets = i
                 .request_items
                 .iter()
@@ -342,7 +372,7 @@ impl CapacityLog {
 
 /// The DynamoDB operations [`CapacityLog`] logs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Op {
+pub(crate) enum Op {
     GetItem,
     PutItem,
     UpdateItem,
@@ -367,7 +397,7 @@ impl Op {
         }
     }
 
-    fn writes(self) -> bool {
+    pub(crate) fn writes(self) -> bool {
         matches!(
             self,
             Op::PutItem | Op::UpdateItem | Op::DeleteItem | Op::BatchWriteItem
@@ -377,19 +407,19 @@ impl Op {
 
 /// One key a call touched.
 #[derive(Debug, Clone)]
-struct Target {
-    table: String,
-    index: Option<String>,
-    partition_key: Option<String>,
+pub(crate) struct Target {
+    pub(crate) table: String,
+    pub(crate) index: Option<String>,
+    pub(crate) partition_key: Option<String>,
     /// (GSI name, GSI partition key value) of a written item.
-    gsi_keys: Vec<(String, String)>,
+    pub(crate) gsi_keys: Vec<(String, String)>,
 }
 
 /// What a call is about, kept in the operation's config bag from serialization to completion.
 #[derive(Debug, Clone)]
-struct Call {
-    op: Op,
-    targets: Vec<Target>,
+pub(crate) struct Call {
+    pub(crate) op: Op,
+    pub(crate) targets: Vec<Target>,
     /// N of the 1-in-N sample: each line's capacity is multiplied by it.
     sample: f64,
 }
@@ -500,6 +530,29 @@ impl Call {
         }
     }
 
+    /// One line per target and throttling reason of a throttled attempt (retried or not), with
+    /// the reason and its remedy: `spread` (a hot key) or `add-capacity` (never salt for it).
+    fn log_throttled(&self, code: &str, classes: &[Class]) {
+        for t in &self.targets {
+            for class in classes {
+                let resource = class.resource();
+                tracing::info!(
+                    op = self.op.name(),
+                    sample_rate = self.sample,
+                    { log_field::TABLE } = resource.map_or(t.table.as_str(), |r| r.table.as_str()),
+                    { log_field::INDEX } = resource
+                        .and_then(|r| r.index.as_deref())
+                        .or(t.index.as_deref()),
+                    { log_field::PARTITION_KEY } = t.partition_key.as_deref(),
+                    error = code,
+                    throttle_reason = class.code(),
+                    remedy = class.remedy().map_or("unknown", Remedy::name),
+                    "dynamodb throttled attempt"
+                );
+            }
+        }
+    }
+
     fn line(
         &self,
         table: &str,
@@ -543,6 +596,23 @@ impl Intercept for CapacityLog {
     ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         if let Some(call) = self.call(context) {
             cfg.interceptor_state().store_put(call);
+        }
+        Ok(())
+    }
+
+    fn read_after_attempt(
+        &self,
+        context: &FinalizerInterceptorContextRef<'_>,
+        _runtime_components: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        let Some(call) = cfg.load::<Call>() else {
+            return Ok(());
+        };
+        if let Some(Err(err)) = context.output_or_error()
+            && let Some(throttle) = throttle_of(call.op, err)
+        {
+            call.log_throttled(&throttle.code, &throttle.classes);
         }
         Ok(())
     }
@@ -597,6 +667,61 @@ fn consumed(op: Op, context: &FinalizerInterceptorContextRef<'_>) -> Vec<Consume
         Op::BatchGetItem => many!(BatchGetItemOutput),
         Op::BatchWriteItem => many!(BatchWriteItemOutput),
     }
+}
+
+/// A throttled attempt: the error code and its classified throttling reasons (none when the
+/// endpoint sent none, as emulators and pre-2025 endpoints do).
+#[derive(Debug, Clone)]
+pub(crate) struct Throttle {
+    /// `ThrottlingException`, `ProvisionedThroughputExceededException` or `RequestLimitExceeded`.
+    pub(crate) code: String,
+    /// Every reason sent, classified.
+    pub(crate) classes: Vec<Class>,
+}
+
+/// Most throttling reasons read from one answer (outside bytes are bounded before use).
+const MAX_REASONS: usize = 16;
+
+/// The throttle an attempt's error carries, if it is one of DynamoDB's three throttling errors.
+pub(crate) fn throttle_of(op: Op, err: &OrchestratorError<InterceptorError>) -> Option<Throttle> {
+    let e = err.as_operation_error()?;
+    // Each operation has its own error enum (no shared trait): one arm per type.
+    macro_rules! reasons {
+        ($error:ident) => {
+            e.downcast_ref::<$error>().and_then(|e| match e {
+                $error::ThrottlingException(x) => {
+                    Some(("ThrottlingException", x.throttling_reasons()))
+                }
+                $error::ProvisionedThroughputExceededException(x) => Some((
+                    "ProvisionedThroughputExceededException",
+                    x.throttling_reasons(),
+                )),
+                $error::RequestLimitExceeded(x) => {
+                    Some(("RequestLimitExceeded", x.throttling_reasons()))
+                }
+                _ => None,
+            })
+        };
+    }
+    let (code, reasons) = match op {
+        Op::GetItem => reasons!(GetItemError),
+        Op::PutItem => reasons!(PutItemError),
+        Op::UpdateItem => reasons!(UpdateItemError),
+        Op::DeleteItem => reasons!(DeleteItemError),
+        Op::Query => reasons!(QueryError),
+        Op::Scan => reasons!(ScanError),
+        Op::BatchGetItem => reasons!(BatchGetItemError),
+        Op::BatchWriteItem => reasons!(BatchWriteItemError),
+    }?;
+    let classes = reasons
+        .iter()
+        .take(MAX_REASONS)
+        .map(|r| classify(r.reason().unwrap_or_default(), r.resource()))
+        .collect();
+    Some(Throttle {
+        code: code.to_owned(),
+        classes,
+    })
 }
 
 /// The error code of a failed call (`ThrottlingException`, `ConditionalCheckFailedException`);
@@ -732,12 +857,12 @@ mod tests {
         let orders = TableSpec::new("shop-orders", KeyAttr::s("customer"))
             .gsi(GsiSpec::new("by-day", KeyAttr::s("day_shard")));
         let log = CapacityLog::new(&[orders]);
-        assert_eq!(log.key_attr("shop-orders", None), Some("customer"));
+        assert_eq!(log.keys.key_attr("shop-orders", None), Some("customer"));
         assert_eq!(
-            log.key_attr("shop-orders", Some("by-day")),
+            log.keys.key_attr("shop-orders", Some("by-day")),
             Some("day_shard")
         );
-        assert_eq!(log.key_attr("shop-orders", Some("nope")), None);
-        assert_eq!(log.key_attr("other", None), None);
+        assert_eq!(log.keys.key_attr("shop-orders", Some("nope")), None);
+        assert_eq!(log.keys.key_attr("other", None), None);
     }
 }
