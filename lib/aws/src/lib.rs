@@ -27,8 +27,10 @@
 //! never counts twice; the rebuild and the repair correct a counter from the durable events,
 //! only on proof that every writer has passed the events they judge.
 //!
-//! **Find** the hot key: the client sampler and its reports ([`detect`]) within seconds;
-//! Contributor Insights (`insights`, feature `insights`) from every caller, a minute later.
+//! **Find** the hot key: DynamoDB's own throttling reasons read on every attempt
+//! ([`detect::throttle`]: a key-range throttle names the key, a capacity throttle never does);
+//! the client sampler and its reports ([`detect`]) within seconds; Contributor Insights
+//! (`insights`, feature `insights`) from every caller, a minute later.
 //!
 //! **Mitigate** without a deploy ([`hot`]): the hot-key directory tells writers which keys to
 //! salt, cache or limit, epoch by epoch; the controller edits it with hysteresis; the
@@ -55,7 +57,7 @@
 //!
 //! Each pure module of `heatsink-core` is re-exported where its adapter lives: `keys` as
 //! [`keys`], `merge` as [`scatter::merge`], `counter` inside [`counter`], `detect` inside
-//! [`detect`], `hot` inside [`hot`] and `guard` as [`hot::guard`], `slots` inside [`slots`],
+//! [`detect`], `throttle` inside [`detect::throttle`], `hot` inside [`hot`] and `guard` as [`hot::guard`], `slots` inside [`slots`],
 //! `stream` inside `stream`, `kpl` as `kinesis::kpl` and `reshard` inside `kinesis::reshard`.
 //! The design notes in the repository's `docs/` explain each area with its numbers.
 //!

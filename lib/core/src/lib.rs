@@ -11,6 +11,7 @@
 //! | [`merge`] | merged pagination across N shards behind one opaque token | `heatsink::scatter` |
 //! | [`counter`] | absolute per-writer flushes, dedupe of stream duplicates, repair passes, the mapping's model | `heatsink::counter` |
 //! | [`detect`] | the 1-in-N sampler, Space-Saving top-K per partition, reports | `heatsink::detect` |
+//! | [`throttle`] | DynamoDB's throttling reasons: hot key (spread it) or short capacity (never salt), and key-range throttles as signals | `heatsink::detect::throttle` |
 //! | [`hot`] | the hot-key directory's entries and the controller's decisions, with hysteresis | `heatsink::hot` |
 //! | [`guard`] | admission: token buckets per key and per tenant | `heatsink::hot::guard` |
 //! | [`stream`] | lineage eligibility, leases, assignment, read pacing and page sizes | `heatsink::stream` |
