@@ -113,6 +113,8 @@ mod lease;
 mod pace;
 mod peers;
 mod progress;
+mod prune;
+mod recovery;
 mod round;
 #[cfg(test)]
 mod tests;
@@ -128,6 +130,8 @@ pub use peers::{Announcement, live_workers};
 pub use progress::{
     AT_TIMESTAMP, Checkpoints, LATEST, Position, Progress, SHARD_END, TRIM_HORIZON, eligible,
 };
+pub use prune::{DEAD_WORKER_LEASES, Pruned, RowPrune, prune_rows, silent_workers};
+pub use recovery::{ReadFailure, Recovery};
 pub use round::{
     Acquire, InitialPosition, LeaseRepair, MalformedRow, RoundInput, RoundPlan, first_start,
     plan_round,

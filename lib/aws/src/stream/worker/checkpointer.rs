@@ -94,7 +94,7 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
         let Some(position) = cp.pending.take() else {
             return Ok(());
         };
-        let mut pause = self.config.retry_backoff;
+        let mut backoff = self.backoff();
         loop {
             match self.leases.checkpoint(&cp.lease, position.clone()).await {
                 Ok(next) => {
@@ -117,8 +117,7 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
                         cp.pending = Some(position);
                         return Err(ShardExit::Lost);
                     }
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(self.config.max_backoff);
+                    tokio::time::sleep(backoff.pause()).await;
                 }
             }
         }

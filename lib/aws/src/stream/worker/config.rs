@@ -27,8 +27,9 @@ pub const GET_RECORDS_PER_SECOND: usize = 5;
 pub const DEFAULT_PAGE_RECORDS: i32 = 1_000;
 
 /// An announcement whose heartbeat is this many lease durations old is deleted by any worker
-/// that reads it (it stopped counting after one).
-pub const DEAD_WORKER_LEASES: u64 = 10;
+/// that reads it (it stopped counting after one); the rule is core's
+/// [`silent_workers`](heatsink_core::stream::silent_workers).
+pub use heatsink_core::stream::DEAD_WORKER_LEASES;
 
 /// A worker's settings; [`WorkerConfig::new`] gives production defaults.
 #[derive(Clone, Debug)]

@@ -1,12 +1,15 @@
 //! The fetcher: beside each shard task, keeps GetRecords answers queued ahead of the processor,
 //! in order, paced ([`ReadPace`], [`ReadSize`]) and within the shard's byte budget, and
-//! recovers from read errors (an expired iterator, trimmed records, a gone shard, throttling).
+//! recovers from read errors (an expired iterator, trimmed records, a gone shard, throttling)
+//! as core's [`Recovery`] rules say.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use heatsink_core::stream::{Lease, Progress, ReadAnswer, ReadPace, ReadSize};
+use heatsink_core::stream::{
+    Backoff, Lease, Progress, ReadAnswer, ReadFailure, ReadPace, ReadSize, Recovery,
+};
 use tokio::sync::{Notify, mpsc, watch};
 
 use super::early::EarlyRead;
@@ -52,28 +55,39 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
         held: &HeldLease,
         stop: &mut watch::Receiver<bool>,
     ) -> Result<Option<String>, ()> {
-        let mut pause = self.config.retry_backoff;
+        let mut backoff = self.backoff();
         let mut start = start.clone();
         loop {
             if *stop.borrow() || !self.is_valid(held) {
                 return Ok(None);
             }
-            match self.source.get_iterator(shard, &start).await {
+            let error = match self.source.get_iterator(shard, &start).await {
                 Ok(it) => return Ok(Some(it)),
-                Err(StreamError::NotFound { .. }) => return Err(()),
-                Err(StreamError::Trimmed { .. }) if start != StartAt::TrimHorizon => {
+                Err(e) => e,
+            };
+            match read_failure(&error).after_get_iterator(start == StartAt::TrimHorizon) {
+                Recovery::Gone => return Err(()),
+                Recovery::TrimHorizon => {
                     self.trimmed(shard, &start);
                     start = StartAt::TrimHorizon;
                 }
-                Err(e) => {
-                    tracing::warn!(shard = %shard, error = %e, "GetShardIterator failed; backing off");
-                    if sleep_or_stop(pause, stop).await {
+                Recovery::Reopen | Recovery::BackOff => {
+                    tracing::warn!(shard = %shard, error = %error, "GetShardIterator failed; backing off");
+                    if sleep_or_stop(backoff.pause(), stop).await {
                         return Ok(None);
                     }
-                    pause = (pause * 2).min(self.config.max_backoff);
                 }
             }
         }
+    }
+
+    /// The back-off between failed calls ([`WorkerConfig::retry_backoff`] doubling up to
+    /// [`WorkerConfig::max_backoff`]).
+    ///
+    /// [`WorkerConfig::retry_backoff`]: super::WorkerConfig::retry_backoff
+    /// [`WorkerConfig::max_backoff`]: super::WorkerConfig::max_backoff
+    pub(super) fn backoff(&self) -> Backoff {
+        Backoff::new(self.config.retry_backoff, self.config.max_backoff)
     }
 
     pub(super) fn trimmed(&self, shard: &str, from: &StartAt) {
@@ -118,7 +132,7 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
         };
         let limit = self.config.prefetch_bytes.max(1);
         let mut last: Option<StartAt> = None;
-        let mut pause = self.config.retry_backoff;
+        let mut backoff = self.backoff();
         let mut pace = ReadPace::new(GET_RECORDS_PER_SECOND, 1_000);
         let mut size = self.read_size();
         let paced_from = first
@@ -166,7 +180,7 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
             );
             match result {
                 Ok(batch) => {
-                    pause = self.config.retry_backoff;
+                    backoff.reset();
                     if let Some(r) = batch.records.last() {
                         last = Some(StartAt::AfterSeq(r.seq.clone()));
                     }
@@ -201,15 +215,26 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
                         return;
                     }
                 }
-                Err(e @ (StreamError::ExpiredIterator(_) | StreamError::Trimmed(_))) => {
+                Err(e) => {
+                    // Where reading stands: after the last record read, or where it began.
                     let again = last.clone().unwrap_or_else(|| start.clone());
-                    if matches!(e, StreamError::Trimmed(_)) {
-                        self.trimmed(&shard, &again);
-                    }
-                    let again = if matches!(e, StreamError::Trimmed(_)) {
-                        StartAt::TrimHorizon
-                    } else {
-                        again
+                    let again = match read_failure(&e).after_get_records() {
+                        Recovery::Reopen => again,
+                        Recovery::TrimHorizon => {
+                            self.trimmed(&shard, &again);
+                            StartAt::TrimHorizon
+                        }
+                        Recovery::Gone => {
+                            let _ = tx.send((Fetched::Gone, 0)).await;
+                            return;
+                        }
+                        Recovery::BackOff => {
+                            tracing::debug!(shard = %shard, error = %e, "GetRecords failed; backing off");
+                            if sleep_or_stop(backoff.pause(), &mut stop).await {
+                                return;
+                            }
+                            continue;
+                        }
                     };
                     match self.iterator(&shard, &again, &held, &mut stop).await {
                         Ok(Some(it)) => iterator = it,
@@ -220,19 +245,18 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
                         }
                     }
                 }
-                Err(StreamError::NotFound { .. }) => {
-                    let _ = tx.send((Fetched::Gone, 0)).await;
-                    return;
-                }
-                Err(e) => {
-                    tracing::debug!(shard = %shard, error = %e, "GetRecords failed; backing off");
-                    if sleep_or_stop(pause, &mut stop).await {
-                        return;
-                    }
-                    pause = (pause * 2).min(self.config.max_backoff);
-                }
             }
         }
+    }
+}
+
+/// How a read call failed, for core's [`Recovery`] rules.
+fn read_failure(e: &StreamError) -> ReadFailure {
+    match e {
+        StreamError::ExpiredIterator(_) => ReadFailure::ExpiredIterator,
+        StreamError::Trimmed(_) => ReadFailure::Trimmed,
+        StreamError::NotFound { .. } => ReadFailure::NotFound,
+        _ => ReadFailure::Other,
     }
 }
 

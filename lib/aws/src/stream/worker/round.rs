@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use heatsink_core::stream::{
-    Acquire, Lease, LeaseRepair, LeaseState, RoundInput, RoundPlan, ShardGraph, plan_round,
+    Acquire, Lease, LeaseRepair, Pruned, RoundInput, RoundPlan, ShardGraph, plan_round, prune_rows,
+    silent_workers,
 };
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
@@ -99,15 +100,11 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
     }
 
     /// Deletes announcements of workers silent for [`DEAD_WORKER_LEASES`] lease durations (a
-    /// crashed worker's row, which no longer counts anyway), so rows of workers with one-off ids
-    /// do not pile up in every scan. Failures are logged; the next round tries again.
+    /// crashed worker's row, which no longer counts anyway; core's [`silent_workers`]), so rows
+    /// of workers with one-off ids do not pile up in every scan. Failures are logged; the next
+    /// round tries again.
     pub(super) async fn prune_announcements(&self, scan: &LeaseScan, now: u64) {
-        let dead_after = self.duration_ms().saturating_mul(DEAD_WORKER_LEASES);
-        for gone in scan
-            .workers
-            .iter()
-            .filter(|a| a.worker_id != self.me() && !a.is_live(now, dead_after))
-        {
+        for gone in silent_workers(&scan.workers, self.me(), now, self.duration_ms()) {
             match self.leases.delete_announcement(gone).await {
                 Ok(true) => tracing::info!(worker = %gone.worker_id,
                     "announcement of a worker silent for {DEAD_WORKER_LEASES} leases deleted"),
@@ -118,38 +115,32 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
         }
     }
 
-    /// Deletes the rows of shards the listing dropped (past retention) whose parents are gone
-    /// too, once two rounds in a row found them so: per-round work stays proportional to the
-    /// live shards. A pruned row that was not finished is reported: its unread records are lost.
+    /// Deletes the rows core's [`prune_rows`] picks: shards the listing dropped (past
+    /// retention) whose parents are gone too, found so two rounds in a row, so per-round work
+    /// stays proportional to the live shards. A pruned row that was not finished is reported:
+    /// its unread records are lost.
     pub(super) async fn prune(&self, graph: &ShardGraph, scan: &LeaseScan) {
-        if graph.is_empty() {
-            return;
-        }
-        let now: BTreeSet<String> = scan
-            .leases
-            .iter()
-            .filter(|l| !graph.contains(&l.shard_id))
-            .filter(|l| !l.parents.iter().any(|p| graph.contains(p)))
-            .map(|l| l.shard_id.clone())
-            .collect();
-        let before = match self.unlisted.lock() {
-            Ok(mut u) => std::mem::replace(&mut *u, now.clone()),
-            Err(_) => return,
+        let prune = {
+            let Ok(mut unlisted) = self.unlisted.lock() else {
+                return;
+            };
+            let Some(mut prune) = prune_rows(graph, &scan.leases, &unlisted) else {
+                return;
+            };
+            *unlisted = std::mem::take(&mut prune.unlisted);
+            prune
         };
-        for lease in scan.leases.iter().filter(|l| now.contains(&l.shard_id)) {
-            if !before.contains(&lease.shard_id) {
-                continue;
-            }
+        for Pruned { lease, unread } in prune.delete {
             match self.leases.delete_row(lease).await {
                 Ok(true) => {
-                    if lease.checkpoint.is_finished() || lease.state == LeaseState::Deleted {
-                        tracing::info!(shard = %lease.shard_id, "lease row of a trimmed shard deleted");
-                    } else {
+                    if unread {
                         tracing::error!(shard = %lease.shard_id,
                             checkpoint = %lease.checkpoint.to_checkpoint(),
                             "shard trimmed past retention before it was read to its end: its \
                              unread records are lost; lease row deleted");
                         self.stats.0.trimmed.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        tracing::info!(shard = %lease.shard_id, "lease row of a trimmed shard deleted");
                     }
                     if let Ok(h) = self.held.lock()
                         && let Some(held) = h.get(&lease.shard_id)
