@@ -21,7 +21,7 @@ use heatsink::hot::ControllerConfig;
 use heatsink::hot::{Controller, Directory};
 use heatsink::kinesis::reshard::{Action, Op, Plan, PlanConfig};
 use heatsink::kinesis::reshard::{
-    ApplyConfig, Journal, Step, apply, hand_off_hot_keys, sample_and_plan,
+    ApplyConfig, Journal, ReshardError, Step, apply, hand_off_hot_keys, sample_and_plan,
 };
 use heatsink::schema::{DEFAULT_PREFIX, Schema};
 use serde_json::{Value, json};
@@ -71,6 +71,10 @@ pub struct ApplyArgs {
     /// Do not hand refused keys to the hot-key directory (only print them).
     #[arg(long)]
     no_salt: bool,
+    /// Finish an unfinished journal older than the plan window (1 h) instead of refusing it
+    /// for the fresh plan.
+    #[arg(long)]
+    resume_stale: bool,
     #[command(flatten)]
     output: Output,
 }
@@ -266,7 +270,10 @@ pub async fn run(command: ReshardCommand) -> CmdResult {
                 &stream,
                 &path,
                 Some(&plan),
-                &ApplyConfig::default(),
+                &ApplyConfig {
+                    resume_stale: a.resume_stale,
+                    ..ApplyConfig::default()
+                },
                 |step| match step {
                     Step::Starting { index, total, op } => {
                         let what = match op {
@@ -285,7 +292,13 @@ pub async fn run(command: ReshardCommand) -> CmdResult {
                 },
             )
             .await
-            .map_err(|e| target().fail("reshard", &e))?;
+            .map_err(|e| match e {
+                // These say what stopped and the next step themselves; a quota is no throttle.
+                ReshardError::Quota { .. }
+                | ReshardError::StaleJournal { .. }
+                | ReshardError::Ledger { .. } => Failure::new(e.to_string()),
+                e => target().fail("reshard", &e),
+            })?;
             applied.done = journal.done;
             applied.operations = journal.ops.len();
             a.output.report(

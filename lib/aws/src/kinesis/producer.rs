@@ -5,6 +5,17 @@
 //! room in the queue (backpressure, so a slow stream slows its writers instead of filling
 //! memory); [`Producer::shutdown`] flushes everything queued and returns a [`ProducerReport`].
 //!
+//! **Memory is bounded in bytes.** Every user record costs its data plus 1 KiB for its
+//! partition key ([`KEY_ALLOWANCE`]: 256 characters of up to 4 bytes) from a budget of
+//! [`ProducerConfig::max_buffered_bytes`] (default 32 MiB), taken by `send` before the record is
+//! queued and given back when Kinesis acknowledges it or it is given up; `send` waits while the
+//! budget is spent, so a stalled stream blocks its writers at the budget, whatever the record
+//! count (`queue_capacity`, 10,000 records, is a second bound). A plain entry holds its record
+//! once; a KPL aggregate holds its user records and their packed copy (≤ 2 × theirs); a request
+//! in flight holds one more copy of its entries for the SDK until answered (≤ 5 MiB each). So the
+//! producer holds at most `2 × max_buffered_bytes + max_in_flight × 5 MiB` of records: 84 MiB
+//! with the defaults, with 1 MiB records or 10-byte ones.
+//!
 //! What the task does with each user record:
 //! 1. **Salting** (optional): if the hot-key directory says the partition key is salted with
 //!    S > 1, the record goes to one of S sub-keys chosen by
@@ -28,9 +39,18 @@
 //!
 //! Delivery is **at least once**: an entry the response reports as written is never sent
 //! again, but when a whole request fails without an answer (timeout, connection reset) it is
-//! retried, and Kinesis may already have written some of it. **Ordering caveat**: retrying
-//! only the failed entries means a record can land after a later record of the same key that
-//! succeeded first; consumers that need per-key order must order by their own sequence field.
+//! retried, and Kinesis may already have written some of it.
+//!
+//! **Ordering: the producer does not keep per-key order.** Two ways a record of a key can land
+//! after a later record of the same key, with no failure reported to the caller:
+//! - *Concurrent requests* (`max_in_flight` > 1, default 4): records of one key go to one shard,
+//!   but consecutive requests may both carry entries for that shard, and Kinesis may apply the
+//!   later request first. This happens without any failure at all.
+//! - *Retries*: only the failed entries of a request are retried, after the ones that succeeded.
+//!
+//! `max_in_flight: 1` removes the first (one request at a time, in queue order) but not the
+//! second. Consumers that need per-key order must order by their own sequence field (or write
+//! with `PutRecord` and `SequenceNumberForOrdering`, one record at a time).
 //! A record that still fails after `max_attempts` is counted in [`ProducerReport::failed`]
 //! and handed back in [`ProducerReport::failed_records`], never dropped silently.
 
@@ -45,7 +65,7 @@ use futures::stream::FuturesUnordered;
 use heatsink_core::keys::{SaltPolicy, ShardRange, place_salts, shard_for};
 use heatsink_core::kpl::{self, Aggregator, KplError};
 use rand::Rng;
-use tokio::sync::mpsc;
+use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -62,6 +82,18 @@ pub const MAX_RECORDS_PER_REQUEST: usize = 500;
 pub const MAX_BYTES_PER_REQUEST: usize = 5 * 1_048_576;
 /// `PutRecords`: at most 1 MiB per entry, data plus partition key.
 pub const MAX_BYTES_PER_RECORD: usize = kpl::MAX_RECORD_BYTES;
+
+/// What every user record costs the byte budget beyond its data: its partition key's worst case,
+/// 256 characters of up to 4 bytes (1 KiB).
+pub const KEY_ALLOWANCE: usize = 1_024;
+
+/// The default [`ProducerConfig::max_buffered_bytes`]: 32 MiB.
+pub const DEFAULT_MAX_BUFFERED_BYTES: usize = 32 << 20;
+
+/// What a user record of `data_len` bytes costs the byte budget: its data plus [`KEY_ALLOWANCE`].
+fn cost(data_len: usize) -> usize {
+    data_len.saturating_add(KEY_ALLOWANCE)
+}
 
 /// How long a shard held back by pacing waits before it is looked at again (20 ms: about 20
 /// records of budget at 1,000 records/s).
@@ -127,6 +159,10 @@ impl std::fmt::Debug for Salting {
 pub struct ProducerConfig {
     /// User records the queue holds before `send` waits (default 10,000).
     pub queue_capacity: usize,
+    /// Bytes of user records (data plus [`KEY_ALLOWANCE`] each) queued, buffered and in flight
+    /// before `send` waits (default [`DEFAULT_MAX_BUFFERED_BYTES`], 32 MiB; at least one
+    /// largest record, at most 4 GiB). See the module docs for what the process holds.
+    pub max_buffered_bytes: usize,
     /// Pack records bound for one shard into KPL aggregates (default off).
     pub aggregate: bool,
     /// Largest aggregate, data plus partition key (default 51,200 bytes, the KPL's).
@@ -155,6 +191,7 @@ impl Default for ProducerConfig {
     fn default() -> Self {
         Self {
             queue_capacity: 10_000,
+            max_buffered_bytes: DEFAULT_MAX_BUFFERED_BYTES,
             aggregate: false,
             aggregate_max_bytes: kpl::DEFAULT_MAX_AGGREGATE_BYTES,
             salting: Salting::Off,
@@ -235,6 +272,8 @@ impl ProducerReport {
 pub struct Producer {
     stream: String,
     tx: mpsc::Sender<UserRecord>,
+    /// The byte budget: taken by `send`, given back by the task; closed when the task ends.
+    budget: Arc<Semaphore>,
     task: JoinHandle<Result<ProducerReport, ProducerError>>,
 }
 
@@ -249,9 +288,24 @@ impl Producer {
         let kinesis = bounded!(aws_sdk_kinesis, kinesis, config.timeouts);
         let shards = open_shard_ranges(&kinesis, &stream).await?;
         let (tx, rx) = mpsc::channel(config.queue_capacity.max(1));
-        let worker = Worker::new(kinesis, stream.clone(), config, shards);
-        let task = tokio::spawn(worker.run(rx));
-        Ok(Self { stream, tx, task })
+        let bytes = config
+            .max_buffered_bytes
+            .clamp(cost(MAX_BYTES_PER_RECORD), u32::MAX as usize);
+        let budget = Arc::new(Semaphore::new(bytes));
+        let worker = Worker::new(kinesis, stream.clone(), config, shards, budget.clone());
+        let closing = budget.clone();
+        let task = tokio::spawn(async move {
+            let out = worker.run(rx).await;
+            // Senders waiting for budget learn the task has stopped.
+            closing.close();
+            out
+        });
+        Ok(Self {
+            stream,
+            tx,
+            budget,
+            task,
+        })
     }
 
     /// Queue one user record under `partition_key`, waiting while the queue is full.
@@ -268,9 +322,21 @@ impl Producer {
         .await
     }
 
-    /// Queue one user record (with an explicit hash key, if it has one).
+    /// Queue one user record (with an explicit hash key, if it has one), waiting while the byte
+    /// budget or the queue is full.
     pub async fn send_record(&self, record: UserRecord) -> Result<(), ProducerError> {
         check_record(&record)?;
+        let closed = || ProducerError::Closed {
+            stream: self.stream.clone(),
+        };
+        // ≤ 1 MiB + 1 KiB by check_record, so it fits a u32.
+        let n = u32::try_from(cost(record.data.len())).map_err(|_| closed())?;
+        self.budget
+            .acquire_many(n)
+            .await
+            .map_err(|_| closed())?
+            // Given back by the task when the record is acknowledged or given up.
+            .forget();
         self.tx
             .send(record)
             .await
@@ -317,15 +383,51 @@ struct Entry {
     partition_key: String,
     explicit_hash_key: Option<String>,
     data: Vec<u8>,
+    /// The user records it carries. A plain entry's one record has its data moved to `data`
+    /// (held once); [`Entry::into_users`] gives it back.
     users: Vec<UserRecord>,
+    plain: bool,
     attempts: u32,
     not_before: Instant,
     since: Instant,
 }
 
 impl Entry {
+    /// A plain entry of `r`, holding its data once.
+    fn plain(mut r: UserRecord, now: Instant) -> Self {
+        Self {
+            partition_key: r.partition_key.clone(),
+            explicit_hash_key: r.explicit_hash_key.clone(),
+            data: std::mem::take(&mut r.data),
+            users: vec![r],
+            plain: true,
+            attempts: 0,
+            not_before: now,
+            since: now,
+        }
+    }
+
     fn bytes(&self) -> usize {
         self.data.len() + self.partition_key.len()
+    }
+
+    /// What its user records cost the byte budget.
+    fn cost(&self) -> usize {
+        if self.plain {
+            cost(self.data.len())
+        } else {
+            self.users.iter().map(|u| cost(u.data.len())).sum()
+        }
+    }
+
+    /// Its user records, whole.
+    fn into_users(mut self) -> Vec<UserRecord> {
+        if self.plain
+            && let Some(u) = self.users.first_mut()
+        {
+            u.data = std::mem::take(&mut self.data);
+        }
+        self.users
     }
 }
 
@@ -351,6 +453,7 @@ struct Worker {
     placements: HashMap<(String, u16), (Vec<String>, usize)>,
     report: ProducerReport,
     buffered: usize,
+    budget: Arc<Semaphore>,
 }
 
 /// The config without the salting source (kept apart so it can be borrowed while buffers change).
@@ -378,6 +481,7 @@ impl Worker {
         stream: String,
         c: ProducerConfig,
         shards: Vec<ShardRange>,
+        budget: Arc<Semaphore>,
     ) -> Self {
         let config = ConfigInner {
             aggregate: c.aggregate,
@@ -400,6 +504,7 @@ impl Worker {
             placements: HashMap::new(),
             report: ProducerReport::default(),
             buffered: 0,
+            budget,
         };
         w.set_map(shards);
         w
@@ -494,15 +599,7 @@ impl Worker {
         let shard = self.predict(&r);
         self.buffered += 1;
         if !self.config.aggregate {
-            let entry = Entry {
-                partition_key: r.partition_key.clone(),
-                explicit_hash_key: r.explicit_hash_key.clone(),
-                data: r.data.clone(),
-                users: vec![r],
-                attempts: 0,
-                not_before: now,
-                since: now,
-            };
+            let entry = Entry::plain(r, now);
             if let Some(b) = self.bufs.get_mut(shard) {
                 b.ready.push_back(entry);
             }
@@ -536,15 +633,7 @@ impl Worker {
     fn push_plain(&mut self, shard: usize, r: UserRecord, now: Instant) {
         self.seal(shard, now);
         if let Some(b) = self.bufs.get_mut(shard) {
-            b.ready.push_back(Entry {
-                partition_key: r.partition_key.clone(),
-                explicit_hash_key: r.explicit_hash_key.clone(),
-                data: r.data.clone(),
-                users: vec![r],
-                attempts: 0,
-                not_before: now,
-                since: now,
-            });
+            b.ready.push_back(Entry::plain(r, now));
         }
     }
 
@@ -563,6 +652,7 @@ impl Worker {
             explicit_hash_key: agg.explicit_hash_key,
             data: agg.data,
             users,
+            plain: false,
             attempts: 0,
             not_before: now,
             since,
@@ -576,7 +666,7 @@ impl Worker {
         let shards: Vec<usize> = e.users.iter().map(|u| self.predict(u)).collect();
         let one = shards.windows(2).all(|w| w[0] == w[1]);
         if e.users.len() > 1 && !one {
-            for u in e.users {
+            for u in e.into_users() {
                 self.add(u, now);
             }
             return;
@@ -747,6 +837,7 @@ impl Worker {
             let result = results.get(k);
             match result.and_then(|r| r.error_code()) {
                 None if result.is_some() => {
+                    self.budget.add_permits(entry.cost());
                     self.report.records += entry.users.len() as u64;
                     if entry.users.len() > 1 {
                         self.report.aggregated_records += 1;
@@ -783,8 +874,9 @@ impl Worker {
     }
 
     fn give_up(&mut self, e: Entry) {
+        self.budget.add_permits(e.cost());
         self.report.failed += e.users.len() as u64;
-        self.report.failed_records.extend(e.users);
+        self.report.failed_records.extend(e.into_users());
     }
 
     async fn refresh(&mut self) {
@@ -802,7 +894,7 @@ impl Worker {
         rx.close();
         let mut left: Vec<UserRecord> = Vec::new();
         for b in &mut self.bufs {
-            left.extend(b.ready.drain(..).flat_map(|e| e.users));
+            left.extend(b.ready.drain(..).flat_map(Entry::into_users));
             left.append(&mut b.open_users);
             b.open = Aggregator::new();
         }
@@ -810,6 +902,8 @@ impl Worker {
             left.push(r);
         }
         self.buffered = 0;
+        self.budget
+            .add_permits(left.iter().map(|u| cost(u.data.len())).sum());
         self.report.failed += left.len() as u64;
         self.report.failed_records.extend(left);
     }

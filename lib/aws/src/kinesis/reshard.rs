@@ -9,9 +9,20 @@
 //!   [`MAX_PAGES_PER_SHARD`] pages, so sampling cannot hang on a busy shard.
 //! - **Applying** makes one `SplitShard`/`MergeShards` call at a time and waits for the stream
 //!   to be `ACTIVE` again before the next (one operation in flight per stream). A call refused
-//!   with `LimitExceededException` or `ResourceInUseException` is retried after a capped,
-//!   jittered backoff; every wait has a deadline ([`ApplyConfig::deadline`]) after which the
-//!   executor stops with [`ReshardError::Deadline`] instead of hanging.
+//!   for its rate (`LimitExceededException` "Rate exceeded …") or because the stream is busy
+//!   (`ResourceInUseException`) is retried after a capped, jittered backoff; every wait has a
+//!   deadline ([`ApplyConfig::deadline`]) after which the executor stops with
+//!   [`ReshardError::Deadline`] instead of hanging. A `LimitExceededException` that names the
+//!   account's shard quota ("would exceed the shard limit …") is not a rate: no wait lifts it,
+//!   so the executor stops at once with [`ReshardError::Quota`] naming the quota and the next
+//!   step.
+//! - **A stale journal never wins over a fresh plan**: a journal with work left that is older
+//!   than [`ApplyConfig::plan_window`] (1 h) was planned for a load that has passed; `apply` with
+//!   a fresh plan refuses it ([`ReshardError::StaleJournal`]) unless
+//!   [`ApplyConfig::resume_stale`] says to finish it.
+//! - **`UpdateShardCount`** goes through [`update_shard_count`] only, which consults the
+//!   journal's [`Ledger`] (10 calls per rolling 24 h, each ×½..×2) before the call and records
+//!   the call in it; the plan itself only splits and merges.
 //! - **Persistence**: before and after each call the progress is written to a JSON state file
 //!   ([`Journal`]); `apply` with an existing journal resumes where it stopped. An operation
 //!   whose result is already visible in the shard map (a crash after the call, before the
@@ -81,6 +92,39 @@ pub enum ReshardError {
         path: PathBuf,
         /// What failed.
         reason: String,
+    },
+    /// The account's shard quota refused the operation: no retry can help.
+    #[error(
+        "{operation} on {stream} refused by the account's shard quota ({message}); the step was not done: raise the Kinesis shard quota (Service Quotas, 'Shards per Region') or free shards, then re-run apply to resume"
+    )]
+    Quota {
+        /// `SplitShard`, `MergeShards` or `UpdateShardCount`.
+        operation: &'static str,
+        /// Stream name.
+        stream: String,
+        /// The service's message.
+        message: String,
+    },
+    /// An unfinished journal older than the plan window, with a fresh plan at hand.
+    #[error(
+        "reshard journal {path} has work left but is {age_secs} s old, older than the plan window ({window_secs} s): remove it to apply the fresh plan, or pass --resume-stale to finish the old one"
+    )]
+    StaleJournal {
+        /// The file.
+        path: PathBuf,
+        /// Its age.
+        age_secs: u64,
+        /// [`ApplyConfig::plan_window`].
+        window_secs: u64,
+    },
+    /// The `UpdateShardCount` ledger refused the call before it was made.
+    #[error("UpdateShardCount on {stream} not called: {source}; wait, or split and merge instead")]
+    Ledger {
+        /// Stream name.
+        stream: String,
+        /// Why.
+        #[source]
+        source: LedgerError,
     },
     /// The journal belongs to another stream.
     #[error(
@@ -235,6 +279,13 @@ pub struct Journal {
     pub done: usize,
     /// The plan state (merge holds) for the next plan.
     pub state: ReshardState,
+    /// When its plan was made (Unix ms; 0 in a journal written before it was kept, which is
+    /// therefore stale).
+    #[serde(default)]
+    pub created_ms: u64,
+    /// The stream's `UpdateShardCount` calls ([`update_shard_count`]).
+    #[serde(default)]
+    pub ledger: Ledger,
 }
 
 impl Journal {
@@ -277,6 +328,10 @@ pub struct ApplyConfig {
     pub backoff_cap: Duration,
     /// Poll interval while waiting for ACTIVE.
     pub poll: Duration,
+    /// How old an unfinished journal may be and still win over a fresh plan (default 1 h).
+    pub plan_window: Duration,
+    /// Finish an unfinished journal older than `plan_window` instead of refusing it.
+    pub resume_stale: bool,
 }
 
 impl Default for ApplyConfig {
@@ -286,6 +341,8 @@ impl Default for ApplyConfig {
             backoff_base: Duration::from_millis(500),
             backoff_cap: Duration::from_secs(30),
             poll: Duration::from_millis(500),
+            plan_window: Duration::from_secs(3_600),
+            resume_stale: false,
         }
     }
 }
@@ -341,14 +398,29 @@ pub async fn apply(
                 stream: stream.to_owned(),
             });
         }
-        Some(j) if j.done < j.ops.len() => j,
-        _ => {
+        Some(j) if j.done < j.ops.len() => {
+            let age_secs = crate::clock::now_ms().saturating_sub(j.created_ms) / 1_000;
+            let window_secs = config.plan_window.as_secs();
+            if plan.is_some() && !config.resume_stale && age_secs > window_secs {
+                return Err(ReshardError::StaleJournal {
+                    path: journal_path.to_owned(),
+                    age_secs,
+                    window_secs,
+                });
+            }
+            j
+        }
+        previous => {
+            // A finished journal's ledger carries over: the budget is the stream's.
+            let ledger = previous.map(|j| j.ledger).unwrap_or_default();
             let Some(plan) = plan else {
                 return Ok(Journal {
                     stream: stream.to_owned(),
                     ops: vec![],
                     done: 0,
                     state: ReshardState::default(),
+                    created_ms: crate::clock::now_ms(),
+                    ledger,
                 });
             };
             Journal {
@@ -356,6 +428,8 @@ pub async fn apply(
                 ops: plan.ops.clone(),
                 done: 0,
                 state: plan.state.clone(),
+                created_ms: crate::clock::now_ms(),
+                ledger,
             }
         }
     };
@@ -442,6 +516,13 @@ async fn call(
             Err(e) => e,
         };
         let code = e.code().unwrap_or_default().to_owned();
+        if is_quota(&e) {
+            return Err(ReshardError::Quota {
+                operation: e.operation(),
+                stream: stream.to_owned(),
+                message: e.to_string(),
+            });
+        }
         let retry = matches!(
             code.as_str(),
             "LimitExceededException" | "ResourceInUseException"
@@ -465,6 +546,82 @@ async fn call(
         progress(Step::Backoff { code, wait });
         tokio::time::sleep(wait).await;
     }
+}
+
+/// Whether `e` is the account's shard quota rather than a rate limit: Kinesis answers both with
+/// `LimitExceededException`; the quota's message names the shard limit ("This request would
+/// exceed the shard limit for the account … Current limit of shards is 500 …"), a rate's does
+/// not ("Rate exceeded for stream …").
+fn is_quota(e: &AwsError) -> bool {
+    if e.code() != Some("LimitExceededException") {
+        return false;
+    }
+    let text = e.to_string().to_ascii_lowercase();
+    ["shard limit", "limit of shards", "shard quota"]
+        .iter()
+        .any(|w| text.contains(w))
+}
+
+/// `UpdateShardCount` of `stream` from `from` to `to` open shards (uniform scaling), through the
+/// ledger of the journal at `journal_path`: refused before the call when the 24 h budget is spent
+/// or `to` is outside ×½..×2 ([`ReshardError::Ledger`]); the call is recorded in the journal
+/// before it is made (a crash after it still counts it), and the executor waits for ACTIVE.
+pub async fn update_shard_count(
+    kinesis: &aws_sdk_kinesis::Client,
+    stream: &str,
+    journal_path: &Path,
+    from: u32,
+    to: u32,
+    config: &ApplyConfig,
+) -> Result<Journal, ReshardError> {
+    let kinesis = &crate::timeouts::bounded!(aws_sdk_kinesis, kinesis.clone(), Timeouts::CALL);
+    let mut journal = match Journal::load(journal_path)? {
+        Some(j) if j.stream != stream => {
+            return Err(ReshardError::OtherStream {
+                path: journal_path.to_owned(),
+                found: j.stream,
+                stream: stream.to_owned(),
+            });
+        }
+        Some(j) => j,
+        None => Journal {
+            stream: stream.to_owned(),
+            ops: vec![],
+            done: 0,
+            state: ReshardState::default(),
+            created_ms: crate::clock::now_ms(),
+            ledger: Ledger::default(),
+        },
+    };
+    let now_secs = crate::clock::now_ms() / 1_000;
+    journal
+        .ledger
+        .spend(now_secs, from, to)
+        .map_err(|source| ReshardError::Ledger {
+            stream: stream.to_owned(),
+            source,
+        })?;
+    journal.save(journal_path)?;
+    let out = kinesis
+        .update_shard_count()
+        .stream_name(stream)
+        .target_shard_count(i32::try_from(to).unwrap_or(i32::MAX))
+        .scaling_type(aws_sdk_kinesis::types::ScalingType::UniformScaling)
+        .send()
+        .await
+        .map_err(|e| AwsError::new("Kinesis", "UpdateShardCount", stream, e));
+    if let Err(e) = out {
+        if is_quota(&e) {
+            return Err(ReshardError::Quota {
+                operation: "UpdateShardCount",
+                stream: stream.to_owned(),
+                message: e.to_string(),
+            });
+        }
+        return Err(e.into());
+    }
+    wait_active(kinesis, stream, config).await?;
+    Ok(journal)
 }
 
 async fn wait_active(
@@ -737,5 +894,181 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn smithy_mock_resource_in_use_is_backed_off_and_the_split_goes_through() {
         refused_then_split(resource_in_use, "ResourceInUseException", 3).await;
+    }
+
+    /// What SplitShard answers when the split would take the account over its shard quota (the
+    /// API reference's LimitExceededException, with the quota's message).
+    fn shard_quota() -> SplitShardError {
+        let msg = "This request would exceed the shard limit for the account 123456789012 in \
+                   us-east-1. Current limit of shards is 500, and in use is 500.";
+        SplitShardError::LimitExceededException(
+            LimitExceededException::builder()
+                .message(msg)
+                .meta(
+                    ErrorMetadata::builder()
+                        .code("LimitExceededException")
+                        .message(msg)
+                        .build(),
+                )
+                .build(),
+        )
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn smithy_mock_an_account_shard_quota_stops_at_once_with_the_quota_and_the_next_step() {
+        let split = mock!(aws_sdk_kinesis::Client::split_shard).then_error(shard_quota);
+        let k = mocked!(aws_sdk_kinesis with |c| c.retry_config(RetryConfig::disabled()); one_shard(), split, active());
+        let path = journal_path("quota");
+        let mut steps = vec![];
+        let err = apply(
+            &k,
+            "s",
+            &path,
+            Some(&split_plan()),
+            &ApplyConfig::default(),
+            |s| steps.push(s),
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(err, ReshardError::Quota { .. }), "{err}");
+        assert_eq!(split.num_calls(), 1, "called once, never retried as a rate");
+        assert!(
+            !steps.iter().any(|s| matches!(s, Step::Backoff { .. })),
+            "{steps:?}"
+        );
+        let line = err.to_string();
+        assert!(
+            line.contains("shard quota") && line.contains("re-run apply") && !line.contains('\n'),
+            "{line}"
+        );
+        assert_eq!(
+            Journal::load(&path).unwrap().unwrap().done,
+            0,
+            "kept to resume"
+        );
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn smithy_mock_a_stale_journal_does_not_win_over_a_fresh_plan_unless_told() {
+        let split = mock!(aws_sdk_kinesis::Client::split_shard)
+            .then_output(|| SplitShardOutput::builder().build());
+        let k = mocked!(aws_sdk_kinesis with |c| c.retry_config(RetryConfig::disabled()); one_shard(), split, active());
+        let path = journal_path("stale");
+        let old = Journal {
+            stream: "s".into(),
+            ops: split_plan().ops,
+            done: 0,
+            state: ReshardState::default(),
+            created_ms: crate::clock::now_ms() - 2 * 3_600_000,
+            ledger: Ledger::default(),
+        };
+        old.save(&path).unwrap();
+        let err = apply(
+            &k,
+            "s",
+            &path,
+            Some(&split_plan()),
+            &ApplyConfig::default(),
+            |_| {},
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            matches!(err, ReshardError::StaleJournal { age_secs, .. } if age_secs >= 7_200),
+            "{err}"
+        );
+        assert_eq!(
+            split.num_calls(),
+            0,
+            "nothing of the stale plan was carried out"
+        );
+        // A journal within the window is resumed as before.
+        Journal {
+            created_ms: crate::clock::now_ms() - 60_000,
+            ..old.clone()
+        }
+        .save(&path)
+        .unwrap();
+        let j = apply(
+            &k,
+            "s",
+            &path,
+            Some(&split_plan()),
+            &ApplyConfig::default(),
+            |_| {},
+        )
+        .await
+        .unwrap();
+        assert_eq!((j.done, split.num_calls()), (1, 1));
+        // Told to finish it: the stale one is carried out.
+        old.save(&path).unwrap();
+        let told = ApplyConfig {
+            resume_stale: true,
+            ..ApplyConfig::default()
+        };
+        let j = apply(&k, "s", &path, Some(&split_plan()), &told, |_| {})
+            .await
+            .unwrap();
+        assert_eq!((j.done, split.num_calls()), (1, 2));
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn smithy_mock_update_shard_count_goes_through_the_ledger_before_each_call() {
+        use aws_sdk_kinesis::operation::update_shard_count::UpdateShardCountOutput;
+        let update = mock!(aws_sdk_kinesis::Client::update_shard_count)
+            .then_output(|| UpdateShardCountOutput::builder().build());
+        let k = mocked!(aws_sdk_kinesis with |c| c.retry_config(RetryConfig::disabled()); update, active());
+        let path = journal_path("ledger");
+        let config = ApplyConfig::default();
+        let err = update_shard_count(&k, "s", &path, 4, 9, &config)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ReshardError::Ledger {
+                    source: LedgerError::OutOfRange { .. },
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert_eq!(update.num_calls(), 0, "refused before the call");
+        for i in 0..10u32 {
+            let (from, to) = if i % 2 == 0 { (4, 8) } else { (8, 4) };
+            update_shard_count(&k, "s", &path, from, to, &config)
+                .await
+                .unwrap();
+        }
+        assert_eq!(update.num_calls(), 10);
+        let err = update_shard_count(&k, "s", &path, 4, 8, &config)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ReshardError::Ledger {
+                    source: LedgerError::Spent { .. },
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert_eq!(
+            update.num_calls(),
+            10,
+            "the eleventh call in 24 h is never made"
+        );
+        assert_eq!(
+            Journal::load(&path)
+                .unwrap()
+                .unwrap()
+                .ledger
+                .remaining(crate::clock::now_ms() / 1_000),
+            0
+        );
+        let _ = std::fs::remove_file(&path);
     }
 }

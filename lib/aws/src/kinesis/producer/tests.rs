@@ -459,3 +459,66 @@ async fn smithy_mock_a_salted_hot_key_spreads_over_distinct_shards() {
     assert!(per_key.values().all(|&c| c == 100), "in turn: {per_key:?}");
     assert!(g.written.iter().any(|w| w.partition_key == "p10"));
 }
+
+/// A stalled stream (aws-smithy-mocks: every entry refused with
+/// `ProvisionedThroughputExceededException` until it recovers) with 1 MB records: `send` waits
+/// once the byte budget is spent, long before the 10,000-record queue is full, so the producer
+/// holds at most the budget; once the stream recovers every record is written and the budget is
+/// whole again.
+#[tokio::test]
+async fn smithy_mock_a_stalled_stream_blocks_senders_at_the_byte_budget_not_the_record_count() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    const RECORD: usize = 1_000_000;
+    const BUDGET: usize = 8 << 20;
+    let stalled = Arc::new(AtomicBool::new(true));
+    let s2 = stalled.clone();
+    let f = fake(
+        2,
+        Box::new(move |_, _| {
+            s2.load(Ordering::SeqCst)
+                .then_some("ProvisionedThroughputExceededException")
+        }),
+    );
+    for aggregate in [false, true] {
+        let config = ProducerConfig {
+            max_buffered_bytes: BUDGET,
+            max_attempts: u32::MAX,
+            ..fast(aggregate)
+        };
+        stalled.store(true, Ordering::SeqCst);
+        let p = Arc::new(
+            Producer::start(fake_client(f.clone()), "s", config)
+                .await
+                .unwrap(),
+        );
+        let sent = Arc::new(AtomicUsize::new(0));
+        let sender = {
+            let (p, sent) = (p.clone(), sent.clone());
+            tokio::spawn(async move {
+                for i in 0..40 {
+                    p.send(format!("k{i}"), vec![7u8; RECORD]).await.unwrap();
+                    sent.fetch_add(1, Ordering::SeqCst);
+                }
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let held = sent.load(Ordering::SeqCst);
+        let most = BUDGET / (RECORD + KEY_ALLOWANCE);
+        assert_eq!(
+            held, most,
+            "aggregate={aggregate}: a stalled stream holds the budget's worth of records ({most} of 1 MB in 8 MiB), not more"
+        );
+        stalled.store(false, Ordering::SeqCst);
+        tokio::time::timeout(Duration::from_secs(20), sender)
+            .await
+            .expect("senders go on once the stream recovers")
+            .unwrap();
+        let report = Arc::into_inner(p).unwrap().shutdown().await.unwrap();
+        assert_eq!(
+            (report.records, report.failed),
+            (40, 0),
+            "aggregate={aggregate}"
+        );
+        assert!(report.throttles > 0);
+    }
+}
