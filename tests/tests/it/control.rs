@@ -59,13 +59,8 @@ async fn a_sampler_report_event_salts_the_write_hot_key_and_caches_the_read_hot_
     assert_eq!(dir.list().await.expect("list"), entries);
 }
 
-#[tokio::test]
-async fn a_key_that_turns_hot_is_named_salted_and_spread_in_the_closed_loop() {
-    let fx = fixture!("a_key_that_turns_hot_is_named_salted_and_spread_in_the_closed_loop");
-    fx.photo_table(Table::Hotkeys).await;
-    fx.photo_table(Table::Counters).await;
-    // Scaled down 20× so every emulator keeps up on a busy machine: 50 WCU/s partitions and
-    // 120 writes/s on p9 (the celebrity post's 2,400 against 1,000; docs/hot-keys.md).
+/// The simulator of the closed-loop tests: 8 partitions of 50 WCU/s (150 RCU/s), 0.5 s banked.
+async fn scaled_sim() -> Simulator {
     let upstream = std::env::var("AWS_ENDPOINT_URL_DYNAMODB").expect("fixture checked it");
     let mut config = SimConfig::new(&upstream);
     config.limits = Limits {
@@ -74,7 +69,17 @@ async fn a_key_that_turns_hot_is_named_salted_and_spread_in_the_closed_loop() {
         read_ceiling: 150.0,
         burst_seconds: 0.5,
     };
-    let sim = Simulator::start(config).await.expect("simulator");
+    Simulator::start(config).await.expect("simulator")
+}
+
+#[tokio::test]
+async fn a_key_that_turns_hot_is_named_salted_and_spread_in_the_closed_loop() {
+    let fx = fixture!("a_key_that_turns_hot_is_named_salted_and_spread_in_the_closed_loop");
+    fx.photo_table(Table::Hotkeys).await;
+    fx.photo_table(Table::Counters).await;
+    // Scaled down 20× so every emulator keeps up on a busy machine: 50 WCU/s partitions and
+    // 120 writes/s on p9 (the celebrity post's 2,400 against 1,000; docs/hot-keys.md).
+    let sim = scaled_sim().await;
     let via_sim = aws_sdk_dynamodb::Client::from_conf(
         aws_sdk_dynamodb::config::Builder::from(&fx.stack.config)
             .endpoint_url(sim.endpoint())
@@ -142,15 +147,7 @@ async fn a_key_is_salted_from_throttle_reasons_alone_with_the_sampler_off() {
     fx.photo_table(Table::Counters).await;
     // The closed loop above, scaled the same way, but the controller never reads the sampler:
     // its only signal is the key-range throttles the writers' own client saw, attempt by attempt.
-    let upstream = std::env::var("AWS_ENDPOINT_URL_DYNAMODB").expect("fixture checked it");
-    let mut config = SimConfig::new(&upstream);
-    config.limits = Limits {
-        partitions: 8,
-        write_ceiling: 50.0,
-        read_ceiling: 150.0,
-        burst_seconds: 0.5,
-    };
-    let sim = Simulator::start(config).await.expect("simulator");
+    let sim = scaled_sim().await;
     let counters = fx.photo().table(Table::Counters);
     let watch = ThrottleWatch::new(&[counters]);
     let via_sim = aws_sdk_dynamodb::Client::from_conf(
