@@ -25,10 +25,11 @@ const SETTERS: &[&str] = &[
 
 /// Hand-written expression calls left outside the layer:
 ///
-/// - the count rebuilder (`counter/rebuild.rs`);
+/// - the slot directory, router and mover (`slots/`) and the count rebuilder
+///   (`counter/rebuild.rs`) move after the slots rework;
 /// - `stream/fence.rs` (7) extends the caller's own expression (a public API over the caller's
 ///   builders): it reads and joins what the caller wrote.
-const NOT_YET_MOVED: usize = 24;
+const NOT_YET_MOVED: usize = 63;
 
 fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
