@@ -435,7 +435,9 @@ async fn a_stale_router_with_a_long_max_age_is_bounced_by_the_fence_in_a_strict_
     let load = start_load(s.router.clone(), "key-", 16, 10.0);
     let mut m = s.start(true).await;
     m.run().await.expect("move");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The move takes well under a second on an emulator, and the stale load writes the moved slot
+    // (tenant t0) every 0.8 s: keep it writing past the flip so its writes meet the fence.
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
     let (stale_report, _) = stale_load.finish(&stale).await;
     load.finish(&s.router).await;
     assert!(
