@@ -9,6 +9,8 @@
 //! 64, so that the producer's pacing at Kinesis's per-shard limits, 1,000 records and 1 MiB a
 //! second, does not bind below the emulator's own rate), timed from the first record handed over
 //! until every record is acknowledged. The same generator builds every record for all three.
+//! `BENCH_MODES` (a comma list of `aggregated`, `plain`, `baseline`; default all three) runs only
+//! some of them, e.g. to profile one with `perf record`.
 //! CPU seconds of this process (nothing else runs in it meanwhile) and of the emulator serving
 //! `AWS_ENDPOINT_URL_KINESIS` (found by its listening port; `BENCH_CPU_PIDS=name=PID` instead)
 //! come from `/proc/PID/stat` around each run, reported per 100,000 records.
@@ -43,6 +45,14 @@ enum Mode {
 }
 
 impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Aggregated => "aggregated",
+            Mode::Plain => "plain",
+            Mode::Baseline => "baseline",
+        }
+    }
+
     fn label(self) -> &'static str {
         match self {
             Mode::Aggregated => "Producer, KPL aggregation",
@@ -141,6 +151,8 @@ async fn bench() -> Result<(), BoxError> {
         .split(',')
         .filter_map(|s| s.trim().parse().ok())
         .collect();
+    let modes = std::env::var("BENCH_MODES").unwrap_or_else(|_| "aggregated,plain,baseline".into());
+    let modes: Vec<&str> = modes.split(',').map(str::trim).collect();
     let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
     // `BENCH_KINESIS=standin`: Kinesis is the in-memory stand-in (its own process).
     let (standin, url, k) = standin::endpoint(&config, "all")?;
@@ -165,6 +177,9 @@ async fn bench() -> Result<(), BoxError> {
                 order.reverse();
             }
             for mode in order {
+                if !modes.contains(&mode.name()) {
+                    continue;
+                }
                 stream_no += 1;
                 let spec = StreamSpec {
                     logical: "bench".into(),
@@ -204,6 +219,9 @@ async fn bench() -> Result<(), BoxError> {
         let base_secs = median(base.iter().map(|r| r.secs).collect());
         let base_cpu = median(base.iter().map(|r| r.cpu[0]).collect());
         for mode in [Mode::Aggregated, Mode::Plain, Mode::Baseline] {
+            if !modes.contains(&mode.name()) {
+                continue;
+            }
             let rs: Vec<&Run> = results
                 .iter()
                 .filter(|(m, _)| *m == mode)
