@@ -708,10 +708,16 @@ impl Worker {
     fn next_request(&mut self, now: Instant, drain: bool) -> Option<Vec<(usize, Entry)>> {
         let mut eligible = 0usize;
         let mut oldest: Option<Instant> = None;
-        for b in &self.bufs {
+        // A full request's worth decides it whatever the ages, so the count stops there (it ran
+        // over every buffered entry, up to 500 a shard, once per record taken: a quarter of the
+        // plain producer's CPU in a profile at 4 shards).
+        'count: for b in &self.bufs {
             for e in b.ready.iter().take(MAX_RECORDS_PER_REQUEST) {
                 if e.not_before <= now {
                     eligible += 1;
+                    if eligible >= MAX_RECORDS_PER_REQUEST {
+                        break 'count;
+                    }
                     oldest = Some(oldest.map_or(e.since, |o| o.min(e.since)));
                 }
             }
@@ -914,6 +920,10 @@ impl Worker {
     ) -> Result<ProducerReport, ProducerError> {
         let mut in_flight = FuturesUnordered::new();
         let mut open = true;
+        // Records are taken from the queue as many at a time as there is room for (up to a
+        // request's worth): taken one at a time, each freed slot woke a waiting sender, a thread
+        // switch per record, and each record paid a pass of the request and wake-up checks.
+        let mut incoming: Vec<UserRecord> = Vec::new();
         loop {
             let now = Instant::now();
             self.seal_due(now, !open);
@@ -930,12 +940,19 @@ impl Worker {
             let room = self.buffered < self.config.queue_capacity;
             let wake = self.next_wake(now);
             tokio::select! {
-                msg = rx.recv(), if open && room => match msg {
-                    Some(r) => {
+                taken = rx.recv_many(
+                    &mut incoming,
+                    // At least 1: with a limit of 0 it would answer 0, as for a closed queue.
+                    (self.config.queue_capacity.saturating_sub(self.buffered))
+                        .clamp(1, MAX_RECORDS_PER_REQUEST),
+                ), if open && room => {
+                    if taken == 0 {
+                        open = false;
+                    }
+                    for r in incoming.drain(..) {
                         let r = self.salt(r).await;
                         self.add(r, Instant::now());
                     }
-                    None => open = false,
                 },
                 Some(outcome) = in_flight.next(), if !in_flight.is_empty() => {
                     match self.settle(outcome) {
