@@ -40,10 +40,26 @@ pub const SERIAL_DYNAMODB_ENV: &str = "HEATSINK_SERIAL_DYNAMODB";
 
 /// [`sdk_config`] for the slots and move commands: one call at a time when
 /// [`SERIAL_DYNAMODB_ENV`] is `1`, full concurrency otherwise.
+///
+/// Serialized, a call waits for the one connection inside its own attempt, behind every other
+/// call of the process (a move's parallel copy, a load's writes): so it gets timeouts that
+/// include that wait (20 s an attempt, 60 s a call, instead of the mover's and router's 1 s /
+/// 2.5 s), and no stalled-stream cut (its upload is idle while it queues).
 pub async fn slots_sdk_config() -> aws_config::SdkConfig {
     let config = sdk_config().await;
     if std::env::var(SERIAL_DYNAMODB_ENV).as_deref() == Ok("1") {
         heatsink_sim::http::bounded(&config, 1)
+            .to_builder()
+            .timeout_config(
+                aws_config::timeout::TimeoutConfig::builder()
+                    .operation_attempt_timeout(std::time::Duration::from_secs(20))
+                    .operation_timeout(std::time::Duration::from_secs(60))
+                    .build(),
+            )
+            .stalled_stream_protection(
+                aws_config::stalled_stream_protection::StalledStreamProtectionConfig::disabled(),
+            )
+            .build()
     } else {
         config
     }

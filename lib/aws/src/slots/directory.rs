@@ -6,10 +6,14 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::{
     AttributeValue, ConditionCheck, Delete, Put, TransactWriteItem, Update,
 };
+use heatsink_core::slots::lease::Lease;
 use heatsink_core::slots::{Change, RangeEntry, RangeState, SlotError, SlotMap, SlotRange};
 
 use super::MoveError;
 use super::record::{MoveRecord, parse_record};
+use crate::ddb::{
+    Condition, KeyCondition, OnlyIf, QueryKey, Update as Set, Updating, get_n, get_s, n, s,
+};
 use crate::error::AwsError;
 
 /// The partition of the map's items.
@@ -18,13 +22,17 @@ const DIR_PK: &str = "dir";
 pub const MOVE_PK: &str = "move";
 const META_SK: &str = "meta";
 
-fn s(v: impl Into<String>) -> AttributeValue {
-    AttributeValue::S(v.into())
-}
-
-fn n(v: impl ToString) -> AttributeValue {
-    AttributeValue::N(v.to_string())
-}
+/// Attributes of a move record item besides its key: the record as JSON, its phase and
+/// revision, and the lease (holder, until, token).
+#[cfg_attr(not(feature = "streams"), allow(dead_code))]
+pub(crate) const RECORD_ATTR: &str = "record";
+#[cfg_attr(not(feature = "streams"), allow(dead_code))]
+pub(crate) const PHASE_ATTR: &str = "phase";
+#[cfg_attr(not(feature = "streams"), allow(dead_code))]
+pub(crate) const REV_ATTR: &str = "rev";
+pub(crate) const HOLDER_ATTR: &str = "holder";
+pub(crate) const UNTIL_ATTR: &str = "until";
+pub(crate) const TOKEN_ATTR: &str = "token";
 
 fn range_sk(first: u16) -> String {
     format!("range#{first:05}")
@@ -51,16 +59,6 @@ fn range_item(e: &RangeEntry) -> HashMap<String, AttributeValue> {
         item.insert("move_id".to_owned(), s(move_id));
     }
     item
-}
-
-fn get_s<'a>(item: &'a HashMap<String, AttributeValue>, k: &str) -> Option<&'a str> {
-    item.get(k).and_then(|v| v.as_s().ok()).map(String::as_str)
-}
-
-fn get_n<T: std::str::FromStr>(item: &HashMap<String, AttributeValue>, k: &str) -> Option<T> {
-    item.get(k)
-        .and_then(|v| v.as_n().ok())
-        .and_then(|v| v.parse().ok())
 }
 
 fn parse_range(item: &HashMap<String, AttributeValue>) -> Result<RangeEntry, SlotError> {
@@ -150,17 +148,17 @@ impl SlotDirectory {
             .set_item(Some(HashMap::from([
                 ("pk".to_owned(), s(DIR_PK)),
                 ("sk".to_owned(), s(META_SK)),
-                ("version".to_owned(), n(1)),
+                ("version".to_owned(), n(1u8)),
                 ("strict".to_owned(), AttributeValue::Bool(strict)),
                 ("max_age_ms".to_owned(), n(max_age_ms)),
             ])))
-            .condition_expression("attribute_not_exists(pk)")
+            .only_if(&Condition::not_exists("pk"))
             .build()
             .map_err(|e| MoveError::BadItem(e.to_string()))?;
         let range = Put::builder()
             .table_name(&self.table)
             .set_item(Some(range_item(&map.ranges[0])))
-            .condition_expression("attribute_not_exists(pk)")
+            .only_if(&Condition::not_exists("pk"))
             .build()
             .map_err(|e| MoveError::BadItem(e.to_string()))?;
         let res = self
@@ -192,25 +190,18 @@ impl SlotDirectory {
 
     /// Reads and checks the whole map (one strongly consistent Query).
     pub async fn load(&self) -> Result<SlotMap, MoveError> {
+        let mut pages = self
+            .ddb
+            .query()
+            .table_name(&self.table)
+            .query_key(&KeyCondition::partition("pk", s(DIR_PK)))
+            .consistent_read(true)
+            .into_paginator()
+            .items()
+            .send();
         let mut items = vec![];
-        let mut start = None;
-        loop {
-            let out = self
-                .ddb
-                .query()
-                .table_name(&self.table)
-                .key_condition_expression("pk = :p")
-                .expression_attribute_values(":p", s(DIR_PK))
-                .consistent_read(true)
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(|e| AwsError::dynamodb("Query", &self.table, e))?;
-            items.extend(out.items().iter().cloned());
-            start = out.last_evaluated_key().cloned();
-            if start.is_none() {
-                break;
-            }
+        while let Some(item) = pages.next().await {
+            items.push(item.map_err(|e| AwsError::dynamodb("Query", &self.table, e))?);
         }
         let Some(meta) = items.iter().find(|i| get_s(i, "sk") == Some(META_SK)) else {
             return Err(MoveError::NotInitialized {
@@ -252,8 +243,7 @@ impl SlotDirectory {
             .ddb
             .query()
             .table_name(&self.table)
-            .key_condition_expression("pk = :p")
-            .expression_attribute_values(":p", s(MOVE_PK))
+            .query_key(&KeyCondition::partition("pk", s(MOVE_PK)))
             .consistent_read(true)
             .into_paginator()
             .items()
@@ -276,6 +266,14 @@ impl SlotDirectory {
 
     /// The move record `id` (strongly consistent).
     pub async fn move_record(&self, id: &str) -> Result<MoveRecord, MoveError> {
+        Ok(self.move_entry(id).await?.0)
+    }
+
+    /// The move record `id` and its lease as stored (strongly consistent).
+    pub(crate) async fn move_entry(
+        &self,
+        id: &str,
+    ) -> Result<(MoveRecord, Option<Lease>), MoveError> {
         let out = self
             .ddb
             .get_item()
@@ -290,7 +288,128 @@ impl SlotDirectory {
             id: id.to_owned(),
             table: self.table.clone(),
         })?;
-        parse_record(&item)
+        let lease = match (
+            get_s(&item, HOLDER_ATTR),
+            get_n(&item, UNTIL_ATTR),
+            get_n(&item, TOKEN_ATTR),
+        ) {
+            (Some(holder), Some(until_ms), Some(token)) => Some(Lease {
+                holder: holder.to_owned(),
+                until_ms,
+                token,
+            }),
+            _ => None,
+        };
+        Ok((parse_record(&item)?, lease))
+    }
+
+    /// The key of move record `id`.
+    #[cfg_attr(not(feature = "streams"), allow(dead_code))]
+    pub(crate) fn move_key(&self, id: &str) -> HashMap<String, AttributeValue> {
+        HashMap::from([("pk".to_owned(), s(MOVE_PK)), ("sk".to_owned(), s(id))])
+    }
+
+    /// A transaction item that holds only while move `id`'s lease token is `token`: the
+    /// fencing check every destructive transaction of a move carries.
+    #[cfg_attr(not(feature = "streams"), allow(dead_code))]
+    pub(crate) fn lease_check(&self, id: &str, token: u64) -> Result<TransactWriteItem, MoveError> {
+        let check = ConditionCheck::builder()
+            .table_name(&self.table)
+            .set_key(Some(self.move_key(id)))
+            .only_if(&Condition::eq(TOKEN_ATTR, n(token)))
+            .build()
+            .map_err(|e| MoveError::BadItem(e.to_string()))?;
+        Ok(TransactWriteItem::builder().condition_check(check).build())
+    }
+
+    /// A transaction item that holds only while the range starting at `first` is marked
+    /// moving by move `id` (the fence write's check: an abort that unmarked it wins).
+    #[cfg_attr(not(feature = "streams"), allow(dead_code))]
+    pub(crate) fn marked_check(
+        &self,
+        first: u16,
+        id: &str,
+    ) -> Result<TransactWriteItem, MoveError> {
+        let check = ConditionCheck::builder()
+            .table_name(&self.table)
+            .key("pk", s(DIR_PK))
+            .key("sk", s(range_sk(first)))
+            .only_if(&Condition::eq("state", s("moving")).and(Condition::eq("move_id", s(id))))
+            .build()
+            .map_err(|e| MoveError::BadItem(e.to_string()))?;
+        Ok(TransactWriteItem::builder().condition_check(check).build())
+    }
+
+    /// Takes move `id`'s lease from `read` (as read, `None`: never taken) to `lease`:
+    /// conditional on the token read, so of two controllers taking it at once one wins.
+    /// `Ok(false)`: another controller changed it first.
+    #[cfg_attr(not(feature = "streams"), allow(dead_code))]
+    pub(crate) async fn swap_lease(
+        &self,
+        id: &str,
+        read: Option<&Lease>,
+        lease: &Lease,
+    ) -> Result<bool, MoveError> {
+        let cond = match read {
+            Some(l) => Condition::eq(TOKEN_ATTR, n(l.token)),
+            None => Condition::exists("pk").and(Condition::not_exists(TOKEN_ATTR)),
+        };
+        let res = self
+            .ddb
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(self.move_key(id)))
+            .only_if(&cond)
+            .updating(
+                &Set::new()
+                    .set(HOLDER_ATTR, s(&lease.holder))
+                    .set(UNTIL_ATTR, n(lease.until_ms))
+                    .set(TOKEN_ATTR, n(lease.token)),
+            )
+            .send()
+            .await;
+        match res {
+            Ok(_) => Ok(true),
+            Err(e) => {
+                let err = AwsError::dynamodb("UpdateItem", &self.table, e);
+                if err.is_conditional_check_failed() {
+                    Ok(false)
+                } else {
+                    Err(err.into())
+                }
+            }
+        }
+    }
+
+    /// Extends (or, with `until_ms` 0, releases) move `id`'s lease held with `token`;
+    /// `Ok(false)` when another controller holds it now.
+    #[cfg_attr(not(feature = "streams"), allow(dead_code))]
+    pub(crate) async fn extend_lease(
+        &self,
+        id: &str,
+        token: u64,
+        until_ms: u64,
+    ) -> Result<bool, MoveError> {
+        let res = self
+            .ddb
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(self.move_key(id)))
+            .only_if(&Condition::eq(TOKEN_ATTR, n(token)))
+            .updating(&Set::new().set(UNTIL_ATTR, n(until_ms)))
+            .send()
+            .await;
+        match res {
+            Ok(_) => Ok(true),
+            Err(e) => {
+                let err = AwsError::dynamodb("UpdateItem", &self.table, e);
+                if err.is_conditional_check_failed() {
+                    Ok(false)
+                } else {
+                    Err(err.into())
+                }
+            }
+        }
     }
 
     /// Commits `change` as one `TransactWriteItems`: the map version must still be
@@ -313,51 +432,41 @@ impl SlotDirectory {
                         .table_name(&self.table)
                         .key("pk", s(DIR_PK))
                         .key("sk", s(META_SK))
-                        .update_expression("SET version = :n")
-                        .condition_expression("version = :v")
-                        .expression_attribute_values(":n", n(next))
-                        .expression_attribute_values(":v", n(change.from_version))
+                        .updating(&Set::new().set("version", n(next)))
+                        .only_if(&Condition::eq("version", n(change.from_version)))
                         .build()
                         .map_err(bad)?,
                 )
                 .build(),
         );
         for edit in &change.edits {
-            let cond_before = |b: &RangeEntry| (":sig".to_owned(), s(signature(b)));
+            let as_read = |b: &RangeEntry| Condition::eq("sig", s(signature(b)));
             let item = match (&edit.before, &edit.after) {
                 (before, Some(after)) => {
-                    let mut put = Put::builder()
+                    let put = Put::builder()
                         .table_name(&self.table)
-                        .set_item(Some(range_item(after)));
-                    put = match before {
-                        Some(b) => {
-                            let (k, v) = cond_before(b);
-                            put.condition_expression("sig = :sig")
-                                .expression_attribute_values(k, v)
-                        }
-                        None => put.condition_expression("attribute_not_exists(pk)"),
-                    };
+                        .set_item(Some(range_item(after)))
+                        .only_if(&match before {
+                            Some(b) => as_read(b),
+                            None => Condition::not_exists("pk"),
+                        });
                     TransactWriteItem::builder().put(put.build().map_err(bad)?)
                 }
-                (Some(b), None) => {
-                    let (k, v) = cond_before(b);
-                    TransactWriteItem::builder().delete(
-                        Delete::builder()
-                            .table_name(&self.table)
-                            .key("pk", s(DIR_PK))
-                            .key("sk", s(range_sk(edit.first)))
-                            .condition_expression("sig = :sig")
-                            .expression_attribute_values(k, v)
-                            .build()
-                            .map_err(bad)?,
-                    )
-                }
+                (Some(b), None) => TransactWriteItem::builder().delete(
+                    Delete::builder()
+                        .table_name(&self.table)
+                        .key("pk", s(DIR_PK))
+                        .key("sk", s(range_sk(edit.first)))
+                        .only_if(&as_read(b))
+                        .build()
+                        .map_err(bad)?,
+                ),
                 (None, None) => TransactWriteItem::builder().condition_check(
                     ConditionCheck::builder()
                         .table_name(&self.table)
                         .key("pk", s(DIR_PK))
                         .key("sk", s(range_sk(edit.first)))
-                        .condition_expression("attribute_not_exists(pk)")
+                        .only_if(&Condition::not_exists("pk"))
                         .build()
                         .map_err(bad)?,
                 ),
@@ -367,16 +476,34 @@ impl SlotDirectory {
         for x in extra {
             req = req.transact_items(x);
         }
+        let map_items = 1 + change.edits.len();
         match req.send().await {
             Ok(_) => Ok(()),
             Err(e) => {
+                let reasons = cancellation_codes(&e);
                 let err = AwsError::dynamodb("TransactWriteItems", &self.table, e);
-                if err.code() == Some("TransactionCanceledException") {
+                let Some(reasons) = reasons else {
+                    return Err(err.into());
+                };
+                let failed = |i: &usize| {
+                    reasons
+                        .get(*i)
+                        .is_some_and(|c| c == "ConditionalCheckFailed")
+                };
+                if (map_items..reasons.len()).any(|i| failed(&i)) {
+                    Err(MoveError::RecordRefused {
+                        table: self.table.clone(),
+                    })
+                } else if (0..map_items).any(|i| failed(&i)) {
                     Err(MoveError::Conflict {
                         table: self.table.clone(),
                     })
                 } else {
-                    Err(err.into())
+                    // Another transaction on the same items, or throttling: try again as is.
+                    Err(MoveError::TransactionBusy {
+                        table: self.table.clone(),
+                        reasons: reasons.join(","),
+                    })
                 }
             }
         }
@@ -385,5 +512,25 @@ impl SlotDirectory {
     /// [`Self::commit_with`] with nothing extra.
     pub async fn commit(&self, change: &Change) -> Result<(), MoveError> {
         self.commit_with(change, vec![]).await
+    }
+}
+
+/// The cancellation reason codes of a cancelled `TransactWriteItems` (one per item, `None`
+/// where the item was fine), or `None` when the call failed otherwise.
+pub(crate) fn cancellation_codes<R>(
+    e: &aws_sdk_dynamodb::error::SdkError<
+        aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError,
+        R,
+    >,
+) -> Option<Vec<String>> {
+    use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+    match e.as_service_error() {
+        Some(TransactWriteItemsError::TransactionCanceledException(t)) => Some(
+            t.cancellation_reasons()
+                .iter()
+                .map(|r| r.code().unwrap_or("None").to_owned())
+                .collect(),
+        ),
+        _ => None,
     }
 }

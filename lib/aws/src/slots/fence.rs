@@ -4,20 +4,24 @@
 //! A fence item lives in the owner table itself, next to the data it guards (so a fenced write
 //! checks it in the same `TransactWriteItems`, in any account or Region the table is in):
 //! `pk = "#heatsink/slot/<slot>"` (and the sort key's zero value: `"#"`, `0` or one zero byte),
-//! `st = "moved"`, `ep` = the epoch the slot is owned at elsewhere, `to` = the new owner.
-//! Items whose `pk` starts with `#heatsink/` are the toolkit's own: the mover never copies,
-//! diffs or cleans them up.
+//! `st = "moved"`, `ep` = the epoch the slot is owned at elsewhere, `to` = the new owner, `mv`
+//! and `tk` = the move and attempt token that wrote it. A write routed at epoch `e` is accepted
+//! only when `ep < e` ([`heatsink_core::slots::admits`]), so a range can leave a table and come
+//! back at a higher epoch without any fence being removed. Marker items
+//! (`#heatsink/mark/<move>/<token>/<n>`) are written after a fence to prove a stream shard was
+//! read past it. Items whose `pk` starts with `#heatsink/` are the toolkit's own: the mover
+//! never copies, diffs or cleans them up as data.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use aws_sdk_dynamodb::types::{
-    AttributeValue, DeleteRequest, KeyType, PutRequest, ScalarAttributeType, StreamViewType,
-    WriteRequest,
+    AttributeValue, KeyType, KeysAndAttributes, ScalarAttributeType, StreamViewType,
 };
-use futures::future::try_join_all;
 use heatsink_core::slots::SlotRange;
+use heatsink_core::slots::apply::Version;
 
 use super::MoveError;
+use crate::ddb::{Condition, Item, get_n, get_s, n, s};
 use crate::error::AwsError;
 
 /// The `pk` prefix of the toolkit's own items in an owner table.
@@ -122,19 +126,7 @@ impl TableInfo {
 impl KeySchema {
     /// The key of the fence item of `slot`.
     pub fn fence_key(&self, slot: u16) -> HashMap<String, AttributeValue> {
-        let mut key = HashMap::from([(
-            "pk".to_owned(),
-            AttributeValue::S(format!("{INTERNAL_PREFIX}slot/{slot}")),
-        )]);
-        if let Some((name, kind)) = &self.sort_key {
-            let zero = match kind {
-                ScalarAttributeType::N => AttributeValue::N("0".into()),
-                ScalarAttributeType::B => AttributeValue::B(vec![0u8].into()),
-                _ => AttributeValue::S("#".into()),
-            };
-            key.insert(name.clone(), zero);
-        }
-        key
+        self.internal_key(format!("{INTERNAL_PREFIX}slot/{slot}"))
     }
 
     /// The key attributes of `item` (pk and the sort key).
@@ -155,102 +147,101 @@ impl KeySchema {
     }
 }
 
-/// A fence item's content.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FenceItem {
-    /// The table the slot went to.
-    pub to: String,
-    /// The epoch it is owned at there.
-    pub epoch: u64,
+pub use heatsink_core::slots::FenceItem;
+
+/// The fence item's attributes besides its key.
+const STATE_ATTR: &str = "st";
+const EPOCH_ATTR: &str = "ep";
+const TO_ATTR: &str = "to";
+const MOVE_ATTR: &str = "mv";
+const TOKEN_ATTR: &str = "tk";
+
+/// The fence item of `slot` on a table with `keys`: `st = moved`, the epoch the slot is owned
+/// at elsewhere (`ep`), the new owner (`to`), and the move and token that wrote it (`mv`, `tk`:
+/// a new attempt's fence is a new stream record even when the rest is unchanged).
+pub fn fence_item(keys: &KeySchema, slot: u16, fence: &FenceItem) -> Item {
+    let mut item = keys.fence_key(slot);
+    item.insert(STATE_ATTR.into(), s("moved"));
+    item.insert(EPOCH_ATTR.into(), n(fence.epoch));
+    item.insert(TO_ATTR.into(), s(&fence.to));
+    if let Some(m) = &fence.move_id {
+        item.insert(MOVE_ATTR.into(), s(m));
+    }
+    if let Some(t) = fence.token {
+        item.insert(TOKEN_ATTR.into(), n(t));
+    }
+    item
 }
 
-/// Reads a fence item (`None`: the slot never left, or came back).
-pub fn parse_fence(item: &HashMap<String, AttributeValue>) -> Option<FenceItem> {
-    if item
-        .get("st")
-        .and_then(|v| v.as_s().ok())
-        .map(String::as_str)
-        != Some("moved")
-    {
+/// Reads a fence item (`None`: not a fence item).
+pub fn parse_fence(item: &Item) -> Option<FenceItem> {
+    if get_s(item, STATE_ATTR) != Some("moved") {
         return None;
     }
     Some(FenceItem {
-        to: item.get("to")?.as_s().ok()?.clone(),
-        epoch: item.get("ep")?.as_n().ok()?.parse().ok()?,
+        to: get_s(item, TO_ATTR)?.to_owned(),
+        epoch: get_n(item, EPOCH_ATTR)?,
+        move_id: get_s(item, MOVE_ATTR).map(str::to_owned),
+        token: get_n(item, TOKEN_ATTR),
     })
 }
 
-async fn batch(
-    ddb: &aws_sdk_dynamodb::Client,
-    table: &str,
-    mut requests: Vec<WriteRequest>,
-) -> Result<(), MoveError> {
-    // Unprocessed items are retried with a short pause (BatchWriteItem's documented contract).
-    for round in 0..20u32 {
-        if requests.is_empty() {
-            return Ok(());
+/// The slot a fence item's `pk` names, if it is one.
+pub fn fence_slot(pk: &str) -> Option<u16> {
+    pk.strip_prefix(INTERNAL_PREFIX)?
+        .strip_prefix("slot/")?
+        .parse()
+        .ok()
+}
+
+/// The `pk` of marker `n` of move `move_id`'s attempt `token`: an item the mover writes after
+/// a fence write returned, so its stream record follows every acknowledged write of the slots
+/// on its shard (see `heatsink_core::slots::proof`).
+pub fn marker_pk(move_id: &str, token: u64, n: u64) -> String {
+    format!("{INTERNAL_PREFIX}mark/{move_id}/{token}/{n}")
+}
+
+/// The move and token a marker's `pk` names, if it is one.
+pub fn parse_marker(pk: &str) -> Option<(&str, u64)> {
+    let rest = pk.strip_prefix(INTERNAL_PREFIX)?.strip_prefix("mark/")?;
+    let mut parts = rest.split('/');
+    let (move_id, token) = (parts.next()?, parts.next()?.parse().ok()?);
+    parts.next()?;
+    Some((move_id, token))
+}
+
+impl KeySchema {
+    /// The key of an internal item with partition key `pk` (the sort key's zero value).
+    pub fn internal_key(&self, pk: String) -> Item {
+        let mut key = HashMap::from([("pk".to_owned(), AttributeValue::S(pk))]);
+        if let Some((name, kind)) = &self.sort_key {
+            let zero = match kind {
+                ScalarAttributeType::N => AttributeValue::N("0".into()),
+                ScalarAttributeType::B => AttributeValue::B(vec![0u8].into()),
+                _ => AttributeValue::S("#".into()),
+            };
+            key.insert(name.clone(), zero);
         }
-        let out = ddb
-            .batch_write_item()
-            .request_items(table, requests)
-            .send()
-            .await
-            .map_err(|e| AwsError::dynamodb("BatchWriteItem", table, e))?;
-        requests = out
-            .unprocessed_items()
-            .and_then(|m| m.get(table))
-            .cloned()
-            .unwrap_or_default();
-        if !requests.is_empty() {
-            tokio::time::sleep(std::time::Duration::from_millis(10 << round.min(6))).await;
-        }
+        key
     }
-    Err(MoveError::BadItem(format!(
-        "BatchWriteItem on {table} left items unprocessed after 20 rounds"
-    )))
 }
 
-/// Writes the fence items of every slot of `slots` on `table` (25 per `BatchWriteItem`, the
-/// batches in parallel). Idempotent.
-pub async fn write_fences(
-    ddb: &aws_sdk_dynamodb::Client,
-    table: &str,
-    keys: &KeySchema,
-    slots: SlotRange,
-    fence: &FenceItem,
-) -> Result<(), MoveError> {
-    let requests: Vec<WriteRequest> = (slots.first..=slots.last)
-        .filter_map(|slot| {
-            let mut item = keys.fence_key(slot);
-            item.insert("st".into(), AttributeValue::S("moved".into()));
-            item.insert("ep".into(), AttributeValue::N(fence.epoch.to_string()));
-            item.insert("to".into(), AttributeValue::S(fence.to.clone()));
-            let put = PutRequest::builder().set_item(Some(item)).build().ok()?;
-            Some(WriteRequest::builder().put_request(put).build())
-        })
-        .collect();
-    try_join_all(requests.chunks(25).map(|c| batch(ddb, table, c.to_vec()))).await?;
-    Ok(())
+/// The apply rule as a condition ([`heatsink_core::slots::apply::wins`]): write `version` only
+/// when the stored item ranks below it. A live row: `attribute_not_exists(v) OR v < :v`; a
+/// tombstone also replaces the live row of its own version.
+pub(crate) fn apply_rule(version: Version) -> Condition {
+    let older = |v: u64| Condition::not_exists(VERSION_ATTR).or(Condition::lt(VERSION_ATTR, n(v)));
+    match version {
+        Version::Live(v) => older(v),
+        Version::Tombstone(v) => older(v)
+            .or(Condition::eq(VERSION_ATTR, n(v)).and(Condition::not_exists(TOMBSTONE_ATTR))),
+    }
 }
 
-/// Deletes the fence items of `slots` on `table` (the slots are owned there again). Idempotent.
-pub async fn delete_fences(
-    ddb: &aws_sdk_dynamodb::Client,
-    table: &str,
-    keys: &KeySchema,
-    slots: SlotRange,
-) -> Result<(), MoveError> {
-    let requests: Vec<WriteRequest> = (slots.first..=slots.last)
-        .filter_map(|slot| {
-            let del = DeleteRequest::builder()
-                .set_key(Some(keys.fence_key(slot)))
-                .build()
-                .ok()?;
-            Some(WriteRequest::builder().delete_request(del).build())
-        })
-        .collect();
-    try_join_all(requests.chunks(25).map(|c| batch(ddb, table, c.to_vec()))).await?;
-    Ok(())
+/// The owner's check of a fenced write routed at `epoch` ([`heatsink_core::slots::admits`]):
+/// no fence item, or one that says the slot left at an earlier epoch.
+pub(crate) fn admits_condition(epoch: u64) -> Condition {
+    Condition::not_exists("pk").or(Condition::lt(EPOCH_ATTR, n(epoch)))
 }
 
 /// Reads the fence item of `slot` on `table` (strongly consistent).
@@ -269,4 +260,58 @@ pub async fn read_fence(
         .await
         .map_err(|e| AwsError::dynamodb("GetItem", table, e))?;
     Ok(out.item().and_then(parse_fence))
+}
+
+/// Reads the fence items of every slot of `slots` on `table` (BatchGetItem, 100 keys a call,
+/// unprocessed keys read again): slot → fence, for the slots that have one.
+pub async fn read_fences(
+    ddb: &aws_sdk_dynamodb::Client,
+    table: &str,
+    keys: &KeySchema,
+    slots: SlotRange,
+) -> Result<BTreeMap<u16, FenceItem>, MoveError> {
+    let all: Vec<Item> = (slots.first..=slots.last)
+        .map(|n| keys.fence_key(n))
+        .collect();
+    let mut out = BTreeMap::new();
+    for chunk in all.chunks(100) {
+        let mut pending: Vec<Item> = chunk.to_vec();
+        for round in 0..20u32 {
+            if pending.is_empty() {
+                break;
+            }
+            let ka = KeysAndAttributes::builder()
+                .set_keys(Some(pending.clone()))
+                .consistent_read(true)
+                .build()
+                .map_err(|e| MoveError::BadItem(e.to_string()))?;
+            let res = ddb
+                .batch_get_item()
+                .request_items(table, ka)
+                .send()
+                .await
+                .map_err(|e| AwsError::dynamodb("BatchGetItem", table, e))?;
+            for item in res
+                .responses()
+                .and_then(|r| r.get(table))
+                .into_iter()
+                .flatten()
+            {
+                if let (Some(slot), Some(f)) =
+                    (get_s(item, "pk").and_then(fence_slot), parse_fence(item))
+                {
+                    out.insert(slot, f);
+                }
+            }
+            pending = res
+                .unprocessed_keys()
+                .and_then(|m| m.get(table))
+                .map(|k| k.keys().to_vec())
+                .unwrap_or_default();
+            if !pending.is_empty() {
+                tokio::time::sleep(std::time::Duration::from_millis(10 << round.min(6))).await;
+            }
+        }
+    }
+    Ok(out)
 }

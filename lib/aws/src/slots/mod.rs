@@ -56,12 +56,14 @@
 //! Limits: 16,384 slots; a change touches at most 3 range items; the router reads the whole
 //! map (one Query) at most once per `max_age`; the fence writes one item per moved slot.
 
+pub mod calls;
 mod directory;
 pub mod fence;
 #[cfg(feature = "streams")]
 #[cfg_attr(docsrs, doc(cfg(feature = "streams")))]
 pub mod mover;
 pub mod record;
+pub mod repair;
 mod router;
 pub mod verify;
 
@@ -70,6 +72,7 @@ pub use heatsink_core::slots::*;
 pub use router::{Ack, Router, RouterStats};
 
 use crate::error::AwsError;
+use heatsink_core::slots::lease::Held;
 
 /// Errors of the slot directory, the router and the mover.
 #[derive(Debug, thiserror::Error)]
@@ -103,6 +106,78 @@ pub enum MoveError {
     Conflict {
         /// The directory table.
         table: String,
+    },
+    /// A transaction's extra item (the move record riding with a directory change) was
+    /// refused: the record changed or another controller holds the move.
+    #[error(
+        "the move record in {table} changed while this change was written (another controller?); nothing was written: see `heatsink move status`"
+    )]
+    RecordRefused {
+        /// The directory table.
+        table: String,
+    },
+    /// A transaction collided with another one on the same items, or was throttled: nothing
+    /// was written, and it may be sent again as it is.
+    #[error("a transaction on {table} was cancelled ({reasons}); nothing was written: retry")]
+    TransactionBusy {
+        /// The table.
+        table: String,
+        /// The cancellation reasons, one per item.
+        reasons: String,
+    },
+    /// Another controller runs this move (its lease has not ended).
+    #[error(transparent)]
+    Held(#[from] Held),
+    /// This controller's lease was taken over while it ran: it stopped before its next write.
+    #[error(
+        "move {id}: another controller took the move over (lease token {token} is no longer current); this one stopped; see `heatsink move status {id}`"
+    )]
+    LeaseLost {
+        /// The move.
+        id: String,
+        /// The token this controller held.
+        token: u64,
+    },
+    /// A call kept failing (throttling, timeouts, unreachable) past the step's deadline.
+    #[error(
+        "move {id} stopped in phase {phase}: {cause} (retried for {waited_ms} ms); nothing unproven was deleted; next: {command}"
+    )]
+    Stalled {
+        /// The move.
+        id: String,
+        /// Its phase.
+        phase: &'static str,
+        /// The last failure.
+        cause: String,
+        /// How long it was retried.
+        waited_ms: u64,
+        /// The command that continues the move.
+        command: String,
+    },
+    /// The drain did not prove every stream shard read past the fence before its deadline.
+    #[error(transparent)]
+    Unproven(Box<Unproven>),
+    /// An item of the moved slots has no numeric version `v` (the apply rule cannot order it).
+    #[error(
+        "move {id}: item {key} on {table} has no numeric version `v`, so the move cannot order its changes; write it through a router (which gives every item a `v`) or delete it, then run `heatsink move resume {id}` (or `heatsink move abort {id}`)"
+    )]
+    Unversioned {
+        /// The move.
+        id: String,
+        /// The table it was read from.
+        table: String,
+        /// The item's key.
+        key: String,
+    },
+    /// The fence write was refused: the range is no longer marked by this move (an abort).
+    #[error(
+        "move {id}: slots {slots} are no longer marked moving by this move (aborted?); nothing was fenced; see `heatsink move status {id}`"
+    )]
+    NotMarked {
+        /// The move.
+        id: String,
+        /// The slots.
+        slots: SlotRange,
     },
     /// An item or key the router cannot route.
     #[error("cannot route: {0}")]
@@ -175,4 +250,39 @@ pub enum MoveError {
     /// DynamoDB or DynamoDB Streams refused or could not be reached.
     #[error(transparent)]
     Aws(#[from] AwsError),
+}
+
+impl MoveError {
+    /// Worth retrying after a pause: throttling, a timeout, an unreachable endpoint, a
+    /// transaction that collided with another.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Self::Aws(e) => e.is_transient(),
+            Self::TransactionBusy { .. } => true,
+            _ => false,
+        }
+    }
+}
+
+/// A drain that did not prove, within its deadline, that every stream shard was read past the
+/// fence ([`MoveError::Unproven`]): nothing was flipped or deleted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "move {id} stopped in phase {phase}: no proof within {waited_ms} ms that the tail read past the fence on stream shards {shards:?} of {table}; nothing was deleted or flipped and the slots stay fenced (writes to them are refused); next: {command} to keep draining, or heatsink move {undo} {id} to give the slots back to {table}"
+)]
+pub struct Unproven {
+    /// The move.
+    pub id: String,
+    /// Its phase.
+    pub phase: &'static str,
+    /// The table whose stream was drained.
+    pub table: String,
+    /// The shards still owing proof.
+    pub shards: Vec<String>,
+    /// How long the drain ran.
+    pub waited_ms: u64,
+    /// The command that continues the drain.
+    pub command: String,
+    /// `abort` or `rollback`: the way back.
+    pub undo: &'static str,
 }

@@ -54,18 +54,31 @@ pub struct ShardPos {
     pub closed: bool,
 }
 
-/// A tail's checkpoint: one position per stream shard.
+/// A tail's checkpoint: one position per stream shard, and what its last drain proved.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Tail {
     /// The stream.
     pub stream_arn: String,
     /// Shard id → position. A shard not listed is read from its trim horizon.
     pub shards: BTreeMap<String, ShardPos>,
-    /// The fence records of this tail's drain were seen: one for every slot of the range.
+    /// This tail's drain proved every shard read past the fence (the flip needs it).
     pub fence_seen: bool,
-    /// The slots whose fence records this tail has seen so far.
+    /// The slots whose fence records (of the proving attempt) this tail's drain read.
     #[serde(default)]
     pub fence_slots: BTreeSet<u16>,
+    /// The token of the fence attempt whose drain proved every shard read past it.
+    #[serde(default)]
+    pub proven: Option<u64>,
+    /// The shards that still owed proof when the last drain stopped without it.
+    #[serde(default)]
+    pub unproven: Vec<String>,
+    /// Marker items written after this tail's fences: attempt token → how many (deleted
+    /// after the flip).
+    #[serde(default)]
+    pub markers: BTreeMap<u64, u64>,
+    /// Stream records read by this tail (every record, of any slot).
+    #[serde(default)]
+    pub read: u64,
 }
 
 impl Tail {
@@ -165,6 +178,38 @@ pub struct MoveRecord {
     pub rev: u64,
     /// Created (ms).
     pub created_ms: u64,
+    /// When the wait after the mark ends (ms): `max_age` after the mark committed. Saved in
+    /// the mark's own transaction (bounded by the transaction's timeout), then tightened to
+    /// `max_age` after the moment the transaction returned.
+    #[serde(default)]
+    pub ready_ms: u64,
+    /// The rollback's own timings, once a rollback has begun.
+    #[serde(default)]
+    pub rollback: Option<RollbackTimes>,
+    /// Attempts of the fence (each a lease token; the drain counts only the last one's
+    /// fence and marker records).
+    #[serde(default)]
+    pub fence_tokens: Vec<u64>,
+    /// Tables an earlier attrition move left items of the slots on (still read by routers):
+    /// the copy carries their items along, and cleanup deletes them with the source's.
+    #[serde(default)]
+    pub carried: Vec<String>,
+}
+
+/// When a rollback marked, fenced and flipped back.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RollbackTimes {
+    /// The range was marked moving on the target (ms).
+    pub marked_ms: u64,
+    /// The wait after that mark ends (ms), saved with the mark.
+    pub ready_ms: u64,
+    /// The target's fence items were written (ms).
+    pub fenced_ms: Option<u64>,
+    /// Fence → flip back, ms.
+    pub pause_ms: Option<u64>,
+    /// Where that pause went, ms.
+    #[serde(default)]
+    pub pause_parts_ms: BTreeMap<String, u64>,
 }
 
 impl MoveRecord {
@@ -179,6 +224,33 @@ impl MoveRecord {
             "rcu": self.rcu, "wcu": self.wcu, "cleaned": self.cleaned,
         })
     }
+}
+
+/// The tables besides `owner` that hold items of `slot` a reader must also read: the sources
+/// of the unbroken chain of attrition moves that brought the slot to `owner` (newest first),
+/// each of which copied nothing. A copy move ends the chain (it copied, and carried, every
+/// item); moves that never flipped, or were rolled back, do not count.
+pub fn attrition_chain(records: &[MoveRecord], slot: u16, owner: &str) -> Vec<String> {
+    let mut effective: Vec<&MoveRecord> = records
+        .iter()
+        .filter(|m| m.slots.contains(slot) && m.phase.target_owns())
+        .collect();
+    effective.sort_by_key(|m| std::cmp::Reverse(m.created_ms));
+    let mut table = owner;
+    let mut out = vec![];
+    for m in effective {
+        if m.to != table {
+            continue;
+        }
+        if m.mode == MoveMode::Copy {
+            break;
+        }
+        if !out.contains(&m.from) && m.from != owner {
+            out.push(m.from.clone());
+        }
+        table = &m.from;
+    }
+    out
 }
 
 /// Reads one stored move item: the record's JSON, checked against the item's `sk`.

@@ -10,14 +10,18 @@ use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{
     AttributeValue, ConditionCheck, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem,
 };
-use heatsink_core::slots::{
-    Answer, MoveMode, Next, Phase, RangeState, RetryRule, SlotMap, SlotRange, slot_of,
-};
+use heatsink_core::slots::apply::Version;
+use heatsink_core::slots::{Answer, Next, RangeState, RetryRule, SlotMap, slot_of};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
-use super::fence::{KeySchema, TOMBSTONE_ATTR, TableInfo, VERSION_ATTR, parse_fence};
+use super::calls::{CallTimeouts, bounded_ddb};
+use super::fence::{
+    KeySchema, TOMBSTONE_ATTR, TableInfo, VERSION_ATTR, admits_condition, apply_rule, parse_fence,
+};
+use super::record::{MoveRecord, attrition_chain};
 use super::{MoveError, SlotDirectory};
+use crate::ddb::OnlyIf;
 use crate::error::AwsError;
 use crate::timeouts::{Timeouts, bounded};
 
@@ -55,17 +59,8 @@ struct Inner {
     rule: RetryRule,
     cache: Mutex<Option<(Arc<SlotMap>, Instant)>>,
     schemas: Mutex<HashMap<String, KeySchema>>,
-    attrition: Mutex<Option<(Arc<Vec<Attrition>>, Instant)>>,
+    attrition: Mutex<Option<(Arc<Vec<MoveRecord>>, Instant)>>,
     stats: RouterStats,
-}
-
-/// An attrition move that has not ended in an abort or rollback: reads of its slots read
-/// both tables (the source keeps its items until their TTL expires; no copy is made).
-#[derive(Debug, Clone)]
-struct Attrition {
-    slots: SlotRange,
-    from: String,
-    to: String,
 }
 
 /// Routes versioned items to the table that owns their slot (cheap to clone).
@@ -93,6 +88,16 @@ fn version_of(item: &HashMap<String, AttributeValue>) -> Option<u64> {
     item.get(VERSION_ATTR)?.as_n().ok()?.parse().ok()
 }
 
+/// An item's place in the apply rule's order (a tombstone above the row it deleted).
+fn rank(item: &HashMap<String, AttributeValue>) -> Option<(u64, u8)> {
+    let v = version_of(item)?;
+    Some(if item.contains_key(TOMBSTONE_ATTR) {
+        Version::Tombstone(v).rank()
+    } else {
+        Version::Live(v).rank()
+    })
+}
+
 impl Router {
     /// A router over `dir` that uses a loaded map for at most `max_age`.
     ///
@@ -110,6 +115,10 @@ impl Router {
         strict: bool,
         rule: RetryRule,
     ) -> Self {
+        // Every call bounded (a hung call must not hold a write): the router's client and the
+        // directory reads it makes.
+        let ddb = bounded_ddb(&ddb, CallTimeouts::default());
+        let dir = SlotDirectory::new(ddb.clone(), dir.table());
         Self {
             inner: Arc::new(Inner {
                 // No call waits forever: a client without a bound of its own gets the policy's.
@@ -136,11 +145,12 @@ impl Router {
         &self.inner.dir
     }
 
-    /// The cached map, reloaded when older than `max_age`.
+    /// The cached map, reloaded when older than `max_age` (in a default directory, at most the
+    /// directory's own `max_age`: movers wait only that long after a mark).
     pub async fn map(&self) -> Result<Arc<SlotMap>, MoveError> {
         let mut cache = self.inner.cache.lock().await;
         if let Some((map, at)) = cache.as_ref()
-            && at.elapsed() < self.inner.max_age
+            && at.elapsed() < self.age_limit(map)
         {
             return Ok(map.clone());
         }
@@ -148,6 +158,19 @@ impl Router {
         self.inner.stats.reloads.fetch_add(1, Ordering::Relaxed);
         *cache = Some((map.clone(), Instant::now()));
         Ok(map)
+    }
+
+    /// How long `map` may be used: the router's `max_age`, at most the directory's in a default
+    /// directory (whose movers wait only the directory's before they fence). In a strict one
+    /// every write is fenced, so a map of any age is refused by an old owner and may be kept.
+    fn age_limit(&self, map: &SlotMap) -> Duration {
+        if map.strict || self.inner.strict {
+            self.inner.max_age
+        } else {
+            self.inner
+                .max_age
+                .min(Duration::from_millis(map.max_age_ms))
+        }
     }
 
     /// The map after a MOVED answer to a write routed with version `seen`: the cached one if
@@ -232,15 +255,53 @@ impl Router {
 
     /// Writes a whole item (string `pk`, numeric `v`, the sort key when the owner has one) to
     /// the owner of its slot, following MOVED answers with the [`RetryRule`].
+    ///
+    /// This is the one place the version rule is enforced for items of routed slots: an item
+    /// without a numeric `v` is refused here ([`MoveError::BadItem`]), and a move refuses to
+    /// carry one written around the router ([`MoveError::Unversioned`]).
     pub async fn put(&self, item: HashMap<String, AttributeValue>) -> Result<Ack, MoveError> {
+        let version = version_of(&item).ok_or_else(|| {
+            MoveError::BadItem(format!(
+                "item {:?} has no numeric version `v`",
+                item.get("pk")
+            ))
+        })?;
+        self.write(item, Version::Live(version)).await
+    }
+
+    /// Deletes an item by writing a **tombstone** at `version` (higher than the version it
+    /// deletes): `key` (`pk` and the sort key, if any) plus `attrs` (a TTL attribute, say),
+    /// with `v = version` and the tombstone mark. Reads treat a tombstone as absent, and
+    /// because it is versioned it wins over older copies wherever they are: the other side of
+    /// an attrition move, a late stream record, a snapshot row. Tombstones stay until removed
+    /// (a move's cleanup removes those of its slots on the new owner) or until their TTL.
+    pub async fn delete(
+        &self,
+        key: HashMap<String, AttributeValue>,
+        version: u64,
+        attrs: HashMap<String, AttributeValue>,
+    ) -> Result<Ack, MoveError> {
+        let mut item = attrs;
+        item.extend(key);
+        self.write(item, Version::Tombstone(version)).await
+    }
+
+    /// [`Self::delete`] of `{pk: key}` on a table without a sort key.
+    pub async fn delete_key(&self, key: &str, version: u64) -> Result<Ack, MoveError> {
+        let key = HashMap::from([("pk".to_owned(), AttributeValue::S(key.to_owned()))]);
+        self.delete(key, version, HashMap::new()).await
+    }
+
+    async fn write(
+        &self,
+        item: HashMap<String, AttributeValue>,
+        version: Version,
+    ) -> Result<Ack, MoveError> {
         let key = item
             .get("pk")
             .and_then(|v| v.as_s().ok())
             .cloned()
             .ok_or_else(|| MoveError::BadItem("the item has no string `pk`".into()))?;
-        let version = version_of(&item).ok_or_else(|| {
-            MoveError::BadItem(format!("item {key:?} has no numeric version `v`"))
-        })?;
         if super::fence::is_internal(&key) {
             return Err(MoveError::BadItem(format!(
                 "{key:?}: keys starting with {} are reserved",
@@ -304,11 +365,16 @@ impl Router {
         unreachable!("the retry rule gives up after max_attempts or max_moved")
     }
 
-    fn settled(stored: Option<&HashMap<String, AttributeValue>>, version: u64) -> Answer {
+    /// What a refused write of `version` means, given the item the owner holds.
+    fn settled(stored: Option<&HashMap<String, AttributeValue>>, version: Version) -> Answer {
         let tomb = stored.is_some_and(|i| i.contains_key(TOMBSTONE_ATTR));
+        let (v, want_tomb) = match version {
+            Version::Live(v) => (v, false),
+            Version::Tombstone(v) => (v, true),
+        };
         match stored.and_then(version_of) {
-            Some(v) if v == version && !tomb => Answer::AlreadyApplied,
-            Some(v) => Answer::Superseded { stored: v },
+            Some(s) if s == v && tomb == want_tomb => Answer::AlreadyApplied,
+            Some(s) => Answer::Superseded { stored: s },
             None => Answer::Transient,
         }
     }
@@ -338,20 +404,27 @@ impl Router {
         fenced: bool,
         slot: u16,
         item: &HashMap<String, AttributeValue>,
-        version: u64,
+        version: Version,
     ) -> Result<Answer, MoveError> {
         let ddb = &self.inner.ddb;
         let keys = self.keys(owner).await?;
         let bad = |e: aws_sdk_dynamodb::error::BuildError| MoveError::BadItem(e.to_string());
-        let cond = "attribute_not_exists(#v) OR #v < :v";
+        let cond = apply_rule(version);
+        let item = &match version {
+            Version::Live(_) => item.clone(),
+            Version::Tombstone(v) => {
+                let mut t = item.clone();
+                t.insert(VERSION_ATTR.into(), AttributeValue::N(v.to_string()));
+                t.insert(TOMBSTONE_ATTR.into(), AttributeValue::Bool(true));
+                t
+            }
+        };
         if !fenced {
             let res = ddb
                 .put_item()
                 .table_name(owner)
                 .set_item(Some(item.clone()))
-                .condition_expression(cond)
-                .expression_attribute_names("#v", VERSION_ATTR)
-                .expression_attribute_values(":v", AttributeValue::N(version.to_string()))
+                .only_if(&cond)
                 .return_values_on_condition_check_failure(
                     ReturnValuesOnConditionCheckFailure::AllOld,
                 )
@@ -381,18 +454,14 @@ impl Router {
         let check = ConditionCheck::builder()
             .table_name(owner)
             .set_key(Some(keys.fence_key(slot)))
-            .condition_expression("attribute_not_exists(pk) OR (st = :owned AND ep <= :e)")
-            .expression_attribute_values(":owned", AttributeValue::S("owned".into()))
-            .expression_attribute_values(":e", AttributeValue::N(epoch.to_string()))
+            .only_if(&admits_condition(epoch))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .build()
             .map_err(bad)?;
         let put = Put::builder()
             .table_name(owner)
             .set_item(Some(item.clone()))
-            .condition_expression(cond)
-            .expression_attribute_names("#v", VERSION_ATTR)
-            .expression_attribute_values(":v", AttributeValue::N(version.to_string()))
+            .only_if(&cond)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .build()
             .map_err(bad)?;
@@ -446,56 +515,24 @@ impl Router {
         }
     }
 
-    /// The attrition moves of the directory, cached for `max_age` like the map.
-    async fn attritions(&self) -> Result<Arc<Vec<Attrition>>, MoveError> {
+    /// The directory's move records, cached for `max_age` like the map (every page of the
+    /// history is read; a malformed record is skipped and logged by the directory).
+    async fn moves(&self) -> Result<Arc<Vec<MoveRecord>>, MoveError> {
         let mut cache = self.inner.attrition.lock().await;
         if let Some((list, at)) = cache.as_ref()
             && at.elapsed() < self.inner.max_age
         {
             return Ok(list.clone());
         }
-        let list: Vec<Attrition> = self
-            .inner
-            .dir
-            .moves()
-            .await?
-            .records
-            .into_iter()
-            .filter(|m| {
-                m.mode == MoveMode::Attrition
-                    && !matches!(m.phase, Phase::Aborted | Phase::RolledBack)
-            })
-            .map(|m| Attrition {
-                slots: m.slots,
-                from: m.from,
-                to: m.to,
-            })
-            .collect();
-        let list = Arc::new(list);
+        let list = Arc::new(self.inner.dir.moves().await?.records);
         *cache = Some((list.clone(), Instant::now()));
         Ok(list)
     }
 
-    /// The table other than `owner` that may hold `slot`'s items: the other side of an
-    /// attrition move of the slot, if one names `owner`.
-    async fn other_side(&self, slot: u16, owner: &str) -> Result<Option<String>, MoveError> {
-        let list = self.attritions().await?;
-        Ok(list
-            .iter()
-            .rev()
-            .find(|a| a.slots.contains(slot) && (a.to == owner || a.from == owner))
-            .map(|a| {
-                if a.to == owner {
-                    a.from.clone()
-                } else {
-                    a.to.clone()
-                }
-            }))
-    }
-
-    /// Reads `key` from `owner` and, when the slot is in an attrition move, from the other
-    /// side too, keeping the higher version (a tombstone counts as a version, so a delete on
-    /// the target hides an older source item). Tombstones read as absent.
+    /// Reads `key` from `owner` and, when attrition moves brought the slot there, from the
+    /// tables they left items on ([`attrition_chain`]), keeping the newest version (a
+    /// tombstone counts as one, so a delete on the owner hides older copies elsewhere).
+    /// Tombstones read as absent.
     async fn read_routed(
         &self,
         slot: u16,
@@ -503,12 +540,13 @@ impl Router {
         key: HashMap<String, AttributeValue>,
     ) -> Result<Option<HashMap<String, AttributeValue>>, MoveError> {
         let mut item = self.read_item(owner, key.clone()).await?;
-        if let Some(other) = self.other_side(slot, owner).await? {
-            let theirs = self.read_item(&other, key).await?;
+        let moves = self.moves().await?;
+        for other in attrition_chain(&moves, slot, owner) {
+            let theirs = self.read_item(&other, key.clone()).await?;
             let newer = match (&item, &theirs) {
                 (_, None) => false,
                 (None, Some(_)) => true,
-                (Some(a), Some(b)) => version_of(b) > version_of(a),
+                (Some(a), Some(b)) => rank(b) > rank(a),
             };
             if newer {
                 item = theirs;

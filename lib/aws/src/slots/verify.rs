@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 #[cfg(feature = "streams")]
 use heatsink_core::slots::Phase;
-use heatsink_core::slots::slot_of;
+use heatsink_core::slots::{admits, slot_of};
 use serde::{Deserialize, Serialize};
 
 use super::fence::{TableInfo, read_fence};
@@ -112,6 +112,7 @@ pub async fn verify(router: &Router, acks: &[AckLine]) -> Result<VerifyReport, M
     let slots: BTreeSet<u16> = want.keys().map(|k| slot_of(k)).collect();
     for slot in slots {
         let owner = map.entry_of(slot).owner.clone();
+        let epoch = map.entry_of(slot).epoch;
         let mut tables: Vec<String> = gave_away
             .get(&slot)
             .map(|s| s.iter().cloned().collect())
@@ -125,10 +126,14 @@ pub async fn verify(router: &Router, acks: &[AckLine]) -> Result<VerifyReport, M
                 );
             }
             let keys = &infos[&t].keys;
-            let fenced = read_fence(router_client(router), &t, keys, slot)
-                .await?
-                .is_some();
-            let accepts = !fenced;
+            let fence = read_fence(router_client(router), &t, keys, slot).await?;
+            // The owner must take writes at its epoch; a table that gave the slot away must
+            // refuse every map that named it (all older than the owner's epoch).
+            let accepts = if t == owner {
+                admits(fence.as_ref(), epoch)
+            } else {
+                admits(fence.as_ref(), epoch.saturating_sub(1))
+            };
             if (t == owner) != accepts && !report.double_owned.contains(&slot) {
                 report.double_owned.push(slot);
             }

@@ -204,6 +204,9 @@ impl Phase {
             // The soak after the flip: the target's writes go back to the source, so a
             // rollback loses nothing.
             (Flipped, Path::Forward | Path::Rollback, Way::Reverse) => true,
+            // A flip an older mover recorded without the drain's proof is proven in the soak
+            // (the source is fenced; nothing is deleted before `cleaning`).
+            (Flipped, Path::Forward, Way::Forward) => true,
             // The rollback's catch-up, fence and drain.
             (RollingBack | RollbackFenced, Path::Rollback, Way::Reverse) => true,
             // The reverse soak: the source's writes reach the target, which stale readers may

@@ -12,7 +12,11 @@
 //! * a **marker** record on that shard: an item the mover writes after the whole fence write
 //!   returned, so it follows every fence item, and every acknowledged write, in commit order, or
 //! * the shard is **closed and read to its end**; its children are then listed and must prove
-//!   the same (a rollover before the fence can put acknowledged writes on a child).
+//!   the same (a rollover before the fence can put acknowledged writes on a child), or
+//! * the shard **opened after the fence**: its parent showed a marker (or the fence records of
+//!   every slot) of this attempt, so the parent was still open when the whole fence was up and
+//!   every write acknowledged before it went to the parent or an older shard. Without this, a
+//!   stream that rolls shards over faster than the tail lists it is never proven.
 //!
 //! Only records of this **attempt** count: the fence and marker items carry the move id and the
 //! attempt's token (the move's lease token when it fenced), so the fence records of an aborted
@@ -45,6 +49,13 @@ pub struct ShardSeen {
     pub fence_slots: BTreeSet<u16>,
     /// A marker record of this attempt was read on this shard.
     pub marker: bool,
+    /// The shard's parent, as the listing named it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    /// The shard opened after the whole fence was up (a parent, or an older ancestor, was read
+    /// past the fence by its records): it cannot hold a write acknowledged before the fence.
+    #[serde(default)]
+    pub after_fence: bool,
 }
 
 /// What [`Drain::verdict`] decides.
@@ -106,16 +117,48 @@ impl Drain {
         &self.attempt
     }
 
-    /// The stream was listed: these shards exist (new ones owe proof like the others).
+    /// The stream was listed: these shards exist, each with the parent the listing names (new
+    /// ones owe proof like the others, unless they opened after the fence).
     pub fn listed<I, S>(&mut self, shards: I)
     where
-        I: IntoIterator<Item = S>,
+        I: IntoIterator<Item = (S, Option<S>)>,
         S: Into<String>,
     {
-        for id in shards {
-            self.shards.entry(id.into()).or_default();
+        for (id, parent) in shards {
+            let id: String = id.into();
+            let parent: Option<String> = parent.map(Into::into);
+            let after = parent
+                .as_ref()
+                .and_then(|p| self.shards.get(p))
+                .is_some_and(|p| p.after_fence || self.past_fence(p));
+            let seen = self.shards.entry(id.clone()).or_default();
+            if seen.parent.is_none() {
+                seen.parent = parent;
+            }
+            if after && !seen.after_fence {
+                seen.after_fence = true;
+                self.descendants_after_fence(&id);
+            }
         }
         self.relist = false;
+    }
+
+    /// `shard`'s own records show the whole fence up: a marker, or every slot's fence record.
+    fn past_fence(&self, seen: &ShardSeen) -> bool {
+        seen.marker || u32::try_from(seen.fence_slots.len()).unwrap_or(u32::MAX) >= self.range.len()
+    }
+
+    /// Marks every listed descendant of `shard` as opened after the fence.
+    fn descendants_after_fence(&mut self, shard: &str) {
+        let mut todo = vec![shard.to_owned()];
+        while let Some(p) = todo.pop() {
+            for (id, seen) in &mut self.shards {
+                if !seen.after_fence && seen.parent.as_deref() == Some(p.as_str()) {
+                    seen.after_fence = true;
+                    todo.push(id.clone());
+                }
+            }
+        }
     }
 
     /// A fence record of `slot` written by `move_id` with `token` was read on `shard`; counts
@@ -124,11 +167,12 @@ impl Drain {
         if !self.is_this(move_id, token) || !self.range.contains(slot) {
             return false;
         }
-        self.shards
-            .entry(shard.to_owned())
-            .or_default()
-            .fence_slots
-            .insert(slot);
+        let was = self.shards.get(shard).is_some_and(|s| self.past_fence(s));
+        let seen = self.shards.entry(shard.to_owned()).or_default();
+        seen.fence_slots.insert(slot);
+        if !was && self.past_fence(&self.shards[shard]) {
+            self.descendants_after_fence(shard);
+        }
         true
     }
 
@@ -138,16 +182,25 @@ impl Drain {
         if !self.is_this(move_id, token) {
             return false;
         }
-        self.shards.entry(shard.to_owned()).or_default().marker = true;
+        let seen = self.shards.entry(shard.to_owned()).or_default();
+        if !seen.marker {
+            seen.marker = true;
+            self.descendants_after_fence(shard);
+        }
         true
     }
 
-    /// `shard` is closed and the tail read it to its end (its children must be listed).
+    /// `shard` is closed and the tail read it to its end (its children must be listed, unless
+    /// the shard itself was read past the fence or opened after it: its children opened after
+    /// the fence and owe nothing).
     pub fn closed(&mut self, shard: &str) {
         let seen = self.shards.entry(shard.to_owned()).or_default();
         if !seen.closed {
             seen.closed = true;
-            self.relist = true;
+            let children_owe = !seen.after_fence && !self.past_fence(&self.shards[shard]);
+            if children_owe {
+                self.relist = true;
+            }
         }
     }
 
@@ -156,9 +209,16 @@ impl Drain {
     }
 
     fn proven(&self, seen: &ShardSeen) -> bool {
-        seen.closed
-            || seen.marker
-            || u32::try_from(seen.fence_slots.len()).unwrap_or(u32::MAX) >= self.range.len()
+        seen.closed || seen.after_fence || self.past_fence(seen)
+    }
+
+    /// The shards still owing proof (also while the listing is stale).
+    pub fn owing(&self) -> Vec<String> {
+        self.shards
+            .iter()
+            .filter(|(_, seen)| !self.proven(seen))
+            .map(|(id, _)| id.clone())
+            .collect()
     }
 
     /// Whether the tail has read past the fence on every shard of the lineage.
@@ -166,12 +226,7 @@ impl Drain {
         if self.relist {
             return Verdict::Relist;
         }
-        let shards: Vec<String> = self
-            .shards
-            .iter()
-            .filter(|(_, seen)| !self.proven(seen))
-            .map(|(id, _)| id.clone())
-            .collect();
+        let shards = self.owing();
         if shards.is_empty() {
             Verdict::Proven
         } else {
@@ -234,7 +289,7 @@ mod tests {
         d.fence("a", 7, "mv", 1);
         d.closed("b");
         assert_eq!(d.verdict(), Verdict::Relist);
-        d.listed(["a", "b", "b1"]);
+        d.listed([("a", None), ("b", None), ("b1", Some("b"))]);
         assert_eq!(
             d.verdict(),
             Verdict::Waiting {
@@ -243,6 +298,38 @@ mod tests {
         );
         assert!(!d.marker("b1", "mv", 0));
         d.marker("b1", "mv", 1);
+        assert_eq!(d.verdict(), Verdict::Proven);
+    }
+
+    #[test]
+    fn a_shard_opened_after_the_parent_showed_the_whole_fence_owes_no_proof() {
+        let range = SlotRange::new(7, 8).expect("range");
+        let mut d = Drain::new(range, attempt(1), [("a".to_owned(), false)], false);
+        // A child listed before its parent's marker is read, and a grandchild after.
+        d.listed([("a", None), ("a1", Some("a"))]);
+        assert_eq!(
+            d.verdict(),
+            Verdict::Waiting {
+                shards: vec!["a".into(), "a1".into()]
+            }
+        );
+        d.marker("a", "mv", 1);
+        d.listed([("a", None), ("a1", Some("a")), ("a2", Some("a1"))]);
+        assert_eq!(d.verdict(), Verdict::Proven);
+        // One slot's fence record on a parent is not the whole fence: its child still owes.
+        let mut d = Drain::new(range, attempt(1), [("b".to_owned(), false)], false);
+        d.fence("b", 7, "mv", 1);
+        d.listed([("b", None), ("b1", Some("b"))]);
+        assert_eq!(
+            d.verdict(),
+            Verdict::Waiting {
+                shards: vec!["b".into(), "b1".into()]
+            }
+        );
+        d.fence("b", 8, "mv", 1);
+        assert_eq!(d.verdict(), Verdict::Proven);
+        // A shard that closes after its marker asks for no listing: its children owe nothing.
+        d.closed("b");
         assert_eq!(d.verdict(), Verdict::Proven);
     }
 
@@ -264,6 +351,7 @@ mod tests {
     #[derive(Debug, Default)]
     struct Shard {
         id: String,
+        parent: Option<String>,
         records: Vec<Rec>,
         closed: bool,
         read: usize,
@@ -335,8 +423,10 @@ mod tests {
                     let i = self.open[part];
                     self.shards[i].closed = true;
                     let generation = self.shards.len();
+                    let parent = Some(self.shards[i].id.clone());
                     self.shards.push(Shard {
                         id: format!("p{part}-{generation}"),
+                        parent,
                         ..Shard::default()
                     });
                     self.open[part] = self.shards.len() - 1;
@@ -407,7 +497,11 @@ mod tests {
 
         fn list(&mut self) {
             self.known = (0..self.shards.len()).collect();
-            let ids: Vec<String> = self.shards.iter().map(|s| s.id.clone()).collect();
+            let ids: Vec<(String, Option<String>)> = self
+                .shards
+                .iter()
+                .map(|s| (s.id.clone(), s.parent.clone()))
+                .collect();
             self.drain.listed(ids);
         }
 

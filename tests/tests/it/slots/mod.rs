@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use heatsink::schema::{self, KeyAttr, StreamView, Table, TableSpec};
-use heatsink::slots::mover::{BatchFault, Budget, MoveSpec, Mover, TailFaults};
+use heatsink::slots::backoff::Backoff;
+use heatsink::slots::mover::{BatchFault, Budget, Limits, MoveSpec, Mover, TailFaults};
 use heatsink::slots::verify::{AckLine, verify};
 use heatsink::slots::{
     MoveError, MoveMode, Phase, RetryRule, Router, SlotDirectory, SlotError, SlotRange, slot_of,
@@ -68,9 +69,36 @@ struct Scene {
     router: Router,
 }
 
+/// The lane's DynamoDB client for move tests: [`heatsink_testkit::Stack::isolated_ddb`], and on
+/// the lanes that send one call at a time (moto, LocalStack) timeouts that include the wait for
+/// the single connection: there a call queues behind every other call of the test (the load,
+/// the mover's parallel copy), so the mover's and router's default 1 s attempt timeout would
+/// time out calls that never left the queue. (Their upload is also idle while queued, which
+/// the SDK's stalled-stream protection would cut after 5 s.)
+pub(crate) fn move_ddb(fx: &Fixture) -> aws_sdk_dynamodb::Client {
+    let ddb = fx.stack.isolated_ddb();
+    if fx.stack.lane != "moto" && fx.stack.lane != "localstack" {
+        return ddb;
+    }
+    aws_sdk_dynamodb::Client::from_conf(
+        ddb.config()
+            .to_builder()
+            .timeout_config(
+                aws_sdk_dynamodb::config::timeout::TimeoutConfig::builder()
+                    .operation_attempt_timeout(Duration::from_secs(20))
+                    .operation_timeout(Duration::from_secs(60))
+                    .build(),
+            )
+            .stalled_stream_protection(
+                aws_sdk_dynamodb::config::StalledStreamProtectionConfig::disabled(),
+            )
+            .build(),
+    )
+}
+
 impl Scene {
     async fn new(fx: &Fixture, strict: bool) -> Scene {
-        let ddb = fx.stack.isolated_ddb();
+        let ddb = move_ddb(fx);
         let a = owner_table(fx, "a").await;
         let b = owner_table(fx, "b").await;
         let dir = directory_on(fx, ddb.clone(), &a, strict).await;
@@ -96,24 +124,105 @@ impl Scene {
         }
     }
 
+    /// `n` items of the moved slot on the source (`{t0}row-<i>`, version 1), written around the
+    /// routers: a copy and a purge with something to do.
+    async fn preload(&self, n: usize) {
+        use aws_sdk_dynamodb::types::{PutRequest, WriteRequest};
+        let rows: Vec<String> = (0..n).map(|i| format!("{{t0}}row-{i}")).collect();
+        for chunk in rows.chunks(25) {
+            let batch: Vec<WriteRequest> = chunk
+                .iter()
+                .map(|k| {
+                    let put = PutRequest::builder()
+                        .item("pk", AttributeValue::S(k.clone()))
+                        .item("v", AttributeValue::N("1".into()))
+                        .item("caption", AttributeValue::S("x".repeat(100)))
+                        .build()
+                        .expect("put");
+                    WriteRequest::builder().put_request(put).build()
+                })
+                .collect();
+            let mut pending = batch;
+            while !pending.is_empty() {
+                let out = self
+                    .ddb
+                    .batch_write_item()
+                    .request_items(&self.a, pending)
+                    .send()
+                    .await
+                    .expect("preload");
+                pending = out
+                    .unprocessed_items()
+                    .and_then(|m| m.get(&self.a))
+                    .cloned()
+                    .unwrap_or_default();
+            }
+        }
+    }
+
     async fn start(&self, strict: bool) -> Mover {
-        Mover::start(
+        self.start_spec(self.spec(strict)).await
+    }
+
+    async fn start_spec(&self, spec: MoveSpec) -> Mover {
+        Mover::start_with(
             self.ddb.clone(),
             self.streams.clone(),
             self.dir.clone(),
-            self.spec(strict),
+            spec,
+            limits(),
         )
         .await
         .expect("start")
         .with_progress(Arc::new(|line: &str| eprintln!("{line}")))
     }
 
+    /// Opens move `id` as a new controller would (a killed one's lease still runs until
+    /// [`LEASE`] after its last renewal: [`held`] waits it out).
     async fn open(&self, id: &str) -> Mover {
-        Mover::open(self.ddb.clone(), self.streams.clone(), self.dir.clone(), id)
-            .await
-            .expect("open")
-            .with_progress(Arc::new(|line: &str| eprintln!("{line}")))
+        Mover::open_with(
+            self.ddb.clone(),
+            self.streams.clone(),
+            self.dir.clone(),
+            id,
+            limits(),
+        )
+        .await
+        .expect("open")
+        .with_progress(Arc::new(|line: &str| eprintln!("{line}")))
     }
+}
+
+/// The lease of the test controllers: short, so a killed controller blocks the next one briefly.
+const LEASE: Duration = Duration::from_millis(600);
+
+/// Test controllers' limits: a short lease, a 5 s drain, 20 s of retries per call.
+fn limits() -> Limits {
+    Limits {
+        lease_ttl: LEASE,
+        drain_deadline: Duration::from_secs(5),
+        backoff: Backoff {
+            deadline: Duration::from_secs(20),
+            ..Backoff::default()
+        },
+        ..Limits::default()
+    }
+}
+
+/// Runs a controller command, waiting out another controller's lease (a killed one's) first.
+macro_rules! held {
+    ($e:expr) => {{
+        let mut tries = 0;
+        loop {
+            match $e {
+                Err(MoveError::Held(h)) if tries < 20 => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(h.left_ms + 20)).await;
+                }
+                other => break other,
+            }
+        }
+    }};
 }
 
 fn budget() -> Budget {
@@ -272,7 +381,7 @@ async fn move_bad_requests_get_typed_errors_and_change_nothing() {
     // Two moves of one slot at once.
     let b = owner_table(&fx, "b").await;
     let c = owner_table(&fx, "c").await;
-    let first = Mover::start(ddb.clone(), streams.clone(), dir.clone(), spec(&b))
+    let mut first = Mover::start(ddb.clone(), streams.clone(), dir.clone(), spec(&b))
         .await
         .expect("first move");
     let err = Mover::start(ddb.clone(), streams.clone(), dir.clone(), spec(&c))
@@ -289,7 +398,18 @@ async fn move_bad_requests_get_typed_errors_and_change_nothing() {
             .contains(&format!("heatsink move abort {}", first.record().id)),
         "{err}"
     );
-    m.abort().await.expect("abort");
+    // A second controller is refused while the first holds the move's lease, in one line
+    // naming the holder.
+    let err = m
+        .abort()
+        .await
+        .expect_err("the first controller holds the lease");
+    assert!(matches!(err, MoveError::Held(_)), "{err}");
+    assert!(
+        !err.to_string().contains('\n') && err.to_string().contains("run by"),
+        "{err}"
+    );
+    first.abort().await.expect("abort");
 }
 
 #[tokio::test]
@@ -307,7 +427,7 @@ async fn move_killed_at_every_step_boundary_resumes_and_loses_no_write() {
         if m.record().phase.is_final() {
             break;
         }
-        phases.push(m.step().await.expect("step"));
+        phases.push(held!(m.step().await).expect("step"));
     }
     assert_eq!(
         phases,
@@ -527,7 +647,7 @@ async fn puts_beside_refused_fenced_writes(
     use aws_sdk_dynamodb::types::{
         ConditionCheck, Put, PutRequest, TransactWriteItem, WriteRequest,
     };
-    use heatsink::slots::fence::{FenceItem, KeySchema, write_fences};
+    use heatsink::slots::fence::{FenceItem, KeySchema, fence_item};
     let keys = KeySchema { sort_key: None };
     // A table of some size (moto copies all of it when a transaction begins).
     for chunk in 0..8 {
@@ -547,12 +667,16 @@ async fn puts_beside_refused_fenced_writes(
             .await
             .expect("bulk");
     }
-    let moved = SlotRange::single(slot_of("t0")).expect("range");
     let fence = FenceItem {
         to: "elsewhere".into(),
         epoch: 2,
+        move_id: None,
+        token: None,
     };
-    write_fences(ddb, table, &keys, moved, &fence)
+    ddb.put_item()
+        .table_name(table)
+        .set_item(Some(fence_item(&keys, slot_of("t0"), &fence)))
+        .send()
         .await
         .expect("fence");
     let stop = Arc::new(AtomicBool::new(false));
@@ -566,10 +690,7 @@ async fn puts_beside_refused_fenced_writes(
                     let check = ConditionCheck::builder()
                         .table_name(&table)
                         .set_key(Some(keys.fence_key(slot_of("t0"))))
-                        .condition_expression(
-                            "attribute_not_exists(pk) OR (st = :owned AND ep <= :e)",
-                        )
-                        .expression_attribute_values(":owned", AttributeValue::S("owned".into()))
+                        .condition_expression("attribute_not_exists(pk) OR ep < :e")
                         .expression_attribute_values(":e", AttributeValue::N("1".into()))
                         .build()
                         .expect("check");
@@ -763,7 +884,7 @@ async fn demo_move_moves_p9_and_loses_no_acknowledged_write() {
         ..Default::default()
     };
     let progress: heatsink::slots::mover::MoveProgress = Arc::new(|line: &str| eprintln!("{line}"));
-    let ddb = fx.stack.isolated_ddb();
+    let ddb = move_ddb(&fx);
     let first = heatsink_demo::moves::run_move_demo(
         ddb.clone(),
         fx.stack.streams.clone(),
@@ -814,10 +935,12 @@ async fn sim_move_on_four_rolling_stream_shards_reads_every_acknowledged_write_a
         .or_else(|_| std::env::var("AWS_ENDPOINT_URL_DYNAMODB"))
         .expect("the stack's endpoint");
     let mut shape = ShapeConfig::new(SourceKind::DynamoDbStreams, 4);
-    // Every shard lives 150 ms (a rollover every ~40 ms somewhere): the shards the drain knows
+    // Every shard lives 300 ms (a rollover every ~75 ms somewhere): the shards the drain knows
     // from its last DescribeStream have usually closed by the time the fence record arrives,
-    // and the stream lists over 100 shards (DescribeStream pages) before the move ends.
-    shape.rollover = Some(Duration::from_millis(150));
+    // and the stream lists over 100 shards (DescribeStream pages) before the move ends. (At
+    // 150 ms, 25 new shards a second, the tail's catch-up on this shared 2-core machine could
+    // fall behind the rollovers for minutes: a new shard costs a GetShardIterator each.)
+    shape.rollover = Some(Duration::from_millis(300));
     let shaper = StreamShaper::start(&upstream, shape).await.expect("shaper");
     s.streams = aws_sdk_dynamodbstreams::Client::from_conf(
         aws_sdk_dynamodbstreams::config::Builder::from(&fx.stack.config)
@@ -835,11 +958,11 @@ async fn sim_move_on_four_rolling_stream_shards_reads_every_acknowledged_write_a
         .table
         .and_then(|t| t.latest_stream_arn)
         .expect("the source has a stream");
-    // 4.5 s of rollovers before the move: over 100 shards, so DescribeStream takes 2 pages and
+    // 9 s of rollovers before the move: over 100 shards, so DescribeStream takes 2 pages and
     // the open shards are on the second.
     shaper.watch(&arn).await.expect("watch");
     let load = start_load(s.router.clone(), "key-", 16, 10.0);
-    tokio::time::sleep(Duration::from_millis(4_500)).await;
+    tokio::time::sleep(Duration::from_millis(9_000)).await;
     let listed = shaper
         .with_stream(&arn, |st| st.describe().len())
         .expect("watched");
@@ -1020,3 +1143,9 @@ async fn a_move_lists_stream_shards_within_the_describe_stream_limit() {
         at.len()
     );
 }
+
+mod attrition;
+mod interrupt;
+mod ownership;
+mod proof;
+mod weather;

@@ -1,0 +1,492 @@
+//! The stream tails: the source's stream into the target (forward) and the target's back into
+//! the source (reverse). A poll reads every known shard once, applies what the tail rule
+//! ([`heatsink_core::slots::tail::tail_op`]) makes of each record of the moved slots, and feeds
+//! an attempt's [`Drain`] the fence and marker records and the shards it read to their end.
+//!
+//! Shards are listed (`DescribeStream`, every page) the first time, after a known shard closed
+//! (its children are new shards), and at most once a second otherwise (the service allows 10
+//! calls a second). Iterators are reused for up to 14 minutes, then issued again after the last
+//! sequence number read; the copy polls the forward tail every minute so they stay fresh.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Duration;
+
+use aws_sdk_dynamodbstreams::types::{OperationType, ShardIteratorType};
+use heatsink_core::slots::proof::Drain;
+use heatsink_core::slots::tail::{Event, Image, tail_op};
+use heatsink_core::slots::{Way, slot_of};
+use tokio::time::Instant;
+
+use super::super::MoveError;
+use super::super::fence::{
+    TOMBSTONE_ATTR, VERSION_ATTR, fence_slot, is_internal, parse_fence, parse_marker,
+};
+use super::super::record::{ShardPos, Tail};
+use super::apply::{Op, apply_all};
+use super::{BatchFault, Mover};
+use crate::clock::now_ms;
+use crate::ddb::codec::stream_item_to_sdk;
+use crate::ddb::key_text::key_text;
+use crate::ddb::{Item, get_n, get_s};
+use crate::error::AwsError;
+
+const STREAMS: &str = "DynamoDB Streams";
+
+/// Shard iterators expire after 15 minutes; one persisted longer than this is not reused.
+const ITERATOR_TTL_MS: u64 = 14 * 60 * 1_000;
+
+/// Least time between two shard listings of one tail while no known shard has closed.
+const LIST_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Records read per GetRecords.
+const PAGE: i32 = 1_000;
+
+/// What one poll found.
+#[derive(Debug, Default)]
+pub(super) struct Polled {
+    /// Records of the moved slots read.
+    pub(super) seen: u64,
+    /// Age of the newest record read (ms), if any.
+    pub(super) newest_age: Option<u64>,
+    /// A shard returned a full page (more is waiting).
+    pub(super) full: bool,
+    /// Shards that returned no record (at their head).
+    pub(super) at_head: BTreeSet<String>,
+}
+
+fn image(item: Option<&Item>) -> Option<Image> {
+    item.map(|i| Image {
+        version: get_n(i, VERSION_ATTR),
+        tombstone: i.contains_key(TOMBSTONE_ATTR),
+    })
+}
+
+impl Mover {
+    fn tail(&self, way: Way) -> Tail {
+        match way {
+            Way::Forward => self.record.forward.clone(),
+            Way::Reverse => self.record.reverse.clone().unwrap_or_default(),
+        }
+    }
+
+    pub(super) fn tail_mut(&mut self, way: Way) -> &mut Tail {
+        match way {
+            Way::Forward => &mut self.record.forward,
+            Way::Reverse => self.record.reverse.get_or_insert_with(Tail::default),
+        }
+    }
+
+    /// Every shard id of the stream, from all `DescribeStream` pages (a table's stream lists
+    /// every shard of the last 24 h: more than one page of 100 on a large or old table).
+    pub(super) async fn list_shards(&self, arn: &str) -> Result<Vec<String>, MoveError> {
+        Ok(self
+            .list_lineage(arn)
+            .await?
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect())
+    }
+
+    /// Every shard of `arn` with the parent the listing names (DescribeStream, paged).
+    pub(super) async fn list_lineage(
+        &self,
+        arn: &str,
+    ) -> Result<Vec<(String, Option<String>)>, MoveError> {
+        let mut out = vec![];
+        let mut start: Option<String> = None;
+        let ctx = self.ctx();
+        loop {
+            let desc = ctx
+                .retry(|| {
+                    let req = self
+                        .streams
+                        .describe_stream()
+                        .stream_arn(arn)
+                        .set_exclusive_start_shard_id(start.clone());
+                    let arn = arn.to_owned();
+                    async move {
+                        req.send().await.map_err(|e| {
+                            MoveError::from(AwsError::new(STREAMS, "DescribeStream", arn, e))
+                        })
+                    }
+                })
+                .await?;
+            let Some(d) = desc.stream_description() else {
+                break;
+            };
+            out.extend(d.shards().iter().filter_map(|s| {
+                s.shard_id()
+                    .map(|id| (id.to_owned(), s.parent_shard_id().map(str::to_owned)))
+            }));
+            match d.last_evaluated_shard_id() {
+                Some(l) if !l.is_empty() => start = Some(l.to_owned()),
+                _ => break,
+            }
+        }
+        Ok(out)
+    }
+
+    /// A LATEST iterator for every listed shard of `arn`. Every shard gets one, closed or not:
+    /// dynoxide lists its open shard with an `EndingSequenceNumber`, so that field cannot tell
+    /// a closed shard here; a closed shard's first GetRecords ends it.
+    pub(super) async fn latest_positions(
+        &self,
+        arn: &str,
+    ) -> Result<BTreeMap<String, ShardPos>, MoveError> {
+        let mut out = BTreeMap::new();
+        let ctx = self.ctx();
+        for id in self.list_shards(arn).await? {
+            let it = ctx
+                .retry(|| {
+                    let req = self
+                        .streams
+                        .get_shard_iterator()
+                        .stream_arn(arn)
+                        .shard_id(&id)
+                        .shard_iterator_type(ShardIteratorType::Latest);
+                    let arn = arn.to_owned();
+                    async move {
+                        req.send().await.map_err(|e| {
+                            MoveError::from(AwsError::new(STREAMS, "GetShardIterator", arn, e))
+                        })
+                    }
+                })
+                .await?;
+            out.insert(
+                id,
+                ShardPos {
+                    iterator: it.shard_iterator().map(str::to_owned),
+                    iterator_ms: now_ms(),
+                    ..ShardPos::default()
+                },
+            );
+        }
+        Ok(out)
+    }
+
+    /// The forward tail's positions: where the copy's tail starts (before the snapshot).
+    pub(super) async fn record_positions(&mut self) -> Result<(), MoveError> {
+        let arn = self.record.forward.stream_arn.clone();
+        self.record.forward.shards = self.latest_positions(&arn).await?;
+        self.listed[Way::Forward as usize] = Some((Instant::now(), 0));
+        Ok(())
+    }
+
+    /// Records the target's stream position for the reverse tail, once.
+    pub(super) async fn record_reverse(&mut self) -> Result<(), MoveError> {
+        if self.record.reverse.is_none() {
+            let arn = self.dst.require_stream()?.to_owned();
+            let shards = self.latest_positions(&arn).await?;
+            self.record.reverse = Some(Tail {
+                stream_arn: arn,
+                shards,
+                ..Tail::default()
+            });
+            self.listed[Way::Reverse as usize] = Some((Instant::now(), 0));
+        }
+        Ok(())
+    }
+
+    /// Whether a poll of `way` lists the stream's shards: the first time, after a known shard
+    /// closed (its children are new shards), or [`LIST_INTERVAL`] after the last listing.
+    pub(super) fn listing_due(&self, way: Way, interval: Duration) -> bool {
+        let tail = self.tail(way);
+        if tail.shards.is_empty() {
+            return true;
+        }
+        match self.listed[way as usize] {
+            None => true,
+            Some((at, closed)) => tail.closed_shards() > closed || at.elapsed() >= interval,
+        }
+    }
+
+    /// Whether a shard closed since `way`'s last listing (or this mover never listed it): the
+    /// drain's proof needs a fresh listing first.
+    pub(super) fn listing_stale(&self, way: Way) -> bool {
+        match self.listed[way as usize] {
+            None => true,
+            Some((_, closed)) => self.tail(way).closed_shards() > closed,
+        }
+    }
+
+    /// One poll of `way`, listing when due.
+    pub(super) async fn poll(
+        &mut self,
+        way: Way,
+        drain: Option<&mut Drain>,
+    ) -> Result<Polled, MoveError> {
+        let due = self.listing_due(way, LIST_INTERVAL);
+        self.poll_with(way, due, drain).await
+    }
+
+    /// One read of every known shard of `way` (after listing the stream when `discover`);
+    /// applies what it reads and feeds `drain`.
+    pub(super) async fn poll_with(
+        &mut self,
+        way: Way,
+        discover: bool,
+        mut drain: Option<&mut Drain>,
+    ) -> Result<Polled, MoveError> {
+        let mut tail = self.tail(way);
+        let (target, keys, source) = match way {
+            Way::Forward => (
+                self.dst.table.clone(),
+                self.dst.keys.clone(),
+                self.src.table.clone(),
+            ),
+            Way::Reverse => (
+                self.src.table.clone(),
+                self.src.keys.clone(),
+                self.dst.table.clone(),
+            ),
+        };
+        let ctx = self.ctx();
+        let shard_ids: Vec<String> = if discover || tail.shards.is_empty() {
+            let lineage = self.list_lineage(&tail.stream_arn).await?;
+            self.listed[way as usize] = Some((Instant::now(), tail.closed_shards()));
+            if let Some(d) = drain.as_deref_mut() {
+                d.listed(lineage.iter().map(|(id, p)| (id.clone(), p.clone())));
+            }
+            lineage.into_iter().map(|(id, _)| id).collect()
+        } else {
+            tail.shards.keys().cloned().collect()
+        };
+        let mut polled = Polled::default();
+        for shard in shard_ids {
+            let pos = tail.shards.entry(shard.clone()).or_default().clone();
+            if pos.closed {
+                if let Some(d) = drain.as_deref_mut() {
+                    d.closed(&shard);
+                }
+                continue;
+            }
+            let iterator = match &pos.iterator {
+                Some(it) if now_ms().saturating_sub(pos.iterator_ms) < ITERATOR_TTL_MS => {
+                    it.clone()
+                }
+                _ => match self.issue_iterator(&tail.stream_arn, &shard, &pos).await? {
+                    Some(it) => it,
+                    None => continue,
+                },
+            };
+            let res = ctx
+                .retry(|| {
+                    let req = self
+                        .streams
+                        .get_records()
+                        .shard_iterator(&iterator)
+                        .limit(PAGE);
+                    let shard = shard.clone();
+                    async move {
+                        req.send().await.map_err(|e| {
+                            MoveError::from(AwsError::new(STREAMS, "GetRecords", shard, e))
+                        })
+                    }
+                })
+                .await;
+            let out = match res {
+                Ok(o) => o,
+                Err(MoveError::Aws(err)) if err.code() == Some("ExpiredIteratorException") => {
+                    // Issued again from the last applied sequence number next poll.
+                    tail.shards.insert(
+                        shard.clone(),
+                        ShardPos {
+                            iterator: None,
+                            ..pos
+                        },
+                    );
+                    continue;
+                }
+                Err(MoveError::Aws(err)) if err.code() == Some("TrimmedDataAccessException") => {
+                    return Err(MoveError::PositionExpired {
+                        id: self.record.id.clone(),
+                        shard,
+                    });
+                }
+                Err(e) => return Err(e),
+            };
+            let records = out.records().to_vec();
+            polled.full |= records.len() >= PAGE as usize;
+            if records.is_empty() {
+                polled.at_head.insert(shard.clone());
+            }
+            let fault = if records.is_empty() {
+                BatchFault::Deliver
+            } else {
+                self.batches += 1;
+                self.faults
+                    .as_ref()
+                    .map_or(BatchFault::Deliver, |f| f.batch(&shard, self.batches))
+            };
+            if fault == BatchFault::Lose {
+                continue;
+            }
+            let times = if fault == BatchFault::Duplicate { 2 } else { 1 };
+            let mut last_seq = pos.after_seq.clone();
+            let mut ops: Vec<(String, Op)> = vec![];
+            for _ in 0..times {
+                for r in &records {
+                    let Some(change) = r.dynamodb() else { continue };
+                    tail.read += 1;
+                    last_seq = change.sequence_number().map(str::to_owned).or(last_seq);
+                    if let Some(t) = change.approximate_creation_date_time() {
+                        let at = u64::try_from(t.to_millis().unwrap_or(0)).unwrap_or(0);
+                        let age = now_ms().saturating_sub(at);
+                        polled.newest_age = Some(polled.newest_age.map_or(age, |a| a.min(age)));
+                    }
+                    let convert = |img: Option<
+                        &HashMap<String, aws_sdk_dynamodbstreams::types::AttributeValue>,
+                    >| {
+                        img.map(stream_item_to_sdk).transpose().map_err(|e| {
+                            MoveError::BadItem(format!("a stream record of {source}: {e}"))
+                        })
+                    };
+                    let keys_img = convert(change.keys())?.unwrap_or_default();
+                    let Some(pk) = get_s(&keys_img, "pk").map(str::to_owned) else {
+                        continue;
+                    };
+                    let event = match r.event_name() {
+                        Some(OperationType::Insert) => Event::Insert,
+                        Some(OperationType::Remove) => Event::Remove,
+                        _ => Event::Modify,
+                    };
+                    let new = convert(change.new_image())?;
+                    if is_internal(&pk) {
+                        if event != Event::Remove
+                            && let Some(d) = drain.as_deref_mut()
+                        {
+                            let fence = fence_slot(&pk).and_then(|slot| {
+                                new.as_ref().and_then(parse_fence).map(|f| (slot, f))
+                            });
+                            if let Some((slot, f)) = fence {
+                                if let (Some(m), Some(t)) = (f.move_id.as_deref(), f.token) {
+                                    d.fence(&shard, slot, m, t);
+                                }
+                            } else if let Some((m, t)) = parse_marker(&pk) {
+                                d.marker(&shard, m, t);
+                            }
+                        }
+                        continue;
+                    }
+                    if !self.record.slots.contains(slot_of(&pk)) {
+                        continue;
+                    }
+                    polled.seen += 1;
+                    let old = convert(change.old_image())?;
+                    let op = tail_op(way, event, image(old.as_ref()), image(new.as_ref()))
+                        .map_err(|_| MoveError::Unversioned {
+                            id: self.record.id.clone(),
+                            table: source.clone(),
+                            key: key_text(&keys_img).unwrap_or_else(|_| pk.clone()),
+                        })?;
+                    let item = match event {
+                        Event::Remove => old.unwrap_or_else(|| keys_img.clone()),
+                        _ => new.unwrap_or_else(|| keys_img.clone()),
+                    };
+                    let key = key_text(&keys.key_of(&keys_img)).unwrap_or_else(|_| pk.clone());
+                    ops.push((key, Op { item, op }));
+                }
+            }
+            // Within one shard an item's changes arrive in the order they were made, so only
+            // the last change of each key in this batch can win the apply rule: applying only
+            // that one keeps the result and cuts the writes by the key's repeats in the batch.
+            let batch_len = ops.len();
+            let mut last: HashMap<String, Op> = HashMap::with_capacity(batch_len);
+            for (key, op) in ops {
+                last.insert(key, op);
+            }
+            self.record.skipped += (batch_len - last.len()) as u64;
+            let (written, skipped) = apply_all(
+                &ctx,
+                &self.ddb,
+                &target,
+                &keys,
+                last.into_values().collect(),
+            )
+            .await?;
+            self.record.applied += written;
+            self.record.skipped += skipped;
+            self.record.wcu += written as f64;
+            let next = out.next_shard_iterator().map(str::to_owned);
+            if next.is_none()
+                && let Some(d) = drain.as_deref_mut()
+            {
+                d.closed(&shard);
+            }
+            tail.shards.insert(
+                shard,
+                ShardPos {
+                    closed: next.is_none(),
+                    iterator: next,
+                    iterator_ms: now_ms(),
+                    after_seq: last_seq,
+                },
+            );
+        }
+        *self.tail_mut(way) = tail;
+        Ok(polled)
+    }
+
+    /// An iterator for `shard` after its last applied record (from its trim horizon when the
+    /// tail has read none of it: a shard that opened after the positions were recorded).
+    async fn issue_iterator(
+        &self,
+        arn: &str,
+        shard: &str,
+        pos: &ShardPos,
+    ) -> Result<Option<String>, MoveError> {
+        let res = self
+            .ctx()
+            .retry(|| {
+                let req = self
+                    .streams
+                    .get_shard_iterator()
+                    .stream_arn(arn)
+                    .shard_id(shard);
+                let req = match &pos.after_seq {
+                    Some(s) => req
+                        .shard_iterator_type(ShardIteratorType::AfterSequenceNumber)
+                        .sequence_number(s),
+                    None => req.shard_iterator_type(ShardIteratorType::TrimHorizon),
+                };
+                let shard = shard.to_owned();
+                async move {
+                    req.send().await.map_err(|e| {
+                        MoveError::from(AwsError::new(STREAMS, "GetShardIterator", shard, e))
+                    })
+                }
+            })
+            .await;
+        match res {
+            Ok(o) => Ok(o.shard_iterator().map(str::to_owned)),
+            Err(MoveError::Aws(err)) if err.code() == Some("TrimmedDataAccessException") => {
+                Err(MoveError::PositionExpired {
+                    id: self.record.id.clone(),
+                    shard: shard.to_owned(),
+                })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Polls until a round reaches the head of every shard (no full page) with the newest
+    /// record at most `lag_target` old, persisting the checkpoint about once a second.
+    pub(super) async fn catch_up(&mut self, way: Way) -> Result<(), MoveError> {
+        let target = u64::try_from(self.record.budget.lag_target.as_millis()).unwrap_or(u64::MAX);
+        let mut saved = Instant::now();
+        for _ in 0..10_000 {
+            let polled = self.poll(way, None).await?;
+            if let Some(a) = polled.newest_age {
+                self.record.lag_ms = Some(a);
+            }
+            if saved.elapsed() >= Duration::from_secs(1) {
+                self.save().await?;
+                saved = Instant::now();
+            }
+            if !polled.full && polled.newest_age.is_none_or(|a| a <= target) {
+                break;
+            }
+        }
+        Ok(())
+    }
+}
