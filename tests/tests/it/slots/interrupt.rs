@@ -114,6 +114,24 @@ fn resumed_after(samples: &[Sample], killed_ms: u64) -> Option<u64> {
         .map(|acked| acked - killed_ms)
 }
 
+/// Whether this lane can hold the kill-point torture: not moto, nor LocalStack (moto inside).
+/// moto's `TransactWriteItems` deep-copies every table it names, and a cancelled one (each
+/// fenced write refused, each tombstone purge that meets a live item) puts the copy back while
+/// every stream iterator issued before it keeps the old table alive: over the torture's
+/// back-and-forth moves under load moto grew by about 45 MB a second, past 10 GB in four
+/// minutes, and was killed for memory. The torture runs on dynoxide, whose transactions are
+/// isolated; every other move test runs on every lane.
+fn lane_holds_the_torture(fx: &heatsink_testkit::Fixture) -> bool {
+    if fx.stack.lane == "moto" || fx.stack.lane == "localstack" {
+        eprintln!(
+            "skip on the {} lane: its cancelled transactions keep a copy of the table per stream iterator (see lane_holds_the_torture)",
+            fx.stack.lane
+        );
+        return false;
+    }
+    true
+}
+
 async fn torture(s: &Scene, points: Vec<Kill>) {
     s.preload(120).await;
     let load = start_load(s.router.clone(), "key-", 16, 20.0);
@@ -259,6 +277,9 @@ async fn a_move_killed_at_every_phase_and_inside_copy_drain_soak_and_purge_loses
     let fx = fixture!(
         "a_move_killed_at_every_phase_and_inside_copy_drain_soak_and_purge_loses_no_write"
     );
+    if !lane_holds_the_torture(&fx) {
+        return;
+    }
     let _serial = SERIAL.lock().await;
     let s = Scene::new(&fx, false).await;
     torture(&s, forward_points()).await;
@@ -269,6 +290,9 @@ async fn a_rollback_killed_at_every_phase_and_inside_its_drain_soak_and_purge_lo
     let fx = fixture!(
         "a_rollback_killed_at_every_phase_and_inside_its_drain_soak_and_purge_loses_no_write"
     );
+    if !lane_holds_the_torture(&fx) {
+        return;
+    }
     let _serial = SERIAL.lock().await;
     let s = Scene::new(&fx, false).await;
     torture(&s, rollback_points()).await;

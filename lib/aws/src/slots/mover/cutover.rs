@@ -44,6 +44,11 @@ const DRAIN_LIST_INTERVAL: Duration = Duration::from_millis(250);
 /// Least time between two rounds of markers.
 const MARKER_INTERVAL: Duration = Duration::from_millis(20);
 
+/// A shard that owes proof and has shown none of the markers written to it for this long gets a
+/// new iterator, issued after the last record read ([`Mover::reissue`]): at most one
+/// `GetShardIterator` per such shard per interval, and none where the markers show up.
+const REISSUE_AFTER: Duration = Duration::from_secs(2);
+
 impl Mover {
     /// The table `way`'s tail reads (the old owner of that cut-over).
     fn old_owner(&self, way: Way) -> (String, KeySchema) {
@@ -277,6 +282,7 @@ impl Mover {
         let started = Instant::now();
         let open = tail.shards.values().filter(|p| !p.closed).count() as u64;
         let mut markers_at: Option<Instant> = None;
+        let mut reissued_at = Instant::now();
         if open > 1 {
             // Several shards: the fence records of a few slots prove only the shards they land
             // on; markers (random keys: random shards) prove the others.
@@ -325,6 +331,19 @@ impl Mover {
                     .iter()
                     .filter(|s| polled.at_head.contains(*s))
                     .collect();
+                if !idle.is_empty()
+                    && markers_at.is_some()
+                    && reissued_at.elapsed() >= REISSUE_AFTER
+                {
+                    let n = self.reissue(way, idle.iter().map(|s| s.as_str()));
+                    tracing::debug!(
+                        move_id = %self.record.id,
+                        shards = ?idle,
+                        reissued = n,
+                        "no marker seen on these shards: issuing their iterators again"
+                    );
+                    reissued_at = Instant::now();
+                }
                 if !idle.is_empty() && markers_at.is_none_or(|t| t.elapsed() >= MARKER_INTERVAL) {
                     self.write_markers(way, 2 * idle.len() as u64).await?;
                     markers_at = Some(Instant::now());

@@ -1,7 +1,9 @@
 //! The diff: both sides of the moved slots compared before the fence; differences are read
 //! again after catching the tail up (live writes make a one-pass diff of a moving table noisy),
-//! up to 5 rounds. The source side is the source and the tables it carries (the newest version
-//! of each key across them, a tombstone counting as one); tombstones never count as items.
+//! up to 5 rounds; from the second round on, the tail's iterators are issued again where they
+//! stand and the stream gets 200 ms more per round. The source side is the source and the
+//! tables it carries (the newest version of each key across them, a tombstone counting as
+//! one); tombstones never count as items.
 
 use std::collections::BTreeMap;
 
@@ -162,6 +164,14 @@ impl Mover {
             }
             // Read the source, then tail past that read, then read the target: the target
             // must hold at least what the source held.
+            if round > 1 {
+                // Still different after a poll: the stream may not show the writes yet, or an
+                // iterator may have gone blind. Issue the iterators again where they stand and
+                // give the stream 200 ms more each round (2.8 s at most in all).
+                let shards: Vec<String> = self.record.forward.shards.keys().cloned().collect();
+                self.reissue(Way::Forward, shards.iter().map(String::as_str));
+                tokio::time::sleep(std::time::Duration::from_millis(200 * u64::from(round))).await;
+            }
             let mut before = vec![];
             for k in &differing {
                 before.push((k.clone(), self.read_source(k).await?));

@@ -209,6 +209,33 @@ impl Mover {
         }
     }
 
+    /// Drops the iterators of `shards` on `way` that have read a record, so the next poll issues
+    /// each again right after the last record read ([`Mover::issue_iterator`]): neither a record
+    /// skipped nor one read twice. Asked for when the tail's progress is in doubt (a drain shard
+    /// showing none of the markers written to it, a diff that still differs after a poll),
+    /// because an iterator can go blind: moto answers every iterator issued before a cancelled
+    /// `TransactWriteItems` on the table from the table as it was before that call. A shard that
+    /// has read nothing yet keeps its iterator (issuing it again would start at the trim
+    /// horizon). Returns how many were dropped.
+    pub(super) fn reissue<'a>(
+        &mut self,
+        way: Way,
+        shards: impl IntoIterator<Item = &'a str>,
+    ) -> usize {
+        let tail = self.tail_mut(way);
+        let mut n = 0;
+        for shard in shards {
+            if let Some(pos) = tail.shards.get_mut(shard)
+                && pos.after_seq.is_some()
+                && pos.iterator.is_some()
+            {
+                pos.iterator = None;
+                n += 1;
+            }
+        }
+        n
+    }
+
     /// One poll of `way`, listing when due.
     pub(super) async fn poll(
         &mut self,
