@@ -36,6 +36,7 @@ use heatsink_core::counter::CounterKey;
 use serde::Serialize;
 
 use super::{CounterStore, CounterStoreError};
+use crate::ddb::{Projecting, Projection};
 use crate::error::AwsError;
 use crate::metrics::{Emf, MetricDef};
 
@@ -184,31 +185,18 @@ pub async fn scan_projected(
     attrs: &[&str],
     mut each: impl FnMut(&HashMap<String, AttributeValue>),
 ) -> Result<(), AwsError> {
-    let names: Vec<String> = (0..attrs.len()).map(|i| format!("#a{i}")).collect();
-    let mut start = None;
-    loop {
-        let out = ddb
-            .scan()
-            .table_name(table)
-            .projection_expression(names.join(", "))
-            .set_expression_attribute_names(Some(
-                names
-                    .iter()
-                    .cloned()
-                    .zip(attrs.iter().map(|a| (*a).to_owned()))
-                    .collect(),
-            ))
-            .consistent_read(true)
-            .set_exclusive_start_key(start)
-            .send()
-            .await
-            .map_err(|e| AwsError::dynamodb("Scan", table, e))?;
-        out.items().iter().for_each(&mut each);
-        start = out.last_evaluated_key;
-        if start.is_none() {
-            return Ok(());
-        }
+    let mut pages = ddb
+        .scan()
+        .table_name(table)
+        .projecting(&Projection::of(attrs))
+        .consistent_read(true)
+        .into_paginator()
+        .send();
+    while let Some(page) = pages.next().await {
+        let page = page.map_err(|e| AwsError::dynamodb("Scan", table, e))?;
+        page.items().iter().for_each(&mut each);
     }
+    Ok(())
 }
 
 /// A malformed counter's error as text (the id is reported and left alone); any other

@@ -4,11 +4,13 @@
 //!
 //! `only_if` sets the condition of a PutItem, UpdateItem or DeleteItem and of a Put, Update,
 //! Delete or ConditionCheck inside `TransactWriteItems`; `updating` sets an update; `query_key`
-//! sets a Query's key condition. Each is called at most once per request.
+//! sets a Query's key condition; `projecting` sets the attributes a Query or Scan returns. Each
+//! is called at most once per request.
 
 use aws_sdk_dynamodb::operation::delete_item::builders::DeleteItemFluentBuilder;
 use aws_sdk_dynamodb::operation::put_item::builders::PutItemFluentBuilder;
 use aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder;
+use aws_sdk_dynamodb::operation::scan::builders::ScanFluentBuilder;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::builders::{
     ConditionCheckBuilder, DeleteBuilder, PutBuilder, UpdateBuilder,
@@ -17,6 +19,7 @@ use aws_sdk_dynamodb::types::builders::{
 use super::condition::Condition;
 use super::key_condition::KeyCondition;
 use super::placeholders::Rendered;
+use super::projection::Projection;
 use super::update::Update;
 
 /// A request (or transaction item) that takes a condition expression.
@@ -29,6 +32,12 @@ pub(crate) trait OnlyIf: Sized {
 pub(crate) trait Updating: Sized {
     /// The request, applying `update`.
     fn updating(self, update: &Update) -> Self;
+}
+
+/// A read that takes a projection.
+pub(crate) trait Projecting: Sized {
+    /// The request, returning only the attributes `projection` names.
+    fn projecting(self, projection: &Projection) -> Self;
 }
 
 /// A request that takes a key condition.
@@ -93,6 +102,18 @@ impl QueryKey for QueryFluentBuilder {
         put_rendered!(self, key.render(), key_condition_expression)
     }
 }
+
+macro_rules! projecting {
+    ($($builder:ty),*) => {$(
+        impl Projecting for $builder {
+            fn projecting(self, projection: &Projection) -> Self {
+                put_rendered!(self, projection.render(), projection_expression)
+            }
+        }
+    )*};
+}
+
+projecting!(QueryFluentBuilder, ScanFluentBuilder);
 
 #[cfg(test)]
 mod tests {

@@ -53,16 +53,18 @@ pub(crate) mod key_text;
 mod lint;
 pub(crate) mod pages;
 pub(crate) mod placeholders;
+pub(crate) mod projection;
 pub(crate) mod row;
 #[cfg(any(feature = "streams", feature = "lambda"))]
 pub(crate) mod stream_listing;
 pub(crate) mod update;
 pub(crate) mod value;
 
-pub(crate) use apply::{OnlyIf, QueryKey, Updating};
+pub(crate) use apply::{OnlyIf, Projecting, QueryKey, Updating};
 pub(crate) use codec::CodecError;
 pub(crate) use condition::Condition;
 pub(crate) use key_condition::KeyCondition;
 pub(crate) use pages::{Paged, read_all};
+pub(crate) use projection::Projection;
 pub(crate) use update::Update;
 pub(crate) use value::{Item, flag, get_flag, get_n, get_s, n, s};

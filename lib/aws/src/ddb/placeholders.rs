@@ -14,6 +14,8 @@ pub(crate) enum Clause {
     Update,
     /// `KeyConditionExpression` (`#k0`, `:k0`).
     Key,
+    /// `ProjectionExpression` (`#p0`; it takes no values).
+    Projection,
 }
 
 impl Clause {
@@ -22,6 +24,7 @@ impl Clause {
             Clause::Condition => 'c',
             Clause::Update => 'u',
             Clause::Key => 'k',
+            Clause::Projection => 'p',
         }
     }
 }

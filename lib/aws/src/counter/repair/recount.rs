@@ -7,6 +7,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use heatsink_core::keys::GsiShard;
 
 use crate::counter::rebuild::BoxError;
+use crate::ddb::{KeyCondition, QueryKey};
 use crate::error::AwsError;
 
 /// Where a repair gets the truth of one bucket: the durable events of one id whose event time
@@ -95,14 +96,13 @@ impl BucketRecount for GsiRecount {
                 .query()
                 .table_name(&self.table)
                 .index_name(&self.index)
-                .key_condition_expression("#s = :s AND #t BETWEEN :a AND :b")
-                .expression_attribute_names("#s", &self.shard_attribute)
-                .expression_attribute_names("#t", &self.time_attribute)
-                .expression_attribute_values(":s", AttributeValue::S(key))
-                .expression_attribute_values(":a", AttributeValue::N(start_ms.to_string()))
-                .expression_attribute_values(
-                    ":b",
-                    AttributeValue::N(end_ms.saturating_sub(1).to_string()),
+                .query_key(
+                    &KeyCondition::partition(&self.shard_attribute, AttributeValue::S(key))
+                        .sort_between(
+                            &self.time_attribute,
+                            AttributeValue::N(start_ms.to_string()),
+                            AttributeValue::N(end_ms.saturating_sub(1).to_string()),
+                        ),
                 )
                 .select(aws_sdk_dynamodb::types::Select::Count)
                 .into_paginator()

@@ -9,6 +9,7 @@ use heatsink_core::counter::{Check, RepairCursor, Resume};
 use super::{BucketRecount, Repair};
 use crate::counter::rebuild::RebuildError;
 use crate::counter::{CounterStoreError, TOUCHED_INDEX};
+use crate::ddb::{Condition, KeyCondition, OnlyIf, Projecting, Projection, QueryKey};
 use crate::error::AwsError;
 
 fn rebuild_pk(name: &str) -> String {
@@ -35,9 +36,11 @@ impl<R: BucketRecount> Repair<'_, R> {
             .item("sk", s_attr("lease"))
             .item("holder", s_attr(&self.options.holder))
             .item("expires", n_attr(now.saturating_add(lease_ms)))
-            .condition_expression("attribute_not_exists(pk) OR expires < :now OR holder = :me")
-            .expression_attribute_values(":now", n_attr(now))
-            .expression_attribute_values(":me", s_attr(&self.options.holder))
+            .only_if(
+                &Condition::not_exists("pk")
+                    .or(Condition::lt("expires", n_attr(now)))
+                    .or(Condition::eq("holder", s_attr(&self.options.holder))),
+            )
             .send()
             .await;
         match out {
@@ -60,8 +63,7 @@ impl<R: BucketRecount> Repair<'_, R> {
             .table_name(self.table())
             .key("pk", s_attr(rebuild_pk(&self.name)))
             .key("sk", s_attr("lease"))
-            .condition_expression("holder = :me")
-            .expression_attribute_values(":me", s_attr(&self.options.holder))
+            .only_if(&Condition::eq("holder", s_attr(&self.options.holder)))
             .send()
             .await;
         match out {
@@ -192,22 +194,18 @@ impl<R: BucketRecount> Repair<'_, R> {
             for n in 0..self.counters.touch_shards() {
                 let key = format!("{}#{start}#{n}", self.name);
                 debug_assert!(key.starts_with(&prefix));
-                let mut page = None;
-                loop {
-                    let out = self
-                        .ddb()
-                        .query()
-                        .table_name(self.table())
-                        .index_name(TOUCHED_INDEX)
-                        .key_condition_expression("#t = :t")
-                        .expression_attribute_names("#t", TOUCHED_INDEX)
-                        .expression_attribute_values(":t", s_attr(&key))
-                        .projection_expression("pk")
-                        .set_exclusive_start_key(page)
-                        .send()
-                        .await
-                        .map_err(|e| AwsError::dynamodb("Query", self.table(), e))?;
-                    for item in out.items() {
+                let mut pages = self
+                    .ddb()
+                    .query()
+                    .table_name(self.table())
+                    .index_name(TOUCHED_INDEX)
+                    .query_key(&KeyCondition::partition(TOUCHED_INDEX, s_attr(&key)))
+                    .projecting(&Projection::of(&["pk"]))
+                    .into_paginator()
+                    .send();
+                while let Some(page) = pages.next().await {
+                    let page = page.map_err(|e| AwsError::dynamodb("Query", self.table(), e))?;
+                    for item in page.items() {
                         if let Some(id) = item
                             .get("pk")
                             .and_then(|v| v.as_s().ok())
@@ -215,10 +213,6 @@ impl<R: BucketRecount> Repair<'_, R> {
                         {
                             ids.insert(id.to_owned());
                         }
-                    }
-                    page = out.last_evaluated_key;
-                    if page.is_none() {
-                        break;
                     }
                 }
             }
