@@ -6,11 +6,14 @@
 
 use std::future::Future;
 
+use aws_sdk_dynamodb::operation::scan::ScanOutput;
 use heatsink_core::slots::backoff::Backoff;
 use tokio::time::Instant;
 
 use super::super::MoveError;
 use super::{Mover, ms};
+use crate::ddb::Item;
+use crate::error::AwsError;
 
 /// What a retried call needs to know to report where the move stopped.
 #[derive(Debug, Clone)]
@@ -78,6 +81,54 @@ impl Mover {
             phase: self.record.phase.name(),
             command: self.next_command(),
             backoff: self.limits.backoff,
+        }
+    }
+
+    /// One page of a consistent `Scan` of `table` from `start`, retried as every call is: the
+    /// purge and the diff read their pages through it, each pacing and using a page as it comes.
+    pub(super) async fn scan_page(
+        &self,
+        table: &str,
+        start: Option<Item>,
+    ) -> Result<ScanOutput, MoveError> {
+        self.ctx()
+            .retry(|| {
+                let req = self
+                    .ddb
+                    .scan()
+                    .table_name(table)
+                    .consistent_read(true)
+                    .set_exclusive_start_key(start.clone());
+                let table = table.to_owned();
+                async move {
+                    req.send()
+                        .await
+                        .map_err(|e| MoveError::from(AwsError::dynamodb("Scan", table, e)))
+                }
+            })
+            .await
+    }
+
+    /// After transient failure `n` of a step that retries as a whole (the flips, whose
+    /// transaction is read again each time): waits its backoff, or gives the step up as
+    /// [`MoveError::Stalled`] once the deadline counted from `started` has passed.
+    pub(super) async fn back_off(
+        &self,
+        n: &mut u32,
+        started: Instant,
+        e: MoveError,
+    ) -> Result<(), MoveError> {
+        *n = n.saturating_add(1);
+        match self
+            .limits
+            .backoff
+            .wait(*n, started.elapsed(), rand::random())
+        {
+            Some(w) => {
+                tokio::time::sleep(w).await;
+                Ok(())
+            }
+            None => Err(self.stalled(e.to_string(), started.elapsed())),
         }
     }
 }

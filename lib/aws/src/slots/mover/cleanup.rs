@@ -351,24 +351,8 @@ impl Mover {
         let mut pace = Pace::new(self.record.budget.wcu_per_sec);
         let mut start: Option<Item> = None;
         let mut saved = Instant::now();
-        let ctx = self.ctx();
         loop {
-            let page = ctx
-                .retry(|| {
-                    let req = self
-                        .ddb
-                        .scan()
-                        .table_name(table)
-                        .consistent_read(true)
-                        .set_exclusive_start_key(start.clone());
-                    let table = table.to_owned();
-                    async move {
-                        req.send()
-                            .await
-                            .map_err(|e| MoveError::from(AwsError::dynamodb("Scan", table, e)))
-                    }
-                })
-                .await?;
+            let page = self.scan_page(table, start.clone()).await?;
             let doomed: Vec<Item> = page
                 .items()
                 .iter()

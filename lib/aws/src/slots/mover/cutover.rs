@@ -449,17 +449,7 @@ impl Mover {
                             Some(err) => return Err(err),
                         },
                         MoveError::Conflict { .. } => {}
-                        e if e.is_transient() => {
-                            n = n.saturating_add(1);
-                            match self
-                                .limits
-                                .backoff
-                                .wait(n, started.elapsed(), rand::random())
-                            {
-                                Some(w) => tokio::time::sleep(w).await,
-                                None => return Err(self.stalled(e.to_string(), started.elapsed())),
-                            }
-                        }
+                        e if e.is_transient() => self.back_off(&mut n, started, e).await?,
                         e => return Err(e),
                     }
                 }
@@ -527,17 +517,7 @@ impl Mover {
                             )));
                         }
                         MoveError::Conflict { .. } => {}
-                        e if e.is_transient() => {
-                            n = n.saturating_add(1);
-                            match self
-                                .limits
-                                .backoff
-                                .wait(n, started.elapsed(), rand::random())
-                            {
-                                Some(w) => tokio::time::sleep(w).await,
-                                None => return Err(self.stalled(e.to_string(), started.elapsed())),
-                            }
-                        }
+                        e if e.is_transient() => self.back_off(&mut n, started, e).await?,
                         e => return Err(e),
                     }
                 }

@@ -43,24 +43,8 @@ impl Mover {
         let mut out = BTreeMap::new();
         let mut pace = Pace::new(self.record.budget.rcu_per_sec);
         let mut start: Option<Item> = None;
-        let ctx = self.ctx();
         loop {
-            let page = ctx
-                .retry(|| {
-                    let req = self
-                        .ddb
-                        .scan()
-                        .table_name(table)
-                        .consistent_read(true)
-                        .set_exclusive_start_key(start.clone());
-                    let table = table.to_owned();
-                    async move {
-                        req.send()
-                            .await
-                            .map_err(|e| MoveError::from(AwsError::dynamodb("Scan", table, e)))
-                    }
-                })
-                .await?;
+            let page = self.scan_page(table, start.clone()).await?;
             pace.take(page.items().len().max(1) as f64 * 0.5).await;
             for item in page.items() {
                 let Some(pk) = get_s(item, "pk") else {
