@@ -34,7 +34,8 @@ demo:
 	@echo "The local stack is still running: stop it with 'localstack/stack down'."
 
 ## Shell lint, the markdown's links, the stack script's smoke test (up/env/status/down, leaves the stack down), stack
-## up, format and lint checks, every test on the moto lane and the integration tests (`--workspace
+## up, format and lint checks, every test on the moto lane and, beside it (the lanes are separate emulators; cargo
+## holds its lock only while it builds), the integration tests (`--workspace
 ## --test it`: the workspace's feature set, so nothing is compiled twice) on the dynoxide lane, those that reach
 ## LocalStack's own services on the LocalStack lane (LOCALSTACK_SKIP), the salted_writes example on moto, stack down
 ## (also when a step fails).
@@ -49,12 +50,17 @@ test:
 	$(CARGO) fmt --all --check; \
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings; \
 	$(MAKE) --no-print-directory features docs package; \
+	echo "== build every test"; \
+	$(CARGO) test --workspace --locked --no-run; \
+	echo "== integration tests, dynoxide lane, in the background (its log follows the moto lane's)"; \
+	( eval "$$($(STACK) env --lane dynoxide)"; HEATSINK_REQUIRE_STACK=1 $(CARGO) test --workspace --locked --test it ) \
+	  >.emu/logs/it-dynoxide.log 2>&1 & dynoxide=$$!; \
 	echo "== all tests, moto lane"; \
 	( eval "$$($(STACK) env --lane moto)"; HEATSINK_REQUIRE_STACK=1 $(CARGO) test --workspace --locked; \
 	  echo "== example salted_writes, moto lane"; \
 	  $(CARGO) build -q --workspace --bins --examples --locked; target/debug/examples/salted_writes ); \
-	echo "== integration tests, dynoxide lane"; \
-	( eval "$$($(STACK) env --lane dynoxide)"; HEATSINK_REQUIRE_STACK=1 $(CARGO) test --workspace --locked --test it ); \
+	echo "== integration tests, dynoxide lane (ran beside the moto lane)"; \
+	rc=0; wait "$$dynoxide" || rc=$$?; cat .emu/logs/it-dynoxide.log; [ "$$rc" = 0 ] || exit "$$rc"; \
 	echo "== infra: CDK synth tests, cdk-nag, schema agreement, Terraform check"; \
 	$(MAKE) -C infra test HEATSINK_BIN=$(CURDIR)/target/debug/heatsink; \
 	rc=0; $(STACK) up --localstack || rc=$$?; \
