@@ -18,7 +18,9 @@
 //!   stayed < 40 % for [`PlanConfig::hold_secs`]; the hold is tracked in [`ReshardState`].
 //! - **Cooldown and depth cap**: a shard created less than [`PlanConfig::cooldown_secs`] ago
 //!   is neither split nor merged, and one already [`PlanConfig::max_depth`] splits deep is not
-//!   split again, so a plan cannot flip-flop.
+//!   split again, so a plan cannot flip-flop. `ListShards` gives no creation time; what it
+//!   can say (a shard missing from `AT_TIMESTAMP t` was created after t) gives each young
+//!   shard its latest possible creation time ([`CreationProbe`]).
 //!
 //! Operations name shards by hash range, not id (children get new ids), and are meant to run
 //! one at a time ([`Op`]). [`Ledger`] keeps the `UpdateShardCount` budget (10 calls per rolling
@@ -43,11 +45,13 @@
 //! Limits: a plan sees only what was sampled; keys absent from the sample are assumed to be
 //! spread like the ones present, and split points sit midway between adjacent sampled keys.
 
+mod created;
 mod ledger;
 mod plan;
 #[cfg(test)]
 mod tests;
 
+pub use created::CreationProbe;
 pub use ledger::{Ledger, LedgerError, MAX_UPDATE_SHARD_COUNT_CALLS, ROLLING_WINDOW_SECS};
 pub use plan::{
     Action, HotKeyReport, Op, Plan, PlanConfig, PlanError, Refusal, ReshardState, Sample,

@@ -7,6 +7,14 @@
 //!   the hash key of its first user record, which is where heatsink's producer routes it.
 //!   Reading stops at the end of the window, when the shard is caught up, or after
 //!   [`MAX_PAGES_PER_SHARD`] pages, so sampling cannot hang on a busy shard.
+//! - **Cooldown from the shard listing**: `ListShards` gives no creation time, but a shard
+//!   missing from `ListShards` with `ShardFilter { AT_TIMESTAMP, t }` was created after t.
+//!   [`sample_and_plan`] lists the shards at the start of the cooldown window and halves the
+//!   interval of the young ones ([`created_within`], [`CreationProbe`]: one call when no shard
+//!   is young, about seven when a reshard's children are), and gives each young shard the latest
+//!   time it can have been created as `created_at`, so the plan's cooldown refuses to split or
+//!   merge it ("cooldown: … plan again at or after T") and never ends early. [`sample`] alone
+//!   leaves `created_at` unset.
 //! - **Applying** makes one `SplitShard`/`MergeShards` call at a time and waits for the stream
 //!   to be `ACTIVE` again before the next (one operation in flight per stream). A call refused
 //!   for its rate (`LimitExceededException` "Rate exceeded …") or because the stream is busy
@@ -43,7 +51,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use aws_sdk_kinesis::primitives::DateTime;
-use aws_sdk_kinesis::types::{ShardIteratorType, StreamStatus};
+use aws_sdk_kinesis::types::{ShardFilter, ShardFilterType, ShardIteratorType, StreamStatus};
 use heatsink_core::detect::Kind;
 use heatsink_core::hot::Signal;
 use heatsink_core::keys::kinesis_hash_key;
@@ -695,7 +703,68 @@ pub async fn hand_off_hot_keys(
     controller.run_bounded(&signals, now, &bounds).await
 }
 
-/// Sample and plan in one go (what `heatsink reshard plan` prints).
+/// The shards of `stream` listed by `ListShards` with `ShardFilter { AT_TIMESTAMP, at_secs }`:
+/// those created at or before `at_secs` and open then (every page).
+async fn listed_at(
+    kinesis: &aws_sdk_kinesis::Client,
+    stream: &str,
+    at_secs: u64,
+) -> Result<Vec<String>, ReshardError> {
+    let filter = ShardFilter::builder()
+        .r#type(ShardFilterType::AtTimestamp)
+        .timestamp(DateTime::from_secs(
+            i64::try_from(at_secs).unwrap_or(i64::MAX),
+        ))
+        .build()
+        .map_err(|source| KinesisError::Request {
+            stream: stream.to_owned(),
+            source,
+        })?;
+    let mut ids = Vec::new();
+    let mut next: Option<String> = None;
+    loop {
+        // A NextToken carries the filter; the two may not be sent together.
+        let req = match &next {
+            Some(t) => kinesis.list_shards().next_token(t),
+            None => kinesis
+                .list_shards()
+                .stream_name(stream)
+                .shard_filter(filter.clone()),
+        };
+        let out = req
+            .send()
+            .await
+            .map_err(|e| AwsError::new("Kinesis", "ListShards", stream, e))?;
+        ids.extend(out.shards().iter().map(|s| s.shard_id().to_owned()));
+        next = out.next_token;
+        if next.is_none() {
+            return Ok(ids);
+        }
+    }
+}
+
+/// The open shards in `open` created less than `window_secs` before `now_secs`, each with the
+/// latest time it can have been created (Unix seconds), from `ListShards` with an
+/// `AT_TIMESTAMP` filter ([`CreationProbe`]: one call, and about six more when a shard is that
+/// young). A listing that ignores the filter (an emulator) makes every shard old.
+pub async fn created_within(
+    kinesis: &aws_sdk_kinesis::Client,
+    stream: &str,
+    open: &[String],
+    now_secs: u64,
+    window_secs: u64,
+) -> Result<std::collections::BTreeMap<String, u64>, ReshardError> {
+    let mut probe = CreationProbe::new(open.iter().cloned(), now_secs, window_secs);
+    while let Some(t) = probe.next_probe() {
+        let listed = listed_at(kinesis, stream, t).await?;
+        probe.observe(t, listed);
+    }
+    Ok(probe.created_at())
+}
+
+/// Sample and plan in one go (what `heatsink reshard plan` prints). Each young shard's
+/// `created_at` comes from the shard listing ([`created_within`]), so the plan's cooldown
+/// ([`PlanConfig::cooldown_secs`]) refuses to split or merge a shard a reshard just made.
 pub async fn sample_and_plan(
     kinesis: &aws_sdk_kinesis::Client,
     stream: &str,
@@ -704,7 +773,14 @@ pub async fn sample_and_plan(
     state: &ReshardState,
     config: &PlanConfig,
 ) -> Result<Plan, ReshardError> {
-    let samples = sample(kinesis, stream, secs, now_ms).await?;
+    let mut samples = sample(kinesis, stream, secs, now_ms).await?;
+    let kinesis = &crate::timeouts::bounded!(aws_sdk_kinesis, kinesis.clone(), Timeouts::CALL);
+    let open: Vec<String> = samples.iter().map(|s| s.shard_id.clone()).collect();
+    let young =
+        created_within(kinesis, stream, &open, now_ms / 1_000, config.cooldown_secs).await?;
+    for s in &mut samples {
+        s.created_at = young.get(&s.shard_id).copied();
+    }
     Ok(heatsink_core::reshard::plan(
         &samples,
         state,
@@ -1012,6 +1088,195 @@ mod tests {
             .unwrap();
         assert_eq!((j.done, split.num_calls()), (1, 2));
         let _ = std::fs::remove_file(&path);
+    }
+
+    /// A stream split 100 s ago, as ListShards shapes it (API reference: `Shard` with
+    /// `ParentShardId`, a closed shard's `EndingSequenceNumber`; `ShardFilter` `AT_LATEST` lists
+    /// the open shards, `AT_TIMESTAMP t` the shards started by t and open at t), and a hot left
+    /// child (1,000 records in its hash range, no key over 50 %).
+    fn split_stream(split_at_secs: u64) -> (Rule, Rule, Rule) {
+        use aws_sdk_kinesis::operation::get_records::GetRecordsOutput;
+        use aws_sdk_kinesis::operation::get_shard_iterator::GetShardIteratorOutput;
+        use aws_sdk_kinesis::primitives::Blob;
+        use aws_sdk_kinesis::types::{Record, ShardFilterType};
+        const HALF: u128 = 1u128 << 127;
+        // (id, parent, start, end, created, closed)
+        let shards: Vec<(&str, Option<&str>, u128, u128, u64, Option<u64>)> = vec![
+            (
+                "shardId-000000000000",
+                None,
+                0,
+                u128::MAX,
+                0,
+                Some(split_at_secs),
+            ),
+            (
+                "shardId-000000000001",
+                Some("shardId-000000000000"),
+                0,
+                HALF - 1,
+                split_at_secs,
+                None,
+            ),
+            (
+                "shardId-000000000002",
+                Some("shardId-000000000000"),
+                HALF,
+                u128::MAX,
+                split_at_secs,
+                None,
+            ),
+        ];
+        let shape = |&(id, parent, start, end, _, closed): &(
+            &str,
+            Option<&str>,
+            u128,
+            u128,
+            u64,
+            Option<u64>,
+        )| {
+            let mut seq = SequenceNumberRange::builder().starting_sequence_number("1");
+            if closed.is_some() {
+                seq = seq.ending_sequence_number("99");
+            }
+            Shard::builder()
+                .shard_id(id)
+                .set_parent_shard_id(parent.map(str::to_owned))
+                .hash_key_range(
+                    HashKeyRange::builder()
+                        .starting_hash_key(start.to_string())
+                        .ending_hash_key(end.to_string())
+                        .build()
+                        .unwrap(),
+                )
+                .sequence_number_range(seq.build().unwrap())
+                .build()
+                .unwrap()
+        };
+        let list = mock!(aws_sdk_kinesis::Client::list_shards).then_compute_output(move |req| {
+            let filter = req.shard_filter();
+            let listed = shards.iter().filter(|s| match filter.map(|f| f.r#type()) {
+                None => true,
+                Some(ShardFilterType::AtLatest) => s.5.is_none(),
+                Some(ShardFilterType::AtTimestamp) => {
+                    let t = filter
+                        .and_then(|f| f.timestamp())
+                        .map_or(0, |t| u64::try_from(t.secs()).unwrap_or(0));
+                    s.4 <= t && s.5.is_none_or(|c| c >= t)
+                }
+                Some(other) => panic!("unexpected filter {other:?}"),
+            });
+            ListShardsOutput::builder()
+                .set_shards(Some(listed.map(shape).collect()))
+                .build()
+        });
+        let iterator =
+            mock!(aws_sdk_kinesis::Client::get_shard_iterator).then_compute_output(|req| {
+                GetShardIteratorOutput::builder()
+                    .shard_iterator(format!("it-{}", req.shard_id().unwrap_or_default()))
+                    .build()
+            });
+        let records = mock!(aws_sdk_kinesis::Client::get_records).then_compute_output(move |req| {
+            let hot = req.shard_iterator() == Some("it-shardId-000000000001");
+            let at = DateTime::from_secs(i64::try_from(split_at_secs).unwrap_or(0) + 99);
+            let recs: Vec<Record> = (0u32..)
+                .map(|i| format!("user-{i}"))
+                .filter(|k| kinesis_hash_key(k) < HALF)
+                .take(if hot { 1_000 } else { 0 })
+                .enumerate()
+                .map(|(i, k)| {
+                    Record::builder()
+                        .sequence_number(i.to_string())
+                        .approximate_arrival_timestamp(at)
+                        .data(Blob::new(vec![0u8; 100]))
+                        .partition_key(k)
+                        .build()
+                        .unwrap()
+                })
+                .collect();
+            GetRecordsOutput::builder()
+                .set_records(Some(recs))
+                .millis_behind_latest(0)
+                .build()
+                .unwrap()
+        });
+        (list, iterator, records)
+    }
+
+    /// The cooldown acts on the shard listing: a hot child of a split made 100 s ago is refused
+    /// ("cooldown", with when to plan again) and apply makes no call; 900 s later the same
+    /// listing and load plan the split.
+    #[tokio::test(start_paused = true)]
+    async fn smithy_mock_a_second_reshard_inside_the_cooldown_is_refused_with_the_next_step() {
+        let now = 1_700_000_000u64;
+        let (list, iterator, records) = split_stream(now - 100);
+        let split = mock!(aws_sdk_kinesis::Client::split_shard)
+            .then_output(|| SplitShardOutput::builder().build());
+        let k = mocked!(aws_sdk_kinesis with |c| c.retry_config(RetryConfig::disabled()); list, iterator, records, split, active());
+        let config = PlanConfig::default();
+        let young = created_within(
+            &k,
+            "s",
+            &["shardId-000000000001".into(), "shardId-000000000002".into()],
+            now,
+            config.cooldown_secs,
+        )
+        .await
+        .unwrap();
+        for (id, at) in &young {
+            assert!(
+                (now - 100..=now - 100 + 30).contains(at),
+                "{id}: created at {at}, the split was at {}",
+                now - 100
+            );
+        }
+        assert_eq!(young.len(), 2, "{young:?}");
+        let calls = list.num_calls();
+        assert!(calls <= 17, "one window probe and a few halvings: {calls}");
+
+        let plan = sample_and_plan(&k, "s", 1, now * 1_000, &ReshardState::default(), &config)
+            .await
+            .unwrap();
+        let hot = &plan.shards[0];
+        assert_eq!(hot.shard_id, "shardId-000000000001");
+        assert!(hot.load >= config.split_at, "{hot:?}");
+        assert_eq!(hot.action, Action::Refuse, "{hot:?}");
+        let Some(Refusal::Cooldown { until }) = hot.refusal else {
+            panic!("refused for its cooldown: {hot:?}");
+        };
+        assert!(
+            (now - 100 + 900..=now - 100 + 930).contains(&until),
+            "{until}"
+        );
+        let reason = hot
+            .refusal
+            .as_ref()
+            .map(Refusal::reason)
+            .unwrap_or_default();
+        assert!(
+            reason.contains("cooldown")
+                && reason.contains(&format!("plan again at or after {until}")),
+            "{reason}"
+        );
+        assert!(plan.ops.is_empty(), "{:?}", plan.ops);
+        let path = journal_path("cooldown");
+        let j = apply(&k, "s", &path, Some(&plan), &ApplyConfig::default(), |_| {})
+            .await
+            .unwrap();
+        assert_eq!(
+            (j.ops.len(), split.num_calls()),
+            (0, 0),
+            "no call inside the cooldown"
+        );
+        let _ = std::fs::remove_file(&path);
+
+        // Once the cooldown has passed, the same load is split.
+        let later = until + 1;
+        let plan = sample_and_plan(&k, "s", 1, later * 1_000, &ReshardState::default(), &config)
+            .await
+            .unwrap();
+        assert_eq!(plan.shards[0].action, Action::Split, "{:?}", plan.shards[0]);
+        assert_eq!(plan.shards[0].refusal, None);
     }
 
     #[tokio::test(start_paused = true)]

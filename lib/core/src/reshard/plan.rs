@@ -167,7 +167,9 @@ impl Refusal {
                 best_share * 100.0
             ),
             Self::Cooldown { until } => {
-                format!("cooldown: created recently, may change at {until}")
+                format!(
+                    "cooldown: the shard was created less than the cooldown ago; plan again at or after {until} (Unix seconds)"
+                )
             }
             Self::DepthCap { depth } => format!("depth cap: already {depth} splits deep"),
         }
