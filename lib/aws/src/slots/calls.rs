@@ -5,8 +5,11 @@
 //! [`CallTimeouts::operation`], both well under the router's give-up window (about 5 s of
 //! MOVED answers and directory polls, [`heatsink_core::slots::RetryRule`]). A client whose
 //! configuration already sets an operation timeout keeps its own. A timed-out call is
-//! transient: the router retries it with its retry rule, the mover with capped, jittered
-//! backoff inside the step's deadline ([`heatsink_core::slots::backoff`]).
+//! transient: the router retries it with its retry rule until the rule's deadline
+//! ([`heatsink_core::slots::RetryRule::deadline`], 10 s: a write to a hung owner gives up within
+//! 12.5 s with [`super::MoveError::Unanswered`]), the mover with capped, jittered backoff inside
+//! the step's deadline ([`heatsink_core::slots::backoff`]). A read is not retried: its first
+//! timed-out call (2.5 s) ends it.
 
 use std::time::Duration;
 

@@ -213,6 +213,24 @@ pub enum MoveError {
         /// Attempts made.
         attempts: u32,
     },
+    /// The router kept meeting transient failures (timeouts, throttling, an unreachable
+    /// owner) until its retry deadline ([`RetryRule::deadline`]): the write may or may not be
+    /// stored, and is not acknowledged.
+    #[error(
+        "write of {key:?} (slot {slot}) not acknowledged after {attempts} attempts in {waited_ms} ms: {cause}; it may or may not be stored: send it again (a retry of the same version is never stored twice)"
+    )]
+    Unanswered {
+        /// The key.
+        key: String,
+        /// Its slot.
+        slot: u16,
+        /// Attempts made.
+        attempts: u32,
+        /// How long the write was retried.
+        waited_ms: u64,
+        /// The last failure.
+        cause: String,
+    },
     /// The recorded stream position is past the stream's 24-hour retention.
     #[error(
         "move {id}: the recorded stream position on {shard} is past retention (TrimmedDataAccess); the copy cannot resume: run `heatsink move abort {id}` and start the move again"

@@ -11,7 +11,7 @@ use aws_sdk_dynamodb::types::{
     AttributeValue, ConditionCheck, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem,
 };
 use heatsink_core::slots::apply::Version;
-use heatsink_core::slots::{Answer, Next, RangeState, RetryRule, SlotMap, slot_of};
+use heatsink_core::slots::{Answer, Next, RangeEntry, RangeState, RetryRule, SlotMap, slot_of};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
@@ -309,6 +309,9 @@ impl Router {
             )));
         }
         let slot = slot_of(&key);
+        let started = Instant::now();
+        // The last transient failure, for the error when the retry deadline ends the write.
+        let mut cause: Option<String> = None;
         let mut moved = 0u32;
         // MOVED answers and directory polls while bounced: the give-up budget (`max_moved`).
         let mut waited = 0u32;
@@ -325,7 +328,7 @@ impl Router {
             let fenced =
                 self.inner.strict || map.strict || matches!(entry.state, RangeState::Moving { .. });
             let answer = self
-                .attempt(&entry.owner, entry.epoch, fenced, slot, &item, version)
+                .attempt(entry, fenced, slot, &item, version, &mut cause)
                 .await?;
             let rule = self.inner.rule;
             let next = match rule.next(attempt, moved, &answer) {
@@ -355,6 +358,17 @@ impl Router {
                     self.inner.stats.moved.fetch_add(1, Ordering::Relaxed);
                     tokio::time::sleep(after).await;
                     bounced = Some(map.version);
+                }
+                Next::Retry { after } if !rule.retry_in_time(started.elapsed(), after) => {
+                    return Err(MoveError::Unanswered {
+                        key,
+                        slot,
+                        attempts: attempt,
+                        waited_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                        cause: cause.unwrap_or_else(|| {
+                            "the owner answered with a transient failure".into()
+                        }),
+                    });
                 }
                 Next::Retry { after } => {
                     self.inner.stats.retries.fetch_add(1, Ordering::Relaxed);
@@ -399,13 +413,14 @@ impl Router {
 
     async fn attempt(
         &self,
-        owner: &str,
-        epoch: u64,
+        entry: &RangeEntry,
         fenced: bool,
         slot: u16,
         item: &HashMap<String, AttributeValue>,
         version: Version,
+        cause: &mut Option<String>,
     ) -> Result<Answer, MoveError> {
+        let (owner, epoch) = (entry.owner.as_str(), entry.epoch);
         let ddb = &self.inner.ddb;
         let keys = self.keys(owner).await?;
         let bad = |e: aws_sdk_dynamodb::error::BuildError| MoveError::BadItem(e.to_string());
@@ -444,6 +459,7 @@ impl Router {
                     }
                     let err = AwsError::dynamodb("PutItem", owner, e);
                     if err.is_transient() {
+                        *cause = Some(err.to_string());
                         Ok(Answer::Transient)
                     } else {
                         Err(err.into())
@@ -483,6 +499,7 @@ impl Router {
                 let Some(reasons) = reasons else {
                     let err = AwsError::dynamodb("TransactWriteItems", owner, e);
                     return if err.is_transient() {
+                        *cause = Some(err.to_string());
                         Ok(Answer::Transient)
                     } else {
                         Err(err.into())
@@ -510,6 +527,10 @@ impl Router {
                     return Ok(Self::settled(stored.as_ref(), version));
                 }
                 // TransactionConflict, throttling: the write may be retried as it is.
+                *cause = Some(format!(
+                    "TransactWriteItems on {owner} cancelled ({})",
+                    (0..reasons.len()).map(code).collect::<Vec<_>>().join(", ")
+                ));
                 Ok(Answer::Transient)
             }
         }

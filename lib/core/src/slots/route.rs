@@ -67,11 +67,17 @@ pub struct RetryRule {
     /// MOVED answers plus directory polls a write may spend before it gives up (a fence that
     /// outlasts about `max_moved × moved_cap` is a stuck move, not a pause).
     pub max_moved: u32,
+    /// How long a write may keep retrying transient failures (throttled, timed out,
+    /// unreachable) before it gives up unacknowledged: no retry starts past it, so a write to a
+    /// hung owner ends within `deadline` plus its last attempt's call timeout. MOVED answers
+    /// and directory polls are bounded by `max_moved` instead.
+    pub deadline: Duration,
 }
 
 impl Default for RetryRule {
-    /// 40 transient attempts, 5 ms doubling to 100 ms (about 3 s of throttling); between MOVED
-    /// answers 5 then 10 ms, up to 500 of them (rides out a fence of about 5 s).
+    /// 40 transient attempts, 5 ms doubling to 100 ms (about 3 s of throttling), retried for
+    /// at most 10 s (a hung owner times out each attempt: four of the router's 2.5 s calls);
+    /// between MOVED answers 5 then 10 ms, up to 500 of them (rides out a fence of about 5 s).
     fn default() -> Self {
         Self {
             max_attempts: 40,
@@ -79,11 +85,18 @@ impl Default for RetryRule {
             cap: Duration::from_millis(100),
             moved_cap: Duration::from_millis(10),
             max_moved: 500,
+            deadline: Duration::from_secs(10),
         }
     }
 }
 
 impl RetryRule {
+    /// Whether a retry that waits `wait` after `elapsed` of the write still starts before
+    /// [`RetryRule::deadline`]; when it does not, the write gives up unacknowledged.
+    pub fn retry_in_time(&self, elapsed: Duration, wait: Duration) -> bool {
+        elapsed.saturating_add(wait) < self.deadline
+    }
+
     /// The backoff before retry number `n` (1-based): `base · 2^(n-1)`, at most `cap`.
     pub fn backoff(&self, n: u32) -> Duration {
         let factor = 1u32
@@ -264,5 +277,19 @@ mod tests {
             }
         );
         assert_eq!(rule.next(2, 1, &Answer::AlreadyApplied), Next::Done);
+    }
+
+    #[test]
+    fn no_retry_starts_past_the_deadline() {
+        let rule = RetryRule::default();
+        let ms = Duration::from_millis;
+        // A hung owner: four 2.5 s timeouts, then the fifth retry would start past 10 s.
+        assert!(rule.retry_in_time(ms(7_520), ms(20)));
+        assert!(!rule.retry_in_time(ms(10_030), ms(40)));
+        assert!(
+            !rule.retry_in_time(ms(9_990), ms(10)),
+            "ends at the deadline"
+        );
+        assert!(!rule.retry_in_time(Duration::MAX, ms(1)), "saturates");
     }
 }
