@@ -26,9 +26,9 @@ pub use heatsink_core::kpl;
 pub use pace::{Pacer, ShardLimits};
 pub use producer::{
     DEFAULT_MAX_BUFFERED_BYTES, KEY_ALLOWANCE, MAX_BYTES_PER_RECORD, MAX_BYTES_PER_REQUEST,
-    MAX_RECORDS_PER_REQUEST, METRIC_AGGREGATED, METRIC_FAILED, METRIC_RECORDS, METRIC_REQUESTS,
-    METRIC_RETRIED, METRIC_THROTTLES, Producer, ProducerConfig, ProducerError, ProducerReport,
-    Salting, UserRecord,
+    MAX_LARGE_RECORD_BYTES, MAX_RECORDS_PER_REQUEST, METRIC_AGGREGATED, METRIC_FAILED,
+    METRIC_RECORDS, METRIC_REQUESTS, METRIC_RETRIED, METRIC_THROTTLES, Producer, ProducerConfig,
+    ProducerError, ProducerReport, Salting, UserRecord,
 };
 
 /// Errors of Kinesis placement.

@@ -12,9 +12,11 @@
 //! budget is spent, so a stalled stream blocks its writers at the budget, whatever the record
 //! count (`queue_capacity`, 10,000 records, is a second bound). A plain entry holds its record
 //! once; a KPL aggregate holds its user records and their packed copy (≤ 2 × theirs); a request
-//! in flight holds one more copy of its entries for the SDK until answered (≤ 5 MiB each). So the
-//! producer holds at most `2 × max_buffered_bytes + max_in_flight × 5 MiB` of records: 84 MiB
-//! with the defaults, with 1 MiB records or 10-byte ones.
+//! in flight holds one more copy of its entries for the SDK until answered (≤ 5 MiB each, or the
+//! one large record it carries). So the producer holds at most `2 × max_buffered_bytes +
+//! max_in_flight × 5 MiB` of records: 84 MiB with the defaults, with 1 MiB records or 10-byte
+//! ones. Measured under a stalled stream (`producer_rss` bench, BENCHMARKS.md): 67.5 MiB above
+//! baseline with the defaults and 1 MiB records on 4 shards, the SDK's request bodies included.
 //!
 //! What the task does with each user record:
 //! 1. **Salting** (optional): if the hot-key directory says the partition key is salted with
@@ -28,7 +30,10 @@
 //!    1 MiB/s ([`ShardLimits::KINESIS`]) allows.
 //! 5. **Batching**: `PutRecords` requests of at most 500 entries and 5 MiB (data plus partition
 //!    keys), each entry at most 1 MiB — the service limits in the `PutRecords` API reference.
-//!    A request is sent when full or when its oldest entry has waited `linger`.
+//!    A stream whose `MaxRecordSizeInKiB` is raised (up to 10,240 KiB) takes records up to that
+//!    size ([`Producer::max_record_bytes`], read at start with `DescribeStreamSummary`; 1 MiB
+//!    when the stream does not say or the call is refused); a record over 5 MiB goes alone in
+//!    its request. A request is sent when full or when its oldest entry has waited `linger`.
 //! 6. **Retry**: only the entries the response marks failed are retried, after a capped,
 //!    fully jittered exponential backoff; a throttled shard's budget is emptied for a second.
 //!
@@ -52,7 +57,15 @@
 //! second. Consumers that need per-key order must order by their own sequence field (or write
 //! with `PutRecord` and `SequenceNumberForOrdering`, one record at a time).
 //! A record that still fails after `max_attempts` is counted in [`ProducerReport::failed`]
-//! and handed back in [`ProducerReport::failed_records`], never dropped silently.
+//! and handed back in [`ProducerReport::failed_records`], never dropped silently; the last
+//! failure is [`ProducerReport::last_error`].
+//!
+//! **A hung stream** (calls accepted and never answered) costs each call at most
+//! [`ProducerConfig::timeouts`]' operation timeout (15 s; 5 s an attempt) before its entries are
+//! retried, so a record is given up within `max_attempts × (operation + backoff_cap)`: 12 ×
+//! (15 s + 2 s) = 204 s with the defaults, plus turns behind other requests when more than
+//! `max_in_flight` requests' worth are buffered. Meanwhile `send` blocks at the byte budget.
+//! `start` gives up after one `ListShards` call's timeout.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -80,8 +93,11 @@ use crate::timeouts::{Timeouts, bounded};
 pub const MAX_RECORDS_PER_REQUEST: usize = 500;
 /// `PutRecords`: at most 5 MiB per request, data plus partition keys.
 pub const MAX_BYTES_PER_REQUEST: usize = 5 * 1_048_576;
-/// `PutRecords`: at most 1 MiB per entry, data plus partition key.
+/// `PutRecords`: at most 1 MiB per entry, data plus partition key, on a stream that has not
+/// raised its maximum record size.
 pub const MAX_BYTES_PER_RECORD: usize = kpl::MAX_RECORD_BYTES;
+/// The largest record a stream can allow (`MaxRecordSizeInKiB` up to 10,240 KiB: 10 MiB).
+pub const MAX_LARGE_RECORD_BYTES: usize = 10 * 1_048_576;
 
 /// What every user record costs the byte budget beyond its data: its partition key's worst case,
 /// 256 characters of up to 4 bytes (1 KiB).
@@ -114,7 +130,8 @@ pub enum ProducerError {
         /// What was done before it stopped; `failed_records` holds everything not written.
         report: Box<ProducerReport>,
     },
-    /// The record cannot be put at all (bad partition key, over 1 MiB).
+    /// The record cannot be put at all (bad partition key, over the stream's maximum record
+    /// size: 1 MiB unless the stream raised it).
     #[error(transparent)]
     Record(#[from] KplError),
     /// The producer task has stopped (after a fatal error, or after shutdown).
@@ -238,6 +255,9 @@ pub struct ProducerReport {
     pub failed: u64,
     /// Those records, so the caller can put them elsewhere.
     pub failed_records: Vec<UserRecord>,
+    /// Why the last of them was given up: the call's error (one line, e.g. "… PutRecords on
+    /// `stream` timed out …") or the entry's error code and message. `None` when none failed.
+    pub last_error: Option<String>,
 }
 
 /// User records acknowledged by Kinesis.
@@ -274,6 +294,8 @@ pub struct Producer {
     tx: mpsc::Sender<UserRecord>,
     /// The byte budget: taken by `send`, given back by the task; closed when the task ends.
     budget: Arc<Semaphore>,
+    /// The largest record the stream takes (data plus partition key).
+    max_record: usize,
     task: JoinHandle<Result<ProducerReport, ProducerError>>,
 }
 
@@ -287,10 +309,11 @@ impl Producer {
         let stream = stream.into();
         let kinesis = bounded!(aws_sdk_kinesis, kinesis, config.timeouts);
         let shards = open_shard_ranges(&kinesis, &stream).await?;
+        let max_record = max_record_bytes(&kinesis, &stream).await;
         let (tx, rx) = mpsc::channel(config.queue_capacity.max(1));
         let bytes = config
             .max_buffered_bytes
-            .clamp(cost(MAX_BYTES_PER_RECORD), u32::MAX as usize);
+            .clamp(cost(max_record), u32::MAX as usize);
         let budget = Arc::new(Semaphore::new(bytes));
         let worker = Worker::new(kinesis, stream.clone(), config, shards, budget.clone());
         let closing = budget.clone();
@@ -304,8 +327,15 @@ impl Producer {
             stream,
             tx,
             budget,
+            max_record,
             task,
         })
+    }
+
+    /// The largest record (data plus partition key) this producer accepts: the stream's
+    /// `MaxRecordSizeInKiB` as `DescribeStreamSummary` gave it at start, else 1 MiB.
+    pub fn max_record_bytes(&self) -> usize {
+        self.max_record
     }
 
     /// Queue one user record under `partition_key`, waiting while the queue is full.
@@ -325,11 +355,11 @@ impl Producer {
     /// Queue one user record (with an explicit hash key, if it has one), waiting while the byte
     /// budget or the queue is full.
     pub async fn send_record(&self, record: UserRecord) -> Result<(), ProducerError> {
-        check_record(&record)?;
+        check_record(&record, self.max_record)?;
         let closed = || ProducerError::Closed {
             stream: self.stream.clone(),
         };
-        // ≤ 1 MiB + 1 KiB by check_record, so it fits a u32.
+        // ≤ 10 MiB + 1 KiB by check_record, so it fits a u32.
         let n = u32::try_from(cost(record.data.len())).map_err(|_| closed())?;
         self.budget
             .acquire_many(n)
@@ -356,7 +386,36 @@ impl Producer {
     }
 }
 
-fn check_record(r: &UserRecord) -> Result<(), KplError> {
+/// The stream's largest record in bytes: `MaxRecordSizeInKiB` from `DescribeStreamSummary`,
+/// within 1 MiB..=10 MiB; 1 MiB when the stream does not say (an emulator, a stream that kept the
+/// default) or the call fails (a role without `kinesis:DescribeStreamSummary`): a record the
+/// stream might refuse is refused here instead.
+async fn max_record_bytes(kinesis: &aws_sdk_kinesis::Client, stream: &str) -> usize {
+    match kinesis
+        .describe_stream_summary()
+        .stream_name(stream)
+        .send()
+        .await
+    {
+        Ok(out) => out
+            .stream_description_summary()
+            .and_then(|d| d.max_record_size_in_kib())
+            .and_then(|kib| usize::try_from(kib).ok())
+            .map_or(MAX_BYTES_PER_RECORD, |kib| {
+                kib.saturating_mul(1_024)
+                    .clamp(MAX_BYTES_PER_RECORD, MAX_LARGE_RECORD_BYTES)
+            }),
+        Err(e) => {
+            tracing::warn!(
+                error = %AwsError::new("Kinesis", "DescribeStreamSummary", stream, e),
+                "the stream's maximum record size is unknown; records over 1 MiB are refused"
+            );
+            MAX_BYTES_PER_RECORD
+        }
+    }
+}
+
+fn check_record(r: &UserRecord, max_record: usize) -> Result<(), KplError> {
     let chars = r.partition_key.chars().count();
     if chars == 0 || chars > kpl::MAX_PARTITION_KEY_CHARS {
         return Err(KplError::BadPartitionKey {
@@ -368,10 +427,10 @@ fn check_record(r: &UserRecord) -> Result<(), KplError> {
         kpl::effective_hash_key(&r.partition_key, Some(e))?;
     }
     let len = r.data.len() + r.partition_key.len();
-    if len > MAX_BYTES_PER_RECORD {
+    if len > max_record {
         return Err(KplError::Oversized {
             len,
-            max: MAX_BYTES_PER_RECORD,
+            max: max_record,
         });
     }
     Ok(())
@@ -454,6 +513,8 @@ struct Worker {
     report: ProducerReport,
     buffered: usize,
     budget: Arc<Semaphore>,
+    /// The last failure of a call or an entry, kept for [`ProducerReport::last_error`].
+    last_failure: Option<String>,
 }
 
 /// The config without the salting source (kept apart so it can be borrowed while buffers change).
@@ -505,6 +566,7 @@ impl Worker {
             report: ProducerReport::default(),
             buffered: 0,
             budget,
+            last_failure: None,
         };
         w.set_map(shards);
         w
@@ -741,8 +803,10 @@ impl Worker {
                     continue;
                 };
                 let size = front.bytes();
+                // A record over what is left of 5 MiB waits for the next request; one over 5 MiB
+                // (a stream with a larger MaxRecordSizeInKiB) goes alone, ≤ 10 MiB.
                 if front.not_before > now
-                    || bytes + size > MAX_BYTES_PER_REQUEST
+                    || (bytes + size > MAX_BYTES_PER_REQUEST && !batch.is_empty())
                     || b.paced_until.is_some_and(|t| t > now)
                 {
                     continue;
@@ -817,6 +881,7 @@ impl Worker {
             Err(e) if e.is_throttling() || e.is_transient() => {
                 // No answer per entry: retry them all (they may have been written: at least once).
                 let throttled = e.is_throttling();
+                self.last_failure = Some(e.to_string());
                 for (shard, entry) in batch {
                     if throttled {
                         self.report.throttles += 1;
@@ -831,6 +896,7 @@ impl Worker {
             }
             Err(e) => {
                 // Keep the entries for the report before stopping.
+                self.last_failure = Some(e.to_string());
                 for (_, entry) in batch {
                     self.give_up(entry);
                 }
@@ -855,6 +921,14 @@ impl Worker {
                     }
                 }
                 code => {
+                    self.last_failure = Some(format!(
+                        "Kinesis PutRecords on {}: entry refused with {} ({})",
+                        self.stream,
+                        code.unwrap_or("no result"),
+                        result
+                            .and_then(|r| r.error_message())
+                            .unwrap_or("no message")
+                    ));
                     if code == Some("ProvisionedThroughputExceededException") {
                         self.report.throttles += 1;
                         if let Some(b) = self.bufs.get_mut(shard) {
@@ -880,6 +954,7 @@ impl Worker {
     }
 
     fn give_up(&mut self, e: Entry) {
+        self.report.last_error.clone_from(&self.last_failure);
         self.budget.add_permits(e.cost());
         self.report.failed += e.users.len() as u64;
         self.report.failed_records.extend(e.into_users());
@@ -910,6 +985,9 @@ impl Worker {
         self.buffered = 0;
         self.budget
             .add_permits(left.iter().map(|u| cost(u.data.len())).sum());
+        if !left.is_empty() {
+            self.report.last_error.clone_from(&self.last_failure);
+        }
         self.report.failed += left.len() as u64;
         self.report.failed_records.extend(left);
     }

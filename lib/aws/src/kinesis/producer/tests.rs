@@ -69,6 +69,34 @@ fn shard_out(s: &ShardRange) -> Shard {
 }
 
 fn fake_client(fake: Arc<Mutex<Fake>>) -> aws_sdk_kinesis::Client {
+    fake_client_with(fake, None)
+}
+
+/// DescribeStreamSummary as the API reference shapes it, with `MaxRecordSizeInKiB` when given.
+fn summary(max_kib: Option<i32>) -> aws_smithy_mocks::Rule {
+    use aws_sdk_kinesis::operation::describe_stream_summary::DescribeStreamSummaryOutput;
+    use aws_sdk_kinesis::primitives::DateTime;
+    use aws_sdk_kinesis::types::{StreamDescriptionSummary, StreamStatus};
+    mock!(aws_sdk_kinesis::Client::describe_stream_summary).then_output(move || {
+        DescribeStreamSummaryOutput::builder()
+            .stream_description_summary(
+                StreamDescriptionSummary::builder()
+                    .stream_name("s")
+                    .stream_arn("arn:aws:kinesis:us-east-1:123456789012:stream/s")
+                    .stream_status(StreamStatus::Active)
+                    .retention_period_hours(24)
+                    .stream_creation_timestamp(DateTime::from_secs(0))
+                    .set_enhanced_monitoring(Some(vec![]))
+                    .open_shard_count(1)
+                    .set_max_record_size_in_kib(max_kib)
+                    .build()
+                    .unwrap(),
+            )
+            .build()
+    })
+}
+
+fn fake_client_with(fake: Arc<Mutex<Fake>>, max_kib: Option<i32>) -> aws_sdk_kinesis::Client {
     let f1 = fake.clone();
     let list = mock!(aws_sdk_kinesis::Client::list_shards).then_compute_output(move |_| {
         let mut f = f1.lock().unwrap();
@@ -91,7 +119,10 @@ fn fake_client(fake: Arc<Mutex<Fake>>) -> aws_sdk_kinesis::Client {
             .iter()
             .map(|e| e.data().as_ref().len() + e.partition_key().unwrap_or_default().len())
             .sum();
-        if entries.len() > MAX_RECORDS_PER_REQUEST || bytes > MAX_BYTES_PER_REQUEST {
+        // Over 5 MiB only as one large record (a stream with MaxRecordSizeInKiB > 1024).
+        let too_big =
+            bytes > MAX_BYTES_PER_REQUEST && (entries.len() > 1 || bytes > MAX_LARGE_RECORD_BYTES);
+        if entries.len() > MAX_RECORDS_PER_REQUEST || too_big {
             f.violations.push(format!(
                 "call {call}: {} entries, {bytes} bytes",
                 entries.len()
@@ -155,7 +186,7 @@ fn fake_client(fake: Arc<Mutex<Fake>>) -> aws_sdk_kinesis::Client {
         )
     });
     // The SDK's own retries are off so every retry seen here is the producer's.
-    mocked!(aws_sdk_kinesis with |c| c.retry_config(aws_sdk_kinesis::config::retry::RetryConfig::disabled()); list, put)
+    mocked!(aws_sdk_kinesis with |c| c.retry_config(aws_sdk_kinesis::config::retry::RetryConfig::disabled()); list, put, summary(max_kib))
 }
 
 fn fake(shards: usize, fail: FailFn) -> Arc<Mutex<Fake>> {
@@ -521,4 +552,56 @@ async fn smithy_mock_a_stalled_stream_blocks_senders_at_the_byte_budget_not_the_
         );
         assert!(report.throttles > 0);
     }
+}
+
+/// A stream whose `MaxRecordSizeInKiB` is 10,240 (aws-smithy-mocks, DescribeStreamSummary as
+/// the API reference shapes it) takes records up to 10 MiB: an 8 MiB record is written alone in
+/// its request, 1 MiB records around it are batched as before, and one byte over 10 MiB is
+/// refused. A stream that does not say keeps the 1 MiB limit.
+#[tokio::test]
+async fn smithy_mock_records_over_1_mib_are_taken_up_to_the_streams_max_record_size() {
+    let f = fake(1, Box::new(|_, _| None));
+    let p = Producer::start(fake_client_with(f.clone(), Some(10_240)), "s", fast(false))
+        .await
+        .unwrap();
+    assert_eq!(p.max_record_bytes(), 10 * 1_048_576);
+    let big = vec![8u8; 8 * 1_048_576];
+    p.send("k0", vec![1u8; 1_000_000]).await.unwrap();
+    p.send("k1", big.clone()).await.unwrap();
+    p.send("k2", vec![2u8; 1_000_000]).await.unwrap();
+    let over = p.send("k3", vec![3u8; 10 * 1_048_576 - 1]).await;
+    assert!(
+        matches!(
+            over,
+            Err(ProducerError::Record(KplError::Oversized { max, .. })) if max == 10 * 1_048_576
+        ),
+        "{over:?}"
+    );
+    let report = tokio::time::timeout(Duration::from_secs(30), p.shutdown())
+        .await
+        .expect("the large record is sent, not held forever")
+        .unwrap();
+    assert_eq!((report.records, report.failed), (3, 0), "{report:?}");
+    let g = f.lock().unwrap();
+    assert!(g.violations.is_empty(), "{:?}", g.violations);
+    assert!(
+        g.written.iter().any(|w| w.data == big),
+        "the 8 MiB record was written"
+    );
+    drop(g);
+
+    let f = fake(1, Box::new(|_, _| None));
+    let p = Producer::start(fake_client_with(f, None), "s", fast(false))
+        .await
+        .unwrap();
+    assert_eq!(p.max_record_bytes(), MAX_BYTES_PER_RECORD);
+    let refused = p.send("k", vec![0u8; 2 * 1_048_576]).await;
+    assert!(
+        matches!(
+            refused,
+            Err(ProducerError::Record(KplError::Oversized { max, .. })) if max == MAX_BYTES_PER_RECORD
+        ),
+        "{refused:?}"
+    );
+    p.shutdown().await.unwrap();
 }
