@@ -12,6 +12,14 @@
 //! | Lambda functions (`heatsink::lambda::start`, [`Timeouts::LAMBDA`]) | 2 s | 5 s |
 //! | a Lambda invocation as a whole (`heatsink::lambda::before_deadline`) | — | its remaining time less 500 ms |
 //! | stream workers' sources and lease table ([`Timeouts::for_lease`]) | ¼ lease (2.5 s) | ½ lease (5 s) |
+//! | the slot router and mover ([`crate::slots::calls::CallTimeouts`]) | 1 s | 2.5 s |
+//!
+//! What a caller waits for at most when every call hangs: a router write, its
+//! [`RetryRule::deadline`](crate::slots::RetryRule::deadline) (10 s) plus one call (12.5 s),
+//! then [`MoveError::Unanswered`](crate::slots::MoveError::Unanswered); a router read, one call
+//! per table it reads; a producer's record, `max_attempts × (operation + backoff_cap)` (204 s
+//! with the defaults), then it is handed back in `ProducerReport::failed_records` with the
+//! timeout as `last_error` (see `heatsink::kinesis::Producer`). `docs/bounds.md` has the table.
 //!
 //! A Lambda invocation is cut at its own deadline less a margin, so a function answers (a
 //! partial batch failure, an error) before Lambda kills it: every call of an invocation ends by
@@ -46,7 +54,8 @@ pub struct Timeouts {
 
 impl Timeouts {
     /// The CLI's calls, and clients a heatsink type builds or is handed without an operation
-    /// timeout (the producer, the router, the slot directory): 5 s an attempt, 15 s in all.
+    /// timeout (the producer, a slot directory used alone; the router and the mover apply their
+    /// own shorter [`crate::slots::calls::CallTimeouts`] first): 5 s an attempt, 15 s in all.
     /// DynamoDB and Kinesis answer in tens of ms; an attempt that takes 5 s is hung.
     pub const CALL: Self = Self {
         attempt: Duration::from_secs(5),

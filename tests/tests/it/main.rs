@@ -11,6 +11,7 @@ mod grants;
 #[path = "../common/hostile.rs"]
 mod hostile;
 mod hostile_changes;
+mod hung_calls;
 mod kinesis_kpl;
 mod kinesis_produce;
 mod kinesis_reshard;
