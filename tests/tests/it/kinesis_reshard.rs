@@ -13,7 +13,9 @@ use heatsink::hot::{CachedDirectory, Controller, Directory};
 use heatsink::hot::{ControllerConfig, Mode};
 use heatsink::keys::kinesis_hash_key;
 use heatsink::kinesis::reshard::{Action, Op, PlanConfig, Refusal, ReshardState, plan};
-use heatsink::kinesis::reshard::{ApplyConfig, Journal, Step, apply, hand_off_hot_keys, sample};
+use heatsink::kinesis::reshard::{
+    ApplyConfig, Journal, Step, apply, created_within, hand_off_hot_keys, sample,
+};
 use heatsink::kinesis::{Producer, ProducerConfig, Salting, ShardLimits, open_shard_ranges};
 use heatsink_photo_app::schema::Table;
 use heatsink_testkit::fixture;
@@ -111,6 +113,22 @@ async fn a_load_in_a_narrow_hash_range_is_sampled_split_at_its_median_and_journa
         .map(|r| (r.start, r.end))
         .collect();
     assert_eq!(open, vec![(0, at - 1), (at, u128::MAX)]);
+    // The cooldown's source: ListShards with an AT_TIMESTAMP filter on the children just made.
+    let ids: Vec<String> = open_shard_ranges(k, &stream.name)
+        .await
+        .expect("open shards")
+        .into_iter()
+        .map(|r| r.shard_id)
+        .collect();
+    let now_secs = now_ms() / 1_000;
+    let young = created_within(k, &stream.name, &ids, now_secs, 900)
+        .await
+        .expect("ListShards with an AT_TIMESTAMP filter answers");
+    eprintln!(
+        "created_at on {}: {young:?} (now {now_secs})",
+        fx.stack.lane
+    );
+    assert!(young.values().all(|&t| t <= now_secs), "{young:?}");
     assert_eq!(
         Journal::load(&path).expect("readable"),
         Some(journal.clone())

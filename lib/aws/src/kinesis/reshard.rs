@@ -1100,8 +1100,16 @@ mod tests {
         use aws_sdk_kinesis::primitives::Blob;
         use aws_sdk_kinesis::types::{Record, ShardFilterType};
         const HALF: u128 = 1u128 << 127;
-        // (id, parent, start, end, created, closed)
-        let shards: Vec<(&str, Option<&str>, u128, u128, u64, Option<u64>)> = vec![
+        /// (id, parent, start, end, created, closed)
+        type Model = (
+            &'static str,
+            Option<&'static str>,
+            u128,
+            u128,
+            u64,
+            Option<u64>,
+        );
+        let shards: Vec<Model> = vec![
             (
                 "shardId-000000000000",
                 None,
@@ -1127,14 +1135,7 @@ mod tests {
                 None,
             ),
         ];
-        let shape = |&(id, parent, start, end, _, closed): &(
-            &str,
-            Option<&str>,
-            u128,
-            u128,
-            u64,
-            Option<u64>,
-        )| {
+        let shape = |&(id, parent, start, end, _, closed): &Model| {
             let mut seq = SequenceNumberRange::builder().starting_sequence_number("1");
             if closed.is_some() {
                 seq = seq.ending_sequence_number("99");

@@ -582,13 +582,14 @@ async fn smithy_mock_records_over_1_mib_are_taken_up_to_the_streams_max_record_s
         .expect("the large record is sent, not held forever")
         .unwrap();
     assert_eq!((report.records, report.failed), (3, 0), "{report:?}");
-    let g = f.lock().unwrap();
-    assert!(g.violations.is_empty(), "{:?}", g.violations);
-    assert!(
-        g.written.iter().any(|w| w.data == big),
-        "the 8 MiB record was written"
-    );
-    drop(g);
+    {
+        let g = f.lock().unwrap();
+        assert!(g.violations.is_empty(), "{:?}", g.violations);
+        assert!(
+            g.written.iter().any(|w| w.data == big),
+            "the 8 MiB record was written"
+        );
+    }
 
     let f = fake(1, Box::new(|_, _| None));
     let p = Producer::start(fake_client_with(f, None), "s", fast(false))
