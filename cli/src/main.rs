@@ -52,7 +52,8 @@ enum Command {
         #[command(subcommand)]
         command: cmd::slots::SlotsCommand,
     },
-    /// Live moves of slot ranges between tables (start, status, resume, abort, rollback, list).
+    /// Live moves of slot ranges between tables (start, status, resume, abort, rollback, list,
+    /// repair-fences).
     Move {
         #[command(subcommand)]
         command: cmd::r#move::MoveCommand,

@@ -1,4 +1,5 @@
-//! `heatsink move start|status|resume|abort|rollback|list`: live moves of slot ranges.
+//! `heatsink move start|status|resume|abort|rollback|list|repair-fences`: live moves of slot
+//! ranges.
 //!
 //! `move start` prints the move id as the first line of stdout, one progress line per phase on
 //! stderr, and ends with a summary on stdout (phase durations, items copied and applied, the
@@ -7,6 +8,11 @@
 //! the same summary of the record (`--json`: the whole record). A move interrupted anywhere
 //! continues with `move resume ID`; every refusal names the command that gets the move out of
 //! it.
+//!
+//! `move repair-fences` reports the fence items that refuse their own table's owner (orphans)
+//! and the tables that gave slots away without one; with `--apply` it removes and writes them.
+//! It is refused while a move's controller runs, and leaves every range a move still holds to
+//! that move.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,10 +22,13 @@ use heatsink::slots::mover::{Budget, MoveSpec, Mover};
 use heatsink::slots::{MoveError, MoveMode, SlotRange};
 
 use heatsink::slots::record::MoveRecord;
+use heatsink::slots::repair::{FenceFix, FenceReport, repair_fences};
 use serde_json::json;
 
+use super::fail::Failure;
 use super::output::{Output, print_json_line, print_lines};
 use super::slots::{DirArgs, failed_on};
+use super::table::{Align, Grid};
 use super::{CmdResult, parse_duration, slots_sdk_config};
 
 /// `heatsink move` subcommands.
@@ -37,6 +46,9 @@ pub enum MoveCommand {
     Rollback(IdArgs),
     /// List every move.
     List(ListArgs),
+    /// Find fence items that refuse their own table's owner (and missing ones); --apply fixes
+    /// them.
+    RepairFences(RepairArgs),
 }
 
 /// How the move carries the data.
@@ -111,6 +123,18 @@ pub struct IdArgs {
 pub struct ListArgs {
     #[command(flatten)]
     dir: DirArgs,
+    #[command(flatten)]
+    output: Output,
+}
+
+/// Arguments of `move repair-fences`.
+#[derive(Debug, Args)]
+pub struct RepairArgs {
+    #[command(flatten)]
+    dir: DirArgs,
+    /// Remove the orphans and write the missing fences (without it: report only).
+    #[arg(long)]
+    apply: bool,
     #[command(flatten)]
     output: Output,
 }
@@ -221,10 +245,112 @@ pub fn record_lines(r: &MoveRecord) -> Vec<String> {
     lines
 }
 
+/// `move repair-fences`.
+async fn repair(a: RepairArgs) -> CmdResult {
+    let (ddb, _) = clients().await;
+    let dir = a.dir.open().await;
+    let report = repair_fences(&ddb, &dir, a.apply)
+        .await
+        .map_err(|e| repair_failed(dir.table(), &e))?;
+    a.output
+        .report(|| json!(report), || repair_lines(dir.table(), &report))
+}
+
+/// `move repair-fences`'s one-line failure: a running controller is named with the command
+/// to wait on it; any other failure as every move command words it.
+fn repair_failed(table: &str, e: &MoveError) -> Failure {
+    match e {
+        MoveError::Held(h) => Failure::new(format!(
+            "repair-fences refused on directory {table}: move {} is run by {} (its lease ends in {} ms); wait for it to finish ('heatsink move status {}'), then run 'heatsink move repair-fences' again",
+            h.move_id, h.holder, h.left_ms, h.move_id
+        )),
+        other => failed_on(table, "repair the fences of", other),
+    }
+}
+
+/// The fixes of `fixes` as rows: consecutive slots of one table with the same finding and
+/// action share a row (`A-B`), so an orphaned range of 8,192 slots is one line.
+fn fix_rows(fixes: &[FenceFix]) -> Vec<[String; 4]> {
+    let found = |f: &FenceFix| match &f.found {
+        Some(x) => format!(
+            "-> {} at epoch {}{}",
+            x.to,
+            x.epoch,
+            x.move_id
+                .as_ref()
+                .map_or(String::new(), |m| format!(" (move {m})"))
+        ),
+        None => "none".to_owned(),
+    };
+    let mut rows: Vec<([String; 4], u16, u16)> = vec![];
+    for f in fixes {
+        let cells = [f.table.clone(), String::new(), found(f), f.action.clone()];
+        match rows.last_mut() {
+            Some((last, _, end))
+                if *end + 1 == f.slot
+                    && last[0] == cells[0]
+                    && last[2] == cells[2]
+                    && last[3] == cells[3] =>
+            {
+                *end = f.slot;
+            }
+            _ => rows.push((cells, f.slot, f.slot)),
+        }
+    }
+    rows.into_iter()
+        .map(|(mut cells, first, last)| {
+            cells[1] = if first == last {
+                first.to_string()
+            } else {
+                format!("{first}-{last}")
+            };
+            cells
+        })
+        .collect()
+}
+
+/// `move repair-fences`'s human form: what was read, a table of what is wrong, the ranges left
+/// to their moves, and the next command.
+fn repair_lines(table: &str, r: &FenceReport) -> Vec<String> {
+    let mut lines = vec![format!(
+        "read {} fence items on {} tables ({}) of directory {table}",
+        r.fences,
+        r.tables.len(),
+        r.tables.join(", ")
+    )];
+    if !r.fixes.is_empty() {
+        let mut grid = Grid::new(&[
+            ("TABLE", Align::Left),
+            ("SLOTS", Align::Right),
+            ("FENCE FOUND", Align::Left),
+            (if r.applied { "DONE" } else { "TO DO" }, Align::Left),
+        ]);
+        for row in fix_rows(&r.fixes) {
+            grid.row(row);
+        }
+        lines.extend(grid.lines_indented(2));
+    }
+    for m in &r.moving {
+        lines.push(format!(
+            "slots {} are held by move {}: its fences are left to it (finish it with 'heatsink move resume {}' or 'heatsink move abort {}')",
+            m.slots, m.move_id, m.move_id, m.move_id
+        ));
+    }
+    lines.push(match (r.fixes.len(), r.applied) {
+        (0, _) => "no orphan or missing fence: nothing to do".to_owned(),
+        (n, true) => format!("fixed {n} fence items (removals only where unchanged since read)"),
+        (n, false) => format!(
+            "{n} fence items to fix; nothing changed (dry run): run 'heatsink move repair-fences --apply' to fix them"
+        ),
+    });
+    lines
+}
+
 /// Runs one `heatsink move` subcommand.
 pub async fn run(command: MoveCommand) -> CmdResult {
     match command {
         MoveCommand::Start(a) => start(a).await,
+        MoveCommand::RepairFences(a) => repair(a).await,
         MoveCommand::List(a) => {
             let dir = a.dir.open().await;
             let moves = Mover::list(&dir)
@@ -308,6 +434,105 @@ pub(crate) mod tests {
             "cleaned": 120, "lag_ms": 200, "rev": 9, "created_ms": 0,
         }))
         .expect("a move record")
+    }
+
+    fn orphan(slot: u16) -> FenceFix {
+        FenceFix {
+            table: "posts".into(),
+            slot,
+            found: Some(heatsink::slots::FenceItem {
+                to: "posts-p9".into(),
+                epoch: 2,
+                move_id: Some("m-9".into()),
+                token: Some(1),
+            }),
+            action: "remove".into(),
+            why: "it refuses the owner's writes".into(),
+        }
+    }
+
+    #[test]
+    fn repair_fences_groups_consecutive_slots_and_says_the_next_command() {
+        let mut fixes: Vec<FenceFix> = (0..=8191).map(orphan).collect();
+        fixes.push(orphan(9000));
+        fixes.push(FenceFix {
+            table: "posts-p9".into(),
+            slot: 9001,
+            found: None,
+            action: "write (moved to posts at epoch 3)".into(),
+            why: "gave it away".into(),
+        });
+        let mut report = FenceReport {
+            tables: vec!["posts".into(), "posts-p9".into()],
+            fences: 8193,
+            fixes,
+            applied: false,
+            moving: vec![heatsink::slots::repair::MovingRange {
+                slots: SlotRange::new(12000, 12067).expect("range"),
+                move_id: "m-2".into(),
+            }],
+        };
+        let lines = repair_lines("heatsink-slots", &report);
+        assert_eq!(
+            lines[0],
+            "read 8193 fence items on 2 tables (posts, posts-p9) of directory heatsink-slots"
+        );
+        assert_eq!(
+            lines[1..4],
+            [
+                "  TABLE     SLOTS FENCE FOUND                       TO DO",
+                "  posts    0-8191 -> posts-p9 at epoch 2 (move m-9) remove",
+                "  posts      9000 -> posts-p9 at epoch 2 (move m-9) remove",
+            ]
+        );
+        assert_eq!(
+            lines[4],
+            "  posts-p9   9001 none                              write (moved to posts at epoch 3)"
+        );
+        assert!(
+            lines[5].starts_with("slots 12000-12067 are held by move m-2")
+                && lines[5].contains("'heatsink move resume m-2'"),
+            "{}",
+            lines[5]
+        );
+        assert_eq!(
+            lines[6],
+            "8194 fence items to fix; nothing changed (dry run): run 'heatsink move repair-fences --apply' to fix them"
+        );
+        report.applied = true;
+        let done = repair_lines("heatsink-slots", &report);
+        assert!(done[1].ends_with("DONE"), "{}", done[1]);
+        assert!(done.last().expect("line").starts_with("fixed 8194"));
+        report.fixes.clear();
+        report.moving.clear();
+        assert_eq!(
+            repair_lines("t", &report).last().map(String::as_str),
+            Some("no orphan or missing fence: nothing to do")
+        );
+        let v: Value = serde_json::from_str(&json!(report).to_string()).expect("parses");
+        assert_eq!(v["applied"], true);
+    }
+
+    #[test]
+    fn a_running_controller_refuses_repair_fences_in_one_line_naming_it() {
+        let held = MoveError::Held(heatsink::slots::lease::Held {
+            move_id: "m-7".into(),
+            holder: "host:42:ab".into(),
+            until_ms: 10_000,
+            left_ms: 4_200,
+        });
+        let line = repair_failed("heatsink-slots", &held).to_string();
+        assert_eq!(line.lines().count(), 1, "{line}");
+        for part in [
+            "heatsink-slots",
+            "m-7",
+            "host:42:ab",
+            "4200 ms",
+            "'heatsink move status m-7'",
+            "'heatsink move repair-fences' again",
+        ] {
+            assert!(line.contains(part), "{part:?} not in {line}");
+        }
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The `slots` table: the map's meta item, one item per range, one per move.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::{
@@ -91,6 +91,22 @@ fn parse_range(item: &HashMap<String, AttributeValue>) -> Result<RangeEntry, Slo
     Ok(entry)
 }
 
+/// The lease stored on a move record item (`None`: never taken).
+fn parse_lease(item: &HashMap<String, AttributeValue>) -> Option<Lease> {
+    match (
+        get_s(item, HOLDER_ATTR),
+        get_n(item, UNTIL_ATTR),
+        get_n(item, TOKEN_ATTR),
+    ) {
+        (Some(holder), Some(until_ms), Some(token)) => Some(Lease {
+            holder: holder.to_owned(),
+            until_ms,
+            token,
+        }),
+        _ => None,
+    }
+}
+
 /// The move records of a directory ([`SlotDirectory::moves`]).
 #[derive(Debug, Clone, Default)]
 pub struct MoveList {
@@ -98,6 +114,9 @@ pub struct MoveList {
     pub records: Vec<MoveRecord>,
     /// Records that could not be read: (move id, what is wrong).
     pub malformed: Vec<(String, String)>,
+    /// The lease of each move that ever had a controller, by move id (a released lease stays,
+    /// expired: its token is the move's fencing counter).
+    pub leases: BTreeMap<String, Lease>,
 }
 
 /// The slot directory table (`pk`, `sk`): the [`SlotMap`] and the move records.
@@ -251,6 +270,9 @@ impl SlotDirectory {
         let mut list = MoveList::default();
         while let Some(item) = pages.next().await {
             let item = item.map_err(|e| AwsError::dynamodb("Query", &self.table, e))?;
+            if let (Some(id), Some(lease)) = (get_s(&item, "sk"), parse_lease(&item)) {
+                list.leases.insert(id.to_owned(), lease);
+            }
             match parse_record(&item) {
                 Ok(record) => list.records.push(record),
                 Err(MoveError::Malformed { id, reason }) => {
@@ -288,18 +310,7 @@ impl SlotDirectory {
             id: id.to_owned(),
             table: self.table.clone(),
         })?;
-        let lease = match (
-            get_s(&item, HOLDER_ATTR),
-            get_n(&item, UNTIL_ATTR),
-            get_n(&item, TOKEN_ATTR),
-        ) {
-            (Some(holder), Some(until_ms), Some(token)) => Some(Lease {
-                holder: holder.to_owned(),
-                until_ms,
-                token,
-            }),
-            _ => None,
-        };
+        let lease = parse_lease(&item);
         Ok((parse_record(&item)?, lease))
     }
 

@@ -151,10 +151,10 @@ pub use heatsink_core::slots::FenceItem;
 
 /// The fence item's attributes besides its key.
 const STATE_ATTR: &str = "st";
-const EPOCH_ATTR: &str = "ep";
+pub(crate) const EPOCH_ATTR: &str = "ep";
 const TO_ATTR: &str = "to";
-const MOVE_ATTR: &str = "mv";
-const TOKEN_ATTR: &str = "tk";
+pub(crate) const MOVE_ATTR: &str = "mv";
+pub(crate) const TOKEN_ATTR: &str = "tk";
 
 /// The fence item of `slot` on a table with `keys`: `st = moved`, the epoch the slot is owned
 /// at elsewhere (`ep`), the new owner (`to`), and the move and token that wrote it (`mv`, `tk`:

@@ -1,21 +1,31 @@
-//! Fence repair ([`repair_fences`]; no CLI command yet): finds fence items that refuse their own table's owner
-//! (orphans: an abort interrupted between its steps, a hand edit) and tables that gave a slot
-//! away without one, and, asked to, fixes them ([`heatsink_core::slots::fence::repair`] decides
-//! per slot; ranges a move holds are left to that move).
+//! Fence repair ([`repair_fences`], the library of `heatsink move repair-fences`): finds fence
+//! items that refuse their own table's owner (orphans: an abort interrupted between its steps,
+//! a hand edit) and tables that gave a slot away without one, and, asked to, fixes them
+//! ([`heatsink_core::slots::fence::repair`] decides per slot).
+//!
+//! It never acts beside a running controller: while any move's lease runs it refuses with
+//! [`MoveError::Held`], naming the holder. A range still marked moving is that move's business
+//! even when nobody runs it (its fences are how it keeps writes out): it is listed in
+//! [`FenceReport::moving`] with the command that finishes it, and none of its fences is
+//! touched. Only a fence the rule proves orphan is removed: one on the range's owner that
+//! refuses the owner's own epoch while no move holds the range (a move that flipped made
+//! another table the owner; one that did not and finished removed its fence).
 //!
 //! It reads every fence item of every table the directory and the move history name
-//! (BatchGetItem, 100 slots a call: 164 calls per table for all 16,384 slots). Removals are
-//! conditional on the fence item being unchanged since it was read; writes on there being none.
+//! (BatchGetItem, 100 slots a call: 164 calls per table for all 16,384 slots). A removal is
+//! conditional on the fence item being exactly as read (epoch, move and token), so a fence a
+//! new move wrote in the meantime stays; a write is conditional on there being none.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use heatsink_core::slots::fence::{FenceRepair, repair};
-use heatsink_core::slots::{FenceItem, Phase, RangeState};
+use heatsink_core::slots::lease::running;
+use heatsink_core::slots::{FenceItem, Phase, RangeState, SlotRange};
 use serde::{Deserialize, Serialize};
 
-use super::fence::{TableInfo, fence_item, read_fences};
+use super::fence::{EPOCH_ATTR, MOVE_ATTR, TOKEN_ATTR, TableInfo, fence_item, read_fences};
 use super::{MoveError, SlotDirectory};
-use crate::ddb::{Condition, OnlyIf, n};
+use crate::ddb::{Condition, OnlyIf, n, s};
 use crate::error::AwsError;
 
 /// One fence item found wrong.
@@ -44,6 +54,19 @@ pub struct FenceReport {
     pub fixes: Vec<FenceFix>,
     /// Whether the fixes were applied.
     pub applied: bool,
+    /// Ranges still marked moving (their fences left to their move), with the move.
+    #[serde(default)]
+    pub moving: Vec<MovingRange>,
+}
+
+/// A range a move still holds: [`repair_fences`] leaves its fences to that move.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MovingRange {
+    /// The slots.
+    pub slots: SlotRange,
+    /// The move that marked them (`heatsink move resume ID` or `heatsink move abort ID`
+    /// finishes it).
+    pub move_id: String,
 }
 
 /// The tables that owned each slot at some point, from the move history (besides today's
@@ -65,20 +88,37 @@ fn former_owners(records: &[super::record::MoveRecord]) -> Vec<(super::SlotRange
 }
 
 /// Checks every fence item of every table the directory `dir` names (see the module docs);
-/// with `apply`, removes orphans and writes missing fences.
+/// with `apply`, removes orphans and writes missing fences. Refused with [`MoveError::Held`]
+/// while any move's lease runs.
 pub async fn repair_fences(
     ddb: &aws_sdk_dynamodb::Client,
     dir: &SlotDirectory,
     apply: bool,
 ) -> Result<FenceReport, MoveError> {
+    let list = dir.moves().await?;
+    let leases = list.leases.iter().map(|(id, l)| (id.as_str(), l));
+    if let Some(held) = running(leases, crate::clock::now_ms()) {
+        return Err(held.into());
+    }
     let map = dir.load().await?;
-    let moves = dir.moves().await?.records;
+    let moves = list.records;
     let history = former_owners(&moves);
     let mut tables: BTreeSet<String> = map.owners().into_iter().collect();
     tables.extend(history.iter().map(|(_, t)| t.clone()));
     let mut report = FenceReport {
         tables: tables.iter().cloned().collect(),
         applied: apply,
+        moving: map
+            .ranges
+            .iter()
+            .filter_map(|e| match &e.state {
+                RangeState::Moving { move_id } => Some(MovingRange {
+                    slots: e.range,
+                    move_id: move_id.clone(),
+                }),
+                RangeState::Stable => None,
+            })
+            .collect(),
         ..FenceReport::default()
     };
     for table in &tables {
@@ -137,6 +177,21 @@ pub async fn repair_fences(
     Ok(report)
 }
 
+/// The condition that a fence item is still exactly `f` (its epoch, move and token): a fence
+/// a move wrote after it was read is not removed.
+fn unchanged(f: &FenceItem) -> Condition {
+    let epoch = Condition::eq(EPOCH_ATTR, n(f.epoch));
+    let by = match &f.move_id {
+        Some(m) => Condition::eq(MOVE_ATTR, s(m)),
+        None => Condition::not_exists(MOVE_ATTR),
+    };
+    let token = match f.token {
+        Some(t) => Condition::eq(TOKEN_ATTR, n(t)),
+        None => Condition::not_exists(TOKEN_ATTR),
+    };
+    epoch.and(by).and(token)
+}
+
 async fn apply_fix(
     ddb: &aws_sdk_dynamodb::Client,
     table: &str,
@@ -150,7 +205,7 @@ async fn apply_fix(
             .delete_item()
             .table_name(table)
             .set_key(Some(info.keys.fence_key(fix.slot)))
-            .only_if(&Condition::eq("ep", n(f.epoch)))
+            .only_if(&unchanged(f))
             .send()
             .await
             .map(|_| ())

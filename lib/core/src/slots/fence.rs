@@ -11,7 +11,8 @@
 //!
 //! A fence item that refuses its own table's owner (an abort interrupted between its steps, a
 //! hand edit) is an **orphan**; a table that gave a slot away without a fence refuses nothing.
-//! [`repair`] says what `heatsink::slots::repair::repair_fences` does about each (no CLI command yet).
+//! [`repair`] says what `heatsink::slots::repair::repair_fences` (`heatsink move repair-fences`)
+//! does about each.
 
 use serde::{Deserialize, Serialize};
 

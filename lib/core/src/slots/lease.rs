@@ -82,6 +82,25 @@ pub fn released(lease: &Lease) -> Lease {
     }
 }
 
+/// The first of `leases` (move id, lease) still running at `now_ms`, as the refusal a command
+/// that must not act beside a running controller gives (`heatsink move repair-fences`): a
+/// lease runs until its `until_ms` (the instant [`take`] lets another controller in). A
+/// released or expired lease does not hold anything back.
+pub fn running<'a>(
+    leases: impl IntoIterator<Item = (&'a str, &'a Lease)>,
+    now_ms: u64,
+) -> Option<Held> {
+    leases
+        .into_iter()
+        .find(|(_, l)| l.until_ms > now_ms)
+        .map(|(id, l)| Held {
+            move_id: id.to_owned(),
+            holder: l.holder.clone(),
+            until_ms: l.until_ms,
+            left_ms: l.until_ms - now_ms,
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -101,6 +120,21 @@ mod tests {
         let free = take("m", Some(&released(&again)), "c", 1_601, 500).expect("released");
         assert_eq!(free.token, 4);
         assert!(!renew_due(1_000, 1_100, 600) && renew_due(1_000, 1_200, 600));
+    }
+
+    #[test]
+    fn only_a_lease_still_running_holds_a_repair_back() {
+        let a = take("m1", None, "a", 1_000, 500).expect("free");
+        let done = released(&take("m2", None, "b", 1_000, 500).expect("free"));
+        let leases = [("m2", &done), ("m1", &a)];
+        let held = running(leases, 1_200).expect("m1 runs");
+        assert_eq!(
+            (held.move_id.as_str(), held.holder.as_str(), held.left_ms),
+            ("m1", "a", 300)
+        );
+        // The instant `take` lets another controller in, nothing holds the repair back.
+        assert_eq!(running(leases, 1_500), None);
+        assert_eq!(running([("m2", &done)], 1), None);
     }
 
     proptest! {

@@ -1,7 +1,8 @@
 //! Ownership that survives round trips, and one controller at a time: a range moved
 //! A → B → A → B takes writes on its owner after every move (default and strict mode); orphan
-//! fences are found and removed; a controller that lost its lease, or whose range was
-//! unmarked, writes no fence; abort and resume from a second controller are refused while a
+//! fences are found and removed, and a live move's fences are not (repair is refused while its
+//! controller runs); a controller that lost its lease, or whose range was unmarked, writes no
+//! fence; abort and resume from a second controller are refused while a
 //! mover runs.
 
 use std::collections::HashMap;
@@ -9,11 +10,11 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use heatsink::slots::fence::{FenceItem, KeySchema, fence_item, read_fence};
-use heatsink::slots::repair::repair_fences;
+use heatsink::slots::repair::{MovingRange, repair_fences};
 use heatsink::slots::{MoveError, Phase, RetryRule, Router, slot_of};
 use heatsink_testkit::{Fixture, fixture};
 
-use super::{MAX_AGE, SERIAL, Scene, quarter, start_load};
+use super::{LEASE, MAX_AGE, SERIAL, Scene, quarter, start_load};
 
 /// A key of the moved slot no load writes.
 fn probe_key(n: u32) -> String {
@@ -143,6 +144,79 @@ async fn repair_fences_finds_and_removes_an_orphan_fence_that_refuses_the_owner(
             .expect("again")
             .fixes
             .is_empty()
+    );
+}
+
+/// A move that has fenced its range: while its controller runs, `repair-fences` (dry run and
+/// `--apply`) is refused, naming the controller, and the fences stay. Once that controller is
+/// gone (killed: its lease ended) the range is still marked moving, so the fences that refuse
+/// the source are the move's, not orphans: the report names the move and `--apply` removes
+/// nothing. The move then finishes from where it stopped and the slot takes writes on its new
+/// owner.
+#[tokio::test]
+async fn repair_fences_leaves_a_live_moves_fences_and_is_refused_while_it_runs() {
+    let fx = fixture!("repair_fences_leaves_a_live_moves_fences_and_is_refused_while_it_runs");
+    let _serial = SERIAL.lock().await;
+    let s = Scene::new(&fx, false).await;
+    let keys = KeySchema { sort_key: None };
+    let mut m = s.start(false).await;
+    let id = m.record().id.clone();
+    while m.record().phase != Phase::Fenced {
+        m.step().await.expect("step");
+    }
+    let fence = |slot| read_fence(&s.ddb, &s.a, &keys, slot);
+    let fenced = fence(quarter().first).await.expect("read").expect("fenced");
+    assert_eq!(fenced.move_id.as_deref(), Some(id.as_str()));
+    for apply in [false, true] {
+        match repair_fences(&s.ddb, &s.dir, apply).await {
+            Err(MoveError::Held(h)) => {
+                assert_eq!(h.move_id, id);
+                assert!(!h.holder.is_empty() && h.left_ms > 0, "{h:?}");
+            }
+            other => panic!("repair ran beside a running controller: {other:?}"),
+        }
+    }
+    assert_eq!(
+        fence(quarter().first).await.expect("read"),
+        Some(fenced.clone())
+    );
+    // The controller is killed; its lease ends.
+    drop(m);
+    tokio::time::sleep(LEASE + Duration::from_millis(100)).await;
+    for apply in [false, true] {
+        let report = repair_fences(&s.ddb, &s.dir, apply)
+            .await
+            .expect("no controller runs");
+        assert!(report.fixes.is_empty(), "{:?}", report.fixes);
+        assert_eq!(
+            report.moving,
+            vec![MovingRange {
+                slots: quarter(),
+                move_id: id.clone()
+            }]
+        );
+    }
+    for slot in [quarter().first, quarter().last] {
+        assert_eq!(
+            fence(slot).await.expect("read").map(|f| f.move_id),
+            Some(Some(id.clone())),
+            "slot {slot}: the move's fence stays"
+        );
+    }
+    let mut next = s.open(&id).await;
+    held!(next.run().await).expect("the move finishes");
+    assert_eq!(next.record().phase, Phase::Done);
+    drop(next);
+    let ack = s
+        .router
+        .put_versioned(&probe_key(7), 1, HashMap::new())
+        .await
+        .expect("writable on the new owner");
+    assert_eq!(ack.owner, s.b);
+    let after = repair_fences(&s.ddb, &s.dir, false).await.expect("report");
+    assert!(
+        after.fixes.is_empty() && after.moving.is_empty(),
+        "{after:?}"
     );
 }
 
