@@ -180,6 +180,35 @@ pub fn latency_quantile(samples: &[Sample], from_ms: u64, to_ms: u64, q: f64) ->
     Some(l[i] as f64 / 1_000.0)
 }
 
+/// The writers' pause: the longest time, in ms, in `[from_ms, to_ms]` without an
+/// acknowledgement of a write to a slot `moved` accepts (a write is acknowledged at
+/// `issued_ms + latency`). The window's ends count as edges, so a window with no
+/// acknowledgement at all is one gap of its whole length. Measured from the writers' side: it
+/// holds every cause of a stall (the mark, the wait after it, the fence, the drain, the flip,
+/// stale routers bounced after it), not only the mover's own fence → flip window.
+pub fn longest_ack_gap(
+    samples: &[Sample],
+    moved: impl Fn(u16) -> bool,
+    from_ms: u64,
+    to_ms: u64,
+) -> f64 {
+    let (from, to) = (from_ms as f64, to_ms as f64);
+    let mut acks: Vec<f64> = samples
+        .iter()
+        .filter(|s| moved(s.slot))
+        .map(|s| s.issued_ms as f64 + s.latency_us as f64 / 1_000.0)
+        .filter(|&t| t > from && t < to)
+        .collect();
+    acks.sort_by(f64::total_cmp);
+    let mut longest = 0f64;
+    let mut last = from;
+    for t in acks.into_iter().chain([to]) {
+        longest = longest.max(t - last);
+        last = t;
+    }
+    longest
+}
+
 /// Versioned-write load parameters.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LoadSpec {
@@ -282,6 +311,31 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_longest_ack_gap_counts_the_window_edges_and_only_the_moved_slots() {
+        let s = |issued_ms, latency_ms: u64, slot| Sample {
+            issued_ms,
+            latency_us: latency_ms * 1_000,
+            moved: 0,
+            slot,
+        };
+        let moved = |slot| slot == 7;
+        // Acknowledged at 110, 130, 400 (issued at 200, slow) and 450; slot 8 at 300 ignored.
+        let samples = [
+            s(100, 10, 7),
+            s(120, 10, 7),
+            s(290, 10, 8),
+            s(200, 200, 7),
+            s(440, 10, 7),
+        ];
+        assert_eq!(longest_ack_gap(&samples, moved, 100, 500), 270.0);
+        // The window's end is an edge: nothing acknowledged after 450 until 1,000.
+        assert_eq!(longest_ack_gap(&samples, moved, 100, 1_000), 550.0);
+        // Acknowledgements outside the window do not shorten it.
+        assert_eq!(longest_ack_gap(&samples, moved, 460, 600), 140.0);
+        assert_eq!(longest_ack_gap(&[], moved, 0, 50), 50.0);
+    }
 
     #[tokio::test]
     async fn it_sends_rate_times_duration_requests() {

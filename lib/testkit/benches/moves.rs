@@ -1,16 +1,20 @@
 //! A live move of one slot while it takes writes, against the naive move (copy, then flip: no
-//! stream tail, no fence), side by side in one run, alternating which goes first.
+//! stream tail, no fence), side by side in one run, rotating which goes first.
 //!
-//! Per write rate on the moved slot it prints: the write pause (latency of the writes issued
-//! between the fence and the flip; p50 and p99 over all trials), the same writes' baseline
-//! before the fence, the p99 of writes issued in the max-age after the flip (stale routers
-//! bounced by the fence), the worst write of the run, the mover's own fence → flip
-//! window and where it went, copy throughput (items/s), the catch-up lag, RCU and WCU per moved
-//! item, and the acknowledged writes each move lost (`slots verify`).
+//! Per write rate on the moved slot and per directory mode (default, strict) it prints: the
+//! writers' pause (per trial the longest gap between consecutive acknowledgements of writes to
+//! the moved slot, from the mark to the end of the move; p50 and p99 over the trials, and the
+//! longest), the write pause (latency of the writes issued between the fence and the flip;
+//! p50 and p99 over all trials), the same writes' baseline before the fence, the p99 of writes
+//! issued in the max-age after the flip (stale routers bounced by the fence), the worst write of
+//! the run, the mover's own fence → flip window and where it went, copy throughput (items/s),
+//! the catch-up lag, RCU and WCU per moved item, and the acknowledged writes each move lost
+//! (`slots verify`); then the naive move's duration and losses.
 //!
 //! Needs the local stack: `eval "$(localstack/stack env --lane dynoxide)"` then
 //! `cargo bench -p heatsink-testkit --bench moves --profile dev` (env `MOVES_RATES`, default
-//! `100,1000`; `MOVES_TRIALS`, default 3; `MOVES_ITEMS`, default 2000 items in the moved slot).
+//! `100,1000`; `MOVES_TRIALS`, default 3; `MOVES_ITEMS`, default 2000 items in the moved slot;
+//! `MOVES_MODES`, default `default,strict`).
 //! The time is spent in the emulator, so the dev profile measures the same thing as release.
 //! Without `AWS_ENDPOINT_URL_DYNAMODB` it prints a skip line and exits 0.
 
@@ -25,7 +29,7 @@ use heatsink::schema::{self, KeyAttr, StreamView, TableSpec};
 use heatsink::slots::mover::{Budget, MoveRecord, MoveSpec, Mover};
 use heatsink::slots::verify::{AckLine, verify};
 use heatsink::slots::{MoveMode, Router, SlotDirectory, SlotRange, slot_of};
-use heatsink_sim::load::{LoadSpec, Sample, WriteReport, run_load};
+use heatsink_sim::load::{LoadSpec, Sample, WriteReport, longest_ack_gap, run_load};
 use heatsink_testkit::Fixture;
 use heatsink_testkit::bench::env_or;
 
@@ -54,7 +58,7 @@ async fn table(fx: &Fixture, logical: &str) -> String {
     spec.name
 }
 
-async fn world(items: u32) -> Option<World> {
+async fn world(items: u32, strict: bool) -> Option<World> {
     let fx = Fixture::new("moves-bench").await?;
     let ddb = fx.stack.isolated_ddb();
     let a = table(&fx, "a").await;
@@ -65,7 +69,7 @@ async fn world(items: u32) -> Option<World> {
         .await
         .expect("directory");
     let dir = SlotDirectory::new(ddb.clone(), spec.name);
-    dir.init(&a, MAX_AGE, false).await.expect("init");
+    dir.init(&a, MAX_AGE, strict).await.expect("init");
     // `items` rows in the moved slot and half as many elsewhere (the copy scans them all).
     let rows: Vec<String> = (0..items)
         .map(|i| format!("{{t0}}row-{i}"))
@@ -146,16 +150,28 @@ impl Load {
     }
 }
 
-/// Our move; returns the record, the writes' samples, the lost count and the achieved rate.
-async fn ours(rate: u32, items: u32) -> Option<(MoveRecord, Vec<Sample>, u64, f64)> {
-    let w = world(items).await?;
+/// One run of our move: the record, when `run` returned (ms since the epoch), the writes'
+/// samples, the lost count and the achieved rate.
+struct Run {
+    rec: MoveRecord,
+    ended_ms: u64,
+    samples: Vec<Sample>,
+    lost: u64,
+    achieved: f64,
+}
+
+/// Our move in a default or a strict directory; `Err` when the mover stopped (it refuses to
+/// go on rather than lose a write: a diff that does not converge, a call past its deadline),
+/// with the reason and the writes lost.
+async fn ours(rate: u32, items: u32, strict: bool) -> Option<Result<Run, (String, u64)>> {
+    let w = world(items, strict).await?;
     let l = load(&w.router, rate);
     tokio::time::sleep(Duration::from_millis(500)).await;
     let spec = MoveSpec {
         slots: slot(),
         to: w.b.clone(),
         mode: MoveMode::Copy,
-        strict: false,
+        strict,
         budget: Budget {
             soak: Duration::from_millis(500),
             rcu_per_sec: 100_000.0,
@@ -163,24 +179,40 @@ async fn ours(rate: u32, items: u32) -> Option<(MoveRecord, Vec<Sample>, u64, f6
             ..Budget::default()
         },
     };
-    let mut m = Mover::start(
+    let started = Mover::start(
         w.ddb.clone(),
         w.fx.stack.streams.clone(),
         w.dir.clone(),
         spec,
     )
-    .await
-    .expect("start")
-    .with_progress(Arc::new(|line: &str| eprintln!("  ours: {line}")));
-    m.run().await.expect("move");
+    .await;
+    let mut m = match started {
+        Ok(m) => m.with_progress(Arc::new(|line: &str| eprintln!("  ours: {line}"))),
+        Err(e) => {
+            let (_, lost, _) = l.finish(&w.router).await;
+            return Some(Err((format!("start: {e}"), lost)));
+        }
+    };
+    if let Err(e) = m.run().await {
+        let e = e.to_string();
+        let (_, lost, _) = l.finish(&w.router).await;
+        return Some(Err((e, lost)));
+    }
+    let ended_ms = heatsink::clock::now_ms();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let (report, lost, achieved) = l.finish(&w.router).await;
-    Some((m.record().clone(), report.samples, lost, achieved))
+    Some(Ok(Run {
+        rec: m.record().clone(),
+        ended_ms,
+        samples: report.samples,
+        lost,
+        achieved,
+    }))
 }
 
 /// The naive move: copy with a Scan and unconditional puts, then flip the directory.
 async fn naive(rate: u32, items: u32) -> Option<(Duration, u64, u64, f64)> {
-    let w = world(items).await?;
+    let w = world(items, false).await?;
     let l = load(&w.router, rate);
     tokio::time::sleep(Duration::from_millis(500)).await;
     let t = Instant::now();
@@ -250,6 +282,131 @@ fn ms(v: Option<f64>) -> String {
     v.map_or("-".into(), |v| format!("{v:.0}"))
 }
 
+/// Our move's figures at one rate in one mode, over the trials.
+#[derive(Default)]
+struct Stats {
+    /// Per trial: the longest gap in acknowledged writes to the slot, mark → end of move.
+    gaps: Vec<f64>,
+    /// Latencies of the writes issued between fence and flip.
+    paused: Vec<f64>,
+    /// Writes issued in the max-age after the flip, and every write before the fence.
+    after: Vec<f64>,
+    before: Vec<f64>,
+    worst: f64,
+    windows: Vec<f64>,
+    parts: HashMap<String, Vec<f64>>,
+    copy_rates: Vec<f64>,
+    lags: Vec<f64>,
+    rcu: Vec<f64>,
+    wcu: Vec<f64>,
+    lost: u64,
+    achieved: Vec<f64>,
+    /// Moves the mover stopped (why, and the writes lost).
+    stopped: Vec<String>,
+}
+
+impl Stats {
+    fn add(&mut self, run: Run) {
+        let Run {
+            rec,
+            ended_ms,
+            samples,
+            lost,
+            achieved,
+        } = run;
+        self.lost += lost;
+        self.achieved.push(achieved);
+        let gap = longest_ack_gap(&samples, |s| slot().contains(s), rec.marked_ms, ended_ms);
+        self.gaps.push(gap);
+        // One line per trial, so a run cut short still shows what it measured.
+        println!(
+            "  trial ({}): writers' pause {gap:.0} ms, fence->flip {} ms, mark -> end {} ms, lost {lost}",
+            if rec.strict { "strict" } else { "default" },
+            rec.pause_ms.map_or("-".into(), |p| p.to_string()),
+            ended_ms.saturating_sub(rec.marked_ms),
+        );
+        if let (Some(f), Some(p)) = (rec.fenced_ms, rec.pause_ms) {
+            self.windows.push(p as f64);
+            let max_age = MAX_AGE.as_millis() as u64;
+            for s in &samples {
+                let ms = s.latency_us as f64 / 1e3;
+                self.worst = self.worst.max(ms);
+                if s.issued_ms < f {
+                    self.before.push(ms);
+                } else if s.issued_ms > f + p && s.issued_ms <= f + p + max_age {
+                    self.after.push(ms);
+                }
+            }
+            self.paused.extend(
+                samples
+                    .iter()
+                    .filter(|s| s.issued_ms >= f && s.issued_ms <= f + p)
+                    .map(|s| s.latency_us as f64 / 1e3),
+            );
+        }
+        for (k, v) in &rec.pause_parts_ms {
+            self.parts.entry(k.clone()).or_default().push(*v as f64);
+        }
+        if let Some(c) = rec.phase_ms.get("copied").filter(|c| **c > 0) {
+            self.copy_rates.push(rec.copied as f64 / (*c as f64 / 1e3));
+        }
+        if let Some(l) = rec.lag_ms {
+            self.lags.push(l as f64);
+        }
+        let moved = (rec.copied + rec.applied).max(1) as f64;
+        self.rcu.push(rec.rcu / rec.copied.max(1) as f64);
+        self.wcu.push(rec.wcu / moved);
+    }
+
+    fn print(&self, rate: u32, mode: &str) {
+        let part = |k: &str| {
+            ms(quantile(
+                self.parts.get(k).cloned().unwrap_or_default(),
+                0.5,
+            ))
+        };
+        println!(
+            "rate {rate}/s {mode} (achieved median {:.0}/s): writers' pause (longest ack gap, mark -> end) \
+             p50 {} ms p99 {} ms longest {} ms over {} trials; \
+             write pause p50 {} ms p99 {} ms over {} writes; \
+             baseline p50 {} ms p99 {} ms; after the flip (max-age) p99 {} ms over {} writes; \
+             worst write {:.0} ms; \
+             fence->flip median {} ms (fence {} / save {} / drain {} / flip {}); \
+             copy {:.0} items/s; catch-up lag median {} ms; RCU/item {:.2}; WCU/item {:.2}; \
+             lost ours {}; stopped {}{}",
+            quantile(self.achieved.clone(), 0.5).unwrap_or(0.0),
+            ms(quantile(self.gaps.clone(), 0.5)),
+            ms(quantile(self.gaps.clone(), 0.99)),
+            ms(quantile(self.gaps.clone(), 1.0)),
+            self.gaps.len(),
+            ms(quantile(self.paused.clone(), 0.5)),
+            ms(quantile(self.paused.clone(), 0.99)),
+            self.paused.len(),
+            ms(quantile(self.before.clone(), 0.5)),
+            ms(quantile(self.before.clone(), 0.99)),
+            ms(quantile(self.after.clone(), 0.99)),
+            self.after.len(),
+            self.worst,
+            ms(quantile(self.windows.clone(), 0.5)),
+            part("fence"),
+            part("save"),
+            part("drain"),
+            part("flip"),
+            quantile(self.copy_rates.clone(), 0.5).unwrap_or(0.0),
+            ms(quantile(self.lags.clone(), 0.5)),
+            quantile(self.rcu.clone(), 0.5).unwrap_or(0.0),
+            quantile(self.wcu.clone(), 0.5).unwrap_or(0.0),
+            self.lost,
+            self.stopped.len(),
+            if self.stopped.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", self.stopped.join("; "))
+            },
+        );
+    }
+}
+
 #[tokio::main]
 async fn main() {
     if std::env::var_os("AWS_ENDPOINT_URL_DYNAMODB").is_none() {
@@ -261,102 +418,57 @@ async fn main() {
         .split(',')
         .filter_map(|r| r.trim().parse().ok())
         .collect();
+    let modes: Vec<bool> = std::env::var("MOVES_MODES")
+        .unwrap_or_else(|_| "default,strict".into())
+        .split(',')
+        .filter_map(|m| match m.trim() {
+            "default" => Some(false),
+            "strict" => Some(true),
+            _ => None,
+        })
+        .collect();
     let trials = env_or("MOVES_TRIALS", 3);
     let items = env_or("MOVES_ITEMS", 2_000);
     let lane = std::env::var("HEATSINK_LANE").unwrap_or_else(|_| "external".into());
-    println!("moves bench: lane {lane}, {items} items in the moved slot, {trials} trials per rate");
+    println!(
+        "moves bench: lane {lane}, {items} items in the moved slot, {trials} trials per rate and mode"
+    );
     // Warm-up (connections, table creation paths); not reported.
-    let _ = ours(50, 100).await;
+    let _ = ours(50, 100, false).await;
     for rate in rates {
-        let mut paused: Vec<f64> = vec![];
-        // Writes issued in the max-age after the flip (routers with the old map are bounced
-        // by the fence and reload), and every write before the fence (the baseline).
-        let (mut after, mut before, mut worst) = (vec![], vec![], 0f64);
-        let mut windows: Vec<f64> = vec![];
-        let mut parts: HashMap<String, Vec<f64>> = HashMap::new();
-        let (mut copy_rates, mut lags, mut rcu, mut wcu) = (vec![], vec![], vec![], vec![]);
-        let (mut lost_ours, mut lost_naive, mut achieved) = (0u64, 0u64, vec![]);
-        let mut naive_ms = vec![];
-        for trial in 0..trials {
-            // Alternate which runs first.
-            let order = if trial % 2 == 0 {
-                [true, false]
-            } else {
-                [false, true]
-            };
-            for ours_first in order {
-                if ours_first {
-                    let Some((rec, samples, lost, got)) = ours(rate, items).await else {
-                        return;
-                    };
-                    lost_ours += lost;
-                    achieved.push(got);
-                    if let (Some(f), Some(p)) = (rec.fenced_ms, rec.pause_ms) {
-                        windows.push(p as f64);
-                        let max_age = MAX_AGE.as_millis() as u64;
-                        for s in &samples {
-                            let ms = s.latency_us as f64 / 1e3;
-                            worst = worst.max(ms);
-                            if s.issued_ms < f {
-                                before.push(ms);
-                            } else if s.issued_ms > f + p && s.issued_ms <= f + p + max_age {
-                                after.push(ms);
-                            }
+        let mut stats: Vec<Stats> = modes.iter().map(|_| Stats::default()).collect();
+        let (mut lost_naive, mut naive_ms) = (0u64, vec![]);
+        for trial in 0..trials as usize {
+            // Rotate which runs first: each mode of ours, then the naive move (`None`).
+            let mut order: Vec<Option<usize>> = (0..modes.len()).map(Some).chain([None]).collect();
+            let turn = trial % order.len();
+            order.rotate_left(turn);
+            for run in order {
+                match run {
+                    Some(i) => match ours(rate, items, modes[i]).await {
+                        None => return,
+                        Some(Ok(r)) => stats[i].add(r),
+                        Some(Err((why, lost))) => {
+                            println!("  trial: the mover stopped, lost {lost}: {why}");
+                            stats[i].lost += lost;
+                            stats[i].stopped.push(why);
                         }
-                        paused.extend(
-                            samples
-                                .iter()
-                                .filter(|s| s.issued_ms >= f && s.issued_ms <= f + p)
-                                .map(|s| s.latency_us as f64 / 1e3),
-                        );
+                    },
+                    None => {
+                        let Some((took, _, lost, _)) = naive(rate, items).await else {
+                            return;
+                        };
+                        lost_naive += lost;
+                        naive_ms.push(took.as_secs_f64() * 1e3);
                     }
-                    for (k, v) in &rec.pause_parts_ms {
-                        parts.entry(k.clone()).or_default().push(*v as f64);
-                    }
-                    if let Some(c) = rec.phase_ms.get("copied").filter(|c| **c > 0) {
-                        copy_rates.push(rec.copied as f64 / (*c as f64 / 1e3));
-                    }
-                    if let Some(l) = rec.lag_ms {
-                        lags.push(l as f64);
-                    }
-                    let moved = (rec.copied + rec.applied).max(1) as f64;
-                    rcu.push(rec.rcu / rec.copied.max(1) as f64);
-                    wcu.push(rec.wcu / moved);
-                } else {
-                    let Some((took, _, lost, _)) = naive(rate, items).await else {
-                        return;
-                    };
-                    lost_naive += lost;
-                    naive_ms.push(took.as_secs_f64() * 1e3);
                 }
             }
         }
-        let part = |k: &str| ms(quantile(parts.get(k).cloned().unwrap_or_default(), 0.5));
+        for (s, strict) in stats.iter().zip(&modes) {
+            s.print(rate, if *strict { "strict" } else { "default" });
+        }
         println!(
-            "rate {rate}/s (achieved median {:.0}/s): write pause p50 {} ms p99 {} ms over {} writes; \
-             baseline p50 {} ms p99 {} ms; after the flip (max-age) p99 {} ms over {} writes; \
-             worst write {:.0} ms; \
-             fence->flip median {} ms (fence {} / save {} / drain {} / flip {}); \
-             copy {:.0} items/s; catch-up lag median {} ms; RCU/item {:.2}; WCU/item {:.2}; \
-             lost ours {lost_ours}; naive move median {} ms, lost {lost_naive}",
-            quantile(achieved, 0.5).unwrap_or(0.0),
-            ms(quantile(paused.clone(), 0.5)),
-            ms(quantile(paused.clone(), 0.99)),
-            paused.len(),
-            ms(quantile(before.clone(), 0.5)),
-            ms(quantile(before, 0.99)),
-            ms(quantile(after.clone(), 0.99)),
-            after.len(),
-            worst,
-            ms(quantile(windows, 0.5)),
-            part("fence"),
-            part("save"),
-            part("drain"),
-            part("flip"),
-            quantile(copy_rates, 0.5).unwrap_or(0.0),
-            ms(quantile(lags, 0.5)),
-            quantile(rcu, 0.5).unwrap_or(0.0),
-            quantile(wcu, 0.5).unwrap_or(0.0),
+            "rate {rate}/s naive move (copy, then flip): median {} ms, lost {lost_naive}",
             ms(quantile(naive_ms, 0.5)),
         );
     }
