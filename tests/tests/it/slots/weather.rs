@@ -93,3 +93,66 @@ async fn a_move_weathers_a_hung_dynamodb_and_stops_with_the_next_command_past_it
     assert_eq!(m.record().phase, Phase::Done);
     assert!(m.record().diff.as_ref().is_some_and(|d| d.clean()));
 }
+
+/// `move start` reads the directory, both tables and the move list before it records anything:
+/// a hang there is retried through like any call of a move, and a hang past the deadline stops
+/// it with nothing recorded and the same command as the next step.
+#[tokio::test]
+async fn a_move_start_weathers_a_hung_dynamodb_and_records_nothing_past_its_deadline() {
+    let fx =
+        fixture!("a_move_start_weathers_a_hung_dynamodb_and_records_nothing_past_its_deadline");
+    let _serial = SERIAL.lock().await;
+    let s = Scene::new(&fx, false).await;
+    let upstream = std::env::var("AWS_ENDPOINT_URL_DYNAMODB").expect("the stack's endpoint");
+    let cut = std::sync::Arc::new(Cut::start(&upstream).await.expect("cut"));
+    let ddb = aws_sdk_dynamodb::Client::from_conf(
+        aws_sdk_dynamodb::config::Builder::from(&fx.stack.config)
+            .endpoint_url(cut.endpoint())
+            .build(),
+    );
+    let start = |deadline: Duration| {
+        Mover::start_with(
+            ddb.clone(),
+            s.streams.clone(),
+            SlotDirectory::new(ddb.clone(), s.dir.table()),
+            s.spec(false),
+            Limits {
+                backoff: Backoff {
+                    deadline,
+                    ..Backoff::default()
+                },
+                ..limits()
+            },
+        )
+    };
+    // Hung for 2 s from the first call: the start waits it out.
+    cut.cut();
+    let restore = {
+        let cut = cut.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            cut.restore();
+        })
+    };
+    let m = tokio::time::timeout(Duration::from_secs(60), start(Duration::from_secs(30)))
+        .await
+        .expect("the start came back after the hang")
+        .expect("start through a 2 s hang");
+    restore.await.expect("restore");
+    assert_eq!(m.record().phase, Phase::Planned);
+    drop(m);
+    // Hung past a 2 s deadline: stalled before anything was recorded.
+    cut.cut();
+    let err = tokio::time::timeout(Duration::from_secs(60), start(Duration::from_secs(2)))
+        .await
+        .expect("the deadline stopped it")
+        .err()
+        .expect("the path stayed down past the deadline");
+    cut.restore();
+    let text = err.to_string();
+    eprintln!("{text}");
+    assert!(matches!(err, MoveError::Stalled { .. }), "{text}");
+    assert!(text.contains("nothing was recorded"), "{text}");
+    let moves = Mover::list(&s.dir).await.expect("list");
+    assert_eq!(moves.len(), 1, "only the first start recorded a move");
+}

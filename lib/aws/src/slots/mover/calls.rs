@@ -25,6 +25,17 @@ pub(super) struct Ctx {
 }
 
 impl Ctx {
+    /// The retry context of `move start` before it records anything: a stall there leaves
+    /// nothing behind, so the next step is the same command again.
+    pub(super) fn before_record(backoff: Backoff) -> Ctx {
+        Ctx {
+            id: "(not recorded yet)".into(),
+            phase: "planning",
+            command: "run the same `heatsink move start` again (nothing was recorded)".into(),
+            backoff,
+        }
+    }
+
     /// Runs `call` until it succeeds, fails for good, or its transient failures outlast the
     /// deadline.
     pub(super) async fn retry<T, F, Fut>(&self, mut call: F) -> Result<T, MoveError>

@@ -209,7 +209,9 @@ impl Mover {
         let ddb = bounded_ddb(&ddb, limits.timeouts);
         let streams = bounded_streams(&streams, limits.timeouts);
         let dir = SlotDirectory::new(ddb.clone(), dir.table());
-        let map = dir.load().await?;
+        // Its reads are retried as every call of a move is; nothing is written before the record.
+        let ctx = calls::Ctx::before_record(limits.backoff);
+        let map = ctx.retry(|| dir.load()).await?;
         if spec.strict && !map.strict {
             return Err(MoveError::BadMove(format!(
                 "--strict asks for a strict directory, and {} is not; run `heatsink slots init --owner {} --strict` first",
@@ -236,8 +238,10 @@ impl Mover {
                 spec.to, spec.slots
             )));
         }
-        let src = TableInfo::describe(&ddb, &entry.owner).await?;
-        let dst = TableInfo::describe(&ddb, &spec.to).await?;
+        let src = ctx
+            .retry(|| TableInfo::describe(&ddb, &entry.owner))
+            .await?;
+        let dst = ctx.retry(|| TableInfo::describe(&ddb, &spec.to)).await?;
         if src.keys != dst.keys {
             return Err(MoveError::BadTable {
                 table: spec.to.clone(),
@@ -252,13 +256,13 @@ impl Mover {
         // Slots still read on older tables by attrition moves: a copy carries those tables'
         // items along (an attrition move needs nothing: the router reads the chain).
         let carried = if spec.mode == MoveMode::Copy {
-            let list = dir.moves().await?;
+            let list = ctx.retry(|| dir.moves()).await?;
             super::record::attrition_chain(&list.records, spec.slots.first, &entry.owner)
         } else {
             vec![]
         };
         for table in &carried {
-            let info = TableInfo::describe(&ddb, table).await?;
+            let info = ctx.retry(|| TableInfo::describe(&ddb, table)).await?;
             if info.keys != src.keys {
                 return Err(MoveError::BadTable {
                     table: table.clone(),
