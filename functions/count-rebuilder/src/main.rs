@@ -26,9 +26,10 @@
 //! `HEATSINK_SOURCE_ARN`: the stream the aggregator reads (the Kinesis stream's ARN, or the
 //! events table's `LatestStreamArn`). Every shard it lists must prove progress before a bucket
 //! is judged (`Repair::with_lineage`): a shard that has never recorded a watermark blocks the
-//! run (`blocked` in its report, `CounterRepairBlocked` = 1) instead of being ignored. Unset,
-//! the run trusts the watermarks it finds, which cannot see a shard that never flushed: the
-//! function logs that at every start.
+//! run (`blocked` in its report, `CounterRepairBlocked` = 1) instead of being ignored. Both
+//! stacks set it to the source they deploy and grant the listing call (`kinesis:ListShards` or
+//! `dynamodb:DescribeStream` on it). Unset, the run trusts the watermarks it finds, which cannot
+//! see a shard that never flushed: the function logs that at every start.
 //!
 //! A run that cannot prove progress judges nothing, moves no cursor and reports `blocked` with
 //! the shard and the next step; `CounterRepairLag` is `now − proven` in seconds.

@@ -81,7 +81,9 @@ fn logical(fx: &Fixture, call: &Call) -> String {
         })
     };
     let r = &call.resource;
-    let resource = if let Some(t) = name_of(r) {
+    let resource = if *r == fx.photo().like_events().name {
+        "stream/like-events".to_owned()
+    } else if let Some(t) = name_of(r) {
         format!("table/{t}")
     } else if let Some((table, index)) = r.split_once("/index/")
         && let Some(t) = name_of(table)
@@ -115,6 +117,50 @@ fn assert_calls(fx: &Fixture, log: &CallLog, function: &str, mode: &str) {
         "{function} ({mode}): called but not in infra/grants.json: {ungranted:?}; \
          in infra/grants.json but never called: {uncalled:?}"
     );
+}
+
+/// The stream's lineage as `heatsink::counter::lineage::for_stream_arn` builds it for the
+/// functions (`HEATSINK_SOURCE_ARN`), its client recording into `log`: ListShards of the
+/// `like-events` stream (`kinesis`), DescribeStream of `liked`'s stream (`dynamodb-streams`).
+async fn lineage(
+    fx: &Fixture,
+    log: &CallLog,
+    mode: &str,
+) -> std::sync::Arc<dyn heatsink::counter::lineage::ShardListing> {
+    use heatsink::counter::lineage::LineageCache;
+    if mode == "kinesis" {
+        let conf = aws_sdk_kinesis::config::Builder::from(&fx.stack.config)
+            .interceptor(log.interceptor())
+            .build();
+        std::sync::Arc::new(LineageCache::new(heatsink::stream::KinesisSource::new(
+            aws_sdk_kinesis::Client::from_conf(conf),
+            fx.photo().like_events().name,
+        )))
+    } else {
+        let conf = aws_sdk_dynamodbstreams::config::Builder::from(&fx.stack.config)
+            .interceptor(log.interceptor())
+            .build();
+        std::sync::Arc::new(LineageCache::new(
+            heatsink::stream::DynamoDbStreamsSource::new(
+                aws_sdk_dynamodbstreams::Client::from_conf(conf),
+                liked_stream_arn(fx).await,
+            ),
+        ))
+    }
+}
+
+/// `liked`'s `LatestStreamArn`.
+async fn liked_stream_arn(fx: &Fixture) -> String {
+    fx.stack
+        .ddb
+        .describe_table()
+        .table_name(fx.photo().table_name(Table::Liked))
+        .send()
+        .await
+        .expect("describe liked")
+        .table
+        .and_then(|t| t.latest_stream_arn)
+        .expect("liked has a stream")
 }
 
 fn ddb(fx: &Fixture, log: &CallLog) -> aws_sdk_dynamodb::Client {
@@ -211,10 +257,12 @@ async fn likes_aggregator(fx: &Fixture) {
         let streams_conf = aws_sdk_dynamodbstreams::config::Builder::from(&fx.stack.config)
             .interceptor(log.interceptor())
             .build();
+        // With its lineage, as the function runs with `HEATSINK_SOURCE_ARN` (both stacks set it).
         let agg = aggregator(
             CounterStore::new(ddb(fx, &log), fx.photo().table_name(Table::Counters)),
             Some(aws_sdk_dynamodbstreams::Client::from_conf(streams_conf)),
-        );
+        )
+        .with_lineage(lineage(fx, &log, mode).await);
         if mode == "dynamodb-streams" {
             let (resp, _) = agg.handle_dynamodb(event.clone()).await;
             assert!(resp.batch_item_failures.is_empty(), "{resp:?}");
@@ -228,11 +276,13 @@ async fn likes_aggregator(fx: &Fixture) {
     }
 }
 
-/// count-rebuilder (the incremental repair, as the function runs it, compaction on as the
-/// stacks deploy it) over a post whose counter is one like short, so the run corrects (and
-/// writes) its bucket's fix, and which a retired shard also counted, so the run folds that
-/// shard's sub-key (`TransactWriteItems`: UpdateItem twice on counters).
-async fn count_rebuilder(fx: &Fixture) {
+/// count-rebuilder (the incremental repair, as the function runs it, compaction on and the
+/// lineage of `mode`'s source as the stacks deploy it) over a post whose counter is one like
+/// short, so the run corrects (and writes) its bucket's fix, and which a retired shard also
+/// counted, so the run folds that shard's sub-key (`TransactWriteItems`: UpdateItem twice on
+/// counters). The writer that counted is the source's one listed shard, so the run is not
+/// blocked. `fx`: a fixture of its own per mode (the run's cursor is the counters table's).
+async fn count_rebuilder(fx: &Fixture, mode: &str) {
     let now = heatsink::clock::now_ms();
     let spec = heatsink::counter::BucketSpec::default();
     // Two minutes back: closed whatever the watermarks the aggregator test left say.
@@ -257,7 +307,17 @@ async fn count_rebuilder(fx: &Fixture) {
     }
     // The aggregator counted one of the two likes and is past them.
     let setup = CounterStore::new(fx.stack.ddb.clone(), fx.photo().table_name(Table::Counters));
-    let writer = heatsink::counter::WriterId::new("shardId-000000000000").expect("writer");
+    // The source's one shard, listed outside the recorded calls.
+    let listed = lineage(fx, &CallLog::new(), mode)
+        .await
+        .list(0)
+        .await
+        .expect("the source's shards")
+        .shards;
+    let [shard] = listed.as_slice() else {
+        panic!("{mode}: one shard expected, listed {listed:?}");
+    };
+    let writer = heatsink::counter::WriterId::new(&shard.shard_id).expect("writer");
     let mut deltas = heatsink::counter::Deltas::new();
     deltas
         .add_record_at(
@@ -273,10 +333,11 @@ async fn count_rebuilder(fx: &Fixture) {
         .await
         .expect("progress");
     // A parent shard that counted another like and is closed: its child delivered.
-    let parent = heatsink::counter::WriterId::new("shardId-000000000001").expect("writer");
+    let parent = heatsink::counter::WriterId::new("shardId-000000000001-parent").expect("writer");
     setup.flush(&parent, &deltas).await.expect("flush");
     setup.retire("likes", &parent).await.expect("retire");
     let log = CallLog::new();
+    let lineage = lineage(fx, &log, mode).await;
     let client = ddb(fx, &log);
     let counters = CounterStore::new(client.clone(), fx.photo().table_name(Table::Counters));
     let recount = heatsink_photo_app::rebuild::liked_bucket_recount(&client, &fx.photo());
@@ -286,17 +347,16 @@ async fn count_rebuilder(fx: &Fixture) {
         compact: Some(heatsink::counter::compact::STREAM_RETENTION),
         ..heatsink::counter::repair::RepairOptions::default()
     };
-    // The stream's shards: the writer that counted and the retired parent.
-    let lineage = heatsink::counter::lineage::Shards::open([writer.as_str(), parent.as_str()]);
-    let report = heatsink_photo_app::rebuild::repair(&counters, &recount, options, &lineage)
-        .await
-        .expect("repair");
+    let report =
+        heatsink_photo_app::rebuild::repair(&counters, &recount, options, lineage.as_ref())
+            .await
+            .expect("repair");
     assert_eq!(report.corrected.get("p10"), Some(&1), "{report:?}");
     assert_eq!(
         report.compacted, 1,
         "the retired shard was folded: {report:?}"
     );
-    assert_calls(fx, &log, "count-rebuilder", "kinesis");
+    assert_calls(fx, &log, "count-rebuilder", mode);
 }
 
 /// hotkey-controller: a sampler report salts a key (Scan + PutItem), the schedule reads
@@ -394,10 +454,16 @@ async fn every_function_calls_exactly_what_infra_grants_json_grants_it() {
     for t in [Table::Liked, Table::Counters, Table::Hotkeys, Table::Posts] {
         fx.photo_table(t).await;
     }
+    fx.stream("like-events", 1).await;
     post(&fx, "p9").await;
     likes_api(&fx).await;
     likes_aggregator(&fx).await;
-    count_rebuilder(&fx).await;
+    count_rebuilder(&fx, "kinesis").await;
+    let streams = fixture!("every_function_calls_exactly_what_infra_grants_json_grants_it");
+    for t in [Table::Liked, Table::Counters] {
+        streams.photo_table(t).await;
+    }
+    count_rebuilder(&streams, "dynamodb-streams").await;
     smithy_mock_hotkey_controller(&fx).await;
     // Every function of the stacks is covered (a fifth function needs its own run above).
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../infra/grants.json");

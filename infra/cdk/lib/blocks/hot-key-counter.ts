@@ -155,6 +155,11 @@ export class HotKeyCounter extends Construct {
     });
     this.asyncFailures = props.asyncFailures ?? asyncFailureQueue(this, `${prefix}count-rebuilder-failures`);
 
+    // The stream the aggregator is mapped to: both functions list its shards (the lineage). The
+    // rebuilder makes every listed shard prove progress before a bucket is judged (a shard that
+    // never flushed blocks instead of being ignored); the aggregator retires a parent once every
+    // child has a watermark, so proven progress does not freeze after a reshard.
+    const sourceArn = sourceStreamArn(props.source);
     const counting = {
       HEATSINK_PREFIX: prefix,
       HEATSINK_COUNTER: counter,
@@ -162,6 +167,7 @@ export class HotKeyCounter extends Construct {
       HEATSINK_EVENTS_TABLE: tableName,
       HEATSINK_EVENT_TIME_ATTRIBUTE: props.timeAttribute,
       HEATSINK_COUNTERS_TABLE: `${prefix}counters`,
+      HEATSINK_SOURCE_ARN: sourceArn,
       RUST_LOG: 'info',
     };
     this.aggregator = new HeatsinkFunction(this, 'Aggregator', {
@@ -213,6 +219,10 @@ export class HotKeyCounter extends Construct {
       ['dynamodb:GetItem', 'dynamodb:Query', 'dynamodb:PutItem', 'dynamodb:UpdateItem', 'dynamodb:DeleteItem'],
       [counters],
     );
+    // The lineage (`heatsink::counter::lineage::for_stream_arn`): ListShards of the Kinesis
+    // stream, or DescribeStream of the table's stream. The aggregator makes the same call, which
+    // its event source mapping's grants already hold.
+    this.rebuilder.grant([props.source.kind === 'kinesis' ? 'kinesis:ListShards' : 'dynamodb:DescribeStream'], [sourceArn]);
 
     // ---- the aggregator's one event source ----
     const batching = props.batching ?? {};
@@ -419,6 +429,14 @@ export class HotKeyCounter extends Construct {
       }),
     ]);
   }
+}
+
+/** The ARN of the stream the aggregator reads: the Kinesis stream, or the table's stream. */
+function sourceStreamArn(source: CounterSource): string {
+  if (source.kind === 'kinesis') return source.stream.streamArn;
+  const arn = source.table.tableStreamArn;
+  if (!arn) throw new Error('HotKeyCounter: the dynamodb-streams source table has no stream (set dynamoStream on it)');
+  return arn;
 }
 
 /** A table of heatsink's own schema (counters, hotkeys, leases): on-demand, PITR, deletion protection. */

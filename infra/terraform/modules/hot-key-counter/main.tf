@@ -21,12 +21,22 @@ locals {
     HEATSINK_EVENTS_TABLE         = var.table_name
     HEATSINK_EVENT_TIME_ATTRIBUTE = var.time_attribute
     HEATSINK_COUNTERS_TABLE       = aws_dynamodb_table.counters.name
-    RUST_LOG                      = "info"
+    # The stream the aggregator is mapped to: both functions list its shards (the lineage). The
+    # rebuilder makes every listed shard prove progress before a bucket is judged; the aggregator
+    # retires a parent once every child has a watermark.
+    HEATSINK_SOURCE_ARN = var.source_arn
+    RUST_LOG            = "info"
   }
   # The aggregator reads only the source it is mapped to.
   source_statement = {
     "kinesis"          = { Effect = "Allow", Action = ["kinesis:DescribeStream", "kinesis:DescribeStreamConsumer", "kinesis:DescribeStreamSummary", "kinesis:GetRecords", "kinesis:GetShardIterator", "kinesis:ListShards", "kinesis:ListStreams", "kinesis:SubscribeToShard"], Resource = var.source_arn }
     "dynamodb-streams" = { Effect = "Allow", Action = ["dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator", "dynamodb:ListStreams"], Resource = var.source_arn }
+  }
+  # The rebuilder's lineage read (heatsink::counter::lineage::for_stream_arn): ListShards of the
+  # Kinesis stream, or DescribeStream of the table's stream.
+  lineage_statement = {
+    "kinesis"          = { Effect = "Allow", Action = ["kinesis:ListShards"], Resource = var.source_arn }
+    "dynamodb-streams" = { Effect = "Allow", Action = ["dynamodb:DescribeStream"], Resource = var.source_arn }
   }
 }
 
@@ -130,6 +140,7 @@ module "rebuilder" {
     { Effect = "Allow", Action = ["dynamodb:Query"], Resource = "${var.table_arn}/index/by-${var.count_by}" },
     { Effect = "Allow", Action = ["dynamodb:Query"], Resource = "${aws_dynamodb_table.counters.arn}/index/touched" },
     { Effect = "Allow", Action = ["dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"], Resource = aws_dynamodb_table.counters.arn },
+    local.lineage_statement[var.source_kind],
     # Parks a failed invocation (the Lambda service sends as the role).
     { Effect = "Allow", Action = ["sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"], Resource = local.async_failures.arn },
     { Effect = "Allow", Action = ["kms:GenerateDataKey", "kms:Decrypt"], Resource = local.async_failures.key_arn },
