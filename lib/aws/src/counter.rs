@@ -229,6 +229,9 @@ pub struct FlushReport {
     /// Largest dedupe window written, in bytes of identities (the dedupe memory of one
     /// writer sub-key).
     pub dedupe_bytes: usize,
+    /// Identities the dedupe window's size guard shed to keep `recent` within
+    /// [`DedupeWindow::MAX_BYTES`] (a duplicate of one is counted and reported as `late`).
+    pub shed: u64,
 }
 
 /// The counters table.
@@ -522,6 +525,15 @@ impl CounterStore {
                         report.skipped += d.skipped;
                         report.duplicates += d.duplicates;
                         report.late += d.late;
+                        report.shed += d.shed;
+                        if d.shed > 0 {
+                            tracing::warn!(
+                                counter = %key,
+                                writer = writer.as_str(),
+                                shed = d.shed,
+                                "dedupe window at its size bound: oldest identities shed (a duplicate of one counts as late; the bucket repair corrects it)"
+                            );
+                        }
                         report.dedupe_bytes = report
                             .dedupe_bytes
                             .max(d.window.len() * DedupeWindow::BYTES_PER_ID);

@@ -102,7 +102,9 @@ pub use bucket::{BucketSpec, Buckets};
 pub use compact::{
     CompactInput, Compaction, Fold, FoldKind, MAX_FOLDS, Settled, SettledWrite, WriterItem, compact,
 };
-pub use dedupe::{Admit, Change, ChangeId, DedupeDecision, DedupeWindow, decide_deduped};
+pub use dedupe::{
+    Admit, Change, ChangeId, DedupeDecision, DedupeWindow, decide_deduped, decide_deduped_within,
+};
 pub use esm::{
     EsmPlan, EsmPlanRequest, SHARD_BYTES_PER_SECOND, SHARD_RECORDS_PER_SECOND, SHARD_TARGET,
     esm_plan,

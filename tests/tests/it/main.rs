@@ -4,6 +4,7 @@
 mod alarms;
 mod compaction;
 mod control;
+mod counter_dedupe;
 mod counting_shapes;
 mod directory;
 mod fanout;

@@ -66,6 +66,11 @@ pub const LAG_EVENTS: MetricDef = MetricDef::count("CounterLagEvents");
 /// Seconds from the oldest change of a flush (its `ApproximateCreationDateTime`) to the end
 /// of that flush into the counters table.
 pub const FLUSH_DELAY: MetricDef = MetricDef::seconds("CounterFlushDelaySeconds");
+/// Change identities the dedupe window's size guard shed in one batch (the `recent` attribute
+/// held within [`heatsink_core::counter::DedupeWindow::MAX_BYTES`]); 0 almost always. Above 0, a
+/// duplicate of a shed change is counted and reported as `late` until the bucket repair
+/// corrects it.
+pub const DEDUPE_SHED: MetricDef = MetricDef::count("CounterDedupeShed");
 
 /// Why a change record cannot be counted: the mapper's reason, reported with the record's id.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -978,10 +983,14 @@ impl<M: ChangeMapper> StreamAggregator<M> {
 }
 
 impl AggregateReport {
-    /// Adds the batch's metrics to `emf`: [`LAG_EVENTS`] always, and [`FLUSH_DELAY`] when the
-    /// flush counted changes with a creation time.
+    /// Adds the batch's metrics to `emf`: [`LAG_EVENTS`] always, [`FLUSH_DELAY`] when the
+    /// flush counted changes with a creation time, and [`DEDUPE_SHED`] when the dedupe window's
+    /// size guard shed identities.
     pub fn metrics(&self, emf: &mut crate::metrics::Emf) {
         emf.count(LAG_EVENTS, self.unflushed);
+        if self.flush.shed > 0 {
+            emf.count(DEDUPE_SHED, self.flush.shed);
+        }
         if let Some(ms) = self.flush_delay_ms {
             emf.seconds(FLUSH_DELAY, std::time::Duration::from_millis(ms));
         }

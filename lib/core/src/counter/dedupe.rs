@@ -21,6 +21,14 @@
 //!    likes/s through one shard keeps `r × span` identities (600/s × 10 s = 6,000 ids = 72 KB).
 //! 4. Identity collisions: 64-bit hashes; for 6,000 ids a collision (one like not counted) has
 //!    probability below 10⁻¹¹ per flush.
+//! 5. **Size guard.** The stored window never passes [`DedupeWindow::MAX_BYTES`] (128 KiB, about
+//!    10,900 identities; the item limit is 400 KB): a flush whose window would pass it sheds the
+//!    oldest identities first ([`DedupeWindow::shed_to`], [`DedupeDecision::shed`]) and never
+//!    fails. The cost: a duplicate of a shed change is no longer recognised. The window remembers
+//!    the newest creation time it shed, so such a change is counted and reported as
+//!    [`Admit::Late`] like one older than the window (guarantee 2), never silently; the bucket
+//!    repair corrects the count (its bucket cannot be judged before the writer's watermark,
+//!    which stays a dedupe window behind the newest change, passes it).
 
 use std::collections::BTreeMap;
 
@@ -64,21 +72,73 @@ pub enum Admit {
 pub struct DedupeWindow {
     span_ms: u64,
     newest_ms: u64,
+    /// The newest creation time of an identity shed by the size guard (0: none within the
+    /// window): a change at or before it that is not remembered may be a duplicate of a shed one.
+    shed_ms: u64,
     ids: BTreeMap<ChangeId, u64>,
 }
 
 impl DedupeWindow {
     /// Bytes per remembered identity in [`DedupeWindow::encode`]: 8 (id) + 4 (age in ms).
     pub const BYTES_PER_ID: usize = 12;
+    /// The largest stored window, in bytes of [`DedupeWindow::encode`]: 128 KiB, about 10,900
+    /// identities (a shard's 1,000 records/s over the 10 s window fit), a third of DynamoDB's
+    /// 400 KB item limit with room for the rest of the writer sub-key (buckets, seq: under 4 KB).
+    pub const MAX_BYTES: usize = 128 * 1024;
     const VERSION: u8 = 1;
+    /// The form with the shed time (written only while it is within the window).
+    const VERSION_SHED: u8 = 2;
+    const HEADER: usize = 1 + 8;
+    const HEADER_SHED: usize = 1 + 8 + 8;
 
     /// An empty window of `span_ms` milliseconds (at most `u32::MAX`, about 49 days).
     pub fn new(span_ms: u64) -> Self {
         Self {
             span_ms: span_ms.min(u64::from(u32::MAX)),
             newest_ms: 0,
+            shed_ms: 0,
             ids: BTreeMap::new(),
         }
+    }
+
+    /// The newest creation time of an identity shed by [`DedupeWindow::shed_to`] that is still
+    /// within the window, if any.
+    pub fn shed_ms(&self) -> Option<u64> {
+        self.shed_live().then_some(self.shed_ms)
+    }
+
+    /// True when the shed time is within the window (older ones are late by the span anyway).
+    fn shed_live(&self) -> bool {
+        self.shed_ms > 0 && self.shed_ms >= self.newest_ms.saturating_sub(self.span_ms)
+    }
+
+    /// The length of [`DedupeWindow::encode`]'s form.
+    pub fn encoded_len(&self) -> usize {
+        let header = if self.shed_live() {
+            Self::HEADER_SHED
+        } else {
+            Self::HEADER
+        };
+        header + self.ids.len() * Self::BYTES_PER_ID
+    }
+
+    /// Forgets the oldest identities (by creation time, then id) until the stored form fits
+    /// `max_bytes`, and remembers the newest creation time forgotten; returns how many were
+    /// forgotten. Every identity kept is at least as new as every one forgotten, and no more
+    /// are forgotten than the bound needs.
+    pub fn shed_to(&mut self, max_bytes: usize) -> u64 {
+        let room = max_bytes.saturating_sub(Self::HEADER_SHED) / Self::BYTES_PER_ID;
+        if self.encoded_len() <= max_bytes || self.ids.len() <= room {
+            return 0;
+        }
+        let mut by_age: Vec<(u64, ChangeId)> = self.ids.iter().map(|(id, at)| (*at, *id)).collect();
+        by_age.sort_unstable();
+        let excess = self.ids.len() - room;
+        for (at, id) in &by_age[..excess] {
+            self.ids.remove(id);
+            self.shed_ms = self.shed_ms.max(*at);
+        }
+        excess as u64
     }
 
     /// Identities remembered.
@@ -101,7 +161,9 @@ impl DedupeWindow {
         if self.ids.contains_key(&id) {
             return Admit::Duplicate;
         }
-        if at_ms.saturating_add(self.span_ms) < self.newest_ms {
+        if at_ms.saturating_add(self.span_ms) < self.newest_ms
+            || (self.shed_live() && at_ms <= self.shed_ms)
+        {
             return Admit::Late;
         }
         self.ids.insert(id, at_ms);
@@ -109,15 +171,26 @@ impl DedupeWindow {
             self.newest_ms = at_ms;
             let floor = self.newest_ms.saturating_sub(self.span_ms);
             self.ids.retain(|_, at| *at >= floor);
+            if !self.shed_live() {
+                self.shed_ms = 0;
+            }
         }
         Admit::New
     }
 
     /// The stored form: version, newest time, then each id with its age below the newest.
+    /// While an identity shed by the size guard is within the window, version 2 with the shed
+    /// time after the newest time; version 1 otherwise (what earlier builds read).
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(9 + self.ids.len() * Self::BYTES_PER_ID);
-        out.push(Self::VERSION);
-        out.extend_from_slice(&self.newest_ms.to_be_bytes());
+        let mut out = Vec::with_capacity(self.encoded_len());
+        if self.shed_live() {
+            out.push(Self::VERSION_SHED);
+            out.extend_from_slice(&self.newest_ms.to_be_bytes());
+            out.extend_from_slice(&self.shed_ms.to_be_bytes());
+        } else {
+            out.push(Self::VERSION);
+            out.extend_from_slice(&self.newest_ms.to_be_bytes());
+        }
         for (id, at) in &self.ids {
             out.extend_from_slice(&id.0.to_be_bytes());
             let age = u32::try_from(self.newest_ms.saturating_sub(*at)).unwrap_or(u32::MAX);
@@ -130,15 +203,21 @@ impl DedupeWindow {
     pub fn decode(bytes: &[u8], span_ms: u64) -> Result<Self, CounterError> {
         let bad = |reason: &'static str| CounterError::BadDedupeWindow(reason);
         let (&version, rest) = bytes.split_first().ok_or(bad("empty"))?;
-        if version != Self::VERSION {
-            return Err(bad("unknown version"));
-        }
-        if rest.len() < 8 || (rest.len() - 8) % Self::BYTES_PER_ID != 0 {
+        let header = match version {
+            Self::VERSION => 8,
+            Self::VERSION_SHED => 16,
+            _ => return Err(bad("unknown version")),
+        };
+        if rest.len() < header || (rest.len() - header) % Self::BYTES_PER_ID != 0 {
             return Err(bad("truncated"));
         }
-        let (newest, ids) = rest.split_at(8);
+        let (head, ids) = rest.split_at(header);
+        let (newest, shed) = head.split_at(8);
         let mut w = Self::new(span_ms);
         w.newest_ms = u64::from_be_bytes(newest.try_into().map_err(|_| bad("truncated"))?);
+        if !shed.is_empty() {
+            w.shed_ms = u64::from_be_bytes(shed.try_into().map_err(|_| bad("truncated"))?);
+        }
         for chunk in ids.chunks_exact(Self::BYTES_PER_ID) {
             let (id, age) = chunk.split_at(8);
             let id = u64::from_be_bytes(id.try_into().map_err(|_| bad("truncated"))?);
@@ -148,6 +227,9 @@ impl DedupeWindow {
         }
         let floor = w.newest_ms.saturating_sub(w.span_ms);
         w.ids.retain(|_, at| *at >= floor);
+        if !w.shed_live() {
+            w.shed_ms = 0;
+        }
         Ok(w)
     }
 }
@@ -185,20 +267,35 @@ pub struct DedupeDecision {
     pub duplicates: u64,
     /// Records at or below the stored seq (redelivered), skipped.
     pub skipped: u64,
-    /// Changes older than the window, counted anyway.
+    /// Changes older than the window (or than an identity the size guard shed), counted anyway.
     pub late: u64,
+    /// Identities the size guard forgot so the stored window stays within its bound
+    /// ([`DedupeWindow::MAX_BYTES`]); 0 almost always.
+    pub shed: u64,
     /// `(event ms, delta)` of every counted change with an event time: what the writer
     /// sub-key's time buckets add.
     pub counted_events: Vec<(u64, i64)>,
 }
 
 /// Decides a deduplicated flush: records at or below the stored seq are redeliveries (skipped),
-/// the rest go through the window. `None`: nothing to write (everything was redelivered or a
-/// duplicate; the stored state already covers it, so a later redelivery decides the same).
+/// the rest go through the window, which is then held within [`DedupeWindow::MAX_BYTES`]. `None`:
+/// nothing to write (everything was redelivered or a duplicate; the stored state already covers
+/// it, so a later redelivery decides the same).
 pub fn decide_deduped(
     stored: Option<(&Stored, &DedupeWindow)>,
     changes: &[Change],
     span_ms: u64,
+) -> Result<Option<DedupeDecision>, CounterError> {
+    decide_deduped_within(stored, changes, span_ms, DedupeWindow::MAX_BYTES)
+}
+
+/// [`decide_deduped`] with the stored window held within `max_bytes` instead of
+/// [`DedupeWindow::MAX_BYTES`] (the oldest identities shed first, [`DedupeWindow::shed_to`]).
+pub fn decide_deduped_within(
+    stored: Option<(&Stored, &DedupeWindow)>,
+    changes: &[Change],
+    span_ms: u64,
+    max_bytes: usize,
 ) -> Result<Option<DedupeDecision>, CounterError> {
     let floor = stored.map(|(s, _)| &s.seq);
     let mut window = stored.map_or_else(|| DedupeWindow::new(span_ms), |(_, w)| w.clone());
@@ -229,6 +326,7 @@ pub fn decide_deduped(
             counted_events.push((at, c.delta));
         }
     }
+    let shed = window.shed_to(max_bytes);
     Ok(match newest {
         Some(seq) if counted > 0 => Some(DedupeDecision {
             total,
@@ -239,6 +337,7 @@ pub fn decide_deduped(
             duplicates,
             skipped,
             late,
+            shed,
             counted_events,
         }),
         _ => None,
@@ -270,6 +369,59 @@ mod tests {
     }
 
     #[test]
+    fn a_full_window_sheds_its_oldest_and_calls_a_change_at_or_before_them_late() {
+        let mut w = DedupeWindow::new(10_000);
+        for i in 0..10u64 {
+            assert_eq!(w.admit(ChangeId(i), 1_000 + i), Admit::New);
+        }
+        // Room for 4 identities with the shed time.
+        let bound = 17 + 4 * DedupeWindow::BYTES_PER_ID;
+        assert_eq!(w.shed_to(bound), 6);
+        assert_eq!(w.encode().len(), bound);
+        assert_eq!(w.shed_ms(), Some(1_005));
+        // The stored form keeps the shed time (version 2) and reads back equal.
+        let back = DedupeWindow::decode(&w.encode(), 10_000).expect("decodes");
+        assert_eq!(back, w);
+        // A kept one is still a duplicate; a shed one is late (counted, reported), never New.
+        let mut w = back;
+        assert_eq!(w.admit(ChangeId(9), 1_009), Admit::Duplicate);
+        assert_eq!(w.admit(ChangeId(2), 1_002), Admit::Late);
+        assert_eq!(w.admit(ChangeId(77), 1_005), Admit::Late);
+        assert_eq!(w.admit(ChangeId(78), 1_006), Admit::New);
+        // Once the window moves past the shed time, the form is version 1 again.
+        assert_eq!(w.admit(ChangeId(79), 20_000), Admit::New);
+        assert_eq!(w.shed_ms(), None);
+        assert_eq!(w.encode()[0], 1);
+        // Within the bound: nothing shed.
+        assert_eq!(w.shed_to(bound), 0);
+    }
+
+    #[test]
+    fn a_flush_over_the_bound_sheds_and_still_counts_every_change() {
+        let changes: Vec<Change> = (0..50u64)
+            .map(|i| Change {
+                seq: Seq::from_u64(100 + i),
+                delta: 1,
+                id: ChangeId(i),
+                at_ms: 1_000 + i,
+                event_ms: None,
+            })
+            .collect();
+        let bound = 17 + 10 * DedupeWindow::BYTES_PER_ID;
+        let d = decide_deduped_within(None, &changes, 10_000, bound)
+            .expect("decides")
+            .expect("writes");
+        assert_eq!((d.total, d.counted, d.shed), (50, 50, 40));
+        assert!(d.window.encode().len() <= bound);
+        // The default bound holds a shard's 1,000 records/s over the 10 s window.
+        const { assert!(17 + 10_000 * DedupeWindow::BYTES_PER_ID <= DedupeWindow::MAX_BYTES) };
+        let d = decide_deduped(None, &changes, 10_000)
+            .expect("decides")
+            .expect("writes");
+        assert_eq!(d.shed, 0);
+    }
+
+    #[test]
     fn identities_are_length_prefixed() {
         assert_ne!(ChangeId::of(&[b"ab", b"c"]), ChangeId::of(&[b"a", b"bc"]));
         assert_eq!(ChangeId::of(&[b"x"]), ChangeId::of(&[b"x"]));
@@ -294,6 +446,48 @@ mod tests {
     }
 
     proptest! {
+        /// The size guard: after any admits and any bound (at least the 17-byte header), the
+        /// stored form never passes the bound, every identity kept is at least as new as every
+        /// one shed, no more are shed than the bound needs, the stored form reads back equal,
+        /// and a shed identity delivered again is late, never new.
+        #[test]
+        fn the_stored_window_never_passes_its_bound_and_sheds_only_the_oldest(
+            admits in proptest::collection::vec((0u64..400, 0u64..3_000), 0..300),
+            rooms in 0usize..120,
+            spare in 0usize..DedupeWindow::BYTES_PER_ID,
+        ) {
+            let bound = 17 + rooms * DedupeWindow::BYTES_PER_ID + spare;
+            let mut w = DedupeWindow::new(1_000);
+            for (id, at) in &admits {
+                w.admit(ChangeId(*id), 10_000 + at);
+            }
+            let before = w.clone();
+            let shed = w.shed_to(bound);
+            let bytes = w.encode();
+            prop_assert!(bytes.len() <= bound, "{} > {bound}", bytes.len());
+            prop_assert_eq!(bytes.len(), w.encoded_len());
+            prop_assert_eq!(before.len() - w.len(), shed as usize);
+            let kept: Vec<(ChangeId, u64)> = w.ids.iter().map(|(i, a)| (*i, *a)).collect();
+            let gone: Vec<(ChangeId, u64)> = before.ids.iter()
+                .filter(|(i, _)| !w.ids.contains_key(i)).map(|(i, a)| (*i, *a)).collect();
+            if let (Some(oldest_kept), Some(newest_gone)) =
+                (kept.iter().map(|(i, a)| (*a, *i)).min(), gone.iter().map(|(i, a)| (*a, *i)).max())
+            {
+                prop_assert!(oldest_kept > newest_gone, "kept {oldest_kept:?} shed {newest_gone:?}");
+            }
+            if shed > 0 {
+                // Maximal: one more identity would not fit.
+                prop_assert!(bytes.len() + DedupeWindow::BYTES_PER_ID > bound);
+            } else {
+                prop_assert_eq!(&w, &before);
+            }
+            let mut back = DedupeWindow::decode(&bytes, 1_000).expect("decodes");
+            prop_assert_eq!(&back, &w);
+            for (id, at) in gone {
+                prop_assert_ne!(back.admit(id, at), Admit::New);
+            }
+        }
+
         /// Distinct changes, each delivered once plus duplicates up to `lag` records later
         /// (within the window), in batches, with lost acks (a batch applied twice) and crashes
         /// (a prefix applied, then the whole batch): the total is the sum of distinct changes.
