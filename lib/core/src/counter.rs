@@ -103,7 +103,8 @@ pub use compact::{
     CompactInput, Compaction, Fold, FoldKind, MAX_FOLDS, Settled, SettledWrite, WriterItem, compact,
 };
 pub use dedupe::{
-    Admit, Change, ChangeId, DedupeDecision, DedupeWindow, decide_deduped, decide_deduped_within,
+    Admit, Change, ChangeId, DedupeDecision, DedupeWindow, canonical_json, decide_deduped,
+    decide_deduped_within,
 };
 pub use esm::{
     EsmPlan, EsmPlanRequest, SHARD_BYTES_PER_SECOND, SHARD_RECORDS_PER_SECOND, SHARD_TARGET,

@@ -1,6 +1,7 @@
 //! The aggregator's dedupe of Kinesis Data Streams for DynamoDB changes on the emulator, through
 //! its Kinesis path as Lambda delivers it (Lambda records, data base64, decoded record by
-//! record): the size guard on a writer sub-key's `recent` window.
+//! record): the size guard on a writer sub-key's `recent` window, and change identity whatever
+//! the order of the record's attributes.
 
 use heatsink_integration::PhotoFixture;
 
@@ -159,4 +160,38 @@ fn emits_shed(report: &AggregateReport) -> bool {
             .is_some_and(|m| m.iter().any(|m| m["Name"] == "CounterDedupeShed"))
             && d["CounterDedupeShed"].as_f64().is_some_and(|v| v > 0.0)
     })
+}
+
+/// The same change delivered twice, each copy its own Kinesis record, the second with its keys'
+/// and image's attributes (and the record's own members) in another order: counted once. The
+/// test crate's build has `serde_json`'s `preserve_order` (through the SDK's test utilities),
+/// so the parsed maps keep each record's order: an identity over the record's text would see
+/// two changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counter_the_same_change_with_its_attributes_in_another_order_counts_once() {
+    let fx = fixture!("counter_the_same_change_with_its_attributes_in_another_order_counts_once");
+    fx.photo_table(Table::Counters).await;
+    let table = fx.photo().table_name(Table::Liked);
+    let store = CounterStore::new(fx.stack.ddb.clone(), fx.photo().table_name(Table::Counters));
+    let agg = aggregator(store.clone(), None);
+    let at = now_ms() - 2_000;
+    let first = like(&table, "p9", "u1", at);
+    let second = format!(
+        r#"{{"dynamodb":{{"SizeBytes":60,"NewImage":{{"liked_at":{{"N":"{at}"}},"post":{{"S":"p9"}},"user":{{"S":"u1"}}}},"Keys":{{"post":{{"S":"p9"}},"user":{{"S":"u1"}}}},"ApproximateCreationDateTime":{at}}},"tableName":"{table}","eventSource":"aws:dynamodb","recordFormat":"application/json","userIdentity":null,"eventName":"INSERT","eventID":"e-other","awsRegion":"us-east-1"}}"#
+    );
+    let parsed = |t: &str| serde_json::from_str::<Value>(t).expect("json");
+    assert_eq!(
+        parsed(&first)["dynamodb"],
+        parsed(&second)["dynamodb"],
+        "one change, two texts (and two event ids)"
+    );
+    let (resp, report) = agg.handle_kinesis(event(&[first, second], 10)).await;
+    assert!(resp.batch_item_failures.is_empty());
+    assert_eq!(
+        (report.flush.counted, report.flush.duplicates),
+        (1, 1),
+        "{report:?}"
+    );
+    let key = CounterKey::new(COUNTER, "p9").expect("key");
+    assert_eq!(store.read(&key).await.expect("count").total(), 1);
 }

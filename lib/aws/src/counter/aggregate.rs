@@ -50,7 +50,9 @@ use std::time::Duration;
 use aws_lambda_events::dynamodb::Event as DynamoDbEvent;
 use aws_lambda_events::kinesis::KinesisEvent;
 use aws_lambda_events::streams::{DynamoDbEventResponse, KinesisEventResponse};
-use heatsink_core::counter::{Change, ChangeId, CounterKey, Deltas, Seq, WriterId, retire_due};
+use heatsink_core::counter::{
+    Change, ChangeId, CounterKey, Deltas, Seq, WriterId, canonical_json, retire_due,
+};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -275,20 +277,23 @@ pub fn approximate_creation_ms(record: &Value) -> Option<u64> {
 /// documents no such property for `eventID`, and each copy is its own Kinesis record with its
 /// own sequence number. So a change is identified by what the duplicates share: `tableName`,
 /// the item's `Keys`, `ApproximateCreationDateTime`, `eventName` and the images (which also
-/// separate two writes of one item in the same time unit).
+/// separate two writes of one item in the same time unit), each in its canonical text
+/// ([`heatsink_core::counter::canonical_json`]): the order of the attributes in the record
+/// never changes the identity, in any build.
 pub fn change_id(change: &Value) -> Result<(ChangeId, u64), Unusable> {
     let at = approximate_creation_ms(change)
         .ok_or_else(|| Unusable::new("no ApproximateCreationDateTime: cannot deduplicate"))?;
     let part = |pointer: &str| {
         change
             .pointer(pointer)
-            .map(Value::to_string)
+            .map(canonical_json)
             .unwrap_or_default()
     };
-    let keys = change
-        .pointer("/dynamodb/Keys")
-        .ok_or_else(|| Unusable::new("no dynamodb.Keys: cannot deduplicate"))?
-        .to_string();
+    let keys = canonical_json(
+        change
+            .pointer("/dynamodb/Keys")
+            .ok_or_else(|| Unusable::new("no dynamodb.Keys: cannot deduplicate"))?,
+    );
     let id = ChangeId::of(&[
         part("/tableName").as_bytes(),
         keys.as_bytes(),
@@ -1051,6 +1056,164 @@ mod tests {
         assert!(
             change_id(&json!({"dynamodb": {"Keys": {}}})).is_err(),
             "no creation time"
+        );
+    }
+
+    /// A DynamoDB attribute value as a tree: what [`render`] writes with members in any order.
+    #[derive(Debug, Clone)]
+    enum Attr {
+        S(String),
+        N(u32),
+        Bool(bool),
+        Ss(Vec<String>),
+        L(Vec<Attr>),
+        M(Vec<(String, Attr)>),
+    }
+
+    fn attr() -> impl proptest::strategy::Strategy<Value = Attr> {
+        use proptest::prelude::*;
+        let name = "[a-z]{1,6}";
+        let leaf = prop_oneof![
+            name.prop_map(Attr::S),
+            any::<u32>().prop_map(Attr::N),
+            any::<bool>().prop_map(Attr::Bool),
+            proptest::collection::btree_set(name, 1..4)
+                .prop_map(|s| Attr::Ss(s.into_iter().collect())),
+        ];
+        leaf.prop_recursive(3, 24, 4, move |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Attr::L),
+                proptest::collection::btree_map(name, inner, 0..4)
+                    .prop_map(|m| Attr::M(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// `members` as JSON object text, in the order `order` picks (a seed rotating each level).
+    fn object(members: &[(String, String)], order: u64) -> String {
+        let mut m: Vec<&(String, String)> = members.iter().collect();
+        if !m.is_empty() {
+            let k = (order as usize) % m.len();
+            m.rotate_left(k);
+            if order % 2 == 1 {
+                m.reverse();
+            }
+        }
+        let body: Vec<String> = m
+            .iter()
+            .map(|(n, v)| format!("{}:{v}", serde_json::to_string(n).expect("name")))
+            .collect();
+        format!("{{{}}}", body.join(","))
+    }
+
+    /// An attribute value's DynamoDB JSON text, objects' members (and set elements) in the
+    /// order `order` picks.
+    fn render(a: &Attr, order: u64) -> String {
+        let next = order.rotate_left(7) ^ 0x9e37_79b9;
+        let (ty, v) = match a {
+            Attr::S(s) => ("S", serde_json::to_string(s).expect("s")),
+            Attr::N(n) => ("N", format!("\"{n}\"")),
+            Attr::Bool(b) => ("BOOL", b.to_string()),
+            Attr::Ss(set) => {
+                let mut set: Vec<String> = set
+                    .iter()
+                    .map(|s| serde_json::to_string(s).expect("s"))
+                    .collect();
+                let turn = (order as usize) % set.len().max(1);
+                set.rotate_left(turn);
+                ("SS", format!("[{}]", set.join(",")))
+            }
+            Attr::L(items) => (
+                "L",
+                format!(
+                    "[{}]",
+                    items
+                        .iter()
+                        .map(|i| render(i, next))
+                        .collect::<Vec<_>>()
+                        .join(",")
+                ),
+            ),
+            Attr::M(members) => {
+                let members: Vec<(String, String)> = members
+                    .iter()
+                    .map(|(n, v)| (n.clone(), render(v, next)))
+                    .collect();
+                ("M", object(&members, next))
+            }
+        };
+        format!("{{\"{ty}\":{v}}}")
+    }
+
+    /// Whether this build's `serde_json` keeps a parsed object's members in the text's order
+    /// (`preserve_order`): the case where an identity over the record's text would differ.
+    fn preserves_order() -> bool {
+        serde_json::from_str::<Value>(r#"{"b":1,"a":2}"#)
+            .expect("json")
+            .to_string()
+            .starts_with(r#"{"b""#)
+    }
+
+    proptest::proptest! {
+        /// The same change, its images' attributes (at every level) and its keys in any order,
+        /// its string sets in any order: one identity. Parsed from text, as the aggregator gets
+        /// it, so in a build with `preserve_order` (the workspace's tests) the parsed maps keep
+        /// the order and only a canonical identity agrees.
+        #[test]
+        fn the_same_change_with_its_image_attributes_in_any_order_has_one_identity(
+            image in proptest::collection::btree_map("[a-z]{1,6}", attr(), 1..8),
+            old in proptest::option::of(proptest::collection::btree_map("[a-z]{1,6}", attr(), 1..8)),
+            a in proptest::prelude::any::<u64>(),
+            b in proptest::prelude::any::<u64>(),
+        ) {
+            let record = |order: u64| -> Value {
+                let img = |m: &std::collections::BTreeMap<String, Attr>, o: u64| {
+                    let members: Vec<(String, String)> =
+                        m.iter().map(|(n, v)| (n.clone(), render(v, o))).collect();
+                    object(&members, o)
+                };
+                let mut dynamodb = vec![
+                    ("Keys".to_owned(), object(&[
+                        ("user".to_owned(), r#"{"S":"u1"}"#.to_owned()),
+                        ("post".to_owned(), r#"{"S":"p9"}"#.to_owned()),
+                    ], order)),
+                    ("ApproximateCreationDateTime".to_owned(), "1700000000123".to_owned()),
+                    ("NewImage".to_owned(), img(&image, order)),
+                ];
+                if let Some(old) = &old {
+                    dynamodb.push(("OldImage".to_owned(), img(old, order.rotate_left(3))));
+                }
+                let text = object(&[
+                    ("eventName".to_owned(), r#""MODIFY""#.to_owned()),
+                    ("tableName".to_owned(), r#""liked""#.to_owned()),
+                    ("eventSource".to_owned(), r#""aws:dynamodb""#.to_owned()),
+                    ("dynamodb".to_owned(), object(&dynamodb, order)),
+                ], order);
+                serde_json::from_str(&text).expect("valid JSON")
+            };
+            let (x, y) = (record(a), record(b));
+            proptest::prop_assert_eq!(change_id(&x).expect("id"), change_id(&y).expect("id"));
+        }
+    }
+
+    #[test]
+    fn the_identity_test_says_which_serde_json_it_ran_under() {
+        // Not an assertion on the feature: a record of which case the property test above
+        // exercised in this build (`cargo test -p heatsink`: preserve_order on, through the
+        // SDK's test utilities; the Lambda functions' builds: off).
+        eprintln!(
+            "serde_json preserve_order in this build: {}",
+            preserves_order()
+        );
+        let reordered: Value =
+            serde_json::from_str(r#"{"dynamodb":{"Keys":{"b":{"S":"1"},"a":{"S":"2"}},"ApproximateCreationDateTime":1700000000000}}"#)
+                .expect("json");
+        let sorted: Value =
+            serde_json::from_str(r#"{"dynamodb":{"ApproximateCreationDateTime":1700000000000,"Keys":{"a":{"S":"2"},"b":{"S":"1"}}}}"#)
+                .expect("json");
+        assert_eq!(
+            change_id(&reordered).expect("id"),
+            change_id(&sorted).expect("id")
         );
     }
 

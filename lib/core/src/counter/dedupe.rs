@@ -56,6 +56,51 @@ impl ChangeId {
     }
 }
 
+/// The canonical text of a change's part (its `Keys`, an image, a scalar), what its
+/// [`ChangeId`] hashes: compact JSON with every object's members sorted by name, and the
+/// elements of DynamoDB's unordered sets (`SS`, `NS`, `BS`) sorted. Two deliveries of one change
+/// have one canonical text whatever the order of their attributes in the record, and whatever
+/// `serde_json`'s `preserve_order` feature (which keeps a parsed object's members in the
+/// record's order, and which the workspace's test builds turn on while the Lambda builds do
+/// not). For a part without sets the text is what `serde_json` writes for a sorted map, so the
+/// identities of changes without sets are the ones earlier builds computed without that feature.
+pub fn canonical_json(value: &serde_json::Value) -> String {
+    let mut out = String::new();
+    write_canonical(value, false, &mut out);
+    out
+}
+
+fn write_canonical(value: &serde_json::Value, set: bool, out: &mut String) {
+    use serde_json::Value;
+    let scalar = |v: &Value| serde_json::to_string(v).unwrap_or_default();
+    match value {
+        Value::Object(map) => {
+            let mut members: Vec<(&String, &Value)> = map.iter().collect();
+            members.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            out.push('{');
+            for (i, (name, v)) in members.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&scalar(&Value::String(name.clone())));
+                out.push(':');
+                write_canonical(v, matches!(name.as_str(), "SS" | "NS" | "BS"), out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            let mut texts: Vec<String> = items.iter().map(canonical_json).collect();
+            if set {
+                texts.sort_unstable();
+            }
+            out.push('[');
+            out.push_str(&texts.join(","));
+            out.push(']');
+        }
+        other => out.push_str(&scalar(other)),
+    }
+}
+
 /// What [`DedupeWindow::admit`] decided about one change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Admit {
@@ -445,7 +490,58 @@ mod tests {
         }
     }
 
+    fn json_value() -> impl Strategy<Value = serde_json::Value> {
+        use serde_json::Value;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            ".{0,8}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(3, 32, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                proptest::collection::btree_map(
+                    ".{0,6}".prop_filter("not a set type", |k| {
+                        !matches!(k.as_str(), "SS" | "NS" | "BS")
+                    }),
+                    inner,
+                    0..4
+                )
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    #[test]
+    fn canonical_text_sorts_members_at_every_level_and_only_sets_elements() {
+        let v: serde_json::Value = serde_json::from_str(
+            r#"{"b":{"L":[{"S":"z"},{"S":"a"}]},"a":{"SS":["z","a"]},"c":{"M":{"y":{"N":"1"},"x":{"NS":["2","10"]}}}}"#,
+        )
+        .expect("json");
+        assert_eq!(
+            canonical_json(&v),
+            r#"{"a":{"SS":["a","z"]},"b":{"L":[{"S":"z"},{"S":"a"}]},"c":{"M":{"x":{"NS":["10","2"]},"y":{"N":"1"}}}}"#
+        );
+    }
+
     proptest! {
+        /// Canonical text is valid JSON of the same value, and, for a value without sets, the
+        /// text `serde_json` writes for sorted maps (this crate's build has no `preserve_order`),
+        /// so identities of changes without sets are the ones earlier builds computed.
+        #[test]
+        fn canonical_text_is_the_value_and_serde_jsons_sorted_text(v in json_value()) {
+            let text = canonical_json(&v);
+            let back: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+            prop_assert_eq!(&back, &v);
+            let sorted = serde_json::from_str::<serde_json::Value>(r#"{"b":1,"a":2}"#)
+                .expect("json").to_string().starts_with(r#"{"a""#);
+            if sorted {
+                prop_assert_eq!(text, v.to_string());
+            }
+        }
+
         /// The size guard: after any admits and any bound (at least the 17-byte header), the
         /// stored form never passes the bound, every identity kept is at least as new as every
         /// one shed, no more are shed than the bound needs, the stored form reads back equal,
