@@ -6,6 +6,10 @@
 //! Delete or ConditionCheck inside `TransactWriteItems`; `updating` sets an update; `query_key`
 //! sets a Query's key condition; `projecting` sets the attributes a Query or Scan returns. Each
 //! is called at most once per request.
+//!
+//! `also_only_if` and `also_updating` extend a request the caller built (a foreign expression,
+//! [`super::foreign`]): the condition is ANDed with the caller's, the update's actions join the
+//! caller's clauses, and the layer's placeholders avoid every one the request already uses.
 
 use aws_sdk_dynamodb::operation::delete_item::builders::DeleteItemFluentBuilder;
 use aws_sdk_dynamodb::operation::put_item::builders::PutItemFluentBuilder;
@@ -17,6 +21,7 @@ use aws_sdk_dynamodb::types::builders::{
 };
 
 use super::condition::Condition;
+use super::foreign::Foreign;
 use super::key_condition::KeyCondition;
 use super::placeholders::Rendered;
 use super::projection::Projection;
@@ -44,6 +49,18 @@ pub(crate) trait Projecting: Sized {
 pub(crate) trait QueryKey: Sized {
     /// The request, reading the items `key` selects.
     fn query_key(self, key: &KeyCondition) -> Self;
+}
+
+/// A request the caller may have given its own condition (and names and values).
+pub(crate) trait AlsoOnlyIf: Sized {
+    /// The request, written only if the caller's condition (if any) and `condition` hold.
+    fn also_only_if(self, condition: &Condition) -> Self;
+}
+
+/// An UpdateItem the caller may have given its own update (and names and values).
+pub(crate) trait AlsoUpdating: Sized {
+    /// The request, applying the caller's update (if any) and `update`.
+    fn also_updating(self, update: &Update) -> Self;
 }
 
 /// Adds a rendered clause's names and values to `builder` and sets its text with `$set`.
@@ -96,6 +113,52 @@ macro_rules! updating {
 }
 
 updating!(UpdateItemFluentBuilder, UpdateBuilder);
+
+/// What the caller's request `$b` holds; `$update` is `get_update_expression` where there is one.
+macro_rules! foreign {
+    ($b:expr) => {
+        Foreign {
+            condition: $b.get_condition_expression().as_deref(),
+            update: None,
+            names: $b.get_expression_attribute_names().as_ref(),
+            values: $b.get_expression_attribute_values().as_ref(),
+        }
+    };
+    ($b:expr, $update:ident) => {
+        Foreign {
+            update: $b.$update().as_deref(),
+            ..foreign!($b)
+        }
+    };
+}
+
+impl AlsoOnlyIf for PutItemFluentBuilder {
+    fn also_only_if(self, condition: &Condition) -> Self {
+        let rendered = foreign!(self).and_condition(condition);
+        put_rendered!(self, rendered, condition_expression)
+    }
+}
+
+impl AlsoOnlyIf for DeleteItemFluentBuilder {
+    fn also_only_if(self, condition: &Condition) -> Self {
+        let rendered = foreign!(self).and_condition(condition);
+        put_rendered!(self, rendered, condition_expression)
+    }
+}
+
+impl AlsoOnlyIf for UpdateItemFluentBuilder {
+    fn also_only_if(self, condition: &Condition) -> Self {
+        let rendered = foreign!(self, get_update_expression).and_condition(condition);
+        put_rendered!(self, rendered, condition_expression)
+    }
+}
+
+impl AlsoUpdating for UpdateItemFluentBuilder {
+    fn also_updating(self, update: &Update) -> Self {
+        let rendered = foreign!(self, get_update_expression).with_update(update);
+        put_rendered!(self, rendered, update_expression)
+    }
+}
 
 impl QueryKey for QueryFluentBuilder {
     fn query_key(self, key: &KeyCondition) -> Self {

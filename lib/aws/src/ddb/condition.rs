@@ -6,6 +6,8 @@
 //! let newer = Condition::not_exists("at").or(Condition::lt("at", n(42)));
 //! ```
 
+use std::collections::BTreeSet;
+
 use aws_sdk_dynamodb::types::AttributeValue;
 
 use super::placeholders::{Clause, Placeholders, Rendered};
@@ -140,7 +142,13 @@ impl Condition {
 
     /// The expression with exactly the names and values it uses.
     pub(crate) fn render(&self) -> Rendered {
-        let mut p = Placeholders::new(Clause::Condition);
+        self.render_avoiding(&BTreeSet::new())
+    }
+
+    /// [`Self::render`] on a request that already uses the placeholders `taken` (a caller's
+    /// own expression, [`super::foreign`]): none of them is handed out again.
+    pub(crate) fn render_avoiding(&self, taken: &BTreeSet<String>) -> Rendered {
+        let mut p = Placeholders::avoiding(Clause::Condition, taken);
         let expression = self.write(&mut p);
         p.finish(expression)
     }

@@ -16,6 +16,9 @@
 //!   placeholder letter, so a condition and an update on one request never collide;
 //!   [`apply`] puts them on the SDK's builders (PutItem, UpdateItem, DeleteItem, Query, and the
 //!   Put, Update, Delete and ConditionCheck of `TransactWriteItems`);
+//! - **a caller's own expression** ([`foreign`]): a request the caller built (`stream::Fence`
+//!   extends one) gets the layer's condition ANDed and its actions joined, on placeholders the
+//!   request does not use yet;
 //! - **pages** ([`pages`]): the SDK's paginators, and [`pages::read_all`] for "every item, at
 //!   most N";
 //! - **a stream's shards** (`stream_listing`, features `streams` or `lambda`): one DynamoDB
@@ -46,6 +49,7 @@ pub(crate) mod codec;
 pub(crate) mod condition;
 #[cfg(test)]
 pub(crate) mod eval;
+pub(crate) mod foreign;
 pub(crate) mod json;
 pub(crate) mod key_condition;
 pub(crate) mod key_text;
@@ -60,7 +64,7 @@ pub(crate) mod stream_listing;
 pub(crate) mod update;
 pub(crate) mod value;
 
-pub(crate) use apply::{OnlyIf, Projecting, QueryKey, Updating};
+pub(crate) use apply::{AlsoOnlyIf, AlsoUpdating, OnlyIf, Projecting, QueryKey, Updating};
 pub(crate) use codec::CodecError;
 pub(crate) use condition::Condition;
 pub(crate) use key_condition::KeyCondition;

@@ -2,6 +2,11 @@
 //! `:<clause><i>`, so no attribute name can clash with one of DynamoDB's 573 reserved words
 //! (`counter`, `owner`, `state`, `key`, `size` …) or contain a character an expression cannot
 //! hold, and two clauses of one request (its condition and its update) never share one.
+//!
+//! A request the caller built (a foreign expression, [`super::foreign`]) may already use any
+//! placeholder, ours included: [`Placeholders::avoiding`] hands out only those it does not.
+
+use std::collections::BTreeSet;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
@@ -46,15 +51,39 @@ pub(crate) struct Placeholders {
     letter: char,
     names: Vec<(String, String)>,
     values: Vec<(String, AttributeValue)>,
+    /// Placeholders the request already uses (a caller's own expression): never handed out.
+    taken: BTreeSet<String>,
+    next_name: usize,
+    next_value: usize,
 }
 
 impl Placeholders {
     /// Placeholders for `clause`.
     pub(crate) fn new(clause: Clause) -> Self {
+        Self::avoiding(clause, &BTreeSet::new())
+    }
+
+    /// Placeholders for `clause` on a request that already uses `taken` (`#…` and `:…`): the
+    /// ones handed out skip them (`#c0` taken: `#c1`, …), so neither side's meaning changes.
+    pub(crate) fn avoiding(clause: Clause, taken: &BTreeSet<String>) -> Self {
         Self {
             letter: clause.letter(),
             names: Vec::new(),
             values: Vec::new(),
+            taken: taken.clone(),
+            next_name: 0,
+            next_value: 0,
+        }
+    }
+
+    /// The next placeholder `<sigil><letter><i>` not taken.
+    fn fresh(&self, sigil: char, next: &mut usize) -> String {
+        loop {
+            let placeholder = format!("{sigil}{}{}", self.letter, *next);
+            *next += 1;
+            if !self.taken.contains(&placeholder) {
+                return placeholder;
+            }
         }
     }
 
@@ -63,14 +92,18 @@ impl Placeholders {
         if let Some((placeholder, _)) = self.names.iter().find(|(_, a)| a == attr) {
             return placeholder.clone();
         }
-        let placeholder = format!("#{}{}", self.letter, self.names.len());
+        let mut next = self.next_name;
+        let placeholder = self.fresh('#', &mut next);
+        self.next_name = next;
         self.names.push((placeholder.clone(), attr.to_owned()));
         placeholder
     }
 
     /// A fresh placeholder for `value`.
     pub(crate) fn value(&mut self, value: &AttributeValue) -> String {
-        let placeholder = format!(":{}{}", self.letter, self.values.len());
+        let mut next = self.next_value;
+        let placeholder = self.fresh(':', &mut next);
+        self.next_value = next;
         self.values.push((placeholder.clone(), value.clone()));
         placeholder
     }
@@ -100,6 +133,22 @@ mod tests {
         assert_eq!(p.value(&v), ":c1");
         let mut u = Placeholders::new(Clause::Update);
         assert_eq!(u.name("counter"), "#u0", "another clause, another letter");
+    }
+
+    #[test]
+    fn placeholders_a_request_already_uses_are_skipped() {
+        let taken = BTreeSet::from(["#c0".to_owned(), "#c2".to_owned(), ":c0".to_owned()]);
+        let mut p = Placeholders::avoiding(Clause::Condition, &taken);
+        let v = AttributeValue::N("1".into());
+        assert_eq!(p.name("a"), "#c1");
+        assert_eq!(p.name("b"), "#c3");
+        assert_eq!(p.name("a"), "#c1");
+        assert_eq!(p.value(&v), ":c1");
+        assert_eq!(
+            p.value(&v),
+            ":c2",
+            "a name's placeholder does not take a value's"
+        );
     }
 }
 

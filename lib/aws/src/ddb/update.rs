@@ -41,6 +41,17 @@ impl Update {
     /// The expression with exactly the names and values it uses.
     pub(crate) fn render(&self) -> Rendered {
         let mut p = Placeholders::new(Clause::Update);
+        let clauses: Vec<String> = self
+            .clauses(&mut p)
+            .into_iter()
+            .map(|(keyword, actions)| format!("{keyword} {actions}"))
+            .collect();
+        p.finish(clauses.join(" "))
+    }
+
+    /// The clauses this update writes, in order (`SET`, `ADD`, `REMOVE`), each as its keyword
+    /// and its comma-separated actions; placeholders come from `p`. An empty clause is left out.
+    pub(crate) fn clauses(&self, p: &mut Placeholders) -> Vec<(&'static str, String)> {
         let mut clauses = Vec::new();
         if !self.set.is_empty() {
             let actions: Vec<String> = self
@@ -48,7 +59,7 @@ impl Update {
                 .iter()
                 .map(|(attr, v)| format!("{} = {}", p.name(attr), p.value(v)))
                 .collect();
-            clauses.push(format!("SET {}", actions.join(", ")));
+            clauses.push(("SET", actions.join(", ")));
         }
         if !self.add.is_empty() {
             let actions: Vec<String> = self
@@ -56,13 +67,18 @@ impl Update {
                 .iter()
                 .map(|(attr, v)| format!("{} {}", p.name(attr), p.value(v)))
                 .collect();
-            clauses.push(format!("ADD {}", actions.join(", ")));
+            clauses.push(("ADD", actions.join(", ")));
         }
         if !self.remove.is_empty() {
             let actions: Vec<String> = self.remove.iter().map(|attr| p.name(attr)).collect();
-            clauses.push(format!("REMOVE {}", actions.join(", ")));
+            clauses.push(("REMOVE", actions.join(", ")));
         }
-        p.finish(clauses.join(" "))
+        clauses
+    }
+
+    /// Whether the update does nothing.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.set.is_empty() && self.add.is_empty() && self.remove.is_empty()
     }
 }
 

@@ -9,12 +9,9 @@
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::put_item::builders::PutItemFluentBuilder;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
-use aws_sdk_dynamodb::types::AttributeValue;
 
 use super::StreamError;
-
-const NAME: &str = "#hs_fence";
-const VALUE: &str = ":hs_fence";
+use crate::ddb::{AlsoOnlyIf, AlsoUpdating, Condition, Update, n};
 
 /// The lease counter handed to a record processor, applied to its DynamoDB writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,35 +33,25 @@ impl Fence {
         self.token
     }
 
-    fn condition(existing: Option<&String>) -> String {
-        let fence = format!("(attribute_not_exists({NAME}) OR {NAME} <= {VALUE})");
-        match existing {
-            Some(c) if !c.trim().is_empty() => format!("({c}) AND {fence}"),
-            _ => fence,
-        }
+    /// No newer holder has written the item: `attribute_not_exists(fence) OR fence <= token`.
+    fn condition(&self) -> Condition {
+        Condition::not_exists(Self::ATTRIBUTE).or(Condition::le(Self::ATTRIBUTE, n(self.token)))
     }
 
     /// Adds `fence = token` to the item and the fence to the Put's condition (ANDed with any).
+    ///
+    /// The caller's expression, names and values are kept as written; the fence's placeholders
+    /// are ones the request does not use yet.
     pub fn put(&self, put: PutItemFluentBuilder) -> PutItemFluentBuilder {
-        let condition = Self::condition(put.get_condition_expression().as_ref());
-        put.item(Self::ATTRIBUTE, AttributeValue::N(self.token.to_string()))
-            .condition_expression(condition)
-            .expression_attribute_names(NAME, Self::ATTRIBUTE)
-            .expression_attribute_values(VALUE, AttributeValue::N(self.token.to_string()))
+        put.item(Self::ATTRIBUTE, n(self.token))
+            .also_only_if(&self.condition())
     }
 
     /// Adds `SET fence = token` to the Update's expression and the fence to its condition.
     pub fn update(&self, update: UpdateItemFluentBuilder) -> UpdateItemFluentBuilder {
-        let expression = add_set(
-            update.get_update_expression().as_deref().unwrap_or(""),
-            &format!("{NAME} = {VALUE}"),
-        );
-        let condition = Self::condition(update.get_condition_expression().as_ref());
         update
-            .update_expression(expression)
-            .condition_expression(condition)
-            .expression_attribute_names(NAME, Self::ATTRIBUTE)
-            .expression_attribute_values(VALUE, AttributeValue::N(self.token.to_string()))
+            .also_updating(&Update::new().set(Self::ATTRIBUTE, n(self.token)))
+            .also_only_if(&self.condition())
     }
 
     /// Maps a fenced write's error: a failed condition becomes [`StreamError::Fenced`].
@@ -90,47 +77,9 @@ impl Fence {
     }
 }
 
-/// Inserts `assignment` into the SET clause of an update expression, adding one if there is none.
-fn add_set(expression: &str, assignment: &str) -> String {
-    let bytes = expression.as_bytes();
-    let mut i = 0;
-    while i + 3 <= bytes.len() {
-        let word = &expression[i..i + 3];
-        let before_ok = i == 0 || bytes[i - 1].is_ascii_whitespace();
-        let after_ok = bytes.get(i + 3).is_none_or(|b| b.is_ascii_whitespace());
-        if before_ok && after_ok && word.eq_ignore_ascii_case("SET") {
-            return format!(
-                "{}SET {assignment},{}",
-                &expression[..i],
-                &expression[i + 3..]
-            );
-        }
-        i += 1;
-    }
-    if expression.trim().is_empty() {
-        format!("SET {assignment}")
-    } else {
-        format!("{expression} SET {assignment}")
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_fence_joins_an_existing_set_clause_or_adds_one() {
-        assert_eq!(add_set("", "#f = :f"), "SET #f = :f");
-        assert_eq!(add_set("SET a = :a", "#f = :f"), "SET #f = :f, a = :a");
-        assert_eq!(
-            add_set("REMOVE b set a = :a", "#f = :f"),
-            "REMOVE b SET #f = :f, a = :a"
-        );
-        assert_eq!(
-            add_set("ADD settle :one", "#f = :f"),
-            "ADD settle :one SET #f = :f"
-        );
-    }
 
     #[test]
     fn a_batch_hands_out_the_fence_of_its_lease_counter() {
@@ -145,9 +94,93 @@ mod tests {
 
     #[test]
     fn the_fence_is_anded_with_the_callers_condition() {
-        assert_eq!(
-            Fence::condition(Some(&"attribute_exists(pk)".to_owned())),
-            "(attribute_exists(pk)) AND (attribute_not_exists(#hs_fence) OR #hs_fence <= :hs_fence)"
+        let ddb = crate::mocked!(aws_sdk_dynamodb);
+        let put = Fence::new(7).put(
+            ddb.put_item()
+                .table_name("t")
+                .condition_expression("attribute_exists(pk)"),
         );
+        assert_eq!(
+            put.get_condition_expression().as_deref(),
+            Some("(attribute_exists(pk)) AND (attribute_not_exists(#c0) OR #c0 <= :c0)")
+        );
+    }
+
+    /// The caller wrote its update and condition on the layer's own placeholders (`#c0`,
+    /// `:c0`, `#u0`, `:u0`): the fence takes others, so both keep their meaning, and a stored
+    /// item a newer holder wrote refuses the write (DynamoDB's reading, `ddb::eval`).
+    #[tokio::test]
+    async fn smithy_mock_a_zombie_write_over_the_callers_own_placeholders_is_refused() {
+        use aws_sdk_dynamodb::operation::update_item::{UpdateItemError, UpdateItemOutput};
+        use aws_sdk_dynamodb::types::error::ConditionalCheckFailedException;
+        use aws_smithy_mocks::{MockResponse, mock};
+
+        use crate::ddb::{Item, s};
+
+        let stored = |fence: u64| -> Item {
+            Item::from([
+                ("pk".to_owned(), s("k")),
+                ("v".to_owned(), n(1u8)),
+                (Fence::ATTRIBUTE.to_owned(), n(fence)),
+            ])
+        };
+        let rule = |stored: Item| {
+            mock!(aws_sdk_dynamodb::Client::update_item).then_compute_response(move |r| {
+                let names = r.expression_attribute_names().cloned().unwrap_or_default();
+                let values = r.expression_attribute_values().cloned().unwrap_or_default();
+                assert_eq!(names.get("#c0").map(String::as_str), Some("pk"));
+                assert_eq!(names.get("#u0").map(String::as_str), Some("v"));
+                assert_eq!(values.get(":u0"), Some(&n(2u8)));
+                assert_eq!(r.update_expression(), Some("SET #u1 = :u1, #u0 = :u0"));
+                assert_eq!(
+                    r.condition_expression(),
+                    Some("(#c0 <> :c0) AND (attribute_not_exists(#c1) OR #c1 <= :c1)")
+                );
+                let holds = crate::ddb::eval::holds(
+                    r.condition_expression().unwrap_or_default(),
+                    &names,
+                    &values,
+                    Some(&stored),
+                );
+                if holds {
+                    MockResponse::Output(UpdateItemOutput::builder().build())
+                } else {
+                    MockResponse::Error(UpdateItemError::ConditionalCheckFailedException(
+                        ConditionalCheckFailedException::builder()
+                            .meta(crate::testing::error_meta(
+                                "ConditionalCheckFailedException",
+                            ))
+                            .build(),
+                    ))
+                }
+            })
+        };
+        let write = |ddb: aws_sdk_dynamodb::Client, token: u64| async move {
+            let fence = Fence::new(token);
+            let update = ddb
+                .update_item()
+                .table_name("t")
+                .key("pk", s("k"))
+                .update_expression("SET #u0 = :u0")
+                .condition_expression("#c0 <> :c0")
+                .expression_attribute_names("#c0", "pk")
+                .expression_attribute_names("#u0", "v")
+                .expression_attribute_values(":u0", n(2u8))
+                .expression_attribute_values(":c0", s("another"));
+            fence.check("t", fence.update(update).send().await)
+        };
+        let newer = rule(stored(5));
+        let ddb = crate::mocked!(aws_sdk_dynamodb, newer);
+        let refused = write(ddb, 4).await;
+        assert!(
+            matches!(refused, Err(StreamError::Fenced { token: 4 })),
+            "{refused:?}"
+        );
+        let older = rule(stored(3));
+        let ddb = crate::mocked!(aws_sdk_dynamodb, older);
+        write(ddb, 4).await.expect("a newer holder writes");
+        let same = rule(stored(4));
+        let ddb = crate::mocked!(aws_sdk_dynamodb, same);
+        write(ddb, 4).await.expect("the holder writes again");
     }
 }
