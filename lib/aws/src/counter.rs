@@ -49,7 +49,8 @@ use std::collections::{BTreeMap, HashMap};
 use serde::{Deserialize, Serialize};
 
 use crate::ddb::{
-    Condition, KeyCondition, OnlyIf, QueryKey, Update, Updating, flag, get_flag, get_n, get_s, n, s,
+    Condition, KeyCondition, OnlyIf, QueryKey, Update, Updating, Written, flag, get_flag, get_n,
+    get_s, n, s,
 };
 use crate::error::AwsError;
 use crate::scatter::{Backoff, Item, ScatterError, batch_get_with};
@@ -656,17 +657,7 @@ impl CounterStore {
             .table_name(&self.table)
             .set_item(Some(row.item()?))
             .only_if(condition);
-        match req.send().await {
-            Ok(_) => Ok(true),
-            Err(e) => {
-                let e = AwsError::dynamodb("PutItem", &self.table, e);
-                if e.is_conditional_check_failed() {
-                    Ok(false)
-                } else {
-                    Err(e.into())
-                }
-            }
-        }
+        Ok(req.send().await.written("PutItem", &self.table)?)
     }
 
     /// Reads one counter: one Query of its partition, summing writer, salted and `fix` sub-keys.
@@ -738,28 +729,22 @@ impl CounterStore {
             .only_if(&Condition::not_exists("at").or(Condition::lt("at", n(flushed_ms))))
             .send()
             .await;
-        match out {
-            Ok(_) => Ok(()),
-            Err(e) => {
-                let e = AwsError::dynamodb("UpdateItem", &self.table, e);
-                if !e.is_conditional_check_failed() {
-                    return Err(e.into());
-                }
-                // The watermark did not advance (late changes arrived): their delay is the
-                // news the repair's gate needs, so it is recorded all the same.
-                let Some(lag) = lag_ms else { return Ok(()) };
-                self.ddb
-                    .update_item()
-                    .table_name(&self.table)
-                    .key("pk", s(progress_pk(name)))
-                    .key("sk", s(SubKey::Writer(writer.clone()).sort_key()))
-                    .updating(&Update::new().set("lag", n(lag)))
-                    .send()
-                    .await
-                    .map_err(|e| AwsError::dynamodb("UpdateItem", &self.table, e))?;
-                Ok(())
-            }
+        if out.written("UpdateItem", &self.table)? {
+            return Ok(());
         }
+        // The watermark did not advance (late changes arrived): their delay is the news the
+        // repair's gate needs, so it is recorded all the same.
+        let Some(lag) = lag_ms else { return Ok(()) };
+        self.ddb
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", s(progress_pk(name)))
+            .key("sk", s(SubKey::Writer(writer.clone()).sort_key()))
+            .updating(&Update::new().set("lag", n(lag)))
+            .send()
+            .await
+            .map_err(|e| AwsError::dynamodb("UpdateItem", &self.table, e))?;
+        Ok(())
     }
 
     /// Marks `writer` retired for counter `name`: its shard is closed and read to its end (its

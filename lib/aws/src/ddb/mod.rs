@@ -19,6 +19,8 @@
 //! - **a caller's own expression** ([`foreign`]): a request the caller built (`stream::Fence`
 //!   extends one) gets the layer's condition ANDed and its actions joined, on placeholders the
 //!   request does not use yet;
+//! - **a conditional write's answer** ([`written`]): `Ok(true)` written, `Ok(false)` refused by
+//!   its condition, any other failure an `AwsError`;
 //! - **pages** ([`pages`]): the SDK's paginators, and [`pages::read_all`] for "every item, at
 //!   most N";
 //! - **a stream's shards** (`stream_listing`, features `streams` or `lambda`): one DynamoDB
@@ -63,6 +65,7 @@ pub(crate) mod row;
 pub(crate) mod stream_listing;
 pub(crate) mod update;
 pub(crate) mod value;
+pub(crate) mod written;
 
 pub(crate) use apply::{AlsoOnlyIf, AlsoUpdating, OnlyIf, Projecting, QueryKey, Updating};
 pub(crate) use codec::CodecError;
@@ -72,3 +75,4 @@ pub(crate) use pages::{Paged, read_all};
 pub(crate) use projection::Projection;
 pub(crate) use update::Update;
 pub(crate) use value::{Item, flag, get_flag, get_n, get_s, n, s};
+pub(crate) use written::Written;

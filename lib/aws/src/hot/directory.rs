@@ -44,7 +44,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
-use crate::ddb::{Condition, OnlyIf, n, s};
+use crate::ddb::{Condition, OnlyIf, Written, n, s};
 use crate::error::AwsError;
 use crate::schema::{Schema, Table};
 
@@ -306,12 +306,10 @@ impl Directory {
                     .table_name(&self.table)
                     .set_item(Some(to_item(entry)?))
                     .only_if(&unchanged);
-                match put.send().await {
-                    Ok(_) => Ok(()),
-                    Err(e) => Err(match AwsError::dynamodb("PutItem", &self.table, e) {
-                        e if e.is_conditional_check_failed() => conflict(*expected_epoch),
-                        e => e.into(),
-                    }),
+                if put.send().await.written("PutItem", &self.table)? {
+                    Ok(())
+                } else {
+                    Err(conflict(*expected_epoch))
                 }
             }
             Change::Remove {
@@ -324,12 +322,10 @@ impl Directory {
                     .table_name(&self.table)
                     .key("key", s(key))
                     .only_if(&Condition::eq("epoch", n(*expected_epoch)));
-                match delete.send().await {
-                    Ok(_) => Ok(()),
-                    Err(e) => Err(match AwsError::dynamodb("DeleteItem", &self.table, e) {
-                        e if e.is_conditional_check_failed() => conflict(Some(*expected_epoch)),
-                        e => e.into(),
-                    }),
+                if delete.send().await.written("DeleteItem", &self.table)? {
+                    Ok(())
+                } else {
+                    Err(conflict(Some(*expected_epoch)))
                 }
             }
         }

@@ -12,7 +12,7 @@ use heatsink_core::slots::{Change, RangeEntry, RangeState, SlotError, SlotMap, S
 use super::MoveError;
 use super::record::{MoveRecord, parse_record};
 use crate::ddb::{
-    Condition, KeyCondition, OnlyIf, QueryKey, Update as Set, Updating, get_n, get_s, n, s,
+    Condition, KeyCondition, OnlyIf, QueryKey, Update as Set, Updating, Written, get_n, get_s, n, s,
 };
 use crate::error::AwsError;
 
@@ -379,17 +379,7 @@ impl SlotDirectory {
             )
             .send()
             .await;
-        match res {
-            Ok(_) => Ok(true),
-            Err(e) => {
-                let err = AwsError::dynamodb("UpdateItem", &self.table, e);
-                if err.is_conditional_check_failed() {
-                    Ok(false)
-                } else {
-                    Err(err.into())
-                }
-            }
-        }
+        Ok(res.written("UpdateItem", &self.table)?)
     }
 
     /// Extends (or, with `until_ms` 0, releases) move `id`'s lease held with `token`;
@@ -410,17 +400,7 @@ impl SlotDirectory {
             .updating(&Set::new().set(UNTIL_ATTR, n(until_ms)))
             .send()
             .await;
-        match res {
-            Ok(_) => Ok(true),
-            Err(e) => {
-                let err = AwsError::dynamodb("UpdateItem", &self.table, e);
-                if err.is_conditional_check_failed() {
-                    Ok(false)
-                } else {
-                    Err(err.into())
-                }
-            }
-        }
+        Ok(res.written("UpdateItem", &self.table)?)
     }
 
     /// Commits `change` as one `TransactWriteItems`: the map version must still be

@@ -25,8 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use super::fence::{EPOCH_ATTR, MOVE_ATTR, TOKEN_ATTR, TableInfo, fence_item, read_fences};
 use super::{MoveError, SlotDirectory};
-use crate::ddb::{Condition, OnlyIf, n, s};
-use crate::error::AwsError;
+use crate::ddb::{Condition, OnlyIf, Written, n, s};
 
 /// One fence item found wrong.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -208,8 +207,7 @@ async fn apply_fix(
             .only_if(&unchanged(f))
             .send()
             .await
-            .map(|_| ())
-            .map_err(|e| AwsError::dynamodb("DeleteItem", table, e)),
+            .written("DeleteItem", table),
         None => {
             let fence = FenceItem {
                 to: owner.to_owned(),
@@ -223,14 +221,10 @@ async fn apply_fix(
                 .only_if(&Condition::not_exists("pk"))
                 .send()
                 .await
-                .map(|_| ())
-                .map_err(|e| AwsError::dynamodb("PutItem", table, e))
+                .written("PutItem", table)
         }
     };
-    match res {
-        Ok(()) => Ok(()),
-        // Changed since it was read: whatever wrote it decided; leave it.
-        Err(e) if e.is_conditional_check_failed() => Ok(()),
-        Err(e) => Err(e.into()),
-    }
+    // Refused: changed since it was read, whatever wrote it decided; leave it.
+    res?;
+    Ok(())
 }

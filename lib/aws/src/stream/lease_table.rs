@@ -33,7 +33,9 @@ use serde::{Deserialize, Serialize};
 
 use super::StreamError;
 use crate::clock::now_ms;
-use crate::ddb::{Condition, KeyCondition, OnlyIf, QueryKey, Update, Updating, get_n, get_s, n, s};
+use crate::ddb::{
+    Condition, KeyCondition, OnlyIf, QueryKey, Update, Updating, Written, get_n, get_s, n, s,
+};
 use crate::schema::{Schema, Table};
 
 const SERVICE: &str = "DynamoDB";
@@ -307,13 +309,6 @@ impl LeaseTable {
         StreamError::from_sdk(SERVICE, operation, &self.table, e)
     }
 
-    fn is_conflict<E>(e: &E) -> bool
-    where
-        E: aws_sdk_dynamodb::error::ProvideErrorMetadata,
-    {
-        e.code() == Some("ConditionalCheckFailedException")
-    }
-
     /// Every lease row of the application (strongly consistent, all pages), and apart from
     /// them the workers' announcements of this table's stream ([`LeaseScan::workers`]; those
     /// of another stream are dropped, not refused).
@@ -416,11 +411,7 @@ impl LeaseTable {
             .only_if(&Condition::eq(attr, n(expected)))
             .send()
             .await;
-        match out {
-            Ok(_) => Ok(true),
-            Err(e) if Self::is_conflict(&e) => Ok(false),
-            Err(e) => Err(self.err("DeleteItem", e)),
-        }
+        Ok(out.written("DeleteItem", &self.table)?)
     }
 
     /// Deletes `worker_id`'s announcement (graceful shutdown), so peers stop counting it at
@@ -537,11 +528,7 @@ impl LeaseTable {
             .only_if(&Condition::not_exists("shard_id"))
             .send()
             .await;
-        match out {
-            Ok(_) => Ok(true),
-            Err(e) if Self::is_conflict(&e) => Ok(false),
-            Err(e) => Err(self.err("PutItem", e)),
-        }
+        Ok(out.written("PutItem", &self.table)?)
     }
 
     /// Replaces a malformed row with `lease`, only if its `counter` is still as found.
@@ -560,11 +547,7 @@ impl LeaseTable {
             .table_name(&self.table)
             .set_item(Some(self.full_item(lease)?))
             .only_if(&unchanged);
-        match put.send().await {
-            Ok(_) => Ok(true),
-            Err(e) if Self::is_conflict(&e) => Ok(false),
-            Err(e) => Err(self.err("PutItem", e)),
-        }
+        Ok(put.send().await.written("PutItem", &self.table)?)
     }
 
     /// Applies `event` to `current` (as last read) and writes the result conditionally.
@@ -654,10 +637,9 @@ impl LeaseTable {
                     .only_if(&unchanged)
                     .send()
                     .await;
-                return match out {
-                    Ok(_) => Ok(next),
-                    Err(e) if Self::is_conflict(&e) => Err(self.conflict(current)),
-                    Err(e) => Err(self.err("DeleteItem", e)),
+                return match out.written("DeleteItem", &self.table)? {
+                    true => Ok(next),
+                    false => Err(self.conflict(current)),
                 };
             }
         };
@@ -671,10 +653,9 @@ impl LeaseTable {
             .updating(&update)
             .send()
             .await;
-        match out {
-            Ok(_) => Ok(next),
-            Err(e) if Self::is_conflict(&e) => Err(self.conflict(current)),
-            Err(e) => Err(self.err("UpdateItem", e)),
+        match out.written("UpdateItem", &self.table)? {
+            true => Ok(next),
+            false => Err(self.conflict(current)),
         }
     }
 

@@ -9,7 +9,7 @@ use heatsink_core::counter::{Check, RepairCursor, Resume};
 use super::{BucketRecount, Repair};
 use crate::counter::rebuild::RebuildError;
 use crate::counter::{CounterStoreError, TOUCHED_INDEX};
-use crate::ddb::{Condition, KeyCondition, OnlyIf, Projecting, Projection, QueryKey};
+use crate::ddb::{Condition, KeyCondition, OnlyIf, Projecting, Projection, QueryKey, Written};
 use crate::error::AwsError;
 
 fn rebuild_pk(name: &str) -> String {
@@ -43,17 +43,7 @@ impl<R: BucketRecount> Repair<'_, R> {
             )
             .send()
             .await;
-        match out {
-            Ok(_) => Ok(true),
-            Err(e) => {
-                let e = AwsError::dynamodb("PutItem", self.table(), e);
-                if e.is_conditional_check_failed() {
-                    Ok(false)
-                } else {
-                    Err(e.into())
-                }
-            }
-        }
+        Ok(out.written("PutItem", self.table())?)
     }
 
     pub(super) async fn release(&self) -> Result<(), RebuildError> {
@@ -66,18 +56,9 @@ impl<R: BucketRecount> Repair<'_, R> {
             .only_if(&Condition::eq("holder", s_attr(&self.options.holder)))
             .send()
             .await;
-        match out {
-            Ok(_) => Ok(()),
-            Err(e) => {
-                let e = AwsError::dynamodb("DeleteItem", self.table(), e);
-                // Someone took over an expired lease: theirs now, nothing to release.
-                if e.is_conditional_check_failed() {
-                    Ok(())
-                } else {
-                    Err(e.into())
-                }
-            }
-        }
+        // Refused: someone took over an expired lease, theirs now, nothing to release.
+        out.written("DeleteItem", self.table())?;
+        Ok(())
     }
 
     pub(super) async fn load_cursor(&self) -> Result<RepairCursor, RebuildError> {

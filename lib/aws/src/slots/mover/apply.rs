@@ -9,8 +9,7 @@ use heatsink_core::slots::tail::TailOp;
 use super::super::MoveError;
 use super::super::fence::{KeySchema, TOMBSTONE_ATTR, VERSION_ATTR, apply_rule};
 use super::calls::Ctx;
-use crate::ddb::{Condition, Item, OnlyIf, flag, n};
-use crate::error::AwsError;
+use crate::ddb::{Condition, Item, OnlyIf, Written, flag, n};
 
 /// Changes applied at once (the apply rule makes their order irrelevant).
 const APPLY_CONCURRENCY: usize = 16;
@@ -40,17 +39,7 @@ pub(super) async fn apply_to(
         .only_if(&apply_rule(version))
         .send()
         .await;
-    match res {
-        Ok(_) => Ok(true),
-        Err(e) => {
-            let err = AwsError::dynamodb("PutItem", table, e);
-            if err.is_conditional_check_failed() {
-                Ok(false)
-            } else {
-                Err(err.into())
-            }
-        }
-    }
+    Ok(res.written("PutItem", table)?)
 }
 
 /// Deletes `key` on `table` when its version is at most `v` (reverse replication of a delete).
@@ -67,17 +56,7 @@ pub(super) async fn delete_upto(
         .only_if(&Condition::not_exists(VERSION_ATTR).or(Condition::le(VERSION_ATTR, n(v))))
         .send()
         .await;
-    match res {
-        Ok(_) => Ok(true),
-        Err(e) => {
-            let err = AwsError::dynamodb("DeleteItem", table, e);
-            if err.is_conditional_check_failed() {
-                Ok(false)
-            } else {
-                Err(err.into())
-            }
-        }
-    }
+    Ok(res.written("DeleteItem", table)?)
 }
 
 /// One tail write: the item (for a delete, its key) and what to do with it.
