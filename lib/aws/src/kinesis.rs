@@ -11,7 +11,7 @@
 //! optional KPL aggregation and salting of hot keys (`kinesis/producer.rs`).
 
 use aws_sdk_kinesis::error::BuildError;
-use aws_sdk_kinesis::types::{ShardFilter, ShardFilterType};
+use aws_sdk_kinesis::types::{Shard, ShardFilter, ShardFilterType};
 use heatsink_core::keys::{KeyError, ShardRange, parse_hash_key, validate_shards};
 
 use crate::error::AwsError;
@@ -65,6 +65,39 @@ impl KinesisError {
     }
 }
 
+/// Every shard ListShards answers for `stream` (narrowed by `filter`), all pages: the one
+/// ListShards pager (the SDK has no paginator for it). With a token ListShards refuses the stream
+/// name and the filter, so only the first page carries them; an empty token ends the listing.
+pub(crate) async fn list_shards(
+    kinesis: &aws_sdk_kinesis::Client,
+    stream: &str,
+    filter: Option<ShardFilter>,
+) -> Result<Vec<Shard>, AwsError> {
+    let mut shards = Vec::new();
+    let mut next: Option<String> = None;
+    loop {
+        let req = match &next {
+            Some(token) => kinesis.list_shards().next_token(token),
+            None => kinesis
+                .list_shards()
+                .stream_name(stream)
+                .set_shard_filter(filter.clone()),
+        };
+        let out = req
+            .send()
+            .await
+            .map_err(|e| AwsError::new("Kinesis", "ListShards", stream, e))?;
+        match out.next_token {
+            Some(token) if !token.is_empty() => next = Some(token),
+            _ => next = None,
+        }
+        shards.extend(out.shards.unwrap_or_default());
+        if next.is_none() {
+            return Ok(shards);
+        }
+    }
+}
+
 /// The open shards of `stream`, sorted by starting hash key, validated to cover 0..2^128 once.
 pub async fn open_shard_ranges(
     kinesis: &aws_sdk_kinesis::Client,
@@ -74,47 +107,31 @@ pub async fn open_shard_ranges(
         stream: stream.to_owned(),
         source,
     };
+    let at_latest = ShardFilter::builder()
+        .r#type(ShardFilterType::AtLatest)
+        .build()
+        .map_err(|source| KinesisError::Request {
+            stream: stream.to_owned(),
+            source,
+        })?;
     let mut ranges = vec![];
-    let mut next: Option<String> = None;
-    loop {
-        let req = match &next {
-            Some(token) => kinesis.list_shards().next_token(token),
-            None => kinesis.list_shards().stream_name(stream).shard_filter(
-                ShardFilter::builder()
-                    .r#type(ShardFilterType::AtLatest)
-                    .build()
-                    .map_err(|source| KinesisError::Request {
-                        stream: stream.to_owned(),
-                        source,
-                    })?,
-            ),
+    for shard in list_shards(kinesis, stream, Some(at_latest)).await? {
+        // AT_LATEST lists open shards; the ending-sequence check guards emulators that ignore it.
+        if shard
+            .sequence_number_range()
+            .and_then(|r| r.ending_sequence_number())
+            .is_some()
+        {
+            continue;
+        }
+        let Some(range) = shard.hash_key_range() else {
+            continue;
         };
-        let out = req
-            .send()
-            .await
-            .map_err(|e| AwsError::new("Kinesis", "ListShards", stream, e))?;
-        for shard in out.shards() {
-            // AT_LATEST lists open shards; the ending-sequence check guards emulators that ignore it.
-            if shard
-                .sequence_number_range()
-                .and_then(|r| r.ending_sequence_number())
-                .is_some()
-            {
-                continue;
-            }
-            let Some(range) = shard.hash_key_range() else {
-                continue;
-            };
-            ranges.push(ShardRange::new(
-                shard.shard_id(),
-                parse_hash_key(range.starting_hash_key()).map_err(map_err)?,
-                parse_hash_key(range.ending_hash_key()).map_err(map_err)?,
-            ));
-        }
-        next = out.next_token;
-        if next.is_none() {
-            break;
-        }
+        ranges.push(ShardRange::new(
+            shard.shard_id(),
+            parse_hash_key(range.starting_hash_key()).map_err(map_err)?,
+            parse_hash_key(range.ending_hash_key()).map_err(map_err)?,
+        ));
     }
     ranges.sort_by_key(|r| r.start);
     validate_shards(&ranges).map_err(map_err)?;

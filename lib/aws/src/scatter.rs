@@ -494,6 +494,8 @@ impl MergedQuery {
         start: Option<Item>,
         limit: i32,
     ) -> Result<(usize, Vec<Item>, Option<Item>), AwsError> {
+        // paged by hand: one page per call; the merged read keeps each shard's cursor in its
+        // continuation token between the caller's pages.
         let out = ddb
             .query()
             .table_name(&self.table)

@@ -58,6 +58,7 @@ use serde_json::Value;
 
 use super::lineage::ShardListing;
 use super::{CounterStore, FlushReport};
+use crate::ddb::stream_listing::StreamListing;
 use crate::error::AwsError;
 use crate::lambda::{dynamodb_failure, kinesis_failure};
 use crate::metrics::MetricDef;
@@ -935,45 +936,17 @@ impl<M: ChangeMapper> StreamAggregator<M> {
         };
         let mut out = vec![];
         let mut parents = HashSet::new();
-        let mut start: Option<String> = None;
-        loop {
-            let desc = streams
-                .describe_stream()
-                .stream_arn(arn)
-                .set_exclusive_start_shard_id(start)
-                .send()
-                .await
-                .map_err(|e| AwsError::new("DynamoDB Streams", "DescribeStream", arn, e))?;
-            let Some(d) = desc.stream_description else {
-                break;
+        // One DynamoDB Streams listing (paged and paced by the layer), read once per lookup.
+        let listed = StreamListing::default().sync(streams, arn).await?;
+        for sh in listed {
+            let Some(first) = sh.starting_seq.as_deref().and_then(|s| Seq::parse(s).ok()) else {
+                continue;
             };
-            for sh in d.shards() {
-                let (Some(id), Some(range)) = (sh.shard_id(), sh.sequence_number_range()) else {
-                    continue;
-                };
-                let Some(first) = range
-                    .starting_sequence_number()
-                    .and_then(|s| Seq::parse(s).ok())
-                else {
-                    continue;
-                };
-                let last = range
-                    .ending_sequence_number()
-                    .and_then(|s| Seq::parse(s).ok());
-                if let Some(p) = sh.parent_shard_id() {
-                    parents.insert(p.to_owned());
-                }
-                out.push((
-                    id.to_owned(),
-                    first,
-                    last,
-                    sh.parent_shard_id().map(str::to_owned),
-                ));
+            let last = sh.ending_seq.as_deref().and_then(|s| Seq::parse(s).ok());
+            if let Some(p) = &sh.parent {
+                parents.insert(p.clone());
             }
-            start = d.last_evaluated_shard_id;
-            if start.is_none() {
-                break;
-            }
+            out.push((sh.shard_id, first, last, sh.parent));
         }
         // The newest shard of each lineage (no child yet) is still open and takes new records,
         // whatever ending number an emulator reports for it (dynoxide reports the string-largest

@@ -7,6 +7,14 @@
 //! `.expression_attribute_names(…)` / `.expression_attribute_values(…)`); reading one back
 //! (`.condition_expression()`) is not counted. The limit is none (a caller's own expression, as
 //! `stream::Fence` extends one, goes through `ddb::foreign`).
+//!
+//! It also counts the hand-written pagination of DynamoDB and DynamoDB Streams reads outside the
+//! layer: a call that sets a page cursor (`.exclusive_start_key(…)`,
+//! `.exclusive_start_shard_id(…)`, their `set_` forms). Reads page through the SDK's
+//! paginators, [`super::pages::read_all`] or [`super::stream_listing`]; a read that must hold
+//! its cursor between pages (one page per call of a resumable read, a checkpoint persisted
+//! between pages, each page retried within a deadline) says why in a `// paged by hand: …`
+//! comment at most [`JUSTIFIED_WITHIN`] lines above the call, and only then passes.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -21,6 +29,15 @@ const SETTERS: &[&str] = &[
     "expression_attribute_names(",
     "expression_attribute_values(",
 ];
+
+/// Setters whose call with an argument means a read pages by hand.
+const CURSORS: &[&str] = &["exclusive_start_key(", "exclusive_start_shard_id("];
+
+/// How many lines above a cursor call its `// paged by hand:` justification may stand.
+const JUSTIFIED_WITHIN: usize = 12;
+
+/// The marker that justifies a hand-paged read.
+const PAGED_BY_HAND: &str = "// paged by hand:";
 
 fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
@@ -51,11 +68,12 @@ fn production(text: &str) -> &str {
     text
 }
 
-/// Calls of a setter with an argument (not a getter `name()`, not a `get_name(`).
-pub(crate) fn hand_written(text: &str) -> usize {
-    SETTERS
+/// Where `setters` are called with an argument in `text` (not a getter `name()`, not a
+/// `get_name(`): byte offsets.
+fn calls(text: &str, setters: &[&str]) -> Vec<usize> {
+    setters
         .iter()
-        .map(|setter| {
+        .flat_map(|setter| {
             text.match_indices(setter)
                 .filter(|(i, _)| {
                     let before = &text[..*i];
@@ -63,9 +81,31 @@ pub(crate) fn hand_written(text: &str) -> usize {
                     let with_argument = !text[i + setter.len()..].starts_with(')');
                     called && with_argument
                 })
-                .count()
+                .map(|(i, _)| i)
         })
-        .sum()
+        .collect()
+}
+
+/// Calls of a setter with an argument (not a getter `name()`, not a `get_name(`).
+pub(crate) fn hand_written(text: &str) -> usize {
+    calls(text, SETTERS).len()
+}
+
+/// Page cursors set by hand in `text`: (line, justified by a `// paged by hand:` comment at most
+/// [`JUSTIFIED_WITHIN`] lines above).
+pub(crate) fn hand_paged(text: &str) -> Vec<(usize, bool)> {
+    let lines: Vec<&str> = text.lines().collect();
+    calls(text, CURSORS)
+        .into_iter()
+        .map(|i| {
+            let line = text[..i].matches('\n').count();
+            let from = line.saturating_sub(JUSTIFIED_WITHIN);
+            let justified = lines[from..=line.min(lines.len().saturating_sub(1))]
+                .iter()
+                .any(|l| l.trim_start().starts_with(PAGED_BY_HAND));
+            (line + 1, justified)
+        })
+        .collect()
 }
 
 #[test]
@@ -96,6 +136,56 @@ fn no_expression_is_written_by_hand_outside_the_ddb_layer() {
          file: {found:?}. Build expressions \
          with crate::ddb (Condition, Update, KeyCondition, OnlyIf, Updating, QueryKey; \
          AlsoOnlyIf, AlsoUpdating to extend a caller's own)"
+    );
+}
+
+#[test]
+fn no_read_pages_by_hand_outside_the_ddb_layer_without_saying_why() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&root, &mut files);
+    let mut unjustified = Vec::new();
+    for path in files {
+        let rel = path
+            .strip_prefix(&root)
+            .expect("under src")
+            .to_string_lossy()
+            .replace('\\', "/");
+        if rel.starts_with("ddb/") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).expect("readable source");
+        for (line, justified) in hand_paged(production(&text)) {
+            if !justified {
+                unjustified.push(format!("{rel}:{line}"));
+            }
+        }
+    }
+    assert!(
+        unjustified.is_empty(),
+        "page cursors set by hand outside src/ddb: {unjustified:?}. Page with the SDK's \
+         paginators, ddb::read_all or ddb::stream_listing, or say why the read holds its cursor \
+         between pages in a `{PAGED_BY_HAND} …` comment at most {JUSTIFIED_WITHIN} lines above"
+    );
+}
+
+#[test]
+fn a_cursor_passes_only_with_its_reason_above_it() {
+    let bare = "let q = ddb.scan()\n    .set_exclusive_start_key(start);\n";
+    assert_eq!(hand_paged(bare), [(2, false)]);
+    let why = format!("{PAGED_BY_HAND} one page per call\n{bare}");
+    assert_eq!(hand_paged(&why), [(3, true)]);
+    let far = format!(
+        "{PAGED_BY_HAND} too far\n{}{bare}",
+        "\n".repeat(JUSTIFIED_WITHIN)
+    );
+    assert!(
+        !hand_paged(&far)[0].1,
+        "a reason too far above does not count"
+    );
+    assert!(
+        hand_paged("r.exclusive_start_key()").is_empty(),
+        "a getter pages nothing"
     );
 }
 

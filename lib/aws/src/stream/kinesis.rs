@@ -104,34 +104,21 @@ impl ShardSource for KinesisSource {
     }
 
     async fn list_shards(&self) -> Result<Vec<ShardInfo>, StreamError> {
-        let mut shards = Vec::new();
-        let mut next: Option<String> = None;
-        loop {
-            // With a token, ListShards refuses the stream name.
-            let req = match &next {
-                Some(token) => self.client.list_shards().next_token(token),
-                None => self.client.list_shards().stream_name(&self.stream),
-            };
-            let out = req
-                .send()
-                .await
-                .map_err(|e| StreamError::from_sdk(SERVICE, "ListShards", &self.stream, e))?;
-            for s in out.shards() {
+        let listed = crate::kinesis::list_shards(&self.client, &self.stream, None).await?;
+        Ok(listed
+            .iter()
+            .map(|s| {
                 let seqs = s.sequence_number_range();
-                shards.push(ShardInfo {
+                ShardInfo {
                     shard_id: s.shard_id().to_owned(),
                     parent: s.parent_shard_id().map(str::to_owned),
                     adjacent_parent: s.adjacent_parent_shard_id().map(str::to_owned),
                     hash_range: hash_range(s.hash_key_range()),
                     starting_seq: seqs.map(|r| r.starting_sequence_number().to_owned()),
                     ending_seq: seqs.and_then(|r| r.ending_sequence_number().map(str::to_owned)),
-                });
-            }
-            match out.next_token() {
-                Some(token) if !token.is_empty() => next = Some(token.to_owned()),
-                _ => return Ok(shards),
-            }
-        }
+                }
+            })
+            .collect())
     }
 
     async fn get_iterator(&self, shard_id: &str, start: &StartAt) -> Result<String, StreamError> {

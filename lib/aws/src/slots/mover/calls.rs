@@ -102,6 +102,8 @@ impl Mover {
         table: &str,
         start: Option<Item>,
     ) -> Result<ScanOutput, MoveError> {
+        // paged by hand: one page per call, each retried within the move's deadline, and the
+        // purge and the diff pace and use a page before asking for the next.
         self.ctx()
             .retry(|| {
                 let req = self

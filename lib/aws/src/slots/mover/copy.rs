@@ -93,6 +93,8 @@ async fn segment(
     };
     let (mut copied, mut skipped, mut rcu_used, mut wcu_used) = (0u64, 0u64, 0.0f64, 0.0f64);
     loop {
+        // paged by hand: the copy persists its cursor per segment between pages (a resumed
+        // move continues there) and retries each page within the move's deadline.
         let out = ctx
             .retry(|| {
                 let req = ddb

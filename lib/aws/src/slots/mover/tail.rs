@@ -96,6 +96,8 @@ impl Mover {
         let mut start: Option<String> = None;
         let ctx = self.ctx();
         loop {
+            // paged by hand: each DescribeStream page is retried within the move's deadline;
+            // the tail moves onto ddb::stream_listing with the mover's own work (issue 36).
             let desc = ctx
                 .retry(|| {
                     let req = self
