@@ -18,7 +18,9 @@
 //! | [`kpl`] | the KPL aggregated-record format, both ways, bounded | `heatsink::kinesis::kpl` |
 //! | [`reshard`] | where to split a hot Kinesis shard, when to merge cold ones | `heatsink::kinesis::reshard` |
 //! | [`slots`] | slots, the slot directory's ranges, move phases and load-driven move plans | `heatsink::slots` |
+//! | [`backoff`] | the one backoff rule: capped doubling, jittered within a deadline (the mover) or as successive pauses (the consumer) | `heatsink::slots`, `heatsink::stream` |
 
+pub mod backoff;
 pub mod counter;
 pub mod detect;
 pub mod guard;

@@ -76,7 +76,8 @@
 //! The DynamoDB adapters are `heatsink::slots`.
 
 pub mod apply;
-pub mod backoff;
+/// The mover's retry rule: the one backoff of [`crate::backoff`].
+pub use crate::backoff;
 pub mod balance;
 pub mod fence;
 pub mod lease;

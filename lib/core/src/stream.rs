@@ -119,9 +119,10 @@ mod round;
 #[cfg(test)]
 mod tests;
 
+pub use crate::backoff::{Backoff, Pauses};
 pub use assign::{Assignment, Steal, assign, take_order};
 pub use cadence::{Cadence, CheckpointStep, CheckpointView, Inflight};
-pub use delivery::{Attempt, Backoff, Delivery, DeliveryStep, Stall};
+pub use delivery::{Attempt, Delivery, DeliveryStep, Stall};
 pub use graph::{ShardGraph, ShardInfo};
 pub use history::{ReshardOp, ReshardSim, SimRecord};
 pub use lease::{Lease, LeaseEvent, LeaseState};

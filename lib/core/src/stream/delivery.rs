@@ -26,37 +26,7 @@
 
 use std::time::Duration;
 
-/// Capped, doubling back-off: `first`, `2 × first`, … up to `max` (a `first` above `max` is
-/// waited once, then `max`). Saturates instead of overflowing on any configuration.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Backoff {
-    first: Duration,
-    max: Duration,
-    next: Duration,
-}
-
-impl Backoff {
-    /// A back-off starting at `first`, doubling up to `max`.
-    pub fn new(first: Duration, max: Duration) -> Self {
-        Self {
-            first,
-            max,
-            next: first,
-        }
-    }
-
-    /// The pause to wait now; the following one doubles, capped at `max`.
-    pub fn pause(&mut self) -> Duration {
-        let now = self.next;
-        self.next = now.saturating_mul(2).min(self.max);
-        now
-    }
-
-    /// Back to `first` (after a call went through).
-    pub fn reset(&mut self) {
-        self.next = self.first;
-    }
-}
+use crate::backoff::{Backoff, Pauses};
 
 /// How one attempt at a batch ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -111,7 +81,7 @@ pub enum DeliveryStep {
 #[derive(Clone, Debug)]
 pub struct Delivery {
     max_attempts: u32,
-    backoff: Backoff,
+    backoff: Pauses,
     has_sink: bool,
     attempts: u32,
     stalled: bool,
@@ -123,7 +93,7 @@ impl Delivery {
     pub fn new(max_attempts: u32, backoff: Backoff, has_sink: bool) -> Self {
         Self {
             max_attempts: max_attempts.max(1),
-            backoff,
+            backoff: backoff.pauses(),
             has_sink,
             attempts: 0,
             stalled: false,
@@ -296,7 +266,8 @@ mod tests {
             max in 0u64..60_000,
             n in 1usize..80,
         ) {
-            let mut b = Backoff::new(Duration::from_millis(first), Duration::from_millis(max));
+            let mut b =
+                Backoff::new(Duration::from_millis(first), Duration::from_millis(max)).pauses();
             let pauses: Vec<Duration> = (0..n).map(|_| b.pause()).collect();
             prop_assert_eq!(pauses[0], Duration::from_millis(first));
             for w in pauses.windows(2) {
@@ -310,7 +281,7 @@ mod tests {
 
     #[test]
     fn a_huge_back_off_saturates_instead_of_panicking() {
-        let mut b = Backoff::new(Duration::MAX, Duration::MAX);
+        let mut b = Backoff::new(Duration::MAX, Duration::MAX).pauses();
         assert_eq!(b.pause(), Duration::MAX);
         assert_eq!(b.pause(), Duration::MAX);
     }

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use heatsink_core::stream::{
-    Backoff, Lease, Progress, ReadAnswer, ReadFailure, ReadPace, ReadSize, Recovery,
+    Backoff, Lease, Pauses, Progress, ReadAnswer, ReadFailure, ReadPace, ReadSize, Recovery,
 };
 use tokio::sync::{Notify, mpsc, watch};
 
@@ -86,8 +86,8 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
     ///
     /// [`WorkerConfig::retry_backoff`]: super::WorkerConfig::retry_backoff
     /// [`WorkerConfig::max_backoff`]: super::WorkerConfig::max_backoff
-    pub(super) fn backoff(&self) -> Backoff {
-        Backoff::new(self.config.retry_backoff, self.config.max_backoff)
+    pub(super) fn backoff(&self) -> Pauses {
+        Backoff::new(self.config.retry_backoff, self.config.max_backoff).pauses()
     }
 
     pub(super) fn trimmed(&self, shard: &str, from: &StartAt) {
