@@ -166,7 +166,8 @@ struct Run {
 async fn ours(rate: u32, items: u32, strict: bool) -> Option<Result<Run, (String, u64)>> {
     let w = world(items, strict).await?;
     let l = load(&w.router, rate);
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // A warm-up, then the control window the writers' pause is compared with.
+    tokio::time::sleep(WARM_UP + CONTROL).await;
     let spec = MoveSpec {
         slots: slot(),
         to: w.b.clone(),
@@ -282,11 +283,19 @@ fn ms(v: Option<f64>) -> String {
     v.map_or("-".into(), |v| format!("{v:.0}"))
 }
 
+/// Load before the control window (connections, the router's first map).
+const WARM_UP: Duration = Duration::from_millis(500);
+/// The window just before the mark whose longest ack gap is the control: the same writers and
+/// emulator, no move.
+const CONTROL: Duration = Duration::from_millis(2_500);
+
 /// Our move's figures at one rate in one mode, over the trials.
 #[derive(Default)]
 struct Stats {
     /// Per trial: the longest gap in acknowledged writes to the slot, mark → end of move.
     gaps: Vec<f64>,
+    /// Per trial: the same over the [`CONTROL`] window before the mark (no move yet).
+    control_gaps: Vec<f64>,
     /// Latencies of the writes issued between fence and flip.
     paused: Vec<f64>,
     /// Writes issued in the max-age after the flip, and every write before the fence.
@@ -318,9 +327,17 @@ impl Stats {
         self.achieved.push(achieved);
         let gap = longest_ack_gap(&samples, |s| slot().contains(s), rec.marked_ms, ended_ms);
         self.gaps.push(gap);
+        let control_ms = CONTROL.as_millis() as u64;
+        let control = longest_ack_gap(
+            &samples,
+            |s| slot().contains(s),
+            rec.marked_ms.saturating_sub(control_ms),
+            rec.marked_ms,
+        );
+        self.control_gaps.push(control);
         // One line per trial, so a run cut short still shows what it measured.
         println!(
-            "  trial ({}): writers' pause {gap:.0} ms, fence->flip {} ms, mark -> end {} ms, lost {lost}",
+            "  trial ({}): writers' pause {gap:.0} ms (control before the mark {control:.0} ms), fence->flip {} ms, mark -> end {} ms, lost {lost}",
             if rec.strict { "strict" } else { "default" },
             rec.pause_ms.map_or("-".into(), |p| p.to_string()),
             ended_ms.saturating_sub(rec.marked_ms),
@@ -367,7 +384,8 @@ impl Stats {
         };
         println!(
             "rate {rate}/s {mode} (achieved median {:.0}/s): writers' pause (longest ack gap, mark -> end) \
-             p50 {} ms p99 {} ms longest {} ms over {} trials; \
+             p50 {} ms p99 {} ms longest {} ms over {} trials \
+             (control, the {} ms before the mark: p50 {} ms p99 {} ms); \
              write pause p50 {} ms p99 {} ms over {} writes; \
              baseline p50 {} ms p99 {} ms; after the flip (max-age) p99 {} ms over {} writes; \
              worst write {:.0} ms; \
@@ -379,6 +397,9 @@ impl Stats {
             ms(quantile(self.gaps.clone(), 0.99)),
             ms(quantile(self.gaps.clone(), 1.0)),
             self.gaps.len(),
+            CONTROL.as_millis(),
+            ms(quantile(self.control_gaps.clone(), 0.5)),
+            ms(quantile(self.control_gaps.clone(), 0.99)),
             ms(quantile(self.paused.clone(), 0.5)),
             ms(quantile(self.paused.clone(), 0.99)),
             self.paused.len(),

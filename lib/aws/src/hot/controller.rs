@@ -91,7 +91,7 @@ impl RunBounds<'_> {
 /// The mitigation controller: gathers signals, decides with hysteresis, writes the directory
 /// epoch-conditionally, and retries lost races. One type serves every caller: a router or the
 /// reshard executor hands it signals ([`Controller::run`]); the `hotkey-controller` function
-/// hands it the triggering event ([`Controller::handle`], feature `insights`), and it reads
+/// hands it the triggering event (`Controller::handle`, feature `insights`), and it reads
 /// Contributor Insights for the tables of its [`ControllerConfig`] itself.
 #[derive(Debug, Clone)]
 pub struct Controller {
