@@ -60,6 +60,9 @@ enum Command {
     },
     /// Recount likes from the durable records and correct settled counters (what count-rebuilder runs).
     Rebuild(cmd::rebuild::RebuildArgs),
+    /// Read the aggregator's parked batches back from the stream and hand the counters they moved
+    /// to the repair (from `<prefix>stream-failures`, or --record files).
+    Redrive(cmd::redrive::RedriveArgs),
     /// Put records on a Kinesis stream (stdin JSON lines or generated load); prints a summary.
     Produce(cmd::produce::ProduceArgs),
     /// Load-aware resharding of a Kinesis stream: plan (print) or apply (carry out, resumable).
@@ -92,6 +95,7 @@ async fn main() -> ExitCode {
         Command::Hot { command } => cmd::hot::run(command).await,
         Command::Top(args) => cmd::top::run(args).await,
         Command::Rebuild(args) => cmd::rebuild::run(args).await,
+        Command::Redrive(args) => cmd::redrive::run(args).await,
         Command::Produce(args) => cmd::produce::run(args).await,
         Command::Reshard { command } => cmd::reshard::run(command).await,
         Command::Slots { command } => cmd::slots::run(command).await,

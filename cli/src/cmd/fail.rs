@@ -26,6 +26,8 @@ pub enum Service {
     EventBridge,
     /// CloudWatch (Contributor Insights reports).
     CloudWatch,
+    /// Amazon SQS (the failure queues).
+    Sqs,
 }
 
 impl Service {
@@ -37,6 +39,7 @@ impl Service {
             Self::Kinesis => "Kinesis",
             Self::EventBridge => "EventBridge",
             Self::CloudWatch => "CloudWatch",
+            Self::Sqs => "SQS",
         }
     }
 
@@ -48,6 +51,7 @@ impl Service {
             Self::Kinesis => "AWS_ENDPOINT_URL_KINESIS",
             Self::EventBridge => "AWS_ENDPOINT_URL_EVENTBRIDGE",
             Self::CloudWatch => "AWS_ENDPOINT_URL_CLOUDWATCH",
+            Self::Sqs => "AWS_ENDPOINT_URL_SQS",
         }
     }
 }
@@ -333,6 +337,7 @@ fn resource_kind(service: Service, resource: &str) -> &'static str {
         Service::DynamoDbStreams | Service::Kinesis => "stream",
         Service::EventBridge => "event bus",
         Service::CloudWatch => "insight rule",
+        Service::Sqs => "queue",
     }
 }
 

@@ -13,6 +13,7 @@ pub mod plan;
 pub mod produce;
 pub mod progress;
 pub mod rebuild;
+pub mod redrive;
 pub mod reshard;
 pub mod schema;
 pub mod sim;

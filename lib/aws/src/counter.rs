@@ -28,6 +28,8 @@
 //!   `aggregate::ChangeMapper` you write.
 //! - [`repair`]: the scheduled incremental repair: per-bucket recounts of the counters touched
 //!   since the last run, corrected only on proof of the aggregator's progress.
+//! - `redrive` (features `lambda` and `streams`): a parked batch's changes read back from the
+//!   stream into the repair's checks, so a lost change on a cold counter is corrected too.
 //! - [`rebuild`]: the whole-table recount by hand (after an incident), correcting settled counters.
 //! - [`compact`](mod@compact): fold closed writers' sub-keys into `settled` ([`CounterStore::compact`]), so
 //!   a read stays bounded while DynamoDB Streams shards roll over.
@@ -40,6 +42,9 @@ pub mod aggregate;
 pub mod compact;
 pub mod lineage;
 pub mod rebuild;
+#[cfg(all(feature = "lambda", feature = "streams"))]
+#[cfg_attr(docsrs, doc(cfg(all(feature = "lambda", feature = "streams"))))]
+pub mod redrive;
 pub mod repair;
 
 pub use heatsink_core::counter::*;

@@ -233,41 +233,43 @@ pub fn dynamodb_event(
     arn: &str,
     records: &[aws_sdk_dynamodbstreams::types::Record],
 ) -> Result<DynamoDbEvent, serde_json::Error> {
-    use crate::ddb::json::stream_image_json;
-    let records: Vec<Value> = records
-        .iter()
-        .map(|r| {
-            let change = r.dynamodb();
-            // An absent image is an empty map, as Lambda delivers it.
-            let image = |m: Option<&std::collections::HashMap<_, _>>| {
-                stream_image_json(Some(m.unwrap_or(&std::collections::HashMap::new())))
-            };
-            json!({
-                "eventID": r.event_id().unwrap_or_default(),
-                "eventName": r.event_name().map(|n| n.as_str()).unwrap_or_default(),
-                "eventVersion": "1.1",
-                "eventSource": "aws:dynamodb",
-                "awsRegion": r.aws_region().unwrap_or("us-east-1"),
-                "eventSourceARN": arn,
-                "dynamodb": {
-                    "ApproximateCreationDateTime": change
-                        .and_then(|c| c.approximate_creation_date_time())
-                        .map(|t| t.secs())
-                        .unwrap_or_default(),
-                    "Keys": image(change.and_then(|c| c.keys.as_ref())),
-                    "NewImage": image(change.and_then(|c| c.new_image.as_ref())),
-                    "OldImage": image(change.and_then(|c| c.old_image.as_ref())),
-                    "SequenceNumber": change.and_then(|c| c.sequence_number()).unwrap_or_default(),
-                    "SizeBytes": change.and_then(|c| c.size_bytes()).unwrap_or_default(),
-                    "StreamViewType": change
-                        .and_then(|c| c.stream_view_type())
-                        .map(|v| v.as_str())
-                        .unwrap_or("NEW_AND_OLD_IMAGES"),
-                }
-            })
-        })
-        .collect();
+    let records: Vec<Value> = records.iter().map(|r| stream_record_json(arn, r)).collect();
     serde_json::from_value(json!({ "Records": records }))
+}
+
+/// One DynamoDB Streams record as the JSON Lambda delivers it (the record of
+/// [`dynamodb_event`], and what a [`ChangeMapper`](crate::counter::aggregate::ChangeMapper)
+/// reads).
+pub(crate) fn stream_record_json(arn: &str, r: &aws_sdk_dynamodbstreams::types::Record) -> Value {
+    use crate::ddb::json::stream_image_json;
+    let change = r.dynamodb();
+    // An absent image is an empty map, as Lambda delivers it.
+    let image = |m: Option<&std::collections::HashMap<_, _>>| {
+        stream_image_json(Some(m.unwrap_or(&std::collections::HashMap::new())))
+    };
+    json!({
+        "eventID": r.event_id().unwrap_or_default(),
+        "eventName": r.event_name().map(|n| n.as_str()).unwrap_or_default(),
+        "eventVersion": "1.1",
+        "eventSource": "aws:dynamodb",
+        "awsRegion": r.aws_region().unwrap_or("us-east-1"),
+        "eventSourceARN": arn,
+        "dynamodb": {
+            "ApproximateCreationDateTime": change
+                .and_then(|c| c.approximate_creation_date_time())
+                .map(|t| t.secs())
+                .unwrap_or_default(),
+            "Keys": image(change.and_then(|c| c.keys.as_ref())),
+            "NewImage": image(change.and_then(|c| c.new_image.as_ref())),
+            "OldImage": image(change.and_then(|c| c.old_image.as_ref())),
+            "SequenceNumber": change.and_then(|c| c.sequence_number()).unwrap_or_default(),
+            "SizeBytes": change.and_then(|c| c.size_bytes()).unwrap_or_default(),
+            "StreamViewType": change
+                .and_then(|c| c.stream_view_type())
+                .map(|v| v.as_str())
+                .unwrap_or("NEW_AND_OLD_IMAGES"),
+        }
+    })
 }
 
 #[cfg(test)]

@@ -117,7 +117,10 @@ pub use pass::{
 };
 pub use progress::{Gate, Progress, progress, retire_due};
 pub use read::{Correction, CounterSum, correction, sum_counter};
-pub use redrive::{MAX_PARKED_BATCH, MAX_PARKED_BYTES, ParkedBatch, ParkedError, ParkedSource};
+pub use redrive::{
+    MAX_PARKED_BATCH, MAX_PARKED_BYTES, ParkedBatch, ParkedError, ParkedSource, RangeOutcome,
+    RangeRead,
+};
 pub use repair::{
     Verdict, Watermark, WholeRead, WholeVerdict, judge, judge_whole, needed_general,
     needed_insert_only, rejudge,

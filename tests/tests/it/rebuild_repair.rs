@@ -836,3 +836,156 @@ async fn a_split_childs_silent_or_lagging_shard_blocks_the_repair_until_the_line
     let again = run().await;
     assert!(again.corrected.is_empty(), "{again:?}");
 }
+
+/// A like's change record as Kinesis Data Streams for DynamoDB writes it.
+fn like_change(fx: &Fixture, user: &str, post: &str, at: u64) -> serde_json::Value {
+    let image = serde_json::json!({"user": {"S": user}, "post": {"S": post}, "liked_at": {"N": at.to_string()}});
+    serde_json::json!({"awsRegion": "us-east-1", "eventID": format!("{user}-{post}"),
+        "eventName": "INSERT", "userIdentity": null, "recordFormat": "application/json",
+        "tableName": fx.photo().table_name(Table::Liked), "eventSource": "aws:dynamodb",
+        "dynamodb": {"ApproximateCreationDateTime": at, "Keys": {"user": {"S": user}, "post": {"S": post}},
+            "NewImage": image, "SizeBytes": 60}})
+}
+
+/// The Lambda event of one Kinesis record already on the stream.
+fn kinesis_event(shard: &str, seq: &str, change: &serde_json::Value, at: u64) -> serde_json::Value {
+    serde_json::json!({"Records": [{"eventSource": "aws:kinesis", "eventVersion": "1.0",
+        "eventID": format!("{shard}:{seq}"), "eventName": "aws:kinesis:record",
+        "invokeIdentityArn": "arn:aws:iam::000000000000:role/aggregator", "awsRegion": "us-east-1",
+        "eventSourceARN": "arn:aws:kinesis:us-east-1:000000000000:stream/like-events",
+        "kinesis": {"kinesisSchemaVersion": "1.0", "partitionKey": "k", "sequenceNumber": seq,
+            "approximateArrivalTimestamp": (at + 10) as f64 / 1_000.0,
+            "data": base64::engine::general_purpose::STANDARD.encode(serde_json::to_vec(change).expect("json"))}}]})
+}
+
+/// A batch parked on a cold post (its only like) is never repaired by the incremental repair:
+/// no counted change touched the post. The redrive reads the parked range back from the real
+/// stream (the lane's Kinesis), names (post, bucket), the repair judges it on proof and the post
+/// is exact; a second run changes nothing. A range whose last record is not on the stream yet
+/// is `unfinished` and requests nothing.
+#[tokio::test]
+async fn a_batch_parked_on_a_cold_post_is_exact_after_its_redrive() {
+    use heatsink::counter::redrive::Redrive;
+    use heatsink::counter::repair::Requested;
+    use heatsink::counter::{Check, ParkedBatch, ParkedSource};
+    let fx = fixture!("a_batch_parked_on_a_cold_post_is_exact_after_its_redrive");
+    tables(&fx, &["p-cold", "p-warm"]).await;
+    let stream = fx.stream("like-events", 1).await;
+    let kinesis = &fx.stack.kinesis;
+    let arn = kinesis
+        .describe_stream_summary()
+        .stream_name(&stream.name)
+        .send()
+        .await
+        .expect("describe")
+        .stream_description_summary
+        .expect("summary")
+        .stream_arn
+        .clone();
+    let counters = store(&fx);
+    let api = LikesApi::new(fx.stack.ddb.clone(), &fx.photo());
+    let agg = aggregator(counters.clone(), None)
+        .with_table(fx.photo().table_name(Table::Liked))
+        .with_dedupe_window(Duration::from_millis(300));
+    let now = heatsink::clock::now_ms();
+    let at = spec().start_of(now) - 4 * spec().width_ms();
+    // The cold post's one like, then a like of another post, then a recent one: all on the stream.
+    let likes = [
+        ("u1", "p-cold", at + 100),
+        ("u2", "p-warm", at + 200),
+        ("u3", "p-warm", now),
+    ];
+    let mut put = vec![];
+    for (user, post, t) in likes {
+        put_like(&fx, user, post, t).await;
+        let change = like_change(&fx, user, post, t);
+        let out = kinesis
+            .put_record()
+            .stream_name(&stream.name)
+            .partition_key(post)
+            .data(aws_sdk_kinesis::primitives::Blob::new(
+                serde_json::to_vec(&change).expect("json"),
+            ))
+            .send()
+            .await
+            .expect("put");
+        put.push((out.shard_id, out.sequence_number, change, t));
+    }
+    let shard = put[0].0.clone();
+    // The first batch (the cold like) is parked: never counted. The others are.
+    for (shard, seq, change, t) in &put[1..] {
+        assert_eq!(
+            invoke(&agg, &kinesis_event(shard, seq, change, *t)).await,
+            None
+        );
+    }
+    let lineage = Shards::open([shard.clone()]);
+    let recount = liked_bucket_recount(&fx.stack.ddb, &fx.photo());
+    let repair = Repair::new(&counters, "likes", &recount, options()).with_lineage(&lineage);
+    let first = repair.run().await.expect("repair");
+    assert!(first.completed && first.blocked.is_none(), "{first:?}");
+    assert_eq!(api.count("p-warm").await.expect("count"), 2);
+    assert_eq!(
+        api.count("p-cold").await.expect("count"),
+        0,
+        "no counted change touched the cold post: the repair alone never looks at it"
+    );
+    // The on-failure record Lambda sends for the parked batch, read and redriven.
+    let seq1 = heatsink::counter::Seq::parse(&put[0].1).expect("seq");
+    let parked = ParkedBatch {
+        source: ParkedSource::Kinesis,
+        stream_arn: arn.clone(),
+        shard_id: shard.clone(),
+        start_seq: seq1.clone(),
+        end_seq: seq1.clone(),
+        batch_size: 1,
+        first_arrival_ms: Some(at + 110),
+        condition: None,
+    };
+    let parked = ParkedBatch::parse(parked.to_record().to_string().as_bytes()).expect("record");
+    let mapper = heatsink_photo_app::mapper::LikeMapper;
+    let redrive = Redrive::new(&mapper, "likes", spec()).with_kinesis(kinesis.clone());
+    let read = redrive.read(&parked).await.expect("read back");
+    assert_eq!(read.outcome, "complete", "{read:?}");
+    assert_eq!(read.records, 1);
+    assert_eq!(
+        read.checks,
+        vec![Check::new("p-cold", spec().start_of(at + 100))]
+    );
+    // A range reaching past the stream's last record: not proven complete, nothing requested.
+    let beyond = ParkedBatch {
+        end_seq: heatsink::counter::Seq::parse(&format!("{}0", put[2].1)).expect("seq"),
+        ..parked.clone()
+    };
+    let unfinished = redrive.read(&beyond).await.expect("read");
+    assert_eq!(unfinished.outcome, "unfinished", "{unfinished:?}");
+    assert_eq!(unfinished.records, 3);
+    assert!(
+        unfinished
+            .detail
+            .is_some_and(|d| d.contains("run the same redrive again"))
+    );
+    // Saved for the next run, under the repair's lease; asking twice adds nothing.
+    let saved = repair.request(&read.checks).await.expect("request");
+    assert_eq!(
+        saved,
+        Requested::Saved {
+            added: 1,
+            carried: 1
+        }
+    );
+    assert_eq!(
+        repair.request(&read.checks).await.expect("again"),
+        Requested::Saved {
+            added: 0,
+            carried: 1
+        }
+    );
+    let second = repair.run().await.expect("repair");
+    assert!(second.completed, "{second:?}");
+    assert_eq!(api.count("p-cold").await.expect("count"), 1, "{second:?}");
+    assert_eq!(api.count("p-warm").await.expect("count"), 2);
+    let third = repair.run().await.expect("repair");
+    assert!(third.corrected.is_empty(), "judged once: {third:?}");
+    assert_eq!(api.count("p-cold").await.expect("count"), 1);
+}

@@ -207,7 +207,7 @@ pub struct Blocked {
 impl Blocked {
     fn from_gate(gate: &Gate, name: &str) -> Option<Self> {
         let next = format!(
-            "check the aggregator's errors and parked batches (`heatsink redrive --counter {name}`), then rerun the repair"
+            "check the aggregator's errors, redrive its parked batches (`heatsink redrive --counter {name}`), then rerun the repair"
         );
         match gate {
             Gate::Open(_) => None,
@@ -236,6 +236,31 @@ impl Blocked {
             }),
         }
     }
+}
+
+/// What [`Repair::request`] did with checks from outside (a redrive's).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "result", rename_all = "kebab-case")]
+pub enum Requested {
+    /// Saved in the cursor: the next run judges them.
+    Saved {
+        /// Checks that were not already carried.
+        added: usize,
+        /// Checks the cursor carries now.
+        carried: usize,
+    },
+    /// Another run holds the repair's lease: nothing saved; request again once it is done.
+    Busy,
+    /// They would take the carried checks past [`RepairOptions::max_retry`]: nothing saved;
+    /// run the repair (it judges the carried ones), then request again.
+    Full {
+        /// Checks the cursor carries.
+        carried: usize,
+        /// New checks asked for.
+        adding: usize,
+        /// The most it carries.
+        max: usize,
+    },
 }
 
 /// The incremental repair of counter `name` in `counters` (see the module docs for the rule):
@@ -315,6 +340,45 @@ impl<'a, R: BucketRecount> Repair<'a, R> {
         released?;
         Ok(report)
     }
+    /// Adds `checks` to those the next run judges (a redrive's: counters and buckets a parked
+    /// batch moved, which no counted change touched). Taken under the repair's lease, so it
+    /// never races a run's cursor; all or nothing: refused when another run holds the lease
+    /// ([`Requested::Busy`]) or when the carried checks would pass `max_retry`
+    /// ([`Requested::Full`]), so no requested check is ever dropped.
+    pub async fn request(&self, checks: &[Check]) -> Result<Requested, RebuildError> {
+        if !self.acquire().await? {
+            return Ok(Requested::Busy);
+        }
+        let result = self.add_checks(checks).await;
+        let released = self.release().await;
+        let requested = result?;
+        released?;
+        Ok(requested)
+    }
+
+    async fn add_checks(&self, checks: &[Check]) -> Result<Requested, RebuildError> {
+        let mut cursor = self.load_cursor().await?;
+        let carried: BTreeSet<Check> = cursor.retry.iter().cloned().collect();
+        let mut all = carried.clone();
+        all.extend(checks.iter().cloned());
+        let added = all.len() - carried.len();
+        if all.len() > self.options.max_retry {
+            return Ok(Requested::Full {
+                carried: carried.len(),
+                adding: added,
+                max: self.options.max_retry,
+            });
+        }
+        if added > 0 {
+            cursor.retry = all.into_iter().collect();
+            self.save_cursor(&cursor).await?;
+        }
+        Ok(Requested::Saved {
+            added,
+            carried: cursor.retry.len(),
+        })
+    }
+
     async fn pass(&self, report: &mut RepairReport) -> Result<(), RebuildError> {
         let started = Instant::now();
         let spec = self.options.buckets;

@@ -42,7 +42,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::BucketSpec;
 
 /// One (counter id, bucket start) to judge.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
 pub struct Check {
     /// The counter's id (the part after `<name>#`).
     pub id: String,

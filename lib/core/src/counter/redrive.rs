@@ -214,6 +214,122 @@ impl ParkedBatch {
     }
 }
 
+/// Reading a parked batch's records back from its shard: which records are the batch's, and
+/// when the read has *proven* it saw all of them.
+///
+/// A read starts `AT_SEQUENCE_NUMBER` the batch's first record and feeds each record's sequence
+/// number to [`RangeRead::take`] in shard order, and [`RangeRead::shard_ended`] when the shard
+/// has no more pages (closed and read to its end). It is [`RangeOutcome::Complete`] only on
+/// proof: a record at or after the batch's last sequence number was read, or the shard ended. If
+/// the first record read is after the batch's first, the stream no longer holds the start (past
+/// its retention, or trimmed): [`RangeOutcome::Gap`], and the batch's counters cannot be named
+/// from the stream. Anything else (an empty page at the tip, a deadline) is
+/// [`RangeOutcome::Unfinished`]: never read as done.
+///
+/// ```
+/// use heatsink_core::counter::{ParkedBatch, ParkedSource, RangeOutcome, RangeRead, Seq};
+/// let batch = ParkedBatch {
+///     source: ParkedSource::Kinesis,
+///     stream_arn: "arn:aws:kinesis:us-east-1:1:stream/like-events".into(),
+///     shard_id: "shardId-000000000000".into(),
+///     start_seq: Seq::from(10),
+///     end_seq: Seq::from(30),
+///     batch_size: 3,
+///     first_arrival_ms: None,
+///     condition: None,
+/// };
+/// let mut read = RangeRead::new(&batch);
+/// assert!(read.take(&Seq::from(10)) && read.take(&Seq::from(20)));
+/// assert_eq!(read.outcome(), RangeOutcome::Unfinished); // 30 not read yet
+/// assert!(read.take(&Seq::from(30)) && !read.take(&Seq::from(40)));
+/// assert_eq!(read.outcome(), RangeOutcome::Complete);
+/// assert_eq!(read.taken(), 3);
+/// ```
+#[derive(Debug, Clone)]
+pub struct RangeRead {
+    start: Seq,
+    end: Seq,
+    first: Option<Seq>,
+    reached_end: bool,
+    ended: bool,
+    taken: u32,
+}
+
+/// What a [`RangeRead`] proved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RangeOutcome {
+    /// Every record of the batch the shard holds was read: the last one, or the shard's end.
+    Complete,
+    /// The shard no longer holds the batch's first record (`first_read`: the first record it
+    /// did hold, if any): some of the batch's changes cannot be read back.
+    Gap {
+        /// The first record the read saw, after the batch's start.
+        first_read: Option<Seq>,
+    },
+    /// Neither proof yet: read on (the batch's records may still be behind the tip).
+    Unfinished,
+}
+
+impl RangeRead {
+    /// A read of `batch`'s range, nothing seen yet.
+    pub fn new(batch: &ParkedBatch) -> Self {
+        Self {
+            start: batch.start_seq.clone(),
+            end: batch.end_seq.clone(),
+            first: None,
+            reached_end: false,
+            ended: false,
+            taken: 0,
+        }
+    }
+
+    /// The next record of the shard, in order: `true` when it is one of the batch's. A record
+    /// after the batch's last ends the read.
+    pub fn take(&mut self, seq: &Seq) -> bool {
+        if self.first.is_none() {
+            self.first = Some(seq.clone());
+        }
+        if *seq < self.start || (self.reached_end && *seq > self.end) {
+            return false;
+        }
+        if *seq >= self.end {
+            self.reached_end = true;
+        }
+        if *seq > self.end {
+            return false;
+        }
+        self.taken = self.taken.saturating_add(1);
+        true
+    }
+
+    /// The shard has no records after the last one taken (closed and read to its end).
+    pub fn shard_ended(&mut self) {
+        self.ended = true;
+    }
+
+    /// Whether reading on can change nothing: the last record or the shard's end was reached.
+    pub fn done(&self) -> bool {
+        self.reached_end || self.ended
+    }
+
+    /// Records of the batch read so far.
+    pub fn taken(&self) -> u32 {
+        self.taken
+    }
+
+    /// What the read has proven so far.
+    pub fn outcome(&self) -> RangeOutcome {
+        match &self.first {
+            Some(first) if *first > self.start => RangeOutcome::Gap {
+                first_read: Some(first.clone()),
+            },
+            None if self.ended => RangeOutcome::Gap { first_read: None },
+            _ if self.done() => RangeOutcome::Complete,
+            _ => RangeOutcome::Unfinished,
+        }
+    }
+}
+
 /// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's `days_from_civil`).
 fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     let y = if m <= 2 { y - 1 } else { y };
@@ -363,6 +479,69 @@ mod tests {
         #[test]
         fn times_round_trip_through_rfc3339(ms in 0u64..8_000_000_000_000) {
             prop_assert_eq!(rfc3339_ms(&ms_rfc3339(ms)), Some(ms));
+        }
+
+        /// Fed a shard's records from any position, a range read is complete exactly when it
+        /// reached the batch's last record or the shard's end, takes exactly the records inside
+        /// the batch, and reports a gap exactly when the shard no longer held the batch's first.
+        #[test]
+        fn a_range_read_is_complete_only_on_proof(
+            mut shard in proptest::collection::btree_set(0u64..200, 0..40),
+            a in 0u64..200,
+            len in 0u64..60,
+            trimmed in 0u64..200,
+            ended in any::<bool>(),
+            cut in 0usize..50,
+        ) {
+            let (start, end) = (a, a + len);
+            let batch = ParkedBatch {
+                source: ParkedSource::Kinesis,
+                stream_arn: "arn:aws:kinesis:us-east-1:1:stream/s".into(),
+                shard_id: "shardId-000000000000".into(),
+                start_seq: Seq::from(start),
+                end_seq: Seq::from(end),
+                batch_size: 1,
+                first_arrival_ms: None,
+                condition: None,
+            };
+            // The stream holds the records from `trimmed` on; the read starts at `start`, sees
+            // the first `cut` records at most (a deadline), and the shard's end only when it read
+            // every record there is.
+            shard.retain(|s| *s >= trimmed);
+            let visible: Vec<u64> = shard.iter().copied().filter(|s| *s >= start).collect();
+            let mut read = RangeRead::new(&batch);
+            let mut taken = vec![];
+            for s in visible.iter().take(cut) {
+                if read.take(&Seq::from(*s)) {
+                    taken.push(*s);
+                }
+                if read.done() {
+                    break;
+                }
+            }
+            let saw_all = cut >= visible.len();
+            if ended && saw_all {
+                read.shard_ended();
+            }
+            let expected: Vec<u64> = visible.iter().copied().take(cut).filter(|s| *s <= end).collect();
+            prop_assert_eq!(&taken, &expected);
+            let first = visible.first().copied().filter(|_| cut > 0);
+            let reached = visible.iter().take(cut).any(|s| *s >= end);
+            match read.outcome() {
+                RangeOutcome::Gap { first_read } => prop_assert!(
+                    first.is_some_and(|f| f > start && first_read == Some(Seq::from(f)))
+                        || (first.is_none() && ended && saw_all && first_read.is_none())
+                ),
+                RangeOutcome::Complete => {
+                    prop_assert!(first.is_none_or(|f| f <= start));
+                    prop_assert!(reached || (ended && saw_all));
+                    prop_assert!(first.is_some(), "complete without reading the start");
+                    // Proof: every record of the batch the stream holds was taken.
+                    let held: Vec<u64> = shard.iter().copied().filter(|s| *s >= start && *s <= end).collect();
+                    prop_assert_eq!(&taken, &held);
+                }
+                RangeOutcome::Unfinished => prop_assert!(!(reached || (ended && saw_all))),
+            }
         }
 
         /// Any bytes: an error or a batch within the bounds, never a panic.

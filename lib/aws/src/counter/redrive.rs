@@ -1,0 +1,443 @@
+//! Redrive: a parked batch's changes back to the repair, so a lost like on a cold post is
+//! corrected too.
+//!
+//! When the aggregator's event-source mapping gives up on a batch (every retry failed, or the
+//! batch outlived its maximum age), Lambda sends an on-failure record naming the shard and the
+//! sequence range it skipped ([`ParkedBatch`]) and moves on. Those changes were never counted,
+//! and nothing else points the incremental repair at them: it judges only counters a *counted*
+//! change touched, so a post liked a few times a day would stay short for good.
+//!
+//! A redrive reads the range back from the stream while it is within retention
+//! ([`Redrive::read`]: `GetShardIterator` at the batch's first sequence number, then
+//! `GetRecords` until the batch's last record or the shard's end), maps each change with the
+//! aggregator's own [`ChangeMapper`] to the (counter id, time bucket) it moves, and hands those
+//! checks to the repair ([`Repair::request`](super::repair::Repair::request)), which recounts
+//! each bucket from the durable records and corrects it once the aggregator's watermarks prove
+//! the bucket settled. The recount is the truth, so whatever the parked batch flushed before
+//! it failed is never counted twice.
+//!
+//! **Proof, not a timer.** A read is complete only when it reached the batch's last record or
+//! the shard's end ([`RangeRead`]); a read that did not (the tip answered empty, the page bound
+//! or the deadline passed) or that found the start already trimmed is reported as such and
+//! requests nothing; the caller keeps the on-failure record and says the next command
+//! (`heatsink redrive` deletes a queue message only after its checks are saved).
+//!
+//! Bounds: at most [`MAX_PAGES`] `GetRecords` calls and [`Redrive::deadline`] per batch (10 s by
+//! default), records of at most [`MAX_CHANGE_BYTES`](crate::lambda::MAX_CHANGE_BYTES) decoded,
+//! at most [`MAX_PARKED_BATCH`](heatsink_core::counter::MAX_PARKED_BATCH) checks per batch.
+//!
+//! ```no_run
+//! # async fn f(config: aws_types::SdkConfig, record: &[u8]) -> Result<(), Box<dyn std::error::Error>> {
+//! use heatsink::counter::aggregate::CountBy;
+//! use heatsink::counter::redrive::Redrive;
+//! use heatsink::counter::{BucketSpec, ParkedBatch};
+//! let mapper = CountBy::new("orders", "product").with_time("ordered_at");
+//! let redrive = Redrive::new(&mapper, "orders", BucketSpec::default())
+//!     .with_kinesis(aws_sdk_kinesis::Client::new(&config));
+//! let read = redrive.read(&ParkedBatch::parse(record)?).await?;
+//! println!("{} records, {} checks, {}", read.records, read.checks.len(), read.outcome);
+//! # Ok(()) }
+//! ```
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use heatsink_core::counter::{
+    BucketSpec, Check, MAX_PARKED_BATCH, ParkedBatch, ParkedSource, RangeOutcome, RangeRead, Seq,
+};
+use serde::Serialize;
+use serde_json::Value;
+
+use super::aggregate::ChangeMapper;
+use crate::error::AwsError;
+
+/// Most `GetRecords` calls one batch's read makes (a batch holds at most 10,000 records; a
+/// page up to 10,000, and empty pages are possible inside a shard).
+pub const MAX_PAGES: u32 = 1_000;
+
+/// Records asked for per `GetRecords` call.
+const PAGE: i32 = 1_000;
+
+/// Consecutive empty pages of an open shard taken as its tip (DynamoDB Streams answers empty
+/// pages inside a shard too; the read then reports `unfinished`, never `complete`).
+const TIP_PAGES: u32 = 5;
+
+/// Errors of a redrive.
+#[derive(Debug, thiserror::Error)]
+pub enum RedriveError {
+    /// A stream call failed.
+    #[error(transparent)]
+    Aws(#[from] AwsError),
+    /// The batch's stream has no client here (a Kinesis batch and no Kinesis client, or the
+    /// other way round), or its ARN is not a stream's.
+    #[error("{arn}: {reason}")]
+    Stream {
+        /// The batch's stream ARN.
+        arn: String,
+        /// What is missing.
+        reason: String,
+    },
+}
+
+/// What reading one parked batch back found.
+#[derive(Debug, Clone, Serialize)]
+pub struct RedriveRead {
+    /// The batch's shard.
+    pub shard_id: String,
+    /// `complete`, `gap` (the stream no longer holds the batch's start) or `unfinished`.
+    pub outcome: &'static str,
+    /// Records of the batch read.
+    pub records: u32,
+    /// (counter id, bucket) checks for this counter, one per pair, in order.
+    pub checks: Vec<Check>,
+    /// Ids of this counter whose change carries no event time: no bucket repair can correct
+    /// them, only a whole-count rebuild.
+    pub unbucketed: Vec<String>,
+    /// Records that are not a change of this counter (another counter, a KPL aggregate).
+    pub other: u32,
+    /// Records the mapper could not read (reported, never fatal: each is also logged).
+    pub unusable: u32,
+    /// For a read that is not complete: what happened and what to do.
+    pub detail: Option<String>,
+}
+
+impl RedriveRead {
+    /// Whether the read proved it saw every record of the batch the stream holds.
+    pub fn is_complete(&self) -> bool {
+        self.outcome == "complete"
+    }
+}
+
+/// Reads parked batches back from their stream into the repair's checks (see the module docs).
+pub struct Redrive<'a, M: ?Sized> {
+    mapper: &'a M,
+    counter: String,
+    buckets: BucketSpec,
+    kinesis: Option<aws_sdk_kinesis::Client>,
+    streams: Option<aws_sdk_dynamodbstreams::Client>,
+    deadline: Duration,
+}
+
+impl<M: ?Sized> std::fmt::Debug for Redrive<'_, M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Redrive")
+            .field("counter", &self.counter)
+            .field("buckets", &self.buckets)
+            .field("deadline", &self.deadline)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a, M: ChangeMapper + ?Sized> Redrive<'a, M> {
+    /// A redrive of counter `counter` (the name in `CounterKey`), mapping changes with the
+    /// aggregator's `mapper` into the aggregator's `buckets`.
+    pub fn new(mapper: &'a M, counter: impl Into<String>, buckets: BucketSpec) -> Self {
+        Self {
+            mapper,
+            counter: counter.into(),
+            buckets,
+            kinesis: None,
+            streams: None,
+            deadline: Duration::from_secs(10),
+        }
+    }
+
+    /// Reads Kinesis batches (`KinesisBatchInfo`) with `client`.
+    pub fn with_kinesis(mut self, client: aws_sdk_kinesis::Client) -> Self {
+        self.kinesis = Some(client);
+        self
+    }
+
+    /// Reads DynamoDB Streams batches (`DDBStreamBatchInfo`) with `client`.
+    pub fn with_streams(mut self, client: aws_sdk_dynamodbstreams::Client) -> Self {
+        self.streams = Some(client);
+        self
+    }
+
+    /// The longest one batch's read takes (default 10 s); past it the read is `unfinished`.
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = deadline;
+        self
+    }
+
+    /// Reads `batch`'s range back from its shard and maps it to this counter's checks. A read
+    /// that is not complete is returned with its outcome and the next step, its checks as far
+    /// as it got (never to be requested: see [`RedriveRead::is_complete`]).
+    pub async fn read(&self, batch: &ParkedBatch) -> Result<RedriveRead, RedriveError> {
+        let mut range = RangeRead::new(batch);
+        let mut acc = Mapped::default();
+        match batch.source {
+            ParkedSource::Kinesis => self.read_kinesis(batch, &mut range, &mut acc).await?,
+            ParkedSource::DynamoDbStreams => self.read_streams(batch, &mut range, &mut acc).await?,
+        }
+        let (outcome, detail) = match range.outcome() {
+            RangeOutcome::Complete => ("complete", None),
+            RangeOutcome::Gap { first_read } => (
+                "gap",
+                Some(format!(
+                    "shard {} no longer holds record {} (first held: {}): the batch is past the stream's retention; run `heatsink rebuild` to recount every counter",
+                    batch.shard_id,
+                    batch.start_seq.to_decimal(),
+                    first_read.as_ref().map_or("none", |s| s.to_decimal()),
+                )),
+            ),
+            RangeOutcome::Unfinished => (
+                "unfinished",
+                Some(format!(
+                    "read {} records of shard {} without reaching record {} or the shard's end (page bound, deadline or the tip); run the same redrive again",
+                    range.taken(),
+                    batch.shard_id,
+                    batch.end_seq.to_decimal(),
+                )),
+            ),
+        };
+        Ok(RedriveRead {
+            shard_id: batch.shard_id.clone(),
+            outcome,
+            records: range.taken(),
+            checks: acc.checks.into_iter().collect(),
+            unbucketed: acc.unbucketed.into_iter().collect(),
+            other: acc.other,
+            unusable: acc.unusable,
+            detail,
+        })
+    }
+
+    /// One change of the batch, mapped into `acc`.
+    fn map(&self, seq: &str, change: Result<Option<Value>, String>, acc: &mut Mapped) {
+        let change = match change {
+            Ok(Some(c)) => c,
+            Ok(None) => {
+                acc.other += 1;
+                return;
+            }
+            Err(reason) => {
+                tracing::warn!(record = %seq, %reason, "a parked record that does not decode");
+                acc.unusable += 1;
+                return;
+            }
+        };
+        match self.mapper.map(&change) {
+            Ok(Some((key, _))) if key.name() == self.counter => {
+                match self.mapper.event_ms(&change) {
+                    Some(ms) if acc.checks.len() < MAX_PARKED_BATCH as usize => {
+                        acc.checks
+                            .insert(Check::new(key.key(), self.buckets.start_of(ms)));
+                    }
+                    Some(_) => acc.unusable += 1,
+                    None => {
+                        acc.unbucketed.insert(key.key().to_owned());
+                    }
+                }
+            }
+            Ok(_) => acc.other += 1,
+            Err(reason) => {
+                tracing::warn!(record = %seq, %reason, "a parked change the mapper refuses");
+                acc.unusable += 1;
+            }
+        }
+    }
+
+    async fn read_kinesis(
+        &self,
+        batch: &ParkedBatch,
+        range: &mut RangeRead,
+        acc: &mut Mapped,
+    ) -> Result<(), RedriveError> {
+        let client = self.kinesis.as_ref().ok_or_else(|| RedriveError::Stream {
+            arn: batch.stream_arn.clone(),
+            reason: "a Kinesis batch, and this redrive has no Kinesis client".into(),
+        })?;
+        let name = kinesis_name(&batch.stream_arn)?;
+        let started = Instant::now();
+        let out = client
+            .get_shard_iterator()
+            .stream_name(name)
+            .shard_id(&batch.shard_id)
+            .shard_iterator_type(aws_sdk_kinesis::types::ShardIteratorType::AtSequenceNumber)
+            .starting_sequence_number(batch.start_seq.to_decimal())
+            .send()
+            .await;
+        let mut iterator = match out {
+            Ok(o) => o.shard_iterator,
+            Err(e) => {
+                let e = AwsError::new("Kinesis", "GetShardIterator", &batch.shard_id, e);
+                // The shard is gone (past retention after a reshard): nothing to read.
+                if e.is_not_found() {
+                    range.shard_ended();
+                    return Ok(());
+                }
+                return Err(e.into());
+            }
+        };
+        let (mut pages, mut empty) = (0u32, 0u32);
+        while let Some(it) = iterator.take() {
+            if pages >= MAX_PAGES || started.elapsed() > self.deadline {
+                return Ok(());
+            }
+            pages += 1;
+            let page = client
+                .get_records()
+                .shard_iterator(it)
+                .limit(PAGE)
+                .send()
+                .await
+                .map_err(|e| AwsError::new("Kinesis", "GetRecords", &batch.shard_id, e))?;
+            for r in page.records() {
+                let Ok(seq) = Seq::parse(r.sequence_number()) else {
+                    acc.unusable += 1;
+                    continue;
+                };
+                if range.take(&seq) {
+                    let change = crate::lambda::kinesis_change(r.data().as_ref());
+                    self.map(r.sequence_number(), change, acc);
+                }
+                if range.done() {
+                    return Ok(());
+                }
+            }
+            empty = if page.records().is_empty() {
+                empty + 1
+            } else {
+                0
+            };
+            if page.next_shard_iterator().is_none() {
+                range.shard_ended();
+                return Ok(());
+            }
+            // At the tip of an open shard: the batch's last record is not there (yet).
+            if page.records().is_empty() && page.millis_behind_latest() == Some(0)
+                || empty >= TIP_PAGES
+            {
+                return Ok(());
+            }
+            iterator = page.next_shard_iterator;
+        }
+        Ok(())
+    }
+
+    async fn read_streams(
+        &self,
+        batch: &ParkedBatch,
+        range: &mut RangeRead,
+        acc: &mut Mapped,
+    ) -> Result<(), RedriveError> {
+        use aws_sdk_dynamodbstreams::types::ShardIteratorType;
+        let client = self.streams.as_ref().ok_or_else(|| RedriveError::Stream {
+            arn: batch.stream_arn.clone(),
+            reason: "a DynamoDB Streams batch, and this redrive has no DynamoDB Streams client"
+                .into(),
+        })?;
+        let started = Instant::now();
+        let out = client
+            .get_shard_iterator()
+            .stream_arn(&batch.stream_arn)
+            .shard_id(&batch.shard_id)
+            .shard_iterator_type(ShardIteratorType::AtSequenceNumber)
+            .sequence_number(batch.start_seq.to_decimal())
+            .send()
+            .await;
+        let mut iterator = match out {
+            Ok(o) => o.shard_iterator,
+            Err(e) => {
+                let e = AwsError::new("DynamoDB Streams", "GetShardIterator", &batch.shard_id, e);
+                // Past the 24 h retention the start is trimmed, or the shard is gone.
+                if e.is_not_found() || e.code() == Some("TrimmedDataAccessException") {
+                    range.shard_ended();
+                    return Ok(());
+                }
+                return Err(e.into());
+            }
+        };
+        let (mut pages, mut empty) = (0u32, 0u32);
+        while let Some(it) = iterator.take() {
+            if pages >= MAX_PAGES || started.elapsed() > self.deadline {
+                return Ok(());
+            }
+            pages += 1;
+            let page = client
+                .get_records()
+                .shard_iterator(it)
+                .limit(PAGE)
+                .send()
+                .await
+                .map_err(|e| AwsError::new("DynamoDB Streams", "GetRecords", &batch.shard_id, e))?;
+            for r in page.records() {
+                let raw = r
+                    .dynamodb()
+                    .and_then(|c| c.sequence_number())
+                    .unwrap_or_default();
+                let Ok(seq) = Seq::parse(raw) else {
+                    acc.unusable += 1;
+                    continue;
+                };
+                if range.take(&seq) {
+                    let change = crate::lambda::stream_record_json(&batch.stream_arn, r);
+                    self.map(raw, Ok(Some(change)), acc);
+                }
+                if range.done() {
+                    return Ok(());
+                }
+            }
+            empty = if page.records().is_empty() {
+                empty + 1
+            } else {
+                0
+            };
+            if page.next_shard_iterator().is_none() {
+                range.shard_ended();
+                return Ok(());
+            }
+            if empty >= TIP_PAGES {
+                return Ok(());
+            }
+            iterator = page.next_shard_iterator;
+        }
+        Ok(())
+    }
+}
+
+/// What the records of one batch mapped to.
+#[derive(Default)]
+struct Mapped {
+    checks: BTreeSet<Check>,
+    unbucketed: BTreeSet<String>,
+    other: u32,
+    unusable: u32,
+}
+
+/// The stream name of a Kinesis stream ARN (`arn:aws:kinesis:…:stream/<name>`).
+fn kinesis_name(arn: &str) -> Result<&str, RedriveError> {
+    let parts: Vec<&str> = arn.splitn(6, ':').collect();
+    match parts.as_slice() {
+        ["arn", _, "kinesis", _, _, resource] => resource
+            .strip_prefix("stream/")
+            .filter(|n| !n.is_empty() && !n.contains('/')),
+        _ => None,
+    }
+    .ok_or_else(|| RedriveError::Stream {
+        arn: arn.to_owned(),
+        reason: "not a Kinesis stream ARN (…:stream/<name>)".into(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_kinesis_stream_arns_name_a_stream() {
+        assert_eq!(
+            kinesis_name("arn:aws:kinesis:us-east-1:1:stream/p-like-events").ok(),
+            Some("p-like-events")
+        );
+        for bad in [
+            "arn:aws:kinesis:us-east-1:1:stream/",
+            "arn:aws:kinesis:us-east-1:1:stream/a/b",
+            "arn:aws:dynamodb:us-east-1:1:table/t/stream/2026",
+            "like-events",
+        ] {
+            assert!(kinesis_name(bad).is_err(), "{bad}");
+        }
+    }
+}
