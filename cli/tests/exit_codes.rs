@@ -118,3 +118,24 @@ fn completions_print_a_script_for_each_shell() {
         );
     }
 }
+
+#[test]
+fn a_redrive_of_a_record_that_is_not_an_on_failure_record_keeps_it_and_exits_1() {
+    let bad = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("not-a-parked-batch.json");
+    std::fs::write(&bad, r#"{"version": "1.0", "Other": {}}"#).expect("a record file");
+    let path = bad.display().to_string();
+    let out = heatsink(&["redrive", "--record", &path]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("1 of 1 parked batches were not redriven")
+            && stderr.contains(&path)
+            && stderr.contains("not an on-failure record"),
+        "{stderr}"
+    );
+    // The report still lists it, with the next step.
+    assert!(text(&out.stdout).contains("unreadable"), "{}", text(&out.stdout));
+    let line = one_line_failure(&["redrive", "--record", "/nonexistent/parked.json"]);
+    assert!(line.contains("/nonexistent/parked.json"), "{line}");
+}
