@@ -135,7 +135,11 @@ fn a_redrive_of_a_record_that_is_not_an_on_failure_record_keeps_it_and_exits_1()
         "{stderr}"
     );
     // The report still lists it, with the next step.
-    assert!(text(&out.stdout).contains("unreadable"), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("unreadable"),
+        "{}",
+        text(&out.stdout)
+    );
     let line = one_line_failure(&["redrive", "--record", "/nonexistent/parked.json"]);
     assert!(line.contains("/nonexistent/parked.json"), "{line}");
 }

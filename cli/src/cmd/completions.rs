@@ -47,10 +47,13 @@ pub fn offers(script: &str, shell: Shell, bin: &str, path: &[String]) -> bool {
     };
     match shell {
         Shell::Bash => {
+            // clap_complete names a subcommand's function after its path, a `-` inside a
+            // subcommand's name (`repair-fences`) as a word boundary too.
             let function = bin.replace('-', "__");
+            let words: Vec<String> = path.iter().map(|p| p.replace('-', "__subcmd__")).collect();
             script.contains(&format!(
                 "cmd=\"{function}__subcmd__{}\"",
-                path.join("__subcmd__")
+                words.join("__subcmd__")
             ))
         }
         Shell::Zsh => script.contains(&format!("\n'{name}:")),

@@ -24,7 +24,7 @@
 //!
 //! Bounds: at most [`MAX_PAGES`] `GetRecords` calls and [`Redrive::deadline`] per batch (10 s by
 //! default), records of at most [`MAX_CHANGE_BYTES`](crate::lambda::MAX_CHANGE_BYTES) decoded,
-//! at most [`MAX_PARKED_BATCH`](heatsink_core::counter::MAX_PARKED_BATCH) checks per batch.
+//! at most [`MAX_PARKED_BATCH`] checks per batch.
 //!
 //! ```no_run
 //! # async fn f(config: aws_types::SdkConfig, record: &[u8]) -> Result<(), Box<dyn std::error::Error>> {
