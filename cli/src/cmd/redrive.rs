@@ -17,14 +17,12 @@
 use std::time::Duration;
 
 use clap::Args;
-use heatsink::counter::aggregate::ChangeMapper;
-use heatsink::counter::redrive::{Redrive, RedriveRead};
-use heatsink::counter::repair::{GsiRecount, Repair, RepairOptions, Requested};
-use heatsink::counter::{BucketSpec, CounterStore, ParkedBatch, ParkedSource};
+use heatsink::counter::redrive::{Redrive, RedriveError, Redriven};
+use heatsink::counter::repair::{Repair, RepairOptions};
+use heatsink::counter::{BucketSpec, CounterStore};
 use heatsink::schema::DEFAULT_PREFIX;
 use heatsink_photo_app::counting::Counting;
 use heatsink_photo_app::schema::Schema;
-use serde::Serialize;
 use serde_json::json;
 
 use super::fail::{Failure, Service, Target};
@@ -52,31 +50,6 @@ pub struct RedriveArgs {
     output: Output,
 }
 
-/// One parked batch: where it came from and what became of it.
-#[derive(Debug, Serialize)]
-struct Row {
-    /// The queue message id or the file.
-    source: String,
-    /// `saved`, `unreadable`, `gap`, `unfinished`, `busy` or `full`.
-    result: &'static str,
-    /// The batch's shard, when the record could be read.
-    shard: Option<String>,
-    /// Records of the batch read back.
-    records: u32,
-    /// Checks asked of the repair (or that would have been).
-    checks: usize,
-    /// Ids without an event time: only `heatsink rebuild` corrects them.
-    unbucketed: Vec<String>,
-    /// For anything but `saved`: what happened and the next step.
-    detail: Option<String>,
-}
-
-impl Row {
-    fn saved(&self) -> bool {
-        self.result == "saved"
-    }
-}
-
 /// Drains parked batches into the repair and prints one row per batch.
 pub async fn run(args: RedriveArgs) -> CmdResult {
     let schema = Schema::new(args.prefix.clone());
@@ -96,23 +69,21 @@ pub async fn run(args: RedriveArgs) -> CmdResult {
         ..RepairOptions::default()
     };
     let repair = Repair::new(&counters, &counting.counter, &recount, options);
-    let ctx = Ctx {
-        config: &config,
-        redrive: &redrive,
-        repair: &repair,
-        counters_table: &counting.counters_table,
+    let failed = |e: RedriveError| {
+        Failure::new(format!(
+            "redrive stopped: {e}; check the endpoint and credentials, then run the same redrive again (saved batches were deleted, the rest are kept)"
+        ))
     };
-    let mut rows = vec![];
-    if args.record.is_empty() {
+    let rows = if args.record.is_empty() {
         let sqs = aws_sdk_sqs::Client::new(&config);
         let queue = args
             .queue
             .clone()
             .unwrap_or_else(|| format!("{}stream-failures", args.prefix));
-        let target = Target::new(&config, Service::Sqs, "queue", queue.clone());
         let url = if queue.starts_with("https://") || queue.starts_with("http://") {
             queue.clone()
         } else {
+            let target = Target::new(&config, Service::Sqs, "queue", queue.clone());
             sqs.get_queue_url()
                 .queue_name(&queue)
                 .send()
@@ -121,46 +92,26 @@ pub async fn run(args: RedriveArgs) -> CmdResult {
                 .queue_url
                 .unwrap_or_default()
         };
-        let mut taken = 0u32;
-        while taken < args.max {
-            let out = sqs
-                .receive_message()
-                .queue_url(&url)
-                .max_number_of_messages(i32::try_from((args.max - taken).min(10)).unwrap_or(10))
-                .visibility_timeout(120)
-                .send()
-                .await
-                .map_err(|e| target.sdk("receive from", &e))?;
-            let messages = out.messages.unwrap_or_default();
-            if messages.is_empty() {
-                break;
-            }
-            for m in messages {
-                taken += 1;
-                let id = m.message_id.clone().unwrap_or_default();
-                let row = redrive_one(&ctx, id, m.body.unwrap_or_default().into_bytes()).await?;
-                if row.saved()
-                    && let Some(handle) = &m.receipt_handle
-                {
-                    sqs.delete_message()
-                        .queue_url(&url)
-                        .receipt_handle(handle)
-                        .send()
-                        .await
-                        .map_err(|e| target.sdk("delete a redriven message from", &e))?;
-                }
-                rows.push(row);
-            }
-        }
+        redrive
+            .drain(&sqs, &url, args.max, &repair)
+            .await
+            .map_err(failed)?
     } else {
+        let mut rows = vec![];
         for path in &args.record {
             let bytes = std::fs::read(path)
                 .map_err(|e| Failure::new(format!("cannot read {}: {e}", path.display())))?;
-            rows.push(redrive_one(&ctx, path.display().to_string(), bytes).await?);
+            rows.push(
+                redrive
+                    .redrive(path.display().to_string(), &bytes, &repair)
+                    .await
+                    .map_err(failed)?,
+            );
         }
-    }
+        rows
+    };
     args.output.report(|| json!(rows), || render(&rows))?;
-    let left: Vec<&Row> = rows.iter().filter(|r| !r.saved()).collect();
+    let left: Vec<&Redriven> = rows.iter().filter(|r| !r.saved()).collect();
     match left.first() {
         None => Ok(()),
         Some(first) => Err(Failure::new(format!(
@@ -174,83 +125,8 @@ pub async fn run(args: RedriveArgs) -> CmdResult {
     }
 }
 
-/// What one batch's redrive needs.
-struct Ctx<'a> {
-    config: &'a aws_config::SdkConfig,
-    redrive: &'a Redrive<'a, dyn ChangeMapper>,
-    repair: &'a Repair<'a, GsiRecount>,
-    counters_table: &'a str,
-}
-
-/// One on-failure record: read back, its checks saved (or why not).
-async fn redrive_one(ctx: &Ctx<'_>, source: String, bytes: Vec<u8>) -> Result<Row, Failure> {
-    let batch = match ParkedBatch::parse(&bytes) {
-        Ok(b) => b,
-        Err(e) => {
-            return Ok(Row {
-                source,
-                result: "unreadable",
-                shard: None,
-                records: 0,
-                checks: 0,
-                unbucketed: vec![],
-                detail: Some(format!(
-                    "not an on-failure record ({e}); look at it, then delete it by hand"
-                )),
-            });
-        }
-    };
-    let read = ctx.redrive.read(&batch).await.map_err(|e| {
-        let service = match batch.source {
-            ParkedSource::Kinesis => Service::Kinesis,
-            ParkedSource::DynamoDbStreams => Service::DynamoDbStreams,
-        };
-        Target::new(ctx.config, service, "stream", batch.stream_arn.clone())
-            .fail(&format!("read shard {} of", batch.shard_id), &e)
-    })?;
-    let row = |result, detail| Row {
-        source: source.clone(),
-        result,
-        shard: Some(read.shard_id.clone()),
-        records: read.records,
-        checks: read.checks.len(),
-        unbucketed: read.unbucketed.clone(),
-        detail,
-    };
-    if !read.is_complete() {
-        return Ok(row(read.outcome, read.detail.clone()));
-    }
-    let requested = ctx.repair.request(&read.checks).await.map_err(|e| {
-        Target::new(ctx.config, Service::DynamoDb, "table", ctx.counters_table)
-            .fail("save the repair's checks in", &e)
-    })?;
-    Ok(match requested {
-        Requested::Saved { .. } => row("saved", unbucketed_note(&read)),
-        Requested::Busy => row(
-            "busy",
-            Some("a repair run holds the lease: run the same redrive again once it ends (the record is kept)".into()),
-        ),
-        Requested::Full { carried, adding, max } => row(
-            "full",
-            Some(format!(
-                "the repair carries {carried} checks and these {adding} would pass its {max}: let the rebuilder run (or run the repair), then redrive again (the record is kept)"
-            )),
-        ),
-    })
-}
-
-/// A saved batch whose changes carry no event time: the bucket repair cannot reach them.
-fn unbucketed_note(read: &RedriveRead) -> Option<String> {
-    (!read.unbucketed.is_empty()).then(|| {
-        format!(
-            "{} counters without an event time: run `heatsink rebuild` for them",
-            read.unbucketed.len()
-        )
-    })
-}
-
 /// The report for a terminal: a summary line, then one row per batch.
-fn render(rows: &[Row]) -> Vec<String> {
+fn render(rows: &[Redriven]) -> Vec<String> {
     let saved = rows.iter().filter(|r| r.saved()).count();
     let checks: usize = rows.iter().filter(|r| r.saved()).map(|r| r.checks).sum();
     let mut lines = vec![format!(
@@ -306,7 +182,7 @@ mod tests {
 
     #[test]
     fn the_report_counts_what_was_saved_and_names_the_next_step_of_the_rest() {
-        let row = |result, checks, detail: Option<&str>| Row {
+        let row = |result, checks, detail: Option<&str>| Redriven {
             source: "m1".into(),
             result,
             shard: Some("shardId-000000000001".into()),

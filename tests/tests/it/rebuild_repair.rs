@@ -981,6 +981,54 @@ async fn a_batch_parked_on_a_cold_post_is_exact_after_its_redrive() {
             carried: 1
         }
     );
+    // The same through the on-failure queue, as `heatsink redrive` drains it: the complete batch
+    // is saved and its message deleted; the unfinished one and one that is not an on-failure
+    // record stay in the queue.
+    let sqs = aws_sdk_sqs::Client::new(&fx.stack.config);
+    let url = sqs
+        .create_queue()
+        .queue_name(format!("{}stream-failures", fx.prefix()))
+        .send()
+        .await
+        .expect("queue")
+        .queue_url
+        .expect("url");
+    for body in [
+        parked.to_record().to_string(),
+        beyond.to_record().to_string(),
+        "{\"not\": \"parked\"}".to_owned(),
+    ] {
+        sqs.send_message()
+            .queue_url(&url)
+            .message_body(body)
+            .send()
+            .await
+            .expect("send");
+    }
+    let rows = redrive.drain(&sqs, &url, 10, &repair).await.expect("drain");
+    let mut results: Vec<&str> = rows.iter().map(|r| r.result).collect();
+    results.sort_unstable();
+    assert_eq!(results, ["saved", "unfinished", "unreadable"], "{rows:?}");
+    use aws_sdk_sqs::types::QueueAttributeName as Q;
+    let left = sqs
+        .get_queue_attributes()
+        .queue_url(&url)
+        .attribute_names(Q::ApproximateNumberOfMessagesNotVisible)
+        .attribute_names(Q::ApproximateNumberOfMessages)
+        .send()
+        .await
+        .expect("attributes");
+    let count = |name: Q| {
+        left.attributes()
+            .and_then(|a| a.get(&name))
+            .and_then(|v| v.parse::<u32>().ok())
+            .unwrap_or(0)
+    };
+    assert_eq!(
+        count(Q::ApproximateNumberOfMessagesNotVisible) + count(Q::ApproximateNumberOfMessages),
+        2,
+        "only the saved batch's message was deleted"
+    );
     let second = repair.run().await.expect("repair");
     assert!(second.completed, "{second:?}");
     assert_eq!(api.count("p-cold").await.expect("count"), 1, "{second:?}");

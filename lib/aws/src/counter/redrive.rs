@@ -19,8 +19,9 @@
 //! **Proof, not a timer.** A read is complete only when it reached the batch's last record or
 //! the shard's end ([`RangeRead`]); a read that did not (the tip answered empty, the page bound
 //! or the deadline passed) or that found the start already trimmed is reported as such and
-//! requests nothing; the caller keeps the on-failure record and says the next command
-//! (`heatsink redrive` deletes a queue message only after its checks are saved).
+//! requests nothing; the caller keeps the on-failure record and says the next command.
+//! [`Redrive::redrive`] does one record end to end, [`Redrive::drain`] a queue of them, deleting
+//! a message only after its checks are saved (what `heatsink redrive` runs).
 //!
 //! Bounds: at most [`MAX_PAGES`] `GetRecords` calls and [`Redrive::deadline`] per batch (10 s by
 //! default), records of at most [`MAX_CHANGE_BYTES`](crate::lambda::MAX_CHANGE_BYTES) decoded,
@@ -49,6 +50,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::aggregate::ChangeMapper;
+use super::rebuild::RebuildError;
+use super::repair::{BucketRecount, Repair, Requested};
 use crate::error::AwsError;
 
 /// Most `GetRecords` calls one batch's read makes (a batch holds at most 10,000 records; a
@@ -68,6 +71,9 @@ pub enum RedriveError {
     /// A stream call failed.
     #[error(transparent)]
     Aws(#[from] AwsError),
+    /// Saving the checks in the repair's cursor failed.
+    #[error(transparent)]
+    Repair(#[from] RebuildError),
     /// The batch's stream has no client here (a Kinesis batch and no Kinesis client, or the
     /// other way round), or its ARN is not a stream's.
     #[error("{arn}: {reason}")]
@@ -394,6 +400,149 @@ impl<'a, M: ChangeMapper + ?Sized> Redrive<'a, M> {
             iterator = page.next_shard_iterator;
         }
         Ok(())
+    }
+}
+
+/// What became of one parked batch: read, saved for the repair, or kept with the next step.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Redriven {
+    /// Where the record came from (a queue message id, a file).
+    pub source: String,
+    /// `saved`, `unreadable` (not an on-failure record), `gap`, `unfinished`, `busy` or `full`.
+    pub result: &'static str,
+    /// The batch's shard, when the record could be read.
+    pub shard: Option<String>,
+    /// Records of the batch read back.
+    pub records: u32,
+    /// Checks saved (or that would have been).
+    pub checks: usize,
+    /// Ids without an event time: only a whole-count rebuild corrects them.
+    pub unbucketed: Vec<String>,
+    /// For anything but a plain `saved`: what happened and the next step.
+    pub detail: Option<String>,
+}
+
+impl Redriven {
+    /// Whether the batch's checks are saved (its on-failure record may go).
+    pub fn saved(&self) -> bool {
+        self.result == "saved"
+    }
+}
+
+impl<M: ChangeMapper + ?Sized> Redrive<'_, M> {
+    /// One on-failure record (`bytes`, from `source`): read back and, when the read is
+    /// complete, its checks saved with `repair` ([`Repair::request`]). Only a stream or
+    /// DynamoDB failure is an `Err`; everything else is a [`Redriven`] saying what to do.
+    pub async fn redrive<R: BucketRecount>(
+        &self,
+        source: String,
+        bytes: &[u8],
+        repair: &Repair<'_, R>,
+    ) -> Result<Redriven, RedriveError> {
+        let batch = match ParkedBatch::parse(bytes) {
+            Ok(b) => b,
+            Err(e) => {
+                return Ok(Redriven {
+                    source,
+                    result: "unreadable",
+                    shard: None,
+                    records: 0,
+                    checks: 0,
+                    unbucketed: vec![],
+                    detail: Some(format!(
+                        "not an on-failure record ({e}); look at it, then delete it by hand"
+                    )),
+                });
+            }
+        };
+        let read = self.read(&batch).await?;
+        let row = |result, detail| Redriven {
+            source: source.clone(),
+            result,
+            shard: Some(read.shard_id.clone()),
+            records: read.records,
+            checks: read.checks.len(),
+            unbucketed: read.unbucketed.clone(),
+            detail,
+        };
+        if !read.is_complete() {
+            return Ok(row(read.outcome, read.detail.clone()));
+        }
+        Ok(match repair.request(&read.checks).await? {
+            Requested::Saved { .. } => row(
+                "saved",
+                (!read.unbucketed.is_empty()).then(|| {
+                    format!(
+                        "{} counters without an event time: run `heatsink rebuild` for them",
+                        read.unbucketed.len()
+                    )
+                }),
+            ),
+            Requested::Busy => row(
+                "busy",
+                Some(
+                    "a repair run holds the lease: redrive again once it ends (the record is kept)"
+                        .into(),
+                ),
+            ),
+            Requested::Full {
+                carried,
+                adding,
+                max,
+            } => row(
+                "full",
+                Some(format!(
+                    "the repair carries {carried} checks and these {adding} would pass its {max}: let the repair run, then redrive again (the record is kept)"
+                )),
+            ),
+        })
+    }
+
+    /// Drains up to `max` messages of the on-failure queue `url` (SQS): each is redriven
+    /// ([`Redrive::redrive`]) and deleted only once its checks are saved; any other message
+    /// stays (invisible for 2 minutes, then back for the next drain). Stops at the first
+    /// stream, DynamoDB or SQS failure, messages already saved deleted.
+    pub async fn drain<R: BucketRecount>(
+        &self,
+        sqs: &aws_sdk_sqs::Client,
+        url: &str,
+        max: u32,
+        repair: &Repair<'_, R>,
+    ) -> Result<Vec<Redriven>, RedriveError> {
+        let mut rows = vec![];
+        let mut taken = 0u32;
+        while taken < max {
+            let out = sqs
+                .receive_message()
+                .queue_url(url)
+                .max_number_of_messages(i32::try_from((max - taken).min(10)).unwrap_or(10))
+                .visibility_timeout(120)
+                .send()
+                .await
+                .map_err(|e| AwsError::new("SQS", "ReceiveMessage", url, e))?;
+            let messages = out.messages.unwrap_or_default();
+            if messages.is_empty() {
+                break;
+            }
+            for m in messages {
+                taken += 1;
+                let id = m.message_id.clone().unwrap_or_default();
+                let body = m.body.unwrap_or_default();
+                let row = self.redrive(id, body.as_bytes(), repair).await?;
+                if row.saved()
+                    && let Some(handle) = &m.receipt_handle
+                {
+                    sqs.delete_message()
+                        .queue_url(url)
+                        .receipt_handle(handle)
+                        .send()
+                        .await
+                        .map_err(|e| AwsError::new("SQS", "DeleteMessage", url, e))?;
+                }
+                rows.push(row);
+            }
+        }
+        Ok(rows)
     }
 }
 
