@@ -33,12 +33,20 @@
 //!
 //! A run that cannot prove progress judges nothing, moves no cursor and reports `blocked` with
 //! the shard and the next step; `CounterRepairLag` is `now − proven` in seconds.
+//!
+//! `HEATSINK_STREAM_FAILURES_URL` (both stacks set it to the aggregator's `stream-failures`
+//! queue): before each repair, the run redrives up to `HEATSINK_REDRIVE_MAX` (default 10) parked
+//! batches (`heatsink::counter::redrive::Redrive::drain`, at most 60 s): each range is read back
+//! from the stream and, when the read is complete, the (post, bucket) checks it moved are saved
+//! for this run; a message is deleted only then. A batch that cannot be redriven stays in the
+//! queue (its alarms keep firing) and is listed in the run's `redriven` with the next step.
 
 use std::time::Duration;
 
-use heatsink::counter::CounterStore;
 use heatsink::counter::lineage::{ShardListing, for_stream_arn};
+use heatsink::counter::redrive::Redrive;
 use heatsink::counter::repair::{Repair, RepairOptions};
+use heatsink::counter::{BucketSpec, CounterStore};
 use heatsink::metrics::Emf;
 use heatsink_photo_app::counting::Counting;
 use heatsink_photo_app::lambda::{LambdaStart, start_lambda};
@@ -89,7 +97,22 @@ async fn main() -> Result<(), Error> {
     let counting = Counting::from_env(&schema);
     let recount = counting.bucket_recount(&ddb);
     let counters = CounterStore::new(ddb.clone(), counting.counters_table.clone());
+    // Parked batches: redriven before each repair when the queue is named.
+    let failures = std::env::var("HEATSINK_STREAM_FAILURES_URL").ok();
+    let redrive_max: u32 = match std::env::var("HEATSINK_REDRIVE_MAX") {
+        Ok(v) => v
+            .parse()
+            .map_err(|e| format!("HEATSINK_REDRIVE_MAX={v:?} is not a whole number: {e}"))?,
+        Err(_) => 10,
+    };
+    let sqs = aws_sdk_sqs::Client::new(&config);
+    let mapper = counting.mapper();
+    let redrive = Redrive::new(&*mapper, &counting.counter, BucketSpec::default())
+        .with_kinesis(aws_sdk_kinesis::Client::new(&config))
+        .with_streams(aws_sdk_dynamodbstreams::Client::new(&config))
+        .deadline(Duration::from_secs(5));
     let (counters, counting, recount, options) = (&counters, &counting, &recount, &options);
+    let (failures, sqs, redrive) = (failures.as_deref(), &sqs, &redrive);
     let lineage = lineage.as_deref();
     run(service_fn(move |event: LambdaEvent<Value>| async move {
         let mut options = options.clone();
@@ -99,6 +122,24 @@ async fn main() -> Result<(), Error> {
             Some(l) => repair.with_lineage(l),
             None => repair,
         };
+        // Parked batches first, so this run judges what they held. A drain that fails or runs
+        // out of time deletes nothing it did not save: the repair goes on regardless.
+        let mut redriven = vec![];
+        if let Some(url) = failures {
+            match tokio::time::timeout(
+                Duration::from_secs(60),
+                redrive.drain(sqs, url, redrive_max, &repair),
+            )
+            .await
+            {
+                Ok(Ok(rows)) => redriven = rows,
+                Ok(Err(e)) => tracing::error!(error = %e, "redrive stopped; parked batches kept"),
+                Err(_) => tracing::warn!("redrive took its 60 s; the rest is kept for the next run"),
+            }
+            for r in &redriven {
+                tracing::info!(batch = %r.source, result = r.result, shard = ?r.shard, checks = r.checks, detail = ?r.detail, "parked batch");
+            }
+        }
         // Cut before the deadline: the repair's lease and cursor make the next run go on.
         let report =
             heatsink::lambda::before_deadline(event.context.deadline, repair.run()).await??;
@@ -116,7 +157,9 @@ async fn main() -> Result<(), Error> {
         let mut emf = Emf::new(Function::CountRebuilder);
         report.metrics(&mut emf);
         emf.flush();
-        Ok::<_, Error>(serde_json::to_value(report)?)
+        let mut out = serde_json::to_value(report)?;
+        out["redriven"] = serde_json::to_value(&redriven)?;
+        Ok::<_, Error>(out)
     }))
     .await
 }

@@ -41,6 +41,9 @@ pub struct Call {
 #[derive(Debug, Clone, Default)]
 pub struct CallLog {
     calls: Arc<Mutex<BTreeSet<Call>>>,
+    /// The stream of the last `GetShardIterator` per IAM prefix: a `GetRecords` names only its
+    /// iterator, and IAM checks it against the stream the iterator was issued for.
+    iterators: Arc<Mutex<std::collections::BTreeMap<String, String>>>,
 }
 
 impl CallLog {
@@ -123,6 +126,13 @@ pub fn resource(input: &Input) -> String {
             |i| i.stream_name.clone().or_else(|| i.stream_arn.clone()),
         aws_sdk_kinesis::operation::put_records::PutRecordsInput =>
             |i| i.stream_name.clone().or_else(|| i.stream_arn.clone()),
+        aws_sdk_kinesis::operation::get_shard_iterator::GetShardIteratorInput =>
+            |i| i.stream_name.clone().or_else(|| i.stream_arn.clone()),
+        // The queue by the last part of its URL (its name).
+        aws_sdk_sqs::operation::receive_message::ReceiveMessageInput =>
+            |i| i.queue_url.as_deref().and_then(|u| u.rsplit('/').next()).map(str::to_owned),
+        aws_sdk_sqs::operation::delete_message::DeleteMessageInput =>
+            |i| i.queue_url.as_deref().and_then(|u| u.rsplit('/').next()).map(str::to_owned),
     }
     "?".into()
 }
@@ -193,9 +203,22 @@ impl Intercept for Recorder {
             }
             return Ok(());
         }
+        let prefix = iam_prefix(&service);
+        let mut resource = resource(context.input());
+        if let Ok(mut iterators) = self.log.iterators.lock() {
+            match operation.as_str() {
+                "GetShardIterator" => {
+                    iterators.insert(prefix.clone(), resource.clone());
+                }
+                "GetRecords" if resource == "?" => {
+                    resource = iterators.get(&prefix).cloned().unwrap_or(resource);
+                }
+                _ => {}
+            }
+        }
         self.log.record(Call {
-            action: format!("{}:{operation}", iam_prefix(&service)),
-            resource: resource(context.input()),
+            action: format!("{prefix}:{operation}"),
+            resource,
         });
         Ok(())
     }

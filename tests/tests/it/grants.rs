@@ -83,6 +83,8 @@ fn logical(fx: &Fixture, call: &Call) -> String {
     let r = &call.resource;
     let resource = if *r == fx.photo().like_events().name {
         "stream/like-events".to_owned()
+    } else if *r == format!("{prefix}stream-failures") {
+        "queue/stream-failures".to_owned()
     } else if let Some(t) = name_of(r) {
         format!("table/{t}")
     } else if let Some((table, index)) = r.split_once("/index/")
@@ -347,6 +349,38 @@ async fn count_rebuilder(fx: &Fixture, mode: &str) {
         compact: Some(heatsink::counter::compact::STREAM_RETENTION),
         ..heatsink::counter::repair::RepairOptions::default()
     };
+    // The function drains stream-failures first: one parked batch of the source, read back
+    // (GetShardIterator, GetRecords), its checks saved, its message deleted.
+    let url = parked_batch_queued(fx, mode, &shard.shard_id, at).await;
+    let sqs = aws_sdk_sqs::Client::from_conf(
+        aws_sdk_sqs::config::Builder::from(&fx.stack.config)
+            .interceptor(log.interceptor())
+            .build(),
+    );
+    let kinesis = aws_sdk_kinesis::Client::from_conf(
+        aws_sdk_kinesis::config::Builder::from(&fx.stack.config)
+            .interceptor(log.interceptor())
+            .build(),
+    );
+    let streams = aws_sdk_dynamodbstreams::Client::from_conf(
+        aws_sdk_dynamodbstreams::config::Builder::from(&fx.stack.config)
+            .interceptor(log.interceptor())
+            .build(),
+    );
+    let mapper = heatsink_photo_app::mapper::LikeMapper;
+    let redrive = heatsink::counter::redrive::Redrive::new(&mapper, "likes", spec)
+        .with_kinesis(kinesis)
+        .with_streams(streams);
+    let requester =
+        heatsink::counter::repair::Repair::new(&counters, "likes", &recount, options.clone());
+    let rows = redrive
+        .drain(&sqs, &url, 10, &requester)
+        .await
+        .expect("drain");
+    assert!(
+        rows.len() == 1 && rows.iter().all(|r| r.saved() && r.checks == 1),
+        "{mode}: {rows:?}"
+    );
     let report =
         heatsink_photo_app::rebuild::repair(&counters, &recount, options, lineage.as_ref())
             .await
@@ -357,6 +391,75 @@ async fn count_rebuilder(fx: &Fixture, mode: &str) {
         "the retired shard was folded: {report:?}"
     );
     assert_calls(fx, &log, "count-rebuilder", mode);
+}
+
+/// A parked batch of `mode`'s source (one like of p10 by u2 at `at` on `shard`) in a
+/// `<prefix>stream-failures` queue, as the aggregator's mapping parks it; returns the queue's URL.
+/// Made with unrecorded clients.
+async fn parked_batch_queued(fx: &Fixture, mode: &str, shard: &str, at: u64) -> String {
+    use heatsink::counter::{ParkedBatch, ParkedSource, Seq};
+    let (source, arn, seq) = if mode == "kinesis" {
+        let change = json!({"awsRegion": "us-east-1", "eventID": "e1", "eventName": "INSERT",
+            "recordFormat": "application/json", "eventSource": "aws:dynamodb",
+            "tableName": fx.photo().table_name(Table::Liked),
+            "dynamodb": {"ApproximateCreationDateTime": at,
+                "Keys": {"user": {"S": "u2"}, "post": {"S": "p10"}},
+                "NewImage": {"user": {"S": "u2"}, "post": {"S": "p10"}, "liked_at": {"N": at.to_string()}}}});
+        let name = fx.photo().like_events().name;
+        let put = fx
+            .stack
+            .kinesis
+            .put_record()
+            .stream_name(&name)
+            .partition_key("p10")
+            .data(aws_sdk_kinesis::primitives::Blob::new(change.to_string()))
+            .send()
+            .await
+            .expect("put");
+        assert_eq!(put.shard_id, shard, "the stream's one shard");
+        (
+            ParkedSource::Kinesis,
+            format!("arn:aws:kinesis:us-east-1:000000000000:stream/{name}"),
+            put.sequence_number,
+        )
+    } else {
+        let (arn, records) =
+            table_stream_records(&fx.stack, &fx.photo().table_name(Table::Liked), 1).await;
+        let seq = records
+            .first()
+            .and_then(|r| r.dynamodb())
+            .and_then(|c| c.sequence_number())
+            .expect("a record")
+            .to_owned();
+        (ParkedSource::DynamoDbStreams, arn, seq)
+    };
+    let seq = Seq::parse(&seq).expect("seq");
+    let parked = ParkedBatch {
+        source,
+        stream_arn: arn,
+        shard_id: shard.to_owned(),
+        start_seq: seq.clone(),
+        end_seq: seq,
+        batch_size: 1,
+        first_arrival_ms: None,
+        condition: None,
+    };
+    let sqs = aws_sdk_sqs::Client::new(&fx.stack.config);
+    let url = sqs
+        .create_queue()
+        .queue_name(format!("{}stream-failures", fx.prefix()))
+        .send()
+        .await
+        .expect("queue")
+        .queue_url
+        .expect("url");
+    sqs.send_message()
+        .queue_url(&url)
+        .message_body(parked.to_record().to_string())
+        .send()
+        .await
+        .expect("park");
+    url
 }
 
 /// hotkey-controller: a sampler report salts a key (Scan + PutItem), the schedule reads

@@ -193,6 +193,8 @@ export class HotKeyCounter extends Construct {
         // Closed shards' counter sub-keys are folded; their tombstones are deleted after the
         // source's retention, when no record is left to replay.
         HEATSINK_COMPACT_GRACE_SECONDS: String((props.compactGrace ?? Duration.hours(24)).toSeconds()),
+        // Parked batches are redriven before each repair (heatsink::counter::redrive::Redrive::drain).
+        HEATSINK_STREAM_FAILURES_URL: this.streamFailures.queueUrl,
       },
     });
     // Scheduled: no async retries (the next tick is the retry; concurrency 1 must not queue
@@ -223,6 +225,19 @@ export class HotKeyCounter extends Construct {
     // stream, or DescribeStream of the table's stream. The aggregator makes the same call, which
     // its event source mapping's grants already hold.
     this.rebuilder.grant([props.source.kind === 'kinesis' ? 'kinesis:ListShards' : 'dynamodb:DescribeStream'], [sourceArn]);
+    // The redrive of parked batches (`heatsink::counter::redrive::Redrive::drain`): the
+    // stream-failures queue's messages (received; deleted once their checks are saved; KMS
+    // decrypts them for the role) and each parked range read back from the stream.
+    this.rebuilder.grant(['sqs:ReceiveMessage', 'sqs:DeleteMessage'], [this.streamFailures.queueArn]);
+    if (this.streamFailures.encryptionMasterKey) {
+      this.rebuilder.grant(['kms:Decrypt'], [this.streamFailures.encryptionMasterKey.keyArn]);
+    }
+    this.rebuilder.grant(
+      props.source.kind === 'kinesis'
+        ? ['kinesis:GetShardIterator', 'kinesis:GetRecords']
+        : ['dynamodb:GetShardIterator', 'dynamodb:GetRecords'],
+      [sourceArn],
+    );
 
     // ---- the aggregator's one event source ----
     const batching = props.batching ?? {};

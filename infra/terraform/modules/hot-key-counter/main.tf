@@ -38,6 +38,12 @@ locals {
     "kinesis"          = { Effect = "Allow", Action = ["kinesis:ListShards"], Resource = var.source_arn }
     "dynamodb-streams" = { Effect = "Allow", Action = ["dynamodb:DescribeStream"], Resource = var.source_arn }
   }
+  # The redrive of parked batches (heatsink::counter::redrive::Redrive::drain): each parked range
+  # read back from the stream.
+  redrive_statement = {
+    "kinesis"          = { Effect = "Allow", Action = ["kinesis:GetShardIterator", "kinesis:GetRecords"], Resource = var.source_arn }
+    "dynamodb-streams" = { Effect = "Allow", Action = ["dynamodb:GetShardIterator", "dynamodb:GetRecords"], Resource = var.source_arn }
+  }
 }
 
 resource "aws_dynamodb_table" "counters" {
@@ -128,7 +134,7 @@ module "rebuilder" {
   reserved_concurrency = var.concurrency.rebuilder
   lambda_dir           = var.lambda_dir
   architecture         = var.architecture
-  environment          = merge(local.counting, { HEATSINK_COMPACT_GRACE_SECONDS = tostring(var.compact_grace_seconds) }, var.environment)
+  environment          = merge(local.counting, { HEATSINK_COMPACT_GRACE_SECONDS = tostring(var.compact_grace_seconds), HEATSINK_STREAM_FAILURES_URL = module.stream_failures.url }, var.environment)
   log_retention_days   = var.log_retention_days
   tracing              = var.tracing
   tags                 = var.tags
@@ -141,6 +147,12 @@ module "rebuilder" {
     { Effect = "Allow", Action = ["dynamodb:Query"], Resource = "${aws_dynamodb_table.counters.arn}/index/touched" },
     { Effect = "Allow", Action = ["dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"], Resource = aws_dynamodb_table.counters.arn },
     local.lineage_statement[var.source_kind],
+    # The redrive before each repair (HEATSINK_STREAM_FAILURES_URL): stream-failures' messages
+    # (received, deleted once their checks are saved; KMS decrypts them for the role) and each
+    # parked range read back from the stream.
+    { Effect = "Allow", Action = ["sqs:ReceiveMessage", "sqs:DeleteMessage"], Resource = module.stream_failures.arn },
+    { Effect = "Allow", Action = ["kms:Decrypt"], Resource = module.stream_failures.key_arn },
+    local.redrive_statement[var.source_kind],
     # Parks a failed invocation (the Lambda service sends as the role).
     { Effect = "Allow", Action = ["sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"], Resource = local.async_failures.arn },
     { Effect = "Allow", Action = ["kms:GenerateDataKey", "kms:Decrypt"], Resource = local.async_failures.key_arn },
