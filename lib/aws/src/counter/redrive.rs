@@ -255,7 +255,6 @@ impl<'a, M: ChangeMapper + ?Sized> Redrive<'a, M> {
             reason: "a Kinesis batch, and this redrive has no Kinesis client".into(),
         })?;
         let name = kinesis_name(&batch.stream_arn)?;
-        let started = Instant::now();
         let out = client
             .get_shard_iterator()
             .stream_name(name)
@@ -264,7 +263,7 @@ impl<'a, M: ChangeMapper + ?Sized> Redrive<'a, M> {
             .starting_sequence_number(batch.start_seq.to_decimal())
             .send()
             .await;
-        let mut iterator = match out {
+        let first = match out {
             Ok(o) => o.shard_iterator,
             Err(e) => {
                 let e = AwsError::new("Kinesis", "GetShardIterator", &batch.shard_id, e);
@@ -276,12 +275,7 @@ impl<'a, M: ChangeMapper + ?Sized> Redrive<'a, M> {
                 return Err(e.into());
             }
         };
-        let (mut pages, mut empty) = (0u32, 0u32);
-        while let Some(it) = iterator.take() {
-            if pages >= MAX_PAGES || started.elapsed() > self.deadline {
-                return Ok(());
-            }
-            pages += 1;
+        self.read_pages(first, range, acc, |it| async move {
             let page = client
                 .get_records()
                 .shard_iterator(it)
@@ -289,37 +283,21 @@ impl<'a, M: ChangeMapper + ?Sized> Redrive<'a, M> {
                 .send()
                 .await
                 .map_err(|e| AwsError::new("Kinesis", "GetRecords", &batch.shard_id, e))?;
-            for r in page.records() {
-                let Ok(seq) = Seq::parse(r.sequence_number()) else {
-                    acc.unusable += 1;
-                    continue;
-                };
-                if range.take(&seq) {
-                    let change = crate::lambda::kinesis_change(r.data().as_ref());
-                    self.map(r.sequence_number(), change, acc);
-                }
-                if range.done() {
-                    return Ok(());
-                }
-            }
-            empty = if page.records().is_empty() {
-                empty + 1
-            } else {
-                0
-            };
-            if page.next_shard_iterator().is_none() {
-                range.shard_ended();
-                return Ok(());
-            }
             // At the tip of an open shard: the batch's last record is not there (yet).
-            if page.records().is_empty() && page.millis_behind_latest() == Some(0)
-                || empty >= TIP_PAGES
-            {
-                return Ok(());
-            }
-            iterator = page.next_shard_iterator;
-        }
-        Ok(())
+            let at_tip = page.records().is_empty() && page.millis_behind_latest() == Some(0);
+            let next = page.next_shard_iterator.clone();
+            let records = page
+                .records
+                .into_iter()
+                .map(|r| (r.sequence_number, Raw::Kinesis(r.data.into_inner())))
+                .collect();
+            Ok(Page {
+                records,
+                next,
+                at_tip,
+            })
+        })
+        .await
     }
 
     async fn read_streams(
@@ -334,7 +312,6 @@ impl<'a, M: ChangeMapper + ?Sized> Redrive<'a, M> {
             reason: "a DynamoDB Streams batch, and this redrive has no DynamoDB Streams client"
                 .into(),
         })?;
-        let started = Instant::now();
         let out = client
             .get_shard_iterator()
             .stream_arn(&batch.stream_arn)
@@ -343,7 +320,7 @@ impl<'a, M: ChangeMapper + ?Sized> Redrive<'a, M> {
             .sequence_number(batch.start_seq.to_decimal())
             .send()
             .await;
-        let mut iterator = match out {
+        let first = match out {
             Ok(o) => o.shard_iterator,
             Err(e) => {
                 let e = AwsError::new("DynamoDB Streams", "GetShardIterator", &batch.shard_id, e);
@@ -355,12 +332,7 @@ impl<'a, M: ChangeMapper + ?Sized> Redrive<'a, M> {
                 return Err(e.into());
             }
         };
-        let (mut pages, mut empty) = (0u32, 0u32);
-        while let Some(it) = iterator.take() {
-            if pages >= MAX_PAGES || started.elapsed() > self.deadline {
-                return Ok(());
-            }
-            pages += 1;
+        self.read_pages(first, range, acc, |it| async move {
             let page = client
                 .get_records()
                 .shard_iterator(it)
@@ -368,36 +340,79 @@ impl<'a, M: ChangeMapper + ?Sized> Redrive<'a, M> {
                 .send()
                 .await
                 .map_err(|e| AwsError::new("DynamoDB Streams", "GetRecords", &batch.shard_id, e))?;
-            for r in page.records() {
-                let raw = r
-                    .dynamodb()
-                    .and_then(|c| c.sequence_number())
-                    .unwrap_or_default();
-                let Ok(seq) = Seq::parse(raw) else {
+            let records = page
+                .records()
+                .iter()
+                .map(|r| {
+                    let seq = r
+                        .dynamodb()
+                        .and_then(|c| c.sequence_number())
+                        .unwrap_or_default()
+                        .to_owned();
+                    let change = crate::lambda::stream_record_json(&batch.stream_arn, r);
+                    (seq, Raw::Change(change))
+                })
+                .collect();
+            Ok(Page {
+                records,
+                next: page.next_shard_iterator,
+                at_tip: false,
+            })
+        })
+        .await
+    }
+
+    /// Reads pages from `first` on with `get` until the range is done, the shard ends, the tip
+    /// answers or a bound is reached, mapping the batch's records into `acc`.
+    async fn read_pages<F, Fut>(
+        &self,
+        first: Option<String>,
+        range: &mut RangeRead,
+        acc: &mut Mapped,
+        mut get: F,
+    ) -> Result<(), RedriveError>
+    where
+        F: FnMut(String) -> Fut,
+        Fut: std::future::Future<Output = Result<Page, RedriveError>>,
+    {
+        let started = Instant::now();
+        let (mut pages, mut empty) = (0u32, 0u32);
+        let mut iterator = first;
+        while let Some(it) = iterator.take() {
+            if pages >= MAX_PAGES || started.elapsed() > self.deadline {
+                return Ok(());
+            }
+            pages += 1;
+            let page = get(it).await?;
+            empty = if page.records.is_empty() {
+                empty + 1
+            } else {
+                0
+            };
+            for (raw_seq, raw) in page.records {
+                let Ok(seq) = Seq::parse(&raw_seq) else {
                     acc.unusable += 1;
                     continue;
                 };
                 if range.take(&seq) {
-                    let change = crate::lambda::stream_record_json(&batch.stream_arn, r);
-                    self.map(raw, Ok(Some(change)), acc);
+                    let change = match raw {
+                        Raw::Kinesis(data) => crate::lambda::kinesis_change(&data),
+                        Raw::Change(change) => Ok(Some(change)),
+                    };
+                    self.map(&raw_seq, change, acc);
                 }
                 if range.done() {
                     return Ok(());
                 }
             }
-            empty = if page.records().is_empty() {
-                empty + 1
-            } else {
-                0
-            };
-            if page.next_shard_iterator().is_none() {
+            if page.next.is_none() {
                 range.shard_ended();
                 return Ok(());
             }
-            if empty >= TIP_PAGES {
+            if page.at_tip || empty >= TIP_PAGES {
                 return Ok(());
             }
-            iterator = page.next_shard_iterator;
+            iterator = page.next;
         }
         Ok(())
     }
@@ -544,6 +559,22 @@ impl<M: ChangeMapper + ?Sized> Redrive<'_, M> {
         }
         Ok(rows)
     }
+}
+
+/// One page read back: each record's sequence number and body, the next iterator, and whether
+/// the page says the shard's tip was reached.
+struct Page {
+    records: Vec<(String, Raw)>,
+    next: Option<String>,
+    at_tip: bool,
+}
+
+/// A record's body as its stream gives it.
+enum Raw {
+    /// Kinesis data (a change record as JSON, decoded only when the record is the batch's).
+    Kinesis(Vec<u8>),
+    /// A DynamoDB Streams record, as the JSON Lambda delivers.
+    Change(Value),
 }
 
 /// What the records of one batch mapped to.
