@@ -52,7 +52,9 @@ pub const RUN_COMPLETED: MetricDef = MetricDef::count("CounterRebuildCompleted")
 pub const LAGGING: MetricDef = MetricDef::count("CounterRebuildLagging");
 /// 1 when a run judged nothing because proven progress is blocked (a shard of the stream
 /// without a watermark, replication lag past the settle time, nothing proven), else 0.
-/// Alarmed: a blocked repair must page, not look like a quiet one.
+/// Alarm on it: a blocked repair must page, not look like a quiet one (a blocked run still
+/// emits [`RUN_COMPLETED`], so the heartbeat does not see it; the photo app's stacks do not
+/// alarm on this metric yet).
 pub const BLOCKED: MetricDef = MetricDef::count("CounterRepairBlocked");
 /// How far the aggregator's proven progress is behind the rebuilder's clock (`now − proven`),
 /// seconds; not emitted while nothing is proven ([`BLOCKED`] says so).
