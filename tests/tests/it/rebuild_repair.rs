@@ -675,20 +675,12 @@ fn kinesis_like(
     at: u64,
     arrival_after: u64,
 ) -> serde_json::Value {
-    let image = serde_json::json!({"user": {"S": user}, "post": {"S": post}, "liked_at": {"N": at.to_string()}});
-    let change = serde_json::json!({"awsRegion": "us-east-1", "eventID": format!("{user}-{post}"),
-        "eventName": "INSERT", "userIdentity": null, "recordFormat": "application/json",
-        "tableName": fx.photo().table_name(Table::Liked), "eventSource": "aws:dynamodb",
-        "dynamodb": {"ApproximateCreationDateTime": at, "Keys": {"user": {"S": user}, "post": {"S": post}},
-            "NewImage": image, "SizeBytes": 60}});
-    let seq = format!("4962{at}");
-    serde_json::json!({"Records": [{"eventSource": "aws:kinesis", "eventVersion": "1.0",
-        "eventID": format!("{shard}:{seq}"), "eventName": "aws:kinesis:record",
-        "invokeIdentityArn": "arn:aws:iam::000000000000:role/aggregator", "awsRegion": "us-east-1",
-        "eventSourceARN": "arn:aws:kinesis:us-east-1:000000000000:stream/like-events",
-        "kinesis": {"kinesisSchemaVersion": "1.0", "partitionKey": "k", "sequenceNumber": seq,
-            "approximateArrivalTimestamp": (at + arrival_after) as f64 / 1_000.0,
-            "data": base64::engine::general_purpose::STANDARD.encode(serde_json::to_vec(&change).expect("json"))}}]})
+    kinesis_event(
+        shard,
+        &format!("4962{at}"),
+        &like_change(fx, user, post, at),
+        at + arrival_after,
+    )
 }
 
 /// `like-events` split: parent shard 0 closed into children 1 and 2. The repair learns its
@@ -847,14 +839,20 @@ fn like_change(fx: &Fixture, user: &str, post: &str, at: u64) -> serde_json::Val
             "NewImage": image, "SizeBytes": 60}})
 }
 
-/// The Lambda event of one Kinesis record already on the stream.
-fn kinesis_event(shard: &str, seq: &str, change: &serde_json::Value, at: u64) -> serde_json::Value {
+/// The Lambda event of one Kinesis record of `shard` with sequence number `seq`, carrying
+/// `change`, that reached the stream at `arrived` (Unix ms).
+fn kinesis_event(
+    shard: &str,
+    seq: &str,
+    change: &serde_json::Value,
+    arrived: u64,
+) -> serde_json::Value {
     serde_json::json!({"Records": [{"eventSource": "aws:kinesis", "eventVersion": "1.0",
         "eventID": format!("{shard}:{seq}"), "eventName": "aws:kinesis:record",
         "invokeIdentityArn": "arn:aws:iam::000000000000:role/aggregator", "awsRegion": "us-east-1",
         "eventSourceARN": "arn:aws:kinesis:us-east-1:000000000000:stream/like-events",
         "kinesis": {"kinesisSchemaVersion": "1.0", "partitionKey": "k", "sequenceNumber": seq,
-            "approximateArrivalTimestamp": (at + 10) as f64 / 1_000.0,
+            "approximateArrivalTimestamp": arrived as f64 / 1_000.0,
             "data": base64::engine::general_purpose::STANDARD.encode(serde_json::to_vec(change).expect("json"))}}]})
 }
 
@@ -915,7 +913,7 @@ async fn a_batch_parked_on_a_cold_post_is_exact_after_its_redrive() {
     // The first batch (the cold like) is parked: never counted. The others are.
     for (shard, seq, change, t) in &put[1..] {
         assert_eq!(
-            invoke(&agg, &kinesis_event(shard, seq, change, *t)).await,
+            invoke(&agg, &kinesis_event(shard, seq, change, t + 10)).await,
             None
         );
     }

@@ -65,6 +65,8 @@ impl ShardListing for Shards {
 }
 
 #[cfg(feature = "streams")]
+pub(crate) use cache::kinesis_stream_name;
+#[cfg(feature = "streams")]
 pub use cache::{LineageCache, for_stream_arn};
 
 #[cfg(feature = "streams")]
@@ -154,10 +156,8 @@ mod cache {
     ) -> Result<std::sync::Arc<dyn ShardListing>, String> {
         let parts: Vec<&str> = arn.splitn(6, ':').collect();
         match parts.as_slice() {
-            ["arn", _, "kinesis", _, _, resource] => {
-                let name = resource
-                    .strip_prefix("stream/")
-                    .filter(|n| !n.is_empty() && !n.contains('/'))
+            ["arn", _, "kinesis", _, _, _] => {
+                let name = kinesis_stream_name(arn)
                     .ok_or_else(|| format!("{arn}: not a Kinesis stream ARN (…:stream/<name>)"))?;
                 let client = aws_sdk_kinesis::Client::new(config);
                 Ok(std::sync::Arc::new(LineageCache::new(
@@ -173,6 +173,17 @@ mod cache {
             _ => Err(format!(
                 "{arn}: not a stream ARN (a Kinesis stream's or a table's LatestStreamArn)"
             )),
+        }
+    }
+
+    /// The stream name of a Kinesis stream ARN (`arn:aws:kinesis:…:stream/<name>`); `None` for
+    /// anything else.
+    pub(crate) fn kinesis_stream_name(arn: &str) -> Option<&str> {
+        match arn.splitn(6, ':').collect::<Vec<_>>().as_slice() {
+            ["arn", _, "kinesis", _, _, resource] => resource
+                .strip_prefix("stream/")
+                .filter(|n| !n.is_empty() && !n.contains('/')),
+            _ => None,
         }
     }
 

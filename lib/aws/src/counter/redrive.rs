@@ -588,14 +588,7 @@ struct Mapped {
 
 /// The stream name of a Kinesis stream ARN (`arn:aws:kinesis:…:stream/<name>`).
 fn kinesis_name(arn: &str) -> Result<&str, RedriveError> {
-    let parts: Vec<&str> = arn.splitn(6, ':').collect();
-    match parts.as_slice() {
-        ["arn", _, "kinesis", _, _, resource] => resource
-            .strip_prefix("stream/")
-            .filter(|n| !n.is_empty() && !n.contains('/')),
-        _ => None,
-    }
-    .ok_or_else(|| RedriveError::Stream {
+    super::lineage::kinesis_stream_name(arn).ok_or_else(|| RedriveError::Stream {
         arn: arn.to_owned(),
         reason: "not a Kinesis stream ARN (…:stream/<name>)".into(),
     })
