@@ -9,13 +9,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use heatsink::slots::mover::{BatchFault, TailFaults};
+use heatsink::slots::mover::{BatchFault, Limits, TailFaults};
 use heatsink::slots::{MoveError, Phase, slot_of};
 use heatsink_sim::front::StreamShaper;
 use heatsink_sim::shape::{ShapeConfig, ShapedStream, SourceKind};
 use heatsink_testkit::fixture;
 
-use super::{SERIAL, Scene, quarter, start_load};
+use super::{SERIAL, Scene, limits, quarter, start_load};
 
 /// Loses every batch while armed: a tail that never gets past the fence records.
 #[derive(Default)]
@@ -70,7 +70,15 @@ async fn a_drain_that_never_sees_the_fence_records_flips_and_deletes_nothing_and
     let load = start_load(s.router.clone(), "key-", 16, 10.0);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let blind = Arc::new(Blind::default());
-    let mut m = s.start(false).await.with_faults(blind.clone());
+    // A 5 s drain deadline (the product's is 30 s): the test waits it out once.
+    let mut m = s
+        .start(false)
+        .await
+        .with_faults(blind.clone())
+        .with_limits(Limits {
+            drain_deadline: Duration::from_secs(5),
+            ..limits()
+        });
     let id = m.record().id.clone();
     while m.record().phase != Phase::Fenced {
         m.step().await.expect("step");
@@ -196,8 +204,8 @@ async fn sim_rollback_after_the_flip_under_load_with_one_target_stream_shard_lag
             lag.armed.store(false, Ordering::Relaxed);
         })
     };
-    // The rollback's drain waits for the lagging shard's proof within the test controllers' 5 s
-    // drain deadline. On a loaded lane it can stop first, with nothing flipped or deleted
+    // The rollback's drain waits for the lagging shard's proof within the 30 s drain deadline.
+    // On a loaded lane it can stop first, with nothing flipped or deleted
     // (`Unproven`, naming the shard and `heatsink move rollback <id>`): the operator's next step,
     // taken here as the error says, at most three times.
     let mut unproven = 0;
