@@ -34,6 +34,13 @@
 //! A run that cannot prove progress judges nothing, moves no cursor and reports `blocked` with
 //! the shard and the next step; `CounterRepairLag` is `now − proven` in seconds.
 //!
+//! The sweep: after the bucket checks, a run visits up to `HEATSINK_SWEEP_PER_RUN` counters
+//! (default 200 for the photo app's likes, whose `liked` table is insert-only; 0 turns it off)
+//! from a cursor kept in the counters table, and checks each one quiet for
+//! `HEATSINK_SWEEP_QUIET_SECONDS` (default 1,800) whole, on the same proven progress: a like
+//! lost on a cold post (a parked batch never redriven) is made up within the quiet time plus
+//! one cycle of `⌈posts / 200⌉` runs (`swept`, `sweep_warm`, `sweep_cycles_done` in the report).
+//!
 //! `HEATSINK_STREAM_FAILURES_URL` (both stacks set it to the aggregator's `stream-failures`
 //! queue): before each repair, the run redrives up to `HEATSINK_REDRIVE_MAX` (default 10) parked
 //! batches (`heatsink::counter::redrive::Redrive::drain`, at most 60 s): each range is read back
@@ -94,6 +101,18 @@ async fn main() -> Result<(), Error> {
         options.budget = budget;
     }
     options.compact = seconds("HEATSINK_COMPACT_GRACE_SECONDS")?;
+    // The sweep of quiet counters: on by default where the insert-only rule holds.
+    if counting_likes {
+        options.sweep = 200;
+    }
+    if let Ok(v) = std::env::var("HEATSINK_SWEEP_PER_RUN") {
+        options.sweep = v
+            .parse()
+            .map_err(|e| format!("HEATSINK_SWEEP_PER_RUN={v:?} is not a whole number: {e}"))?;
+    }
+    if let Some(quiet) = seconds("HEATSINK_SWEEP_QUIET_SECONDS")? {
+        options.sweep_quiet = quiet;
+    }
     let counting = Counting::from_env(&schema);
     let recount = counting.bucket_recount(&ddb);
     let counters = CounterStore::new(ddb.clone(), counting.counters_table.clone());
@@ -151,6 +170,7 @@ async fn main() -> Result<(), Error> {
             corrected = report.corrected.len(),
             lagging = report.lagging,
             compacted = report.compacted,
+            swept = report.swept,
             blocked = ?report.blocked,
             "repair done"
         );

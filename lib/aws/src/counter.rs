@@ -311,6 +311,29 @@ impl Partition {
     pub fn knows(&self, start: u64) -> bool {
         self.fix.buckets.knows(start) && self.writers.iter().all(|(_, _, b, _)| b.knows(start))
     }
+
+    /// What a whole-count check ([`judge_whole`]) compares: the total without the fix, the
+    /// changes counted in the kept buckets, the writer sub-keys, the newest kept bucket (the
+    /// writers' or the fix's).
+    pub fn whole_read(&self) -> WholeRead {
+        let events = self
+            .writers
+            .iter()
+            .flat_map(|(_, _, b, _)| b.iter())
+            .fold(0u64, |sum, (_, (_, e))| sum.saturating_add(e));
+        let newest = self
+            .writers
+            .iter()
+            .filter_map(|(_, _, b, _)| b.newest())
+            .chain(self.fix.buckets.newest())
+            .max();
+        WholeRead {
+            without_fix: self.sum.without_fix(),
+            events,
+            writers: self.writers.len(),
+            newest,
+        }
+    }
 }
 
 impl CounterStore {
@@ -883,6 +906,33 @@ impl CounterStore {
             sk: SubKey::Fix.sort_key(),
             total,
             ver: Some(version),
+            ..SubKeyRow::default()
+        }
+        .with_buckets(&buckets);
+        let unchanged = match current.version {
+            None => Condition::not_exists("ver"),
+            Some(v) => Condition::eq("ver", n(v)),
+        };
+        self.put_if(&row, &unchanged).await
+    }
+
+    /// Sets the whole `fix` to `fix` (absolute) after a whole-count check at `cutoff`
+    /// ([`judge_whole`]): no per-bucket corrections, none judged below `cutoff` again (the
+    /// fix's `low`), on condition that the fix item is still `current` (its version).
+    /// `Ok(false)`: another rebuild changed it in between (judge again later).
+    pub async fn set_whole_fix(
+        &self,
+        key: &CounterKey,
+        current: &FixItem,
+        cutoff: u64,
+        fix: i64,
+    ) -> Result<bool, CounterStoreError> {
+        let buckets = Buckets::from_parts(cutoff, BTreeMap::new());
+        let row = SubKeyRow {
+            pk: key.pk(),
+            sk: SubKey::Fix.sort_key(),
+            total: fix,
+            ver: Some(current.version.unwrap_or(0).saturating_add(1)),
             ..SubKeyRow::default()
         }
         .with_buckets(&buckets);

@@ -95,6 +95,7 @@ mod read;
 mod redrive;
 mod repair;
 mod seq;
+mod sweep;
 #[cfg(test)]
 mod tests;
 
@@ -126,6 +127,7 @@ pub use repair::{
     needed_insert_only, rejudge,
 };
 pub use seq::{FlushCounter, Seq};
+pub use sweep::{is_quiet, sweep_horizon};
 
 /// Everything that can go wrong building, flushing or reading a counter.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

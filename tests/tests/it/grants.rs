@@ -347,6 +347,8 @@ async fn count_rebuilder(fx: &Fixture, mode: &str) {
         insert_only: true,
         settle: Duration::ZERO,
         compact: Some(heatsink::counter::compact::STREAM_RETENTION),
+        // The sweep, as the function runs it for likes (a Scan page of the counters table).
+        sweep: 200,
         ..heatsink::counter::repair::RepairOptions::default()
     };
     // The function drains stream-failures first: one parked batch of the source, read back

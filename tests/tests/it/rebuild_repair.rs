@@ -1035,3 +1035,108 @@ async fn a_batch_parked_on_a_cold_post_is_exact_after_its_redrive() {
     assert!(third.corrected.is_empty(), "judged once: {third:?}");
     assert_eq!(api.count("p-cold").await.expect("count"), 1);
 }
+
+/// A like lost on a cold post whose parked batch is never redriven (past the stream's
+/// retention, or its message lost): the bucket repair never looks at the post, the sweep does.
+/// Run one counter per run, the sweep resumes from its cursor run after run until it reaches
+/// the cold post, checks it whole on proven progress and makes it exact; an exact quiet post is
+/// left as it is, a post liked just now is left to its bucket checks, and a whole cycle after
+/// that corrects nothing.
+#[tokio::test]
+async fn a_cold_post_with_a_lost_like_is_exact_after_the_sweep_reaches_it() {
+    let fx = fixture!("a_cold_post_with_a_lost_like_is_exact_after_the_sweep_reaches_it");
+    tables(&fx, &["p-cold", "p-quiet", "p-warm"]).await;
+    let counters = store(&fx);
+    let api = LikesApi::new(fx.stack.ddb.clone(), &fx.photo());
+    let agg = aggregator(counters.clone(), None)
+        .with_table(fx.photo().table_name(Table::Liked))
+        .with_dedupe_window(Duration::from_millis(300));
+    let shard = "shardId-000000000000";
+    let now = heatsink::clock::now_ms();
+    // Older than the repair's first span (15 buckets back): no bucket check ever sees them.
+    let old = spec().start_of(now) - 20 * spec().width_ms();
+    // p-cold: two likes, one counted, one whose batch was parked (never counted). p-quiet: one
+    // like, counted. p-warm: liked just now, counted (it also moves the shard's watermark).
+    put_like(&fx, "u1", "p-cold", old + 100).await;
+    for (user, post, at) in [
+        ("u4", "p-cold", old + 150),
+        ("u2", "p-quiet", old + 200),
+        ("u3", "p-warm", now),
+    ] {
+        put_like(&fx, user, post, at).await;
+        assert_eq!(
+            invoke(&agg, &kinesis_like(&fx, shard, user, post, at, 10)).await,
+            None
+        );
+    }
+    let lineage = Shards::open([shard.to_owned()]);
+    let recount = liked_bucket_recount(&fx.stack.ddb, &fx.photo());
+    let plain = Repair::new(&counters, "likes", &recount, options()).with_lineage(&lineage);
+    let first = plain.run().await.expect("repair");
+    assert!(first.completed && first.blocked.is_none(), "{first:?}");
+    assert_eq!(first.swept, 0, "no sweep unless asked: {first:?}");
+    assert_eq!(
+        api.count("p-cold").await.expect("count"),
+        1,
+        "no bucket check sees the cold post's old bucket: {first:?}"
+    );
+    // Past the settle time, the sweep, one counter per run (quiet: no counted bucket within 2 s).
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let sweeping = RepairOptions {
+        sweep: 1,
+        sweep_quiet: Duration::from_secs(2),
+        ..options()
+    };
+    let repair = Repair::new(&counters, "likes", &recount, sweeping).with_lineage(&lineage);
+    let mut runs = vec![];
+    while api.count("p-cold").await.expect("count") == 1 {
+        assert!(runs.len() < 6, "the sweep never reached p-cold: {runs:#?}");
+        let r = repair.run().await.expect("repair");
+        assert!(r.swept + r.sweep_warm <= 1, "one counter a run: {r:?}");
+        runs.push(r);
+    }
+    let last = runs.last().expect("a run");
+    assert_eq!(last.corrected.get("p-cold"), Some(&1), "{runs:#?}");
+    assert_eq!(api.count("p-quiet").await.expect("count"), 1);
+    assert_eq!(api.count("p-warm").await.expect("count"), 1);
+    // The rest of this cycle and one whole cycle more (until the cursor wraps twice): nothing
+    // else is corrected, and the whole cycle checked both quiet posts.
+    let repair = Repair::new(
+        &counters,
+        "likes",
+        &recount,
+        RepairOptions {
+            sweep: 10,
+            sweep_quiet: Duration::from_secs(2),
+            ..options()
+        },
+    )
+    .with_lineage(&lineage);
+    let mut cycle = vec![];
+    let wraps = |c: &[heatsink::counter::repair::RepairReport]| {
+        c.iter().map(|r| r.sweep_cycles_done).sum::<u64>()
+    };
+    while wraps(&cycle) < 2 {
+        assert!(
+            cycle.len() < 6,
+            "the sweep never finished a cycle: {cycle:#?}"
+        );
+        cycle.push(repair.run().await.expect("repair"));
+    }
+    assert!(
+        cycle.iter().all(|r| r.corrected.is_empty()),
+        "judged once: {cycle:#?}"
+    );
+    let first_wrap = cycle
+        .iter()
+        .position(|r| r.sweep_cycles_done > 0)
+        .expect("a wrap");
+    let whole: u64 = cycle[first_wrap + 1..].iter().map(|r| r.swept).sum();
+    assert!(
+        whole >= 2,
+        "a whole cycle checked both quiet posts: {cycle:#?}"
+    );
+    for (post, want) in [("p-cold", 2), ("p-quiet", 1), ("p-warm", 1)] {
+        assert_eq!(api.count(post).await.expect("count"), want, "{post}");
+    }
+}

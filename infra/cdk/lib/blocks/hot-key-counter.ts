@@ -214,11 +214,12 @@ export class HotKeyCounter extends Construct {
     // `touched` index and each counter and the watermarks, its lease and cursor (PutItem,
     // GetItem, DeleteItem), the bucket fixes (PutItem); COUNT Queries of the table's
     // `by-<countBy>`; compaction of closed shards' sub-keys (UpdateItem; the tombstones' reap:
-    // DeleteItem).
+    // DeleteItem); the sweep of quiet counters (Scan pages of the counters table from its
+    // cursor).
     this.rebuilder.grant(['dynamodb:Query'], [`${props.table.tableArn}/index/by-${props.countBy}`]);
     this.rebuilder.grant(['dynamodb:Query'], [`${counters}/index/touched`]);
     this.rebuilder.grant(
-      ['dynamodb:GetItem', 'dynamodb:Query', 'dynamodb:PutItem', 'dynamodb:UpdateItem', 'dynamodb:DeleteItem'],
+      ['dynamodb:GetItem', 'dynamodb:Query', 'dynamodb:PutItem', 'dynamodb:UpdateItem', 'dynamodb:DeleteItem', 'dynamodb:Scan'],
       [counters],
     );
     // The lineage (`heatsink::counter::lineage::for_stream_arn`): ListShards of the Kinesis

@@ -142,10 +142,10 @@ module "rebuilder" {
     # Exactly what heatsink::counter::rebuild::Repair calls: Query the touched index, each counter
     # and the watermarks; its lease and cursor (PutItem, GetItem, DeleteItem); bucket fixes; COUNT
     # Queries of the table's by-<count_by>; compaction of closed shards' sub-keys (UpdateItem; the
-    # tombstones' reap: DeleteItem).
+    # tombstones' reap: DeleteItem); the sweep of quiet counters (Scan pages from its cursor).
     { Effect = "Allow", Action = ["dynamodb:Query"], Resource = "${var.table_arn}/index/by-${var.count_by}" },
     { Effect = "Allow", Action = ["dynamodb:Query"], Resource = "${aws_dynamodb_table.counters.arn}/index/touched" },
-    { Effect = "Allow", Action = ["dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"], Resource = aws_dynamodb_table.counters.arn },
+    { Effect = "Allow", Action = ["dynamodb:GetItem", "dynamodb:Query", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:Scan"], Resource = aws_dynamodb_table.counters.arn },
     local.lineage_statement[var.source_kind],
     # The redrive before each repair (HEATSINK_STREAM_FAILURES_URL): stream-failures' messages
     # (received, deleted once their checks are saved; KMS decrypts them for the role) and each

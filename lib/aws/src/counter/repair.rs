@@ -9,6 +9,11 @@
 //! per-bucket fixes the verdicts allow, and persists the cursor after every chunk, so a run
 //! stopped on its budget (or killed) resumes where it stopped.
 //!
+//! After its bucket checks a run may *sweep* ([`RepairOptions::sweep`]): visit counters from a
+//! cursor over the counters table and check each quiet one whole on the same proof
+//! ([`heatsink_core::counter::judge_whole`]), so a change lost where no bucket check looks (a
+//! parked batch on a cold counter that can no longer be redriven) is made up within one cycle.
+//!
 //! - [`BucketRecount`], [`GsiRecount`]: where the truth of one bucket comes from.
 //! - [`Repair`], [`RepairOptions`], [`RepairReport`]: one run.
 //!
@@ -26,6 +31,7 @@
 
 mod recount;
 mod store;
+mod sweep;
 
 pub use recount::{BucketRecount, GsiRecount};
 
@@ -109,6 +115,17 @@ pub struct RepairOptions {
     /// One more Query per checked post and a transaction when due; needs `UpdateItem` on the
     /// counters table. `None` (the default): no compaction.
     pub compact: Option<Duration>,
+    /// Counters the sweep visits per run after the bucket checks (0, the default: no sweep):
+    /// each quiet one is checked whole ([`heatsink_core::counter::judge_whole`]) from a
+    /// persisted cursor over the counters table, so a lost change no bucket check sees (a
+    /// parked batch on a cold counter) is made up within `sweep_quiet` plus one cycle
+    /// (`⌈counters / sweep⌉` runs). Only with `insert_only` (the proof needs it); one more
+    /// Scan page per 200 items, two partition reads per counter visited and a recount per
+    /// quiet one.
+    pub sweep: usize,
+    /// A counter is swept once its newest kept bucket ended this long ago (a busier one is
+    /// the bucket checks' work, and its recount would read every event it has).
+    pub sweep_quiet: Duration,
 }
 
 impl Default for RepairOptions {
@@ -128,6 +145,8 @@ impl Default for RepairOptions {
             max_wait: Duration::from_secs(30),
             poll: Duration::from_secs(1),
             compact: None,
+            sweep: 0,
+            sweep_quiet: Duration::from_secs(30 * 60),
         }
     }
 }
@@ -172,6 +191,14 @@ pub struct RepairReport {
     pub too_old: u64,
     /// Writer sub-keys folded into `settled` or reaped ([`RepairOptions::compact`]).
     pub compacted: u64,
+    /// Counters the sweep checked whole ([`RepairOptions::sweep`]); their corrections are in
+    /// `corrected`.
+    pub swept: u64,
+    /// Counters the sweep visited and left to the bucket checks: not quiet, or they moved,
+    /// held changes past the cutoff, or progress lagged.
+    pub sweep_warm: u64,
+    /// Sweep cycles this run finished (the cursor went back to the table's start).
+    pub sweep_cycles_done: u64,
 }
 
 impl RepairReport {
@@ -465,7 +492,15 @@ impl<'a, R: BucketRecount> Repair<'a, R> {
         let (next, dropped) = plan.cursor_after(visited, retry, self.options.max_retry);
         report.dropped = dropped;
         report.completed = visited == plan.posts.len();
-        self.save_cursor(&next).await
+        self.save_cursor(&next).await?;
+        if let Some(proven) = proven
+            && report.completed
+            && self.options.insert_only
+            && self.options.sweep > 0
+        {
+            self.sweep(proven, started, report).await?;
+        }
+        Ok(())
     }
 
     /// Compacts one checked post over the retired writers; a malformed counter is skipped and

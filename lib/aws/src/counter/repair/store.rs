@@ -12,7 +12,7 @@ use crate::counter::{CounterStoreError, TOUCHED_INDEX};
 use crate::ddb::{Condition, KeyCondition, OnlyIf, Projecting, Projection, QueryKey, Written};
 use crate::error::AwsError;
 
-fn rebuild_pk(name: &str) -> String {
+pub(super) fn rebuild_pk(name: &str) -> String {
     format!("#rebuild#{name}")
 }
 
