@@ -208,9 +208,7 @@ pub struct Blocked {
 
 impl Blocked {
     fn from_gate(gate: &Gate, name: &str) -> Option<Self> {
-        let next = format!(
-            "check the aggregator's errors, redrive its parked batches (`heatsink redrive --counter {name}`), then rerun the repair"
-        );
+        let next = "check the aggregator's errors, redrive its parked batches (`heatsink redrive` with the rebuilder's `HEATSINK_*` environment), then rerun the repair";
         match gate {
             Gate::Open(_) => None,
             Gate::Silent(shards) => Some(Self {
