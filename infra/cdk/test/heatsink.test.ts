@@ -578,6 +578,27 @@ describe('alarms and dashboard', () => {
     ]);
   });
 
+  test('dashboard: the repair\'s progress per count-rebuilder run, with the repair-lag alarm\'s line', () => {
+    const widget = dashboardWidgets().find((w) => w.properties.title === 'Counter repair progress (count-rebuilder)');
+    expect(widget).toBeDefined();
+    expect(widget.properties.period).toBe(300);
+    expect(widget.properties.annotations).toEqual({ horizontal: [{ value: 900, label: 'alarm', yAxis: 'left' }] });
+    expect(widget.properties.metrics).toEqual([
+      ['heatsink', 'CounterRepairLag', 'Function', 'count-rebuilder', { stat: 'Maximum', label: 'proven progress behind (s)' }],
+      ['heatsink', 'CounterRepairBlocked', 'Function', 'count-rebuilder', { stat: 'Maximum', label: 'run blocked', yAxis: 'right' }],
+      ['heatsink', 'CounterRebuildLagging', 'Function', 'count-rebuilder', { stat: 'Maximum', label: 'checks lagging', yAxis: 'right' }],
+    ]);
+  });
+
+  test('dashboard: the aggregator\'s late, shed, duplicate and foreign counts', () => {
+    expect(series(/^Counter dedupe \(likes-aggregator\): late, shed, duplicates, foreign$/)).toEqual([
+      ['heatsink', 'CounterLateChanges', 'Function', 'likes-aggregator', { stat: 'Sum', label: 'late, counted unchecked', period: 60 }],
+      ['heatsink', 'CounterDedupeShed', 'Function', 'likes-aggregator', { stat: 'Sum', label: 'identities shed', period: 60 }],
+      ['heatsink', 'CounterDuplicatesDropped', 'Function', 'likes-aggregator', { stat: 'Sum', label: 'duplicates dropped', period: 60, yAxis: 'right' }],
+      ['heatsink', 'CounterForeignRecords', 'Function', 'likes-aggregator', { stat: 'Sum', label: 'foreign records skipped', period: 60, yAxis: 'right' }],
+    ]);
+  });
+
   test('dashboard: every EMF series is a metric we emit, graphed with its one emitter', () => {
     const emitter: Record<string, string> = {
       [EMF_METRICS.counterLag]: 'likes-aggregator',
@@ -590,6 +611,13 @@ describe('alarms and dashboard', () => {
       [EMF_METRICS.countersCorrected]: 'count-rebuilder',
       [EMF_METRICS.countersUnsettled]: 'count-rebuilder',
       [EMF_METRICS.rebuildCompleted]: 'count-rebuilder',
+      [EMF_METRICS.rebuildLagging]: 'count-rebuilder',
+      [EMF_METRICS.repairBlocked]: 'count-rebuilder',
+      [EMF_METRICS.repairLag]: 'count-rebuilder',
+      [EMF_METRICS.dedupeShed]: 'likes-aggregator',
+      [EMF_METRICS.lateChanges]: 'likes-aggregator',
+      [EMF_METRICS.duplicatesDropped]: 'likes-aggregator',
+      [EMF_METRICS.foreignRecords]: 'likes-aggregator',
     };
     expect(Object.keys(emitter).sort()).toEqual(Object.values(EMF_METRICS).sort());
     const emf = dashboardWidgets()

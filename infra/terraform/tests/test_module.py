@@ -618,6 +618,9 @@ def test_dashboard_hot_keys_vs_sampler_reports_the_rule_matched():
     assert sorted(re.search(r'"heatsink", "(\w+)"', line).group(1) for line in rebuilder_series) == [
         "CounterCorrectionLikes",
         "CounterRebuildCompleted",
+        "CounterRebuildLagging",
+        "CounterRepairBlocked",
+        "CounterRepairLag",
         "CountersCorrected",
         "CountersUnsettled",
     ]
@@ -634,6 +637,28 @@ def test_dashboard_counter_corrections_per_rebuilder_run():
     ]
     widget = next(w for w in COUNTER.outputs["dashboard_widgets"]["value"] if unq(w["properties"]["title"]) == title)
     assert widget["properties"]["period"] == 300
+
+
+def test_dashboard_repair_progress_per_rebuilder_run():
+    """The repair's lag (with the repair-lag alarm's line), blocked runs and lagging checks: the CDK dashboard's series."""
+    title = "Counter repair progress (count-rebuilder)"
+    assert widget_series(title) == [
+        ["heatsink", "CounterRepairLag", "Function", "count-rebuilder", {"stat": "Maximum", "label": "proven progress behind (s)"}],
+        ["heatsink", "CounterRepairBlocked", "Function", "count-rebuilder", {"stat": "Maximum", "label": "run blocked", "yAxis": "right"}],
+        ["heatsink", "CounterRebuildLagging", "Function", "count-rebuilder", {"stat": "Maximum", "label": "checks lagging", "yAxis": "right"}],
+    ]
+    widget = next(w for w in COUNTER.outputs["dashboard_widgets"]["value"] if unq(w["properties"]["title"]) == title)
+    assert widget["properties"]["period"] == 300
+    assert clean(widget["properties"]["annotations"]) == {"horizontal": [{"value": 900, "label": "alarm"}]}
+
+
+def test_dashboard_aggregator_dedupe_counts():
+    assert widget_series("Counter dedupe (likes-aggregator): late, shed, duplicates, foreign") == [
+        ["heatsink", "CounterLateChanges", "Function", "likes-aggregator", {"stat": "Sum", "label": "late, counted unchecked"}],
+        ["heatsink", "CounterDedupeShed", "Function", "likes-aggregator", {"stat": "Sum", "label": "identities shed"}],
+        ["heatsink", "CounterDuplicatesDropped", "Function", "likes-aggregator", {"stat": "Sum", "label": "duplicates dropped", "yAxis": "right"}],
+        ["heatsink", "CounterForeignRecords", "Function", "likes-aggregator", {"stat": "Sum", "label": "foreign records skipped", "yAxis": "right"}],
+    ]
 
 
 def alarm_entry(mod, local, key):

@@ -443,6 +443,33 @@ export class HotKeyCounter extends Construct {
         height: 6,
       }),
     ]);
+    this.widgets.push([
+      new cw.GraphWidget({
+        title: 'Counter repair progress (count-rebuilder)',
+        left: [emfMetric(EMF_METRICS.repairLag, 'count-rebuilder', 'Maximum', 'proven progress behind (s)', perRun)],
+        leftAnnotations: [{ value: 900, label: 'alarm' }],
+        right: [
+          emfMetric(EMF_METRICS.repairBlocked, 'count-rebuilder', 'Maximum', 'run blocked', perRun),
+          emfMetric(EMF_METRICS.rebuildLagging, 'count-rebuilder', 'Maximum', 'checks lagging', perRun),
+        ],
+        period: perRun,
+        width: 8,
+        height: 6,
+      }),
+      new cw.GraphWidget({
+        title: 'Counter dedupe (likes-aggregator): late, shed, duplicates, foreign',
+        left: [
+          emfMetric(EMF_METRICS.lateChanges, 'likes-aggregator', 'Sum', 'late, counted unchecked'),
+          emfMetric(EMF_METRICS.dedupeShed, 'likes-aggregator', 'Sum', 'identities shed'),
+        ],
+        right: [
+          emfMetric(EMF_METRICS.duplicatesDropped, 'likes-aggregator', 'Sum', 'duplicates dropped'),
+          emfMetric(EMF_METRICS.foreignRecords, 'likes-aggregator', 'Sum', 'foreign records skipped'),
+        ],
+        width: 8,
+        height: 6,
+      }),
+    ]);
   }
 }
 

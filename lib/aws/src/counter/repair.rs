@@ -48,7 +48,9 @@ use crate::metrics::{Emf, MetricDef};
 /// or found another run holding the lease). Alarmed when missing: a run that times out emits
 /// nothing, and that must page like a failing one.
 pub const RUN_COMPLETED: MetricDef = MetricDef::count("CounterRebuildCompleted");
-/// Bucket checks one run left because the aggregator had not proven its progress.
+/// Bucket checks one run left because the aggregator had not proven its progress (carried
+/// over to a later run), 0s included. Steadily above 0 means proven progress trails the
+/// buckets: see [`REPAIR_LAG`].
 pub const LAGGING: MetricDef = MetricDef::count("CounterRebuildLagging");
 /// 1 when a run judged nothing because proven progress is blocked (a shard of the stream
 /// without a watermark, replication lag past the settle time, nothing proven), else 0.
@@ -176,7 +178,8 @@ pub struct RepairReport {
 
 impl RepairReport {
     /// Adds the run's metrics to `emf`: [`RUN_COMPLETED`], [`CORRECTION_UNITS`],
-    /// [`CORRECTED`], [`UNSETTLED`] (moved checks) and [`LAGGING`], 0s included.
+    /// [`CORRECTED`], [`UNSETTLED`] (moved checks), [`LAGGING`] and [`BLOCKED`], 0s included;
+    /// [`REPAIR_LAG`] when progress is proven.
     pub fn metrics(&self, emf: &mut Emf) {
         let units = self
             .corrected
