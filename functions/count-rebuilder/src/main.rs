@@ -16,7 +16,9 @@
 //! finished), `CounterCorrectionLikes`, `CountersCorrected`, `CountersUnsettled` (bucket checks
 //! that moved), `CounterRebuildLagging` and `CounterRepairBlocked`, 0s included, and
 //! `CounterRepairLag` when progress is proven. A run that times out emits nothing: the
-//! heartbeat alarm treats missing data as breaching.
+//! heartbeat alarm treats missing data as breaching. Both stacks alarm on a blocked repair
+//! (`count-rebuilder-blocked`: three blocked runs in a row) and on proven progress more than
+//! 15 minutes behind (`count-rebuilder-repair-lag`), missing data not breaching.
 //!
 //! Environment: `HEATSINK_PREFIX` (default `heatsink-`); `HEATSINK_REBUILD_SETTLE_SECONDS`
 //! (default 60): how far the aggregator's proven progress must be past a bucket's end before

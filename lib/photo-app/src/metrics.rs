@@ -130,27 +130,31 @@ pub enum Metric {
     /// `count-rebuilder`: 1 when a run judged nothing because proven progress is blocked (a
     /// listed shard without a watermark, replication lag past the settle time, nothing proven;
     /// [`heatsink::counter::repair::RepairReport::blocked`] names the shard), else 0. A blocked
-    /// run still emits [`Metric::CounterRebuildCompleted`], so the heartbeat does not see it.
+    /// run still emits [`Metric::CounterRebuildCompleted`], so the heartbeat does not see it: the
+    /// `count-rebuilder-blocked` alarm does (Maximum ≥ 1 for three 5-minute periods in a row).
     /// What to do: read the run's `blocked` (reason, shard, next step), check the aggregator's
     /// errors and `stream-failures`, `heatsink redrive`.
     CounterRepairBlocked,
     /// `count-rebuilder`: seconds from the aggregator's proven progress to the run's clock
     /// ([`heatsink::counter::repair::RepairReport::lag_ms`]); not emitted while nothing is proven
     /// (then [`Metric::CounterRepairBlocked`] is 1). Buckets are repaired only once it is past
-    /// them, so it bounds how late a correction comes. An idle shard (no likes) holds it back
+    /// them, so it bounds how late a correction comes; the `count-rebuilder-repair-lag` alarm
+    /// fires above 900 s for three 5-minute periods. An idle shard (no likes) holds it back
     /// without a fault.
     CounterRepairLag,
     /// `likes-aggregator`: change identities the dedupe window's size guard shed in one batch
     /// ([`heatsink::counter::FlushReport::shed`]), emitted only when above 0. A duplicate of a
     /// shed change is counted (reported in [`Metric::CounterLateChanges`]) until the bucket
-    /// repair corrects it. What to do: find the post and shard in the aggregator's warning,
-    /// watch `counter-corrections`.
+    /// repair corrects it; the `likes-aggregator-dedupe-shed` alarm fires on any (missing data
+    /// is not breaching: no datapoint is the normal case). What to do: find the post and shard
+    /// in the aggregator's warning, watch `counter-corrections`.
     CounterDedupeShed,
     /// `likes-aggregator`: changes one batch counted although they were older than the dedupe
     /// window of their writer sub-key ([`heatsink::counter::FlushReport::late`]): each may be a
     /// duplicate that counts twice until the bucket repair corrects it. Emitted per batch, 0s
-    /// included. What to do: check replication lag and shed identities; `counter-corrections`
-    /// says whether the repair had to correct.
+    /// included; the `likes-aggregator-late-changes` alarm fires on any in 5 minutes. What to do:
+    /// check replication lag and the shed alarm; `counter-corrections` says whether the
+    /// repair had to correct.
     CounterLateChanges,
     /// `likes-aggregator`: duplicate changes one batch dropped because their identity was in
     /// the dedupe window ([`heatsink::counter::FlushReport::duplicates`]): Kinesis Data Streams
@@ -490,8 +494,13 @@ mod tests {
                 Metric::CounterCorrectionLikes.name(),
                 Metric::HotKeys.name(),
                 Metric::CounterRebuildCompleted.name(),
+                Metric::CounterRepairBlocked.name(),
+                Metric::CounterRepairLag.name(),
+                Metric::CounterDedupeShed.name(),
+                Metric::CounterLateChanges.name(),
             ]),
-            "parsed the counter-corrections alarm and the two heartbeats"
+            "parsed the counter-corrections alarm, the two heartbeats, the blocked and lagging \
+             repair and the aggregator's shed and late changes"
         );
     }
 

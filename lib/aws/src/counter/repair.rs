@@ -55,11 +55,16 @@ pub const LAGGING: MetricDef = MetricDef::count("CounterRebuildLagging");
 /// 1 when a run judged nothing because proven progress is blocked (a shard of the stream
 /// without a watermark, replication lag past the settle time, nothing proven), else 0.
 /// Alarm on it: a blocked repair must page, not look like a quiet one (a blocked run still
-/// emits [`RUN_COMPLETED`], so the heartbeat does not see it; the photo app's stacks do not
-/// alarm on this metric yet).
+/// emits [`RUN_COMPLETED`], so the heartbeat does not see it). The photo app's stacks do:
+/// `count-rebuilder-blocked`, Maximum ≥ 1 in three consecutive 5-minute periods (one blocked
+/// run during a reshard is normal; three in a row mean a writer is silent), missing data not
+/// breaching (the heartbeat covers missing runs).
 pub const BLOCKED: MetricDef = MetricDef::count("CounterRepairBlocked");
 /// How far the aggregator's proven progress is behind the rebuilder's clock (`now − proven`),
-/// seconds; not emitted while nothing is proven ([`BLOCKED`] says so).
+/// seconds; not emitted while nothing is proven ([`BLOCKED`] says so). The photo app's stacks
+/// alarm at Maximum > 900 s in three consecutive 5-minute periods (`count-rebuilder-repair-lag`).
+/// An idle shard (no records) holds proven progress back, so at low traffic it grows without
+/// a fault.
 pub const REPAIR_LAG: MetricDef = MetricDef::seconds("CounterRepairLag");
 
 /// How a repair run judges buckets and bounds itself.
