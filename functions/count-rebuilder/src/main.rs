@@ -11,11 +11,14 @@
 //! counters table. A run stops starting new posts after `HEATSINK_REBUILD_BUDGET_SECONDS`
 //! (default 240, below the 300 s timeout) and persists its cursor; the next run resumes.
 //!
-//! After each run it prints the run's EMF metrics (dimension `Function=count-rebuilder`):
-//! `CounterRebuildCompleted` (1 when the pass finished), `CounterCorrectionLikes`,
-//! `CountersCorrected`, `CountersUnsettled` (bucket checks that moved) and
-//! `CounterRebuildLagging`, 0s included. A run that times out emits nothing: the heartbeat
-//! alarm treats missing data as breaching.
+//! After each run it prints the run's EMF metrics (dimension `Function=count-rebuilder`,
+//! `heatsink_photo_app::metrics::AppEmf::repair`): `CounterRebuildCompleted` (1 when the pass
+//! finished), `CounterCorrectionLikes`, `CountersCorrected`, `CountersUnsettled` (bucket checks
+//! that moved), `CounterRebuildLagging` and `CounterRepairBlocked`, 0s included, and
+//! `CounterRepairLag` when progress is proven. A run that times out emits nothing: the
+//! heartbeat alarm treats missing data as breaching. Both stacks alarm on a blocked repair
+//! (`count-rebuilder-blocked`: three blocked runs in a row) and on proven progress more than
+//! 15 minutes behind (`count-rebuilder-repair-lag`), missing data not breaching.
 //!
 //! Environment: `HEATSINK_PREFIX` (default `heatsink-`); `HEATSINK_REBUILD_SETTLE_SECONDS`
 //! (default 60): how far the aggregator's proven progress must be past a bucket's end before
@@ -57,7 +60,7 @@ use heatsink::counter::{BucketSpec, CounterStore};
 use heatsink::metrics::Emf;
 use heatsink_photo_app::counting::Counting;
 use heatsink_photo_app::lambda::{LambdaStart, start_lambda};
-use heatsink_photo_app::metrics::Function;
+use heatsink_photo_app::metrics::{AppEmf, Function};
 use lambda_runtime::{Error, LambdaEvent, run, service_fn};
 use serde_json::Value;
 
@@ -174,9 +177,7 @@ async fn main() -> Result<(), Error> {
             blocked = ?report.blocked,
             "repair done"
         );
-        let mut emf = Emf::new(Function::CountRebuilder);
-        report.metrics(&mut emf);
-        emf.flush();
+        Emf::new(Function::CountRebuilder).repair(&report).flush();
         let mut out = serde_json::to_value(report)?;
         out["redriven"] = serde_json::to_value(&redriven)?;
         Ok::<_, Error>(out)

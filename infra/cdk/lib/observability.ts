@@ -64,4 +64,18 @@ export const EMF_METRICS = {
   countersUnsettled: 'CountersUnsettled',
   /** count-rebuilder: 1 when a run finished its pass, 0 when it stopped on its budget or found the lease held; a timed-out run emits nothing (the heartbeat). */
   rebuildCompleted: 'CounterRebuildCompleted',
+  /** count-rebuilder: bucket checks one run left because the aggregator had not proven its progress past them, 0s included. */
+  rebuildLagging: 'CounterRebuildLagging',
+  /** count-rebuilder: 1 when a run judged nothing because proven progress is blocked (a silent shard, replication lag, nothing proven), else 0; a blocked run still feeds the heartbeat. */
+  repairBlocked: 'CounterRepairBlocked',
+  /** count-rebuilder: seconds from the aggregator's proven progress to the run's clock; not emitted while nothing is proven. */
+  repairLag: 'CounterRepairLag',
+  /** likes-aggregator: change identities the dedupe window's size guard shed in one batch; emitted only when above 0. */
+  dedupeShed: 'CounterDedupeShed',
+  /** likes-aggregator: changes counted although older than the dedupe window (possible double counts the repair corrects), per batch, 0s included. */
+  lateChanges: 'CounterLateChanges',
+  /** likes-aggregator: duplicate changes dropped by the dedupe window, per batch, 0s included. */
+  duplicatesDropped: 'CounterDuplicatesDropped',
+  /** likes-aggregator: records skipped as not a change of the aggregator's table, per batch, 0s included. */
+  foreignRecords: 'CounterForeignRecords',
 } as const;

@@ -496,6 +496,10 @@ describe('alarms and dashboard', () => {
         'heatsink-likes-aggregator-iterator-age',
         'heatsink-like-events-write-throttled',
         'heatsink-counter-corrections',
+        'heatsink-count-rebuilder-blocked',
+        'heatsink-count-rebuilder-repair-lag',
+        'heatsink-likes-aggregator-dedupe-shed',
+        'heatsink-likes-aggregator-late-changes',
       ]),
     );
   });
@@ -523,6 +527,41 @@ describe('alarms and dashboard', () => {
     expect(alarm.AlarmActions).toEqual([{ Ref: topic[0] }]);
     expect(alarm.OKActions).toEqual([{ Ref: topic[0] }]);
     expect(alarm.AlarmDescription).toContain('Runbook: README "Alarms"');
+  });
+
+  // The silent paths of the counter that page: a blocked or lagging repair (a blocked run still
+  // feeds the heartbeat), shed dedupe identities and changes counted past the dedupe window.
+  // Every one is an EMF metric of its one emitter, per 5 minutes, missing data not breaching
+  // (the heartbeat covers missing runs; the shed metric is emitted only when above 0).
+  test.each([
+    ['heatsink-count-rebuilder-blocked', EMF_METRICS.repairBlocked, 'count-rebuilder', 'Maximum', 'GreaterThanOrEqualToThreshold', 1, 3],
+    ['heatsink-count-rebuilder-repair-lag', EMF_METRICS.repairLag, 'count-rebuilder', 'Maximum', 'GreaterThanThreshold', 900, 3],
+    ['heatsink-likes-aggregator-dedupe-shed', EMF_METRICS.dedupeShed, 'likes-aggregator', 'Sum', 'GreaterThanThreshold', 0, 1],
+    ['heatsink-likes-aggregator-late-changes', EMF_METRICS.lateChanges, 'likes-aggregator', 'Sum', 'GreaterThanThreshold', 0, 1],
+  ] as const)('%s: %s (%s) %s, %s %d in %d of the 5-minute periods, to the alarm topic', (name, metric, emitter, stat, op, threshold, periods) => {
+    for (const t of [s.template, synth({ likeEventsSource: 'dynamodb-streams' }).template]) {
+      const found = Object.values(resources(t, 'AWS::CloudWatch::Alarm')).filter((a) => a.Properties.AlarmName === name);
+      expect(found).toHaveLength(1);
+      const alarm = found[0].Properties;
+      expect(alarm).toMatchObject({
+        Namespace: EMF_NAMESPACE,
+        MetricName: metric,
+        Dimensions: [{ Name: 'Function', Value: emitter }],
+        Statistic: stat,
+        Period: 300,
+        ComparisonOperator: op,
+        Threshold: threshold,
+        EvaluationPeriods: periods,
+        TreatMissingData: 'notBreaching',
+      });
+      // M of N: every period of the N (three blocked or lagging runs in a row).
+      if (periods > 1) expect(alarm.DatapointsToAlarm).toBe(periods);
+      else expect(alarm.DatapointsToAlarm).toBeUndefined();
+      const topic = Object.keys(resources(t, 'AWS::SNS::Topic'));
+      expect(alarm.AlarmActions).toEqual([{ Ref: topic[0] }]);
+      expect(alarm.OKActions).toEqual([{ Ref: topic[0] }]);
+      expect(alarm.AlarmDescription).toContain('Runbook: README "Alarms"');
+    }
   });
 
   /** The dashboard body with its tokens resolved to the default prefix (`heatsink-`). */
@@ -578,6 +617,27 @@ describe('alarms and dashboard', () => {
     ]);
   });
 
+  test('dashboard: the repair\'s progress per count-rebuilder run, with the repair-lag alarm\'s line', () => {
+    const widget = dashboardWidgets().find((w) => w.properties.title === 'Counter repair progress (count-rebuilder)');
+    expect(widget).toBeDefined();
+    expect(widget.properties.period).toBe(300);
+    expect(widget.properties.annotations).toEqual({ horizontal: [{ value: 900, label: 'alarm', yAxis: 'left' }] });
+    expect(widget.properties.metrics).toEqual([
+      ['heatsink', 'CounterRepairLag', 'Function', 'count-rebuilder', { stat: 'Maximum', label: 'proven progress behind (s)' }],
+      ['heatsink', 'CounterRepairBlocked', 'Function', 'count-rebuilder', { stat: 'Maximum', label: 'run blocked', yAxis: 'right' }],
+      ['heatsink', 'CounterRebuildLagging', 'Function', 'count-rebuilder', { stat: 'Maximum', label: 'checks lagging', yAxis: 'right' }],
+    ]);
+  });
+
+  test('dashboard: the aggregator\'s late, shed, duplicate and foreign counts', () => {
+    expect(series(/^Counter dedupe \(likes-aggregator\): late, shed, duplicates, foreign$/)).toEqual([
+      ['heatsink', 'CounterLateChanges', 'Function', 'likes-aggregator', { stat: 'Sum', label: 'late, counted unchecked', period: 60 }],
+      ['heatsink', 'CounterDedupeShed', 'Function', 'likes-aggregator', { stat: 'Sum', label: 'identities shed', period: 60 }],
+      ['heatsink', 'CounterDuplicatesDropped', 'Function', 'likes-aggregator', { stat: 'Sum', label: 'duplicates dropped', period: 60, yAxis: 'right' }],
+      ['heatsink', 'CounterForeignRecords', 'Function', 'likes-aggregator', { stat: 'Sum', label: 'foreign records skipped', period: 60, yAxis: 'right' }],
+    ]);
+  });
+
   test('dashboard: every EMF series is a metric we emit, graphed with its one emitter', () => {
     const emitter: Record<string, string> = {
       [EMF_METRICS.counterLag]: 'likes-aggregator',
@@ -590,6 +650,13 @@ describe('alarms and dashboard', () => {
       [EMF_METRICS.countersCorrected]: 'count-rebuilder',
       [EMF_METRICS.countersUnsettled]: 'count-rebuilder',
       [EMF_METRICS.rebuildCompleted]: 'count-rebuilder',
+      [EMF_METRICS.rebuildLagging]: 'count-rebuilder',
+      [EMF_METRICS.repairBlocked]: 'count-rebuilder',
+      [EMF_METRICS.repairLag]: 'count-rebuilder',
+      [EMF_METRICS.dedupeShed]: 'likes-aggregator',
+      [EMF_METRICS.lateChanges]: 'likes-aggregator',
+      [EMF_METRICS.duplicatesDropped]: 'likes-aggregator',
+      [EMF_METRICS.foreignRecords]: 'likes-aggregator',
     };
     expect(Object.keys(emitter).sort()).toEqual(Object.values(EMF_METRICS).sort());
     const emf = dashboardWidgets()

@@ -618,6 +618,9 @@ def test_dashboard_hot_keys_vs_sampler_reports_the_rule_matched():
     assert sorted(re.search(r'"heatsink", "(\w+)"', line).group(1) for line in rebuilder_series) == [
         "CounterCorrectionLikes",
         "CounterRebuildCompleted",
+        "CounterRebuildLagging",
+        "CounterRepairBlocked",
+        "CounterRepairLag",
         "CountersCorrected",
         "CountersUnsettled",
     ]
@@ -634,6 +637,28 @@ def test_dashboard_counter_corrections_per_rebuilder_run():
     ]
     widget = next(w for w in COUNTER.outputs["dashboard_widgets"]["value"] if unq(w["properties"]["title"]) == title)
     assert widget["properties"]["period"] == 300
+
+
+def test_dashboard_repair_progress_per_rebuilder_run():
+    """The repair's lag (with the repair-lag alarm's line), blocked runs and lagging checks: the CDK dashboard's series."""
+    title = "Counter repair progress (count-rebuilder)"
+    assert widget_series(title) == [
+        ["heatsink", "CounterRepairLag", "Function", "count-rebuilder", {"stat": "Maximum", "label": "proven progress behind (s)"}],
+        ["heatsink", "CounterRepairBlocked", "Function", "count-rebuilder", {"stat": "Maximum", "label": "run blocked", "yAxis": "right"}],
+        ["heatsink", "CounterRebuildLagging", "Function", "count-rebuilder", {"stat": "Maximum", "label": "checks lagging", "yAxis": "right"}],
+    ]
+    widget = next(w for w in COUNTER.outputs["dashboard_widgets"]["value"] if unq(w["properties"]["title"]) == title)
+    assert widget["properties"]["period"] == 300
+    assert clean(widget["properties"]["annotations"]) == {"horizontal": [{"value": 900, "label": "alarm"}]}
+
+
+def test_dashboard_aggregator_dedupe_counts():
+    assert widget_series("Counter dedupe (likes-aggregator): late, shed, duplicates, foreign") == [
+        ["heatsink", "CounterLateChanges", "Function", "likes-aggregator", {"stat": "Sum", "label": "late, counted unchecked"}],
+        ["heatsink", "CounterDedupeShed", "Function", "likes-aggregator", {"stat": "Sum", "label": "identities shed"}],
+        ["heatsink", "CounterDuplicatesDropped", "Function", "likes-aggregator", {"stat": "Sum", "label": "duplicates dropped", "yAxis": "right"}],
+        ["heatsink", "CounterForeignRecords", "Function", "likes-aggregator", {"stat": "Sum", "label": "foreign records skipped", "yAxis": "right"}],
+    ]
 
 
 def alarm_entry(mod, local, key):
@@ -660,6 +685,54 @@ def test_counter_corrections_alarm_fires_on_any_correction():
     assert "${var.prefix}${k}" in unq(COUNTER.locals["alarms"])
     # On the dashboard's alarm status widget with the others.
     assert "module.counter.alarm_arns" in str(ROOT.locals["alarm_widget"])
+
+
+# The counter's silent paths that page, as the CDK stack writes them (heatsink.test.ts): a blocked
+# or lagging repair (three 5-minute periods in a row), shed dedupe identities and changes counted
+# past the dedupe window (any in 5 minutes). Missing data never breaches: the heartbeat covers
+# missing runs, and the shed metric is emitted only when above 0.
+SILENT_PATH_ALARMS = [
+    ("count-rebuilder-blocked", "CounterRepairBlocked", "count-rebuilder", "Maximum", "GreaterThanOrEqualToThreshold", 1, 3),
+    ("count-rebuilder-repair-lag", "CounterRepairLag", "count-rebuilder", "Maximum", "GreaterThanThreshold", 900, 3),
+    ("likes-aggregator-dedupe-shed", "CounterDedupeShed", "likes-aggregator", "Sum", "GreaterThanThreshold", 0, 1),
+    ("likes-aggregator-late-changes", "CounterLateChanges", "likes-aggregator", "Sum", "GreaterThanThreshold", 0, 1),
+]
+
+
+@pytest.mark.parametrize("key,metric,emitter,stat,comparison,threshold,periods", SILENT_PATH_ALARMS, ids=[a[0] for a in SILENT_PATH_ALARMS])
+def test_the_counters_silent_paths_alarm(key, metric, emitter, stat, comparison, threshold, periods):
+    alarms = clean(COUNTER.locals["counter_alarms"])
+    assert key in alarms, f"no {key} alarm in modules/hot-key-counter/alarms.tf"
+    alarm = alarms[key]
+    assert {k: alarm[k] for k in ("namespace", "metric", "dims", "stat", "period", "comparison", "threshold", "evaluation", "datapoints", "missing")} == {
+        "namespace": "heatsink",
+        "metric": metric,
+        "dims": {"Function": emitter},
+        "stat": stat,
+        "period": 300,
+        "comparison": comparison,
+        "threshold": threshold,
+        "evaluation": periods,
+        "datapoints": periods,
+        "missing": "notBreaching",
+    }
+    # One resource writes every entry of the map: prefixed name, the alarm topic on ALARM and OK.
+    resource = clean(COUNTER.resources[("aws_cloudwatch_metric_alarm", "this")])
+    assert unq(resource["for_each"]) == "${local.alarms}"
+    assert "local.counter_alarms" in unq(COUNTER.locals["alarms"])
+    assert resource["alarm_actions"] == ["${var.alarm_topic_arn}"] and resource["ok_actions"] == ["${var.alarm_topic_arn}"]
+    assert resource["treat_missing_data"] == "${each.value.missing}"
+    assert resource["evaluation_periods"] == "${each.value.evaluation}" and resource["datapoints_to_alarm"] == "${each.value.datapoints}"
+    assert ROOT.calls["counter"]["alarm_topic_arn"] == "${module.alarm_topic.topic_arn}"
+
+
+def test_the_same_silent_path_alarms_as_the_cdk_stack():
+    """The CDK block names the same four alarms, on the same metrics (EMF_METRICS)."""
+    ts = (REPO / "infra" / "cdk" / "lib" / "blocks" / "hot-key-counter.ts").read_text()
+    metrics = (REPO / "infra" / "cdk" / "lib" / "observability.ts").read_text()
+    for key, metric, emitter, *_ in SILENT_PATH_ALARMS:
+        assert f"alarmName: `${{prefix}}{key}`" in ts, key
+        assert f"'{metric}'" in metrics, metric
 
 
 def test_no_function_reads_or_writes_the_leases_table():

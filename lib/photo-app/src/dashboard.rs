@@ -1,6 +1,7 @@
 //! The photo app's dashboard: the toolkit's hot-key widgets, then counter lag, stream iterator
-//! age, the stream consumers' leases and count-rebuilder's corrections. Every EMF series is
-//! graphed with its [`Metric::emitter`], the only `Function` that writes it.
+//! age, the stream consumers' leases, count-rebuilder's corrections and repair progress, and the
+//! aggregator's dedupe. Every EMF series is graphed with its [`Metric::emitter`], the only
+//! `Function` that writes it.
 
 use heatsink::insights::{AlarmPlan, InsightsStatus, graph};
 use serde_json::{Value, json};
@@ -9,6 +10,10 @@ use crate::metrics::{DIMENSION, Metric, NAMESPACE};
 
 /// Period of the count-rebuilder's series: it runs every 5 minutes (the stacks' schedule).
 const REBUILD_PERIOD_SECS: i32 = 300;
+
+/// The `count-rebuilder-repair-lag` alarm's threshold (both stacks), seconds: drawn on the
+/// repair-progress widget.
+const REPAIR_LAG_ALARM_SECS: i32 = 900;
 
 /// Where the dashboard's stream and function widgets look.
 #[derive(Debug, Clone, PartialEq)]
@@ -21,8 +26,9 @@ pub struct DashboardSpec {
     pub stream: Option<String>,
 }
 
-/// The photo app's own widgets (counter lag, iterator age, leases, corrections).
-pub fn app_widgets(spec: &DashboardSpec) -> [Value; 4] {
+/// The photo app's own widgets (counter lag, iterator age, leases, corrections, repair
+/// progress, dedupe).
+pub fn app_widgets(spec: &DashboardSpec) -> [Value; 6] {
     let graph = |title: String, props: Value| graph(&spec.region, title, props);
     let emf = |m: Metric, options: Value| {
         json!([NAMESPACE, m.name(), DIMENSION, m.emitter().name(), options])
@@ -58,6 +64,27 @@ pub fn app_widgets(spec: &DashboardSpec) -> [Value; 4] {
                 emf(Metric::CountersCorrected, json!({"stat": "Sum", "label": "counters corrected"})),
                 emf(Metric::CountersUnsettled, json!({"stat": "Maximum", "label": "counters unsettled", "yAxis": "right"})),
                 emf(Metric::CounterRebuildCompleted, json!({"stat": "Sum", "label": "runs completed", "yAxis": "right"})),
+            ]}),
+        ),
+        // Proven progress behind the run's clock (the repair-lag alarm's line), blocked runs (a
+        // blocked run still completes, so only its own alarm sees it), lagging checks.
+        graph(
+            "Counter repair progress (count-rebuilder)".into(),
+            json!({"period": REBUILD_PERIOD_SECS, "metrics": [
+                emf(Metric::CounterRepairLag, json!({"stat": "Maximum", "label": "proven progress behind (s)"})),
+                emf(Metric::CounterRepairBlocked, json!({"stat": "Maximum", "label": "run blocked", "yAxis": "right"})),
+                emf(Metric::CounterRebuildLagging, json!({"stat": "Maximum", "label": "checks lagging", "yAxis": "right"})),
+            ], "annotations": {"horizontal": [{"value": REPAIR_LAG_ALARM_SECS, "label": "alarm"}]}}),
+        ),
+        // The aggregator's silent paths, per batch: late (counted without a duplicate check),
+        // shed identities (only when above 0), duplicates dropped, foreign records skipped.
+        graph(
+            "Counter dedupe (likes-aggregator): late, shed, duplicates, foreign".into(),
+            json!({"metrics": [
+                emf(Metric::CounterLateChanges, json!({"stat": "Sum", "label": "late, counted unchecked"})),
+                emf(Metric::CounterDedupeShed, json!({"stat": "Sum", "label": "identities shed"})),
+                emf(Metric::CounterDuplicatesDropped, json!({"stat": "Sum", "label": "duplicates dropped", "yAxis": "right"})),
+                emf(Metric::CounterForeignRecords, json!({"stat": "Sum", "label": "foreign records skipped", "yAxis": "right"})),
             ]}),
         ),
     ]
@@ -164,8 +191,9 @@ mod tests {
             .collect();
         assert_eq!(
             emf_series.len(),
-            7,
-            "counter lag, the two lease series, the three correction series and runs completed"
+            14,
+            "counter lag, the two lease series, the three correction series and runs completed, \
+             the three repair-progress series and the four dedupe series"
         );
         for m in emf_series {
             let metric = Metric::ALL
@@ -205,6 +233,57 @@ mod tests {
                     {"stat": "Maximum", "label": "counters unsettled", "yAxis": "right"}],
                 ["heatsink", "CounterRebuildCompleted", "Function", "count-rebuilder",
                     {"stat": "Sum", "label": "runs completed", "yAxis": "right"}],
+            ])
+        );
+    }
+
+    /// The same series as the CDK and Terraform dashboards (`Counter repair progress`, `Counter
+    /// dedupe`): the repair's lag, blocked runs and lagging checks per 5-minute run, with the
+    /// repair-lag alarm's line; the aggregator's late, shed, duplicate and foreign counts.
+    #[test]
+    fn dashboard_graphs_the_repairs_progress_and_the_aggregators_dedupe() {
+        let spec = DashboardSpec {
+            region: "us-east-1".into(),
+            prefix: "hs-".into(),
+            stream: None,
+        };
+        let widgets = app_widgets(&spec);
+        let titled = |title: &str| {
+            widgets
+                .iter()
+                .find(|w| w["properties"]["title"] == title)
+                .unwrap_or_else(|| panic!("{title}"))
+        };
+        let repair = titled("Counter repair progress (count-rebuilder)");
+        assert_eq!(repair["properties"]["period"], 300);
+        assert_eq!(
+            repair["properties"]["annotations"],
+            json!({"horizontal": [{"value": 900, "label": "alarm"}]})
+        );
+        assert_eq!(
+            repair["properties"]["metrics"],
+            json!([
+                ["heatsink", "CounterRepairLag", "Function", "count-rebuilder",
+                    {"stat": "Maximum", "label": "proven progress behind (s)"}],
+                ["heatsink", "CounterRepairBlocked", "Function", "count-rebuilder",
+                    {"stat": "Maximum", "label": "run blocked", "yAxis": "right"}],
+                ["heatsink", "CounterRebuildLagging", "Function", "count-rebuilder",
+                    {"stat": "Maximum", "label": "checks lagging", "yAxis": "right"}],
+            ])
+        );
+        let dedupe = titled("Counter dedupe (likes-aggregator): late, shed, duplicates, foreign");
+        assert_eq!(dedupe["properties"]["period"], 60);
+        assert_eq!(
+            dedupe["properties"]["metrics"],
+            json!([
+                ["heatsink", "CounterLateChanges", "Function", "likes-aggregator",
+                    {"stat": "Sum", "label": "late, counted unchecked"}],
+                ["heatsink", "CounterDedupeShed", "Function", "likes-aggregator",
+                    {"stat": "Sum", "label": "identities shed"}],
+                ["heatsink", "CounterDuplicatesDropped", "Function", "likes-aggregator",
+                    {"stat": "Sum", "label": "duplicates dropped", "yAxis": "right"}],
+                ["heatsink", "CounterForeignRecords", "Function", "likes-aggregator",
+                    {"stat": "Sum", "label": "foreign records skipped", "yAxis": "right"}],
             ])
         );
     }

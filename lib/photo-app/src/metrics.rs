@@ -23,7 +23,7 @@
 
 use heatsink::counter::aggregate::{self, AggregateReport};
 use heatsink::counter::rebuild::{self, RebuildReport};
-use heatsink::counter::repair;
+use heatsink::counter::repair::{self, RepairReport};
 use heatsink::metrics::{Emf, MetricDef, Unit};
 use heatsink::stream::RoundReport;
 use heatsink::stream::metrics as stream_metrics;
@@ -122,11 +122,55 @@ pub enum Metric {
     /// ([`heatsink::counter::repair::RepairReport::completed`]). A run that timed out or failed
     /// emits nothing, so the heartbeat alarm watches this metric and breaches on missing data.
     CounterRebuildCompleted,
+    /// `count-rebuilder`: bucket checks one run left for a later one because the aggregator had
+    /// not proven its progress past them ([`heatsink::counter::repair::RepairReport::lagging`]),
+    /// 0s included. Steadily above 0: proven progress trails the buckets; look at
+    /// [`Metric::CounterRepairLag`] and the aggregator's iterator age.
+    CounterRebuildLagging,
+    /// `count-rebuilder`: 1 when a run judged nothing because proven progress is blocked (a
+    /// listed shard without a watermark, replication lag past the settle time, nothing proven;
+    /// [`heatsink::counter::repair::RepairReport::blocked`] names the shard), else 0. A blocked
+    /// run still emits [`Metric::CounterRebuildCompleted`], so the heartbeat does not see it: the
+    /// `count-rebuilder-blocked` alarm does (Maximum ≥ 1 for three 5-minute periods in a row).
+    /// What to do: read the run's `blocked` (reason, shard, next step), check the aggregator's
+    /// errors and `stream-failures`, `heatsink redrive`.
+    CounterRepairBlocked,
+    /// `count-rebuilder`: seconds from the aggregator's proven progress to the run's clock
+    /// ([`heatsink::counter::repair::RepairReport::lag_ms`]); not emitted while nothing is proven
+    /// (then [`Metric::CounterRepairBlocked`] is 1). Buckets are repaired only once it is past
+    /// them, so it bounds how late a correction comes; the `count-rebuilder-repair-lag` alarm
+    /// fires above 900 s for three 5-minute periods. An idle shard (no likes) holds it back
+    /// without a fault.
+    CounterRepairLag,
+    /// `likes-aggregator`: change identities the dedupe window's size guard shed in one batch
+    /// ([`heatsink::counter::FlushReport::shed`]), emitted only when above 0. A duplicate of a
+    /// shed change is counted (reported in [`Metric::CounterLateChanges`]) until the bucket
+    /// repair corrects it; the `likes-aggregator-dedupe-shed` alarm fires on any (missing data
+    /// is not breaching: no datapoint is the normal case). What to do: find the post and shard
+    /// in the aggregator's warning, watch `counter-corrections`.
+    CounterDedupeShed,
+    /// `likes-aggregator`: changes one batch counted although they were older than the dedupe
+    /// window of their writer sub-key ([`heatsink::counter::FlushReport::late`]): each may be a
+    /// duplicate that counts twice until the bucket repair corrects it. Emitted per batch, 0s
+    /// included; the `likes-aggregator-late-changes` alarm fires on any in 5 minutes. What to do:
+    /// check replication lag and the shed alarm; `counter-corrections` says whether the
+    /// repair had to correct.
+    CounterLateChanges,
+    /// `likes-aggregator`: duplicate changes one batch dropped because their identity was in
+    /// the dedupe window ([`heatsink::counter::FlushReport::duplicates`]): Kinesis Data Streams
+    /// for DynamoDB's copies, counted once. Emitted per batch, 0s included; not a fault, so a
+    /// graph and no alarm.
+    CounterDuplicatesDropped,
+    /// `likes-aggregator`: records one batch skipped because they are not a change of its table
+    /// ([`heatsink::counter::aggregate::AggregateReport::foreign`]: another table or source on
+    /// the stream), never counted. Emitted per batch, 0s included; the photo app's stream carries
+    /// `liked` only, so above 0 means something else writes to `like-events`.
+    CounterForeignRecords,
 }
 
 impl Metric {
     /// Every metric.
-    pub const ALL: [Metric; 10] = [
+    pub const ALL: [Metric; 17] = [
         Metric::CounterLagEvents,
         Metric::CounterFlushDelaySeconds,
         Metric::LeasesHeld,
@@ -137,6 +181,13 @@ impl Metric {
         Metric::CountersCorrected,
         Metric::CountersUnsettled,
         Metric::CounterRebuildCompleted,
+        Metric::CounterRebuildLagging,
+        Metric::CounterRepairBlocked,
+        Metric::CounterRepairLag,
+        Metric::CounterDedupeShed,
+        Metric::CounterLateChanges,
+        Metric::CounterDuplicatesDropped,
+        Metric::CounterForeignRecords,
     ];
 
     /// The metric's definition: the toolkit's, where the toolkit emits it.
@@ -152,6 +203,13 @@ impl Metric {
             Metric::CountersCorrected => rebuild::CORRECTED,
             Metric::CountersUnsettled => rebuild::UNSETTLED,
             Metric::CounterRebuildCompleted => repair::RUN_COMPLETED,
+            Metric::CounterRebuildLagging => repair::LAGGING,
+            Metric::CounterRepairBlocked => repair::BLOCKED,
+            Metric::CounterRepairLag => repair::REPAIR_LAG,
+            Metric::CounterDedupeShed => aggregate::DEDUPE_SHED,
+            Metric::CounterLateChanges => aggregate::LATE_CHANGES,
+            Metric::CounterDuplicatesDropped => aggregate::DUPLICATES_DROPPED,
+            Metric::CounterForeignRecords => aggregate::FOREIGN_RECORDS,
         }
     }
 
@@ -164,16 +222,22 @@ impl Metric {
     /// this value, or they show a series nothing writes.
     pub const fn emitter(self) -> Function {
         match self {
-            Metric::CounterLagEvents | Metric::CounterFlushDelaySeconds => {
-                Function::LikesAggregator
-            }
+            Metric::CounterLagEvents
+            | Metric::CounterFlushDelaySeconds
+            | Metric::CounterDedupeShed
+            | Metric::CounterLateChanges
+            | Metric::CounterDuplicatesDropped
+            | Metric::CounterForeignRecords => Function::LikesAggregator,
             Metric::LeasesHeld | Metric::LeasesExpired => Function::StreamConsumer,
             Metric::HotKeys => Function::HotkeyController,
             Metric::AdmissionRejected => Function::LikesApi,
             Metric::CounterCorrectionLikes
             | Metric::CountersCorrected
             | Metric::CountersUnsettled
-            | Metric::CounterRebuildCompleted => Function::CountRebuilder,
+            | Metric::CounterRebuildCompleted
+            | Metric::CounterRebuildLagging
+            | Metric::CounterRepairBlocked
+            | Metric::CounterRepairLag => Function::CountRebuilder,
         }
     }
 
@@ -201,8 +265,10 @@ pub trait AppEmf {
     fn aggregate(&mut self, report: &AggregateReport) -> &mut Self;
     /// One stream-worker round ([`RoundReport::metrics`]).
     fn lease_round(&mut self, report: &RoundReport) -> &mut Self;
-    /// One count-rebuilder run ([`RebuildReport::metrics`]).
+    /// One whole-table rebuild ([`RebuildReport::metrics`]).
     fn rebuild(&mut self, report: &RebuildReport) -> &mut Self;
+    /// One count-rebuilder run: the incremental repair ([`RepairReport::metrics`]).
+    fn repair(&mut self, report: &RepairReport) -> &mut Self;
 }
 
 impl AppEmf for Emf {
@@ -217,6 +283,11 @@ impl AppEmf for Emf {
     }
 
     fn rebuild(&mut self, report: &RebuildReport) -> &mut Self {
+        report.metrics(self);
+        self
+    }
+
+    fn repair(&mut self, report: &RepairReport) -> &mut Self {
         report.metrics(self);
         self
     }
@@ -302,7 +373,7 @@ mod tests {
         let ts_metrics: BTreeSet<String> = ts_object(&ts, "EMF_METRICS").into_values().collect();
         let ours: BTreeSet<String> = Metric::ALL.iter().map(|m| m.name().to_owned()).collect();
         assert_eq!(ts_metrics, ours, "EMF_METRICS vs Metric::ALL");
-        assert_eq!(ts_metrics.len(), 10, "parsed every metric");
+        assert_eq!(ts_metrics.len(), 17, "parsed every metric");
 
         let ts_fields: BTreeSet<String> = ts_object(&ts, "LOG_FIELDS").into_values().collect();
         let ours: BTreeSet<String> = log_field::ALL
@@ -423,8 +494,13 @@ mod tests {
                 Metric::CounterCorrectionLikes.name(),
                 Metric::HotKeys.name(),
                 Metric::CounterRebuildCompleted.name(),
+                Metric::CounterRepairBlocked.name(),
+                Metric::CounterRepairLag.name(),
+                Metric::CounterDedupeShed.name(),
+                Metric::CounterLateChanges.name(),
             ]),
-            "parsed the counter-corrections alarm and the two heartbeats"
+            "parsed the counter-corrections alarm, the two heartbeats, the blocked and lagging \
+             repair and the aggregator's shed and late changes"
         );
     }
 
@@ -621,6 +697,61 @@ mod tests {
     }
 
     #[test]
+    fn a_repair_run_is_one_document_from_the_count_rebuilder() {
+        use heatsink::counter::repair::Blocked;
+
+        // A run that judged: progress proven 90 s behind, one check left lagging.
+        let judged = RepairReport {
+            completed: true,
+            lag_ms: Some(90_500),
+            lagging: 1,
+            corrected: BTreeMap::from([("p1".to_owned(), -2)]),
+            moved: vec![("p2".to_owned(), 60_000)],
+            ..RepairReport::default()
+        };
+        let doc = only_line(Emf::new(Function::CountRebuilder).repair(&judged));
+        assert_eq!(doc[DIMENSION], "count-rebuilder");
+        assert_eq!(
+            check_emf(&doc),
+            BTreeMap::from([
+                ("CounterRebuildCompleted".to_owned(), vec![1.0]),
+                ("CounterCorrectionLikes".to_owned(), vec![2.0]),
+                ("CountersCorrected".to_owned(), vec![1.0]),
+                ("CountersUnsettled".to_owned(), vec![1.0]),
+                ("CounterRebuildLagging".to_owned(), vec![1.0]),
+                ("CounterRepairBlocked".to_owned(), vec![0.0]),
+                ("CounterRepairLag".to_owned(), vec![90.5]),
+            ]),
+        );
+
+        // A blocked run: it still reports (so the heartbeat is fed), with Blocked = 1 and no lag
+        // (nothing is proven): only the blocked alarm sees it.
+        let blocked = RepairReport {
+            blocked: Some(Blocked {
+                reason: "silent-shard",
+                shard: Some("shardId-000000000003".to_owned()),
+                detail: "no watermark".to_owned(),
+            }),
+            ..RepairReport::default()
+        };
+        let values = check_emf(&only_line(
+            Emf::new(Function::CountRebuilder).repair(&blocked),
+        ));
+        assert_eq!(values["CounterRepairBlocked"], vec![1.0]);
+        assert_eq!(values["CounterRebuildCompleted"], vec![0.0]);
+        assert!(!values.contains_key("CounterRepairLag"), "{values:?}");
+        for m in [
+            Metric::CounterRebuildLagging,
+            Metric::CounterRepairBlocked,
+            Metric::CounterRepairLag,
+        ] {
+            assert_eq!(m.emitter(), Function::CountRebuilder);
+        }
+        assert_eq!(Metric::CounterRepairLag.unit(), Unit::Seconds);
+        assert_eq!(Metric::CounterRepairBlocked.unit(), Unit::Count);
+    }
+
+    #[test]
     fn non_numbers_are_refused_and_an_empty_set_writes_nothing() {
         let mut emf = Emf::new(Function::LikesApi);
         for bad in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
@@ -766,6 +897,13 @@ mod tests {
             kinesis_record(101, &like("p9", "u1", now - 5_000)),
             kinesis_record(102, &like("p9", "u2", now - 30_000)),
             kinesis_record(103, &like("p9", "u3", now - 10_000)),
+            // The first change again under a new sequence number (Kinesis' duplicate): dropped.
+            kinesis_record(104, &like("p9", "u1", now - 5_000)),
+            // Not a DynamoDB change: skipped as foreign, never counted.
+            kinesis_record(
+                105,
+                r#"{"eventSource":"aws:s3","eventName":"ObjectCreated:Put"}"#,
+            ),
         ]);
         let turn = LOG_TURN.lock().await;
         let logs = Captured::default();
@@ -783,6 +921,16 @@ mod tests {
             vec![0.0],
             "everything applied was flushed"
         );
+        // The silent paths of the batch are metrics too; nothing was shed (no value at all).
+        assert_eq!(values["CounterDuplicatesDropped"], vec![1.0]);
+        assert_eq!(values["CounterForeignRecords"], vec![1.0]);
+        assert_eq!(
+            values["CounterLateChanges"],
+            vec![1.0],
+            "the 30 s old like is 25 s older than the newest its writer sub-key counted, past the \
+             10 s dedupe window: counted without a duplicate check"
+        );
+        assert!(!values.contains_key("CounterDedupeShed"), "{values:?}");
         let delay = values["CounterFlushDelaySeconds"][0];
         assert!(
             (30.0..40.0).contains(&delay),
@@ -862,6 +1010,7 @@ mod tests {
         let mut emf = Emf::new(Function::LikesAggregator);
         let values = check_emf(&emf.aggregate(&report).documents(now)[0]);
         assert_eq!(values["CounterLagEvents"], vec![2.0]);
+        assert_eq!(values["CounterLateChanges"], vec![0.0], "nothing flushed");
         assert!(
             !values.contains_key("CounterFlushDelaySeconds"),
             "nothing was flushed"

@@ -348,6 +348,58 @@ export class HotKeyCounter extends Construct {
     functionAlarms(f, this.aggregator, 'likes-aggregator', prefix, props.concurrency?.aggregator ?? 20);
     functionAlarms(f, this.rebuilder, 'count-rebuilder', prefix, props.concurrency?.rebuilder ?? 1);
     heartbeat(f, prefix, 'count-rebuilder', EMF_METRICS.rebuildCompleted, Duration.minutes(15), 'every 5 minutes');
+    // A blocked run judges nothing yet still emits CounterRebuildCompleted, so the heartbeat does
+    // not see it. One blocked run during a reshard is normal (a new child shard has not flushed
+    // yet); three in a row mean a writer is silent. Missing data is not breaching: the heartbeat
+    // covers missing runs.
+    f.alarm('RepairBlocked', {
+      alarmName: `${prefix}count-rebuilder-blocked`,
+      alarmDescription:
+        'count-rebuilder judged nothing in 3 runs in a row: proven progress is blocked (a shard without a watermark, replication lag past settle, or nothing proven), so no counter is repaired. Runbook: README "Alarms".',
+      metric: emfMetric(EMF_METRICS.repairBlocked, 'count-rebuilder', 'Maximum', undefined, perRun),
+      threshold: 1,
+      comparisonOperator: cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+      evaluationPeriods: 3,
+      datapointsToAlarm: 3,
+      treatMissingData: cw.TreatMissingData.NOT_BREACHING,
+    });
+    // Buckets are repaired only once proven progress is past them: 15 minutes behind in three runs
+    // in a row means corrections are late by as much (not emitted while blocked: the alarm above).
+    f.alarm('RepairLag', {
+      alarmName: `${prefix}count-rebuilder-repair-lag`,
+      alarmDescription:
+        "The aggregator's proven progress was more than 900 s behind count-rebuilder's clock in 3 runs in a row (CounterRepairLag): buckets after it are not repaired yet. Runbook: README \"Alarms\".",
+      metric: emfMetric(EMF_METRICS.repairLag, 'count-rebuilder', 'Maximum', undefined, perRun),
+      threshold: 900,
+      comparisonOperator: cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
+      evaluationPeriods: 3,
+      datapointsToAlarm: 3,
+      treatMissingData: cw.TreatMissingData.NOT_BREACHING,
+    });
+    // The dedupe window's size guard shed identities: a duplicate of one is counted (as late).
+    // Emitted only when above 0, so no datapoint is the normal case: missing is not breaching.
+    f.alarm('DedupeShed', {
+      alarmName: `${prefix}likes-aggregator-dedupe-shed`,
+      alarmDescription:
+        "likes-aggregator's dedupe window reached its size bound and shed change identities (CounterDedupeShed): a duplicate of one counts until the bucket repair corrects it. Runbook: README \"Alarms\".",
+      metric: emfMetric(EMF_METRICS.dedupeShed, 'likes-aggregator', 'Sum', undefined, perRun),
+      threshold: 0,
+      comparisonOperator: cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
+      evaluationPeriods: 1,
+      treatMissingData: cw.TreatMissingData.NOT_BREACHING,
+    });
+    // Any change older than the dedupe window (10 s, far above the reordering AWS shows) was
+    // counted without a duplicate check: it may count twice until the repair corrects it.
+    f.alarm('LateChanges', {
+      alarmName: `${prefix}likes-aggregator-late-changes`,
+      alarmDescription:
+        'likes-aggregator counted changes older than its dedupe window (CounterLateChanges): each may be a duplicate counted twice until the bucket repair corrects it. Runbook: README "Alarms".',
+      metric: emfMetric(EMF_METRICS.lateChanges, 'likes-aggregator', 'Sum', undefined, perRun),
+      threshold: 0,
+      comparisonOperator: cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
+      evaluationPeriods: 1,
+      treatMissingData: cw.TreatMissingData.NOT_BREACHING,
+    });
 
     if (props.source.kind === 'kinesis') {
       const stream = props.source.stream;
@@ -440,6 +492,33 @@ export class HotKeyCounter extends Construct {
           emfMetric(EMF_METRICS.rebuildCompleted, 'count-rebuilder', 'Sum', 'runs completed', perRun),
         ],
         period: perRun,
+        width: 8,
+        height: 6,
+      }),
+    ]);
+    this.widgets.push([
+      new cw.GraphWidget({
+        title: 'Counter repair progress (count-rebuilder)',
+        left: [emfMetric(EMF_METRICS.repairLag, 'count-rebuilder', 'Maximum', 'proven progress behind (s)', perRun)],
+        leftAnnotations: [{ value: 900, label: 'alarm' }],
+        right: [
+          emfMetric(EMF_METRICS.repairBlocked, 'count-rebuilder', 'Maximum', 'run blocked', perRun),
+          emfMetric(EMF_METRICS.rebuildLagging, 'count-rebuilder', 'Maximum', 'checks lagging', perRun),
+        ],
+        period: perRun,
+        width: 8,
+        height: 6,
+      }),
+      new cw.GraphWidget({
+        title: 'Counter dedupe (likes-aggregator): late, shed, duplicates, foreign',
+        left: [
+          emfMetric(EMF_METRICS.lateChanges, 'likes-aggregator', 'Sum', 'late, counted unchecked'),
+          emfMetric(EMF_METRICS.dedupeShed, 'likes-aggregator', 'Sum', 'identities shed'),
+        ],
+        right: [
+          emfMetric(EMF_METRICS.duplicatesDropped, 'likes-aggregator', 'Sum', 'duplicates dropped'),
+          emfMetric(EMF_METRICS.foreignRecords, 'likes-aggregator', 'Sum', 'foreign records skipped'),
+        ],
         width: 8,
         height: 6,
       }),

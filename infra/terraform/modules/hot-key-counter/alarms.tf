@@ -21,6 +21,18 @@ locals {
     # Heartbeat: the rebuilder emits CounterRebuildCompleted after every run (0 included), so no
     # datapoint means it stopped running or stopped succeeding.
     "count-rebuilder-heartbeat" = { namespace = "heatsink", metric = "CounterRebuildCompleted", dims = { Function = "count-rebuilder" }, stat = "SampleCount", period = 900, threshold = 1, comparison = "LessThanThreshold", evaluation = 1, datapoints = 1, missing = "breaching", what = "${var.prefix}count-rebuilder runs every 5 minutes and emits CounterRebuildCompleted each time; none for 15 minutes" }
+    # A blocked run judges nothing yet still emits CounterRebuildCompleted, so the heartbeat does
+    # not see it. One blocked run during a reshard is normal (a new child shard has not flushed
+    # yet); three in a row mean a writer is silent. Missing data is the heartbeat's, not these.
+    # Buckets are repaired only once proven progress is past them: 15 minutes behind in three
+    # runs in a row means corrections are late by as much (not emitted while blocked).
+    "count-rebuilder-blocked"    = { namespace = "heatsink", metric = "CounterRepairBlocked", dims = { Function = "count-rebuilder" }, stat = "Maximum", period = 300, threshold = 1, comparison = "GreaterThanOrEqualToThreshold", evaluation = 3, datapoints = 3, missing = "notBreaching", what = "count-rebuilder judged nothing in 3 runs in a row: proven progress is blocked (a shard without a watermark, replication lag past settle, or nothing proven), so no counter is repaired" }
+    "count-rebuilder-repair-lag" = { namespace = "heatsink", metric = "CounterRepairLag", dims = { Function = "count-rebuilder" }, stat = "Maximum", period = 300, threshold = 900, comparison = "GreaterThanThreshold", evaluation = 3, datapoints = 3, missing = "notBreaching", what = "The aggregator's proven progress was more than 900 s behind count-rebuilder's clock in 3 runs in a row (CounterRepairLag): buckets after it are not repaired yet" }
+    # The dedupe window shed identities (emitted only when above 0: no datapoint is the normal
+    # case), or counted changes older than it (each may be a duplicate counted twice until the
+    # bucket repair corrects it; the window, 10 s, is far above the reordering AWS shows).
+    "likes-aggregator-dedupe-shed"  = { namespace = "heatsink", metric = "CounterDedupeShed", dims = { Function = "likes-aggregator" }, stat = "Sum", period = 300, threshold = 0, comparison = "GreaterThanThreshold", evaluation = 1, datapoints = 1, missing = "notBreaching", what = "likes-aggregator's dedupe window reached its size bound and shed change identities (CounterDedupeShed): a duplicate of one counts until the bucket repair corrects it" }
+    "likes-aggregator-late-changes" = { namespace = "heatsink", metric = "CounterLateChanges", dims = { Function = "likes-aggregator" }, stat = "Sum", period = 300, threshold = 0, comparison = "GreaterThanThreshold", evaluation = 1, datapoints = 1, missing = "notBreaching", what = "likes-aggregator counted changes older than its dedupe window (CounterLateChanges): each may be a duplicate counted twice until the bucket repair corrects it" }
   }
   # The Kinesis source: the table's streaming destination (lag and failures, in AWS/DynamoDB) and
   # the stream (write throttles, readers' iterator age). Names carry the table's and stream's names.

@@ -236,4 +236,15 @@ locals {
     ["heatsink", "CountersUnsettled", "Function", "count-rebuilder", { stat = "Maximum", label = "counters unsettled", yAxis = "right" }],
     ["heatsink", "CounterRebuildCompleted", "Function", "count-rebuilder", { stat = "Sum", label = "runs completed", yAxis = "right" }],
   ]
+  repair_series = [
+    ["heatsink", "CounterRepairLag", "Function", "count-rebuilder", { stat = "Maximum", label = "proven progress behind (s)" }],
+    ["heatsink", "CounterRepairBlocked", "Function", "count-rebuilder", { stat = "Maximum", label = "run blocked", yAxis = "right" }],
+    ["heatsink", "CounterRebuildLagging", "Function", "count-rebuilder", { stat = "Maximum", label = "checks lagging", yAxis = "right" }],
+  ]
+  dedupe_series = [
+    ["heatsink", "CounterLateChanges", "Function", "likes-aggregator", { stat = "Sum", label = "late, counted unchecked" }],
+    ["heatsink", "CounterDedupeShed", "Function", "likes-aggregator", { stat = "Sum", label = "identities shed" }],
+    ["heatsink", "CounterDuplicatesDropped", "Function", "likes-aggregator", { stat = "Sum", label = "duplicates dropped", yAxis = "right" }],
+    ["heatsink", "CounterForeignRecords", "Function", "likes-aggregator", { stat = "Sum", label = "foreign records skipped", yAxis = "right" }],
+  ]
 }

@@ -65,5 +65,21 @@ output "dashboard_widgets" {
         metrics = local.correction_series
       }
     },
+    {
+      # Proven progress behind the run's clock (alarm at 900 s), blocked runs, lagging checks.
+      type = "metric", width = 8, height = 6
+      properties = {
+        title       = "Counter repair progress (count-rebuilder)", region = data.aws_region.current.name, view = "timeSeries", period = 300
+        metrics     = local.repair_series
+        annotations = { horizontal = [{ value = 900, label = "alarm" }] }
+      }
+    },
+    {
+      type = "metric", width = 8, height = 6
+      properties = {
+        title   = "Counter dedupe (likes-aggregator): late, shed, duplicates, foreign", region = data.aws_region.current.name, view = "timeSeries", period = 60
+        metrics = local.dedupe_series
+      }
+    },
   ]
 }

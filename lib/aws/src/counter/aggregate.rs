@@ -74,6 +74,23 @@ pub const FLUSH_DELAY: MetricDef = MetricDef::seconds("CounterFlushDelaySeconds"
 /// duplicate of a shed change is counted and reported as `late` until the bucket repair
 /// corrects it.
 pub const DEDUPE_SHED: MetricDef = MetricDef::count("CounterDedupeShed");
+/// Changes one batch counted although they were older than the dedupe window (or than an
+/// identity the size guard shed) of their writer sub-key ([`FlushReport::late`]): each may be a
+/// duplicate whose original the window forgot, so it may count twice until the bucket repair
+/// corrects it. 0 while the source reorders within the window (AWS shows sub-second; the
+/// deployed window is 10 s); above 0, that assumption broke (replication lag, shed identities):
+/// alarm on it. Emitted for every batch, 0 included.
+pub const LATE_CHANGES: MetricDef = MetricDef::count("CounterLateChanges");
+/// Duplicate changes one batch dropped because their identity was in the dedupe window
+/// ([`FlushReport::duplicates`]): the copies Kinesis Data Streams for DynamoDB may deliver,
+/// counted once. Not a fault (a graph, no alarm); a sudden rise says the source is redelivering
+/// more. Emitted for every batch, 0 included.
+pub const DUPLICATES_DROPPED: MetricDef = MetricDef::count("CounterDuplicatesDropped");
+/// Records one batch skipped because they are not a change of the aggregator's table
+/// ([`AggregateReport::foreign`]: another `tableName` or `eventSource` on a shared stream):
+/// read, never counted. Expected where a stream is shared; above 0 where it is not, something
+/// else writes to the stream. Emitted for every batch, 0 included.
+pub const FOREIGN_RECORDS: MetricDef = MetricDef::count("CounterForeignRecords");
 
 /// Why a change record cannot be counted: the mapper's reason, reported with the record's id.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -961,11 +978,16 @@ impl<M: ChangeMapper> StreamAggregator<M> {
 }
 
 impl AggregateReport {
-    /// Adds the batch's metrics to `emf`: [`LAG_EVENTS`] always, [`FLUSH_DELAY`] when the
-    /// flush counted changes with a creation time, and [`DEDUPE_SHED`] when the dedupe window's
-    /// size guard shed identities.
+    /// Adds the batch's metrics to `emf`: [`LAG_EVENTS`], [`LATE_CHANGES`],
+    /// [`DUPLICATES_DROPPED`] and [`FOREIGN_RECORDS`] always (0 included: a graph shows 0, not a
+    /// gap, and a missing datapoint means no batch ran), [`FLUSH_DELAY`] when the flush counted
+    /// changes with a creation time, and [`DEDUPE_SHED`] only when the dedupe window's size
+    /// guard shed identities (an alarm on it must treat missing data as not breaching).
     pub fn metrics(&self, emf: &mut crate::metrics::Emf) {
-        emf.count(LAG_EVENTS, self.unflushed);
+        emf.count(LAG_EVENTS, self.unflushed)
+            .count(LATE_CHANGES, self.flush.late)
+            .count(DUPLICATES_DROPPED, self.flush.duplicates)
+            .count(FOREIGN_RECORDS, self.foreign);
         if self.flush.shed > 0 {
             emf.count(DEDUPE_SHED, self.flush.shed);
         }
@@ -1205,5 +1227,60 @@ mod tests {
             "aws_lambda_events' default means unknown"
         );
         assert_eq!(approximate_creation_ms(&json!({"dynamodb": {}})), None);
+    }
+
+    #[test]
+    fn counter_batch_metrics_report_late_duplicates_and_foreign_0s_included_and_shed_only_above_0()
+    {
+        let values = |report: &AggregateReport| {
+            let mut emf = crate::metrics::Emf::new("likes-aggregator");
+            report.metrics(&mut emf);
+            let doc = &emf.documents(1_700_000_000_000)[0];
+            doc["_aws"]["CloudWatchMetrics"][0]["Metrics"]
+                .as_array()
+                .expect("metric definitions")
+                .iter()
+                .map(|d| {
+                    let name = d["Name"].as_str().expect("name").to_owned();
+                    assert_eq!(d["Unit"], "Count", "{name}");
+                    let v = doc[&name].as_f64().expect("one value");
+                    (name, v)
+                })
+                .collect::<BTreeMap<_, _>>()
+        };
+        let quiet = values(&AggregateReport::default());
+        assert_eq!(
+            quiet,
+            BTreeMap::from([
+                (LAG_EVENTS.name.to_owned(), 0.0),
+                (LATE_CHANGES.name.to_owned(), 0.0),
+                (DUPLICATES_DROPPED.name.to_owned(), 0.0),
+                (FOREIGN_RECORDS.name.to_owned(), 0.0),
+            ]),
+            "a batch that saw none still reports 0s; no shed value below 1"
+        );
+        let report = AggregateReport {
+            foreign: 4,
+            flush: FlushReport {
+                late: 2,
+                duplicates: 7,
+                shed: 3,
+                ..FlushReport::default()
+            },
+            ..AggregateReport::default()
+        };
+        let busy = values(&report);
+        assert_eq!(busy[LATE_CHANGES.name], 2.0);
+        assert_eq!(busy[DUPLICATES_DROPPED.name], 7.0);
+        assert_eq!(busy[FOREIGN_RECORDS.name], 4.0);
+        assert_eq!(busy[DEDUPE_SHED.name], 3.0);
+        assert_eq!(
+            [LATE_CHANGES, DUPLICATES_DROPPED, FOREIGN_RECORDS].map(|m| m.name),
+            [
+                "CounterLateChanges",
+                "CounterDuplicatesDropped",
+                "CounterForeignRecords"
+            ]
+        );
     }
 }

@@ -54,16 +54,23 @@ use crate::metrics::{Emf, MetricDef};
 /// or found another run holding the lease). Alarmed when missing: a run that times out emits
 /// nothing, and that must page like a failing one.
 pub const RUN_COMPLETED: MetricDef = MetricDef::count("CounterRebuildCompleted");
-/// Bucket checks one run left because the aggregator had not proven its progress.
+/// Bucket checks one run left because the aggregator had not proven its progress (carried
+/// over to a later run), 0s included. Steadily above 0 means proven progress trails the
+/// buckets: see [`REPAIR_LAG`].
 pub const LAGGING: MetricDef = MetricDef::count("CounterRebuildLagging");
 /// 1 when a run judged nothing because proven progress is blocked (a shard of the stream
 /// without a watermark, replication lag past the settle time, nothing proven), else 0.
 /// Alarm on it: a blocked repair must page, not look like a quiet one (a blocked run still
-/// emits [`RUN_COMPLETED`], so the heartbeat does not see it; the photo app's stacks do not
-/// alarm on this metric yet).
+/// emits [`RUN_COMPLETED`], so the heartbeat does not see it). The photo app's stacks do:
+/// `count-rebuilder-blocked`, Maximum ≥ 1 in three consecutive 5-minute periods (one blocked
+/// run during a reshard is normal; three in a row mean a writer is silent), missing data not
+/// breaching (the heartbeat covers missing runs).
 pub const BLOCKED: MetricDef = MetricDef::count("CounterRepairBlocked");
 /// How far the aggregator's proven progress is behind the rebuilder's clock (`now − proven`),
-/// seconds; not emitted while nothing is proven ([`BLOCKED`] says so).
+/// seconds; not emitted while nothing is proven ([`BLOCKED`] says so). The photo app's stacks
+/// alarm at Maximum > 900 s in three consecutive 5-minute periods (`count-rebuilder-repair-lag`).
+/// An idle shard (no records) holds proven progress back, so at low traffic it grows without
+/// a fault.
 pub const REPAIR_LAG: MetricDef = MetricDef::seconds("CounterRepairLag");
 
 /// How a repair run judges buckets and bounds itself.
@@ -203,7 +210,8 @@ pub struct RepairReport {
 
 impl RepairReport {
     /// Adds the run's metrics to `emf`: [`RUN_COMPLETED`], [`CORRECTION_UNITS`],
-    /// [`CORRECTED`], [`UNSETTLED`] (moved checks) and [`LAGGING`], 0s included.
+    /// [`CORRECTED`], [`UNSETTLED`] (moved checks), [`LAGGING`] and [`BLOCKED`], 0s included;
+    /// [`REPAIR_LAG`] when progress is proven.
     pub fn metrics(&self, emf: &mut Emf) {
         let units = self
             .corrected
@@ -235,9 +243,7 @@ pub struct Blocked {
 
 impl Blocked {
     fn from_gate(gate: &Gate, name: &str) -> Option<Self> {
-        let next = format!(
-            "check the aggregator's errors, redrive its parked batches (`heatsink redrive --counter {name}`), then rerun the repair"
-        );
+        let next = "check the aggregator's errors, redrive its parked batches (`heatsink redrive` with the rebuilder's `HEATSINK_*` environment), then rerun the repair";
         match gate {
             Gate::Open(_) => None,
             Gate::Silent(shards) => Some(Self {
