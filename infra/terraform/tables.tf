@@ -64,6 +64,24 @@ resource "aws_dynamodb_table" "liked" {
   tags = var.tags
 }
 
+# liked is insert-only: the counter repair's proof rests on it. Every principal is refused a delete
+# or an update (AccessDeniedException naming this policy); likes-api writes conditional inserts
+# only. A like that must go is deleted with writes stopped after removing this statement, then
+# `heatsink rebuild` (docs/counters.md).
+resource "aws_dynamodb_resource_policy" "liked_insert_only" {
+  resource_arn = aws_dynamodb_table.liked.arn
+  policy = jsonencode({
+    Version = "2012-10-17"
+    Statement = [{
+      Sid       = "InsertOnly"
+      Effect    = "Deny"
+      Principal = { AWS = "*" }
+      Action    = ["dynamodb:DeleteItem", "dynamodb:UpdateItem", "dynamodb:BatchWriteItem", "dynamodb:PartiQLDelete", "dynamodb:PartiQLUpdate"]
+      Resource  = aws_dynamodb_table.liked.arn
+    }]
+  })
+}
+
 # Only when like-events is the aggregator's source; with dynamodb-streams the stream stays, unfed by the table.
 resource "aws_dynamodb_kinesis_streaming_destination" "liked" {
   count      = var.like_events_source == "kinesis" ? 1 : 0

@@ -195,6 +195,7 @@ export class HeatsinkStack extends Stack {
           sortKey: g.sortKey && attribute(g.sortKey),
           projectionType: dynamodb.ProjectionType.ALL,
         })),
+        resourcePolicy: spec.logical === 'liked' ? insertOnly(this, `${prefix}${spec.logical}`) : undefined,
         removalPolicy,
       });
     }
@@ -456,4 +457,34 @@ export function accessLogFields(sourceIp: boolean): Record<string, string> {
     status: '$context.status',
     responseLength: '$context.responseLength',
   };
+}
+
+/** The actions that delete or change an item: what an insert-only table refuses. */
+export const INSERT_ONLY_DENIED = [
+  'dynamodb:DeleteItem',
+  'dynamodb:UpdateItem',
+  'dynamodb:BatchWriteItem',
+  'dynamodb:PartiQLDelete',
+  'dynamodb:PartiQLUpdate',
+];
+
+/**
+ * `liked`'s resource policy: the insert-only rule the counter repair's proof rests on, enforced.
+ * Every principal is refused a delete or an update (`AccessDeniedException` naming this policy);
+ * likes-api writes conditional inserts only. A like that must go (a user's erasure request) is
+ * deleted with writes stopped after removing the `InsertOnly` statement, followed by a
+ * `heatsink rebuild` (docs/counters.md).
+ */
+function insertOnly(scope: Construct, tableName: string): iam.PolicyDocument {
+  return new iam.PolicyDocument({
+    statements: [
+      new iam.PolicyStatement({
+        sid: 'InsertOnly',
+        effect: iam.Effect.DENY,
+        principals: [new iam.AnyPrincipal()],
+        actions: INSERT_ONLY_DENIED,
+        resources: [Stack.of(scope).formatArn({ service: 'dynamodb', resource: 'table', resourceName: tableName })],
+      }),
+    ],
+  });
 }

@@ -2,7 +2,7 @@ import { aws_lambda as lambda } from 'aws-cdk-lib';
 import { Match, Template } from 'aws-cdk-lib/assertions';
 import * as fs from 'fs';
 import * as path from 'path';
-import { LikeEventsSource } from '../lib/heatsink-stack';
+import { INSERT_ONLY_DENIED, LikeEventsSource } from '../lib/heatsink-stack';
 import { EMF_METRICS, EMF_NAMESPACE, EMF_PROCESSES } from '../lib/observability';
 import { FUNCTION_NAMES, TABLES } from '../lib/schema';
 import { policyOwner, resources, synth, Synth } from './helpers';
@@ -403,6 +403,24 @@ describe('least privilege', () => {
     expect(granted).toEqual({
       'heatsink-counters': ['dynamodb:DeleteItem', 'dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:Query', 'dynamodb:Scan', 'dynamodb:UpdateItem'],
     });
+  });
+
+  test('liked is insert-only for every principal (the counter repair rests on it); no other table has a resource policy', () => {
+    const policies = Object.values(resources(s.template, 'AWS::DynamoDB::GlobalTable'))
+      .map((t) => [t.Properties.TableName, t.Properties.Replicas?.[0]?.ResourcePolicy?.PolicyDocument])
+      .filter(([, p]) => p !== undefined);
+    expect(policies.map(([name]) => name)).toEqual(['heatsink-liked']);
+    const [[, doc]] = policies;
+    expect(doc.Statement).toHaveLength(1);
+    const [st] = doc.Statement;
+    expect(st).toMatchObject({ Sid: 'InsertOnly', Effect: 'Deny', Principal: { AWS: '*' } });
+    expect([st.Action].flat().sort()).toEqual([...INSERT_ONLY_DENIED].sort());
+    expect(JSON.stringify(st.Resource)).toContain('table/heatsink-liked');
+    // The one writer of liked writes what the policy leaves: conditional inserts.
+    const writes = statements().filter(
+      (st) => JSON.stringify(st.Resource).includes('Tableliked') && [st.Action].flat().some((a: string) => a !== 'dynamodb:PutItem' && !a.startsWith('dynamodb:Query') && !a.startsWith('dynamodb:Describe') && !a.startsWith('dynamodb:GetRecords') && !a.startsWith('dynamodb:GetShardIterator') && !a.startsWith('dynamodb:ListStreams')),
+    );
+    expect(writes.flatMap((st) => [st.Action].flat()).filter((a: string) => INSERT_ONLY_DENIED.includes(a))).toEqual([]);
   });
 
   test('no function reads or writes the leases table: stream consumers run outside the stack', () => {

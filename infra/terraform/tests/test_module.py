@@ -195,6 +195,24 @@ def test_liked_changes_flow_to_like_events_only_with_the_kinesis_source(source):
     assert RESOURCES[("aws_dynamodb_table", "liked")]["stream_enabled"] is True
 
 
+def test_liked_is_insert_only_for_every_principal_as_in_the_cdk_stack():
+    policy = RESOURCES[("aws_dynamodb_resource_policy", "liked_insert_only")]
+    assert unq(policy["resource_arn"]) == "${aws_dynamodb_table.liked.arn}"
+    doc = jsonencoded(policy["policy"], ROOT)
+    [st] = doc["Statement"]
+    assert {k: st[k] for k in ("Sid", "Effect", "Principal", "Resource")} == {
+        "Sid": "InsertOnly",
+        "Effect": "Deny",
+        "Principal": {"AWS": "*"},
+        "Resource": "${aws_dynamodb_table.liked.arn}",
+    }
+    cdk = (REPO / "infra/cdk/lib/heatsink-stack.ts").read_text()
+    denied = re.search(r"INSERT_ONLY_DENIED = \[(.*?)\]", cdk, re.S).group(1)
+    assert sorted(st["Action"]) == sorted(re.findall(r"'(dynamodb:[A-Za-z]+)'", denied))
+    # No other table has a resource policy.
+    assert [k for k in RESOURCES if k[0] == "aws_dynamodb_resource_policy"] == [("aws_dynamodb_resource_policy", "liked_insert_only")]
+
+
 def test_contributor_insights_on_every_table_and_gsi():
     ci = GUARD.resources[("aws_dynamodb_contributor_insights", "this")]
     assert unq(ci["for_each"]) == '${{for k, t in local.targets : k => t if t.mode != ""}}'
@@ -249,6 +267,7 @@ def test_the_provider_constraint_covers_the_contributor_insights_mode():
 SAME_AS_CDK = {
     "aws_dynamodb_table": 5,  # AWS::DynamoDB::GlobalTable x5 (liked, posts; counters, hotkeys, leases in the blocks)
     "aws_dynamodb_kinesis_streaming_destination": 1,  # KinesisStreamSpecification on liked
+    "aws_dynamodb_resource_policy": 1,  # ResourcePolicy on liked's replica (InsertOnly)
     "aws_dynamodb_contributor_insights": 1,  # ContributorInsightsSpecification (for_each: tables + GSIs)
     "aws_kinesis_stream": 1,
     "aws_lambda_function": 4,  # one ../function instance per function
