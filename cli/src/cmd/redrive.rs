@@ -17,9 +17,9 @@
 use std::time::Duration;
 
 use clap::Args;
+use heatsink::counter::CounterStore;
 use heatsink::counter::redrive::{Redrive, RedriveError, Redriven};
 use heatsink::counter::repair::{Repair, RepairOptions};
-use heatsink::counter::{BucketSpec, CounterStore};
 use heatsink::schema::DEFAULT_PREFIX;
 use heatsink_photo_app::counting::Counting;
 use heatsink_photo_app::schema::Schema;
@@ -57,9 +57,6 @@ pub async fn run(args: RedriveArgs) -> CmdResult {
     let ddb = aws_sdk_dynamodb::Client::new(&config);
     let counting = Counting::from_env(&schema);
     let mapper = counting.mapper();
-    let redrive = Redrive::new(&*mapper, &counting.counter, BucketSpec::default())
-        .with_kinesis(aws_sdk_kinesis::Client::new(&config))
-        .with_streams(aws_sdk_dynamodbstreams::Client::new(&config));
     let counters = CounterStore::new(ddb.clone(), counting.counters_table.clone());
     let recount = counting.bucket_recount(&ddb);
     let options = RepairOptions {
@@ -68,6 +65,12 @@ pub async fn run(args: RedriveArgs) -> CmdResult {
         lease: Duration::from_secs(60),
         ..RepairOptions::default()
     };
+    // The repair's bucket width: the checks saved are buckets the repair judges. By hand, the
+    // drain takes every batch up to --max (each read bounded by the redrive's deadline).
+    let redrive = Redrive::new(&*mapper, &counting.counter, options.buckets)
+        .with_kinesis(aws_sdk_kinesis::Client::new(&config))
+        .with_streams(aws_sdk_dynamodbstreams::Client::new(&config))
+        .drain_budget(Duration::from_secs(24 * 3600));
     let repair = Repair::new(&counters, &counting.counter, &recount, options);
     let failed = |e: RedriveError| {
         Failure::new(format!(

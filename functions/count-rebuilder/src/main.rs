@@ -46,17 +46,18 @@
 //!
 //! `HEATSINK_STREAM_FAILURES_URL` (both stacks set it to the aggregator's `stream-failures`
 //! queue): before each repair, the run redrives up to `HEATSINK_REDRIVE_MAX` (default 10) parked
-//! batches (`heatsink::counter::redrive::Redrive::drain`, at most 60 s): each range is read back
+//! batches (`heatsink::counter::redrive::Redrive::drain`: no new batch after 60 s, 5 s a read, never
+//! cancelled while it holds the repair's lease): each range is read back
 //! from the stream and, when the read is complete, the (post, bucket) checks it moved are saved
 //! for this run; a message is deleted only then. A batch that cannot be redriven stays in the
 //! queue (its alarms keep firing) and is listed in the run's `redriven` with the next step.
 
 use std::time::Duration;
 
+use heatsink::counter::CounterStore;
 use heatsink::counter::lineage::{ShardListing, for_stream_arn};
 use heatsink::counter::redrive::Redrive;
 use heatsink::counter::repair::{Repair, RepairOptions};
-use heatsink::counter::{BucketSpec, CounterStore};
 use heatsink::metrics::Emf;
 use heatsink_photo_app::counting::Counting;
 use heatsink_photo_app::lambda::{LambdaStart, start_lambda};
@@ -129,10 +130,12 @@ async fn main() -> Result<(), Error> {
     };
     let sqs = aws_sdk_sqs::Client::new(&config);
     let mapper = counting.mapper();
-    let redrive = Redrive::new(&*mapper, &counting.counter, BucketSpec::default())
+    // The repair's bucket width: the checks a redrive saves are buckets the repair judges.
+    let redrive = Redrive::new(&*mapper, &counting.counter, options.buckets)
         .with_kinesis(aws_sdk_kinesis::Client::new(&config))
         .with_streams(aws_sdk_dynamodbstreams::Client::new(&config))
-        .deadline(Duration::from_secs(5));
+        .deadline(Duration::from_secs(5))
+        .drain_budget(Duration::from_secs(60));
     let (counters, counting, recount, options) = (&counters, &counting, &recount, &options);
     let (failures, sqs, redrive) = (failures.as_deref(), &sqs, &redrive);
     let lineage = lineage.as_deref();
@@ -148,15 +151,11 @@ async fn main() -> Result<(), Error> {
         // out of time deletes nothing it did not save: the repair goes on regardless.
         let mut redriven = vec![];
         if let Some(url) = failures {
-            match tokio::time::timeout(
-                Duration::from_secs(60),
-                redrive.drain(sqs, url, redrive_max, &repair),
-            )
-            .await
-            {
-                Ok(Ok(rows)) => redriven = rows,
-                Ok(Err(e)) => tracing::error!(error = %e, "redrive stopped; parked batches kept"),
-                Err(_) => tracing::warn!("redrive took its 60 s; the rest is kept for the next run"),
+            // Bounded from inside (60 s of new batches, 5 s a read): never cancelled while a
+            // request holds the repair's lease.
+            match redrive.drain(sqs, url, redrive_max, &repair).await {
+                Ok(rows) => redriven = rows,
+                Err(e) => tracing::error!(error = %e, "redrive stopped; parked batches kept"),
             }
             for r in &redriven {
                 tracing::info!(batch = %r.source, result = r.result, shard = ?r.shard, checks = r.checks, detail = ?r.detail, "parked batch");

@@ -1003,7 +1003,26 @@ async fn a_batch_parked_on_a_cold_post_is_exact_after_its_redrive() {
             .await
             .expect("send");
     }
+    // A drain whose budget is spent starts no batch: every message stays.
+    let spent = Redrive::new(&mapper, "likes", spec())
+        .with_kinesis(kinesis.clone())
+        .drain_budget(Duration::ZERO)
+        .drain(&sqs, &url, 10, &repair)
+        .await
+        .expect("drain");
+    assert!(spent.is_empty(), "{spent:?}");
+    // The cold batch's checks are already saved (above) and its message is still queued: a
+    // drain killed between its save and its delete. The next drain saves nothing new and
+    // deletes the message.
     let rows = redrive.drain(&sqs, &url, 10, &repair).await.expect("drain");
+    assert_eq!(
+        repair.request(&[]).await.expect("carried"),
+        Requested::Saved {
+            added: 0,
+            carried: 1
+        },
+        "the batch's check is carried once"
+    );
     let mut results: Vec<&str> = rows.iter().map(|r| r.result).collect();
     results.sort_unstable();
     assert_eq!(results, ["saved", "unfinished", "unreadable"], "{rows:?}");

@@ -122,6 +122,7 @@ pub struct Redrive<'a, M: ?Sized> {
     kinesis: Option<aws_sdk_kinesis::Client>,
     streams: Option<aws_sdk_dynamodbstreams::Client>,
     deadline: Duration,
+    drain_budget: Duration,
 }
 
 impl<M: ?Sized> std::fmt::Debug for Redrive<'_, M> {
@@ -130,6 +131,7 @@ impl<M: ?Sized> std::fmt::Debug for Redrive<'_, M> {
             .field("counter", &self.counter)
             .field("buckets", &self.buckets)
             .field("deadline", &self.deadline)
+            .field("drain_budget", &self.drain_budget)
             .finish_non_exhaustive()
     }
 }
@@ -145,6 +147,7 @@ impl<'a, M: ChangeMapper + ?Sized> Redrive<'a, M> {
             kinesis: None,
             streams: None,
             deadline: Duration::from_secs(10),
+            drain_budget: Duration::from_secs(60),
         }
     }
 
@@ -163,6 +166,17 @@ impl<'a, M: ChangeMapper + ?Sized> Redrive<'a, M> {
     /// The longest one batch's read takes (default 10 s); past it the read is `unfinished`.
     pub fn deadline(mut self, deadline: Duration) -> Self {
         self.deadline = deadline;
+        self
+    }
+
+    /// How long a [`Redrive::drain`] starts new batches (default 60 s). The drain checks it
+    /// between batches and never cancels one under way: a batch's read is bounded by
+    /// [`Redrive::deadline`] and its request holds the repair's lease only while it saves, so a
+    /// drain ends at most one batch after its budget, with no lease left behind. (Cancelling it
+    /// from outside, as a `tokio::time::timeout` would, can leave the lease held for its full
+    /// term: the next repair runs then find it busy.)
+    pub fn drain_budget(mut self, budget: Duration) -> Self {
+        self.drain_budget = budget;
         self
     }
 
@@ -275,7 +289,7 @@ impl<'a, M: ChangeMapper + ?Sized> Redrive<'a, M> {
                 return Err(e.into());
             }
         };
-        self.read_pages(first, range, acc, |it| async move {
+        self.read_pages(&batch.stream_arn, first, range, acc, |it| async move {
             let page = client
                 .get_records()
                 .shard_iterator(it)
@@ -332,7 +346,7 @@ impl<'a, M: ChangeMapper + ?Sized> Redrive<'a, M> {
                 return Err(e.into());
             }
         };
-        self.read_pages(first, range, acc, |it| async move {
+        self.read_pages(&batch.stream_arn, first, range, acc, |it| async move {
             let page = client
                 .get_records()
                 .shard_iterator(it)
@@ -340,17 +354,19 @@ impl<'a, M: ChangeMapper + ?Sized> Redrive<'a, M> {
                 .send()
                 .await
                 .map_err(|e| AwsError::new("DynamoDB Streams", "GetRecords", &batch.shard_id, e))?;
+            // Kept as the SDK gives them: only the batch's records become JSON (a page holds
+            // up to 1,000 records around a parked batch of a few).
             let records = page
-                .records()
-                .iter()
+                .records
+                .unwrap_or_default()
+                .into_iter()
                 .map(|r| {
                     let seq = r
                         .dynamodb()
                         .and_then(|c| c.sequence_number())
                         .unwrap_or_default()
                         .to_owned();
-                    let change = crate::lambda::stream_record_json(&batch.stream_arn, r);
-                    (seq, Raw::Change(change))
+                    (seq, Raw::Change(Box::new(r)))
                 })
                 .collect();
             Ok(Page {
@@ -366,6 +382,7 @@ impl<'a, M: ChangeMapper + ?Sized> Redrive<'a, M> {
     /// answers or a bound is reached, mapping the batch's records into `acc`.
     async fn read_pages<F, Fut>(
         &self,
+        arn: &str,
         first: Option<String>,
         range: &mut RangeRead,
         acc: &mut Mapped,
@@ -397,7 +414,7 @@ impl<'a, M: ChangeMapper + ?Sized> Redrive<'a, M> {
                 if range.take(&seq) {
                     let change = match raw {
                         Raw::Kinesis(data) => crate::lambda::kinesis_change(&data),
-                        Raw::Change(change) => Ok(Some(change)),
+                        Raw::Change(r) => Ok(Some(crate::lambda::stream_record_json(arn, &r))),
                     };
                     self.map(&raw_seq, change, acc);
                 }
@@ -516,7 +533,10 @@ impl<M: ChangeMapper + ?Sized> Redrive<'_, M> {
     /// Drains up to `max` messages of the on-failure queue `url` (SQS): each is redriven
     /// ([`Redrive::redrive`]) and deleted only once its checks are saved; any other message
     /// stays (invisible for 2 minutes, then back for the next drain). Stops at the first
-    /// stream, DynamoDB or SQS failure, messages already saved deleted.
+    /// stream, DynamoDB or SQS failure, messages already saved deleted, and starts no batch
+    /// once its [`Redrive::drain_budget`] is spent (a message received but not started is back
+    /// in the queue within 2 minutes). A drain killed between a save and its delete leaves the
+    /// message: the next drain saves the same checks again (nothing added) and deletes it.
     pub async fn drain<R: BucketRecount>(
         &self,
         sqs: &aws_sdk_sqs::Client,
@@ -524,9 +544,11 @@ impl<M: ChangeMapper + ?Sized> Redrive<'_, M> {
         max: u32,
         repair: &Repair<'_, R>,
     ) -> Result<Vec<Redriven>, RedriveError> {
+        let started = std::time::Instant::now();
+        let spent = || started.elapsed() >= self.drain_budget;
         let mut rows = vec![];
         let mut taken = 0u32;
-        while taken < max {
+        while taken < max && !spent() {
             let out = sqs
                 .receive_message()
                 .queue_url(url)
@@ -540,6 +562,9 @@ impl<M: ChangeMapper + ?Sized> Redrive<'_, M> {
                 break;
             }
             for m in messages {
+                if spent() {
+                    break;
+                }
                 taken += 1;
                 let id = m.message_id.clone().unwrap_or_default();
                 let body = m.body.unwrap_or_default();
@@ -573,8 +598,8 @@ struct Page {
 enum Raw {
     /// Kinesis data (a change record as JSON, decoded only when the record is the batch's).
     Kinesis(Vec<u8>),
-    /// A DynamoDB Streams record, as the JSON Lambda delivers.
-    Change(Value),
+    /// A DynamoDB Streams record (made the JSON Lambda delivers only when it is the batch's).
+    Change(Box<aws_sdk_dynamodbstreams::types::Record>),
 }
 
 /// What the records of one batch mapped to.
