@@ -504,21 +504,58 @@ impl CounterStore {
         changes: &BTreeMap<CounterKey, Vec<Change>>,
         span_ms: u64,
     ) -> Result<FlushReport, CounterStoreError> {
+        self.flush_changes_after(writer, &[], changes, span_ms)
+            .await
+    }
+
+    /// [`CounterStore::flush_changes`] for a writer whose shard was split or merged from
+    /// `parents`: a sub-key's first flush starts from its parents' stored windows of the same
+    /// counter, merged ([`heatsink_core::counter::decide_deduped_seeded`]), so a duplicate that
+    /// straddles the reshard (the original counted by a parent, the copy delivered to the
+    /// child) is dropped. Costs one more BatchGetItem of the parents' sub-keys for the counters
+    /// the writer has not flushed yet.
+    pub async fn flush_changes_after(
+        &self,
+        writer: &WriterId,
+        parents: &[WriterId],
+        changes: &BTreeMap<CounterKey, Vec<Change>>,
+        span_ms: u64,
+    ) -> Result<FlushReport, CounterStoreError> {
         let mut report = FlushReport::default();
         let sk = SubKey::Writer(writer.clone()).sort_key();
         let mut remaining: Vec<CounterKey> = changes.keys().cloned().collect();
+        let mut seeds: BTreeMap<CounterKey, DedupeWindow> = BTreeMap::new();
         for _ in 0..MAX_ROUNDS {
             if remaining.is_empty() {
                 return Ok(report);
             }
             let stored = self.stored_windows(&sk, &remaining, span_ms).await?;
+            let first: Vec<CounterKey> = remaining
+                .iter()
+                .filter(|k| !stored.contains_key(*k) && !seeds.contains_key(*k))
+                .cloned()
+                .collect();
+            for parent in parents {
+                if first.is_empty() {
+                    break;
+                }
+                let psk = SubKey::Writer(parent.clone()).sort_key();
+                for (key, (_, window, _)) in self.stored_windows(&psk, &first, span_ms).await? {
+                    seeds
+                        .entry(key)
+                        .or_insert_with(|| DedupeWindow::new(span_ms))
+                        .merge(&window);
+                }
+            }
             let mut decisions = vec![];
             for key in &remaining {
                 let Some(batch) = changes.get(key) else {
                     continue;
                 };
                 let current = stored.get(key).map(|(s, w, _)| (s, w));
-                match decide_deduped(current, batch, span_ms)? {
+                let seed = seeds.get(key);
+                match decide_deduped_seeded(current, seed, batch, span_ms, DedupeWindow::MAX_BYTES)?
+                {
                     Some(d) => {
                         let first = d.counted_events.iter().map(|(at, _)| *at).min();
                         let mut buckets = stored

@@ -105,7 +105,7 @@ pub use compact::{
 };
 pub use dedupe::{
     Admit, Change, ChangeId, DedupeDecision, DedupeWindow, canonical_json, decide_deduped,
-    decide_deduped_within,
+    decide_deduped_seeded, decide_deduped_within,
 };
 pub use esm::{
     EsmPlan, EsmPlanRequest, SHARD_BYTES_PER_SECOND, SHARD_RECORDS_PER_SECOND, SHARD_TARGET,

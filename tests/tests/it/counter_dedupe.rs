@@ -36,6 +36,11 @@ fn like(table: &str, post: &str, user: &str, created_ms: u64) -> String {
 
 /// A Lambda Kinesis event of `changes` (JSON texts) on [`SHARD`], sequence numbers from `seq`.
 fn event(changes: &[String], seq: u64) -> aws_lambda_events::kinesis::KinesisEvent {
+    event_on(SHARD, changes, seq)
+}
+
+/// A Lambda Kinesis event of `changes` (JSON texts) on `shard`, sequence numbers from `seq`.
+fn event_on(shard: &str, changes: &[String], seq: u64) -> aws_lambda_events::kinesis::KinesisEvent {
     let b64 = base64::engine::general_purpose::STANDARD;
     let records: Vec<Value> = changes
         .iter()
@@ -43,7 +48,7 @@ fn event(changes: &[String], seq: u64) -> aws_lambda_events::kinesis::KinesisEve
         .map(|(i, data)| {
             let seq = format!("{:056}", seq + i as u64);
             json!({"eventSource": "aws:kinesis", "eventVersion": "1.0", "awsRegion": "us-east-1",
-                "eventID": format!("{SHARD}:{seq}"), "eventName": "aws:kinesis:record",
+                "eventID": format!("{shard}:{seq}"), "eventName": "aws:kinesis:record",
                 "eventSourceARN": "arn:aws:kinesis:us-east-1:000000000000:stream/like-events",
                 "kinesis": {"kinesisSchemaVersion": "1.0", "partitionKey": "p",
                     "sequenceNumber": seq, "approximateArrivalTimestamp": now_ms() as f64 / 1e3,
@@ -194,4 +199,108 @@ async fn counter_the_same_change_with_its_attributes_in_another_order_counts_onc
     );
     let key = CounterKey::new(COUNTER, "p9").expect("key");
     assert_eq!(store.read(&key).await.expect("count").total(), 1);
+}
+
+/// `like-events` split: parent shard 0 into children 1 and 2. A change the parent counted is
+/// delivered again to child 1 under a new sequence number (Kinesis Data Streams for DynamoDB
+/// may publish a change twice, and a reshard can fall between the copies). With the lineage, the
+/// child's first flush starts from the parent's dedupe window: the copy is dropped. Without it
+/// (no lineage: an empty first window) the same copy counts twice, which is what the lineage
+/// prevents. A merge (two parents into one child) seeds from both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counter_a_duplicate_straddling_a_reshard_counts_once_through_the_lineage() {
+    use heatsink::counter::lineage::{ShardInfo, Shards};
+    let fx = fixture!("counter_a_duplicate_straddling_a_reshard_counts_once_through_the_lineage");
+    fx.photo_table(Table::Counters).await;
+    let table = fx.photo().table_name(Table::Liked);
+    let store = CounterStore::new(fx.stack.ddb.clone(), fx.photo().table_name(Table::Counters));
+    let (p, a, b, m) = (
+        "shardId-000000000000",
+        "shardId-000000000001",
+        "shardId-000000000002",
+        "shardId-000000000003",
+    );
+    let child = |id: &str, parents: &[&str]| ShardInfo {
+        parent: parents.first().map(|s| (*s).to_owned()),
+        adjacent_parent: parents.get(1).map(|s| (*s).to_owned()),
+        ..ShardInfo::new(id)
+    };
+    // p splits into a and b; later a and b merge into m.
+    let lineage = std::sync::Arc::new(Shards(vec![
+        ShardInfo {
+            ending_seq: Some(format!("{:056}", 99)),
+            ..ShardInfo::new(p)
+        },
+        child(a, &[p]),
+        child(b, &[p]),
+        child(m, &[a, b]),
+    ]));
+    let agg = aggregator(store.clone(), None).with_lineage(lineage);
+    let plain = aggregator(store.clone(), None);
+    let at = now_ms() - 3_000;
+    let count = |post: &'static str| {
+        let store = store.clone();
+        async move {
+            let key = CounterKey::new(COUNTER, post).expect("key");
+            store.read(&key).await.expect("count").total()
+        }
+    };
+    // The parent counts u1 and u2 on p9, and u1 on p8.
+    let (resp, _) = agg
+        .handle_kinesis(event_on(
+            p,
+            &[
+                like(&table, "p9", "u1", at),
+                like(&table, "p9", "u2", at + 10),
+            ],
+            10,
+        ))
+        .await;
+    assert!(resp.batch_item_failures.is_empty());
+    let (resp, _) = plain
+        .handle_kinesis(event_on(p, &[like(&table, "p8", "u1", at)], 20))
+        .await;
+    assert!(resp.batch_item_failures.is_empty());
+    // Child a: a copy of u1's like and a new like u3. Dropped, counted.
+    let (resp, report) = agg
+        .handle_kinesis(event_on(
+            a,
+            &[
+                like(&table, "p9", "u1", at),
+                like(&table, "p9", "u3", at + 500),
+            ],
+            200,
+        ))
+        .await;
+    assert!(resp.batch_item_failures.is_empty());
+    assert_eq!(
+        (report.flush.counted, report.flush.duplicates),
+        (1, 1),
+        "{report:?}"
+    );
+    assert_eq!(count("p9").await, 3);
+    // The merge: m's first flush seeds from a and b (a holds u1 and u3 of p9 now).
+    let (_, report) = agg
+        .handle_kinesis(event_on(
+            m,
+            &[
+                like(&table, "p9", "u3", at + 500),
+                like(&table, "p9", "u2", at + 10),
+            ],
+            300,
+        ))
+        .await;
+    // (Nothing counted, so nothing written: the flush reports the batch as already applied.)
+    assert_eq!(report.flush.counted, 0, "{report:?}");
+    assert_eq!(count("p9").await, 3);
+    // Without the lineage the child's first window is empty: the copy counts again.
+    let (_, report) = plain
+        .handle_kinesis(event_on(b, &[like(&table, "p8", "u1", at)], 400))
+        .await;
+    assert_eq!(report.flush.counted, 1, "{report:?}");
+    assert_eq!(
+        count("p8").await,
+        2,
+        "a straddling copy without the lineage"
+    );
 }

@@ -347,6 +347,9 @@ struct BatchSource<'a> {
     dedupe: bool,
     /// The DynamoDB Streams parent shard of the batch's shard, when known.
     parent: Option<&'a str>,
+    /// The Kinesis shard's parents in the lineage (a split's one, a merge's two): a counter's
+    /// first flush on this shard starts from their dedupe windows.
+    parents: Vec<WriterId>,
     /// The largest `arrival − creation` of the batch's records plus 1, ms (0: none seen):
     /// filled while the records are walked.
     lag: &'a AtomicU64,
@@ -537,7 +540,9 @@ impl<M: ChangeMapper> StreamAggregator<M> {
         }
         let span_ms = u64::try_from(self.dedupe_window.as_millis()).unwrap_or(u64::MAX);
         let flushed = if dedupe {
-            self.counters.flush_changes(writer, &changes, span_ms).await
+            self.counters
+                .flush_changes_after(writer, &source.parents, &changes, span_ms)
+                .await
         } else {
             self.counters.flush(writer, &deltas).await
         };
@@ -624,6 +629,40 @@ impl<M: ChangeMapper> StreamAggregator<M> {
         }
         if let Ok(mut r) = self.retired.lock() {
             r.insert(parent.to_owned());
+        }
+    }
+
+    /// The parents of `writer`'s shard in the lineage ([`StreamAggregator::with_lineage`];
+    /// none without one). A shard the cached listing does not know asks for a fresh one (paced
+    /// by the cache). A listing that fails leaves the batch without its parents' windows: a
+    /// duplicate straddling the reshard may then count twice (reported by the bucket repair's
+    /// correction), never a like lost.
+    async fn parents_of(&self, writer: &WriterId) -> Vec<WriterId> {
+        let Some(lineage) = &self.lineage else {
+            return vec![];
+        };
+        let find = |l: &super::lineage::Listing| {
+            l.shards
+                .iter()
+                .find(|s| s.shard_id == writer.as_str())
+                .map(|s| s.parents().filter_map(|p| WriterId::new(p).ok()).collect())
+        };
+        let listed = match lineage.list(0).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(error = %e, "stream not listed; this batch dedupes without its parents' windows");
+                return vec![];
+            }
+        };
+        if let Some(parents) = find(&listed) {
+            return parents;
+        }
+        match lineage.list(crate::clock::now_ms()).await {
+            Ok(l) => find(&l).unwrap_or_default(),
+            Err(e) => {
+                tracing::warn!(error = %e, "stream not listed; this batch dedupes without its parents' windows");
+                vec![]
+            }
         }
     }
 
@@ -733,6 +772,7 @@ impl<M: ChangeMapper> StreamAggregator<M> {
         let source = BatchSource {
             dedupe: true,
             parent: None,
+            parents: self.parents_of(&writer).await,
             lag: &lag,
         };
         let report = self.aggregate(&writer, records, source).await;
@@ -797,6 +837,7 @@ impl<M: ChangeMapper> StreamAggregator<M> {
         let source = BatchSource {
             dedupe: false,
             parent: parent.as_deref(),
+            parents: vec![],
             lag: &lag,
         };
         let report = self.aggregate(&writer, records, source).await;
