@@ -90,6 +90,11 @@ pub(super) struct Reshape {
     redrive_checks: u64,
     /// Repair runs after the load.
     repair_runs: u64,
+    /// The last repair run's reason for judging nothing, if it was blocked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    repair_blocked: Option<String>,
+    /// Checks the last repair run left because progress was not proven past them.
+    repair_lagging: u64,
     /// What the repair runs corrected, post → likes.
     repair_corrected: BTreeMap<String, i64>,
     /// Likes on the trickle post that kept the watermarks moving after the load.
@@ -137,21 +142,23 @@ impl std::fmt::Display for Reshape {
             (Some(true), ..) => f.write_str("; every post exact"),
             (Some(false), ..) => write!(
                 f,
-                "; NOT exact by the repair (kept: {:?})",
-                self.not_redriven
+                "; NOT exact by the repair (kept: {:?}, last run blocked: {:?}, lagging: {})",
+                self.not_redriven, self.repair_blocked, self.repair_lagging
             ),
             (None, ..) => Ok(()),
         }
     }
 }
 
-/// The shaped stream's shards as the repair's lineage: every shard a change could be in.
-struct ShapedListing<'a> {
-    shaper: &'a StreamShaper,
-    arn: &'a str,
+/// The shaped stream's shards as the aggregator's and the repair's lineage: every shard a change
+/// could be in, and which shard a split or rollover closed (production lists the stream the same
+/// way: `ListShards` or `DescribeStream`).
+struct ShapedListing {
+    shaper: Arc<StreamShaper>,
+    arn: String,
 }
 
-impl ShardListing for ShapedListing<'_> {
+impl ShardListing for ShapedListing {
     fn list(
         &self,
         _: u64,
@@ -160,7 +167,7 @@ impl ShardListing for ShapedListing<'_> {
             let taken_ms = heatsink::clock::now_ms();
             let views = self
                 .shaper
-                .with_stream(self.arn, |s| s.describe())
+                .with_stream(&self.arn, |s| s.describe())
                 .ok_or("the shaped stream is not watched")?;
             let shards = views
                 .into_iter()
@@ -188,7 +195,10 @@ fn through_shaper(batch: ParkedBatch, arn: &str) -> ParkedBatch {
 
 /// The pre-aggregated run's moving parts, shared by its phases.
 struct Pre {
-    shaper: StreamShaper,
+    /// The shaper (stopped when the last holder, this or the aggregator's lineage, drops it).
+    shaper: Arc<StreamShaper>,
+    /// Its shards, as the aggregator and the repair list them.
+    listing: Arc<ShapedListing>,
     arn: String,
     agg: Aggregator,
     streams: aws_sdk_dynamodbstreams::Client,
@@ -227,7 +237,6 @@ impl Run<'_> {
         self.finish_reshape(&pre, &delivered, &mut reshape);
         let faults = self.fault_counts(&pre, &delivered);
         let mut out = self.pre_outcome(&pre, &report, hot, &hot_keys).await?;
-        pre.shaper.stop();
         out.faults = Some(faults);
         out.reshape =
             (self.args.reshard_at.is_some() || self.args.park.is_some()).then_some(reshape);
@@ -285,7 +294,12 @@ impl Run<'_> {
             .table
             .and_then(|t| t.latest_stream_arn)
             .ok_or("the liked table has no stream: run `heatsink local bootstrap`")?;
-        let shaper = StreamShaper::start(&self.streams_upstream, self.shape(chaos)).await?;
+        let shaper =
+            Arc::new(StreamShaper::start(&self.streams_upstream, self.shape(chaos)).await?);
+        let listing = Arc::new(ShapedListing {
+            shaper: shaper.clone(),
+            arn: arn.clone(),
+        });
         let streams = aws_sdk_dynamodbstreams::Client::from_conf(
             aws_sdk_dynamodbstreams::config::Builder::from(&self.config)
                 .endpoint_url(shaper.endpoint())
@@ -295,7 +309,8 @@ impl Run<'_> {
             CounterStore::new(self.via_sim.clone(), self.counters()),
             Some(streams.clone()),
         )
-        .with_table(&liked);
+        .with_table(&liked)
+        .with_lineage(listing.clone());
         // Skip whatever earlier runs left in the stream: only this run's likes are shaped.
         shaper.watch(&arn).await?;
         let faults = [
@@ -309,6 +324,7 @@ impl Run<'_> {
         ];
         Ok(Pre {
             shaper,
+            listing,
             arn,
             agg,
             streams,
@@ -413,12 +429,8 @@ impl Run<'_> {
         let counting = Counting::likes(self.schema);
         let recount: GsiRecount = counting.bucket_recount(&self.direct);
         let counters = CounterStore::new(self.direct.clone(), self.counters());
-        let listing = ShapedListing {
-            shaper: &pre.shaper,
-            arn: &pre.arn,
-        };
         let repair =
-            Repair::new(&counters, COUNTER, &recount, repair_options()).with_lineage(&listing);
+            Repair::new(&counters, COUNTER, &recount, repair_options()).with_lineage(&*pre.listing);
         let redrive = Redrive::new(&LikeMapper, COUNTER, BucketSpec::default())
             .with_streams(pre.streams.clone())
             .deadline(Duration::from_secs(5));
@@ -438,6 +450,8 @@ impl Run<'_> {
             out.trickle_likes += self.trickle(pre, out.trickle_likes).await;
             let report = repair.run().await?;
             out.repair_runs += 1;
+            out.repair_blocked = report.blocked.map(|b| b.detail);
+            out.repair_lagging = report.lagging;
             for (post, n) in report.corrected {
                 *out.repair_corrected.entry(post).or_default() += n;
             }
