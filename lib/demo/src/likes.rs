@@ -1132,6 +1132,66 @@ mod tests {
         assert_eq!(per_second(&trace), vec![(1.0, 5.0), (2.0, 0.0)]);
     }
 
+    fn pre_outcome(count_read: i64, truth: i64, reshape: Option<pre::Reshape>) -> Outcome {
+        Outcome {
+            strategy: "pre-aggregated",
+            hot_key: "likes#p9".into(),
+            hot_key_writes: 0,
+            hot_writes_per_1000: 0.0,
+            steady: None,
+            hot_likes_acked: 0,
+            hot_likes_offered: 0,
+            hot_likes_sent: 0,
+            likes_sent: 0,
+            likes_acked: 0,
+            shed: 0,
+            load_seconds: 0.0,
+            count_read,
+            truth,
+            partition_writes: 0,
+            writes_per_1k_likes: 0.0,
+            writes_per_s: 0.0,
+            throttled: 0,
+            counter_throttled: 0,
+            max_partition_utilisation: 0.0,
+            salt_placement: None,
+            dedupe: None,
+            liked: None,
+            faults: None,
+            rebuild_corrected: None,
+            reshape,
+            stats: None,
+            trace: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_count_off_the_truth_or_posts_the_repair_left_inexact_fail_the_run() {
+        assert!(check_exact(&[pre_outcome(7, 7, None)]).is_ok());
+        let off = check_exact(&[pre_outcome(6, 7, None)]).expect_err("count off");
+        assert!(off.to_string().contains("6 != truth 7"), "{off}");
+        assert!(check_exact(&[pre_outcome(7, 7, Some(pre::Reshape::default()))]).is_ok());
+        let stuck = pre::Reshape::not_repaired();
+        let err = check_exact(&[pre_outcome(7, 7, Some(stuck))]).expect_err("not repaired");
+        assert!(
+            err.to_string().contains("did not make every post exact"),
+            "{err}"
+        );
+        // The figures land in the pre-aggregated outcome's JSON beside the count.
+        let json =
+            serde_json::to_value(pre_outcome(7, 7, Some(pre::Reshape::default()))).expect("json");
+        for key in [
+            "count_read",
+            "likes_acked",
+            "hot_writes_per_1000",
+            "reshards",
+            "parked_batches",
+            "redriven_batches",
+        ] {
+            assert!(json.get(key).is_some(), "{key} missing: {json}");
+        }
+    }
+
     #[test]
     fn chaos_flags_parse_and_bad_ones_are_refused() {
         let c = parse_chaos("lost-ack=0.1,dup-batch=0.2,crash=0.05,seed=7").expect("valid");

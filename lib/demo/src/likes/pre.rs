@@ -113,6 +113,15 @@ impl Reshape {
     pub(super) fn repaired(&self) -> bool {
         self.exact_by_repair != Some(false)
     }
+
+    /// A `--park` run whose repair did not make every post exact (for tests).
+    #[cfg(test)]
+    pub(super) fn not_repaired() -> Self {
+        Self {
+            exact_by_repair: Some(false),
+            ..Self::default()
+        }
+    }
 }
 
 impl std::fmt::Display for Reshape {
