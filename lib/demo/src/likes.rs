@@ -13,7 +13,7 @@
 //! duplicate batches, crashes before a flush); `--reshard-at` splits every stream shard in two
 //! mid-run; `--park` makes a share of the stream's batches fail until the local event-source
 //! mapping parks them, then redrives them through the toolkit's redrive and repair (see
-//! [`pre`]); `--plot` draws per-partition utilisation (SVG or PNG, by the file's extension).
+//! `likes/pre.rs`); `--plot` draws per-partition utilisation (SVG or PNG, by the file's extension).
 //! A pre-aggregated count that differs from the truth fails the run (exit 1).
 
 mod pre;

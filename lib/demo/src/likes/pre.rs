@@ -81,6 +81,12 @@ pub(super) struct Reshape {
     parked_batches: u64,
     /// Records in them (retries excluded).
     parked_records: u64,
+    /// Of them, parked after every post was exact (trickle likes only): not redriven by the
+    /// demo, which stops there; the rebuilder pass counts them.
+    parked_after_exact: u64,
+    /// Parked batches the demo took from the destination (to redrive).
+    #[serde(skip)]
+    parked_taken: u64,
     /// Parked batches read back and their checks saved for the repair.
     redriven_batches: u64,
     /// Parked batches whose redrive did not save, with the reason (the run then is not exact).
@@ -448,6 +454,7 @@ impl Run<'_> {
         loop {
             for batch in pre.destination.take() {
                 parked_at.push(Instant::now());
+                out.parked_taken += 1;
                 pending.push(through_shaper(batch, &pre.arn));
             }
             pending = redrive_pending(&redrive, &repair, pending, out).await?;
@@ -538,6 +545,9 @@ impl Run<'_> {
             .with_stream(&pre.arn, |s| s.open_shards())
             .unwrap_or(0);
         out.parked_batches = delivered.parked_batches;
+        if self.args.park.is_some() {
+            out.parked_after_exact = delivered.parked_batches.saturating_sub(out.parked_taken);
+        }
         out.parked_records = delivered.parked;
     }
 
