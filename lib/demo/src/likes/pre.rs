@@ -327,7 +327,7 @@ impl Run<'_> {
         .with_table(&liked)
         .with_lineage(listing.clone());
         // Skip whatever earlier runs left in the stream: only this run's likes are shaped.
-        shaper.watch(&arn).await?;
+        shaper.watch_from_now(&arn).await?;
         let faults = [
             "lost_ack",
             "dup_batch",
