@@ -10,8 +10,13 @@
 //!
 //! It prints likes sent, counter write requests, the busiest partition's utilisation, throttles
 //! and the final count against the truth. `--chaos` injects aggregator faults (lost acks,
-//! duplicate batches, crashes before a flush); `--plot` draws per-partition utilisation (SVG or
-//! PNG, by the file's extension).
+//! duplicate batches, crashes before a flush); `--reshard-at` splits every stream shard in two
+//! mid-run; `--park` makes a share of the stream's batches fail until the local event-source
+//! mapping parks them, then redrives them through the toolkit's redrive and repair (see
+//! `likes/pre.rs`); `--plot` draws per-partition utilisation (SVG or PNG, by the file's extension).
+//! A pre-aggregated count that differs from the truth fails the run (exit 1).
+
+mod pre;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -20,18 +25,13 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use clap::Args;
-use heatsink::counter::{CounterStore, FlushReport};
 use heatsink::keys::SaltedKey;
 use heatsink::schema::{self, DEFAULT_PREFIX};
-use heatsink_photo_app::rebuild::{RebuildOptions, rebuild};
 use heatsink_photo_app::schema::{Schema, Table};
-use heatsink_photo_app::{Aggregator, LikeOutcome, LikesApi, aggregator};
-use heatsink_sim::esm::{self, Batch, EsmSettings};
-use heatsink_sim::front::StreamShaper;
+use heatsink_sim::esm::EsmSettings;
 use heatsink_sim::load::{LoadReport, OpenLoop};
-use heatsink_sim::shape::{ShapeConfig, SourceKind};
+use heatsink_sim::shape::SourceKind;
 use heatsink_sim::{SimConfig, Simulator, Stats, partition_of};
-use rand::{Rng, SeedableRng, rngs::StdRng};
 use serde::Serialize;
 
 use heatsink_cli::cmd::{CmdResult, sdk_config};
@@ -89,6 +89,16 @@ pub struct DemoArgs {
     /// Faults for the pre-aggregated run: `lost-ack=P,dup-batch=P,crash=P,seed=N`.
     #[arg(long)]
     chaos: Option<String>,
+    /// Pre-aggregated: split every stream shard in two this many seconds after the stream
+    /// shaper starts (just before the load); each closes and two children name it as parent
+    /// (0–3,600).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=3_600))]
+    reshard_at: Option<u64>,
+    /// Pre-aggregated: share of stream batches (seeded by --chaos seed) that fail every delivery
+    /// until the local event-source mapping parks them; each is then redriven (read back, its
+    /// checks saved for the repair) and repaired, and the time to exact counts reported (0–1).
+    #[arg(long, value_parser = probability)]
+    park: Option<f64>,
     /// Print a machine-readable summary instead of the table.
     #[arg(long)]
     json: bool,
@@ -209,6 +219,9 @@ struct Outcome {
     /// drift (new `fix` minus old). Empty when every counter matched its durable likes.
     #[serde(skip_serializing_if = "Option::is_none")]
     rebuild_corrected: Option<BTreeMap<String, i64>>,
+    /// Pre-aggregated with `--reshard-at` or `--park`: what they did.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    reshape: Option<pre::Reshape>,
     #[serde(skip)]
     stats: Option<Stats>,
     /// Hot-key writes over time (the plot's first series).
@@ -433,6 +446,7 @@ impl Run<'_> {
             liked: None,
             faults: None,
             rebuild_corrected: None,
+            reshape: None,
             stats: Some(stats),
             trace: Vec::new(),
         }
@@ -553,214 +567,6 @@ impl Run<'_> {
         out.trace = samples;
         Ok(out)
     }
-
-    async fn pre_aggregated(
-        &self,
-        chaos: Chaos,
-    ) -> Result<Outcome, Box<dyn std::error::Error + Send + Sync>> {
-        const STRATEGY: &str = "pre-aggregated";
-        self.sim.reset();
-        let (tag, args) = (&self.tag, self.args);
-        for n in 0..16 {
-            self.direct
-                .put_item()
-                .table_name(self.schema.table_name(Table::Posts))
-                .item("post", AttributeValue::S(format!("{tag}-{STRATEGY}-p{n}")))
-                .send()
-                .await?;
-        }
-        let api = Arc::new(LikesApi::new(self.via_sim.clone(), self.schema));
-        let liked = self.schema.table_name(Table::Liked);
-        let arn = self
-            .direct
-            .describe_table()
-            .table_name(&liked)
-            .send()
-            .await?
-            .table
-            .and_then(|t| t.latest_stream_arn)
-            .ok_or("the liked table has no stream: run `heatsink local bootstrap`")?;
-        // The stream as production shapes it: the deployed shard count, rollovers or duplicates.
-        let mut shape = ShapeConfig::new(self.esm.source, self.esm.shards);
-        match self.esm.source {
-            SourceKind::DynamoDbStreams => {
-                shape.rollover = Some(Duration::from_secs(args.rollover));
-            }
-            SourceKind::Kinesis => {
-                shape.duplicates = args.duplicates;
-                shape.reorder = 8;
-            }
-        }
-        shape.seed = chaos.seed;
-        let shaper = StreamShaper::start(&self.streams_upstream, shape).await?;
-        let streams = aws_sdk_dynamodbstreams::Client::from_conf(
-            aws_sdk_dynamodbstreams::config::Builder::from(&self.config)
-                .endpoint_url(shaper.endpoint())
-                .build(),
-        );
-        let agg = aggregator(
-            CounterStore::new(self.via_sim.clone(), self.counters()),
-            Some(streams),
-        )
-        .with_table(&liked);
-        // Skip whatever earlier runs left in the stream: only this run's likes are shaped.
-        shaper.watch(&arn).await?;
-        let p9_acked = Arc::new(AtomicU64::new(0));
-        let all_acked = Arc::new(AtomicU64::new(0));
-        let p9_sent = Arc::new(AtomicU64::new(0));
-        let done = Arc::new(AtomicBool::new(false));
-        let phase = heatsink_cli::cmd::progress::Phase::start(STRATEGY, self.total(), "likes sent");
-        let start = std::time::Instant::now();
-        let (acked, all) = (p9_acked.clone(), all_acked.clone());
-        let load = async {
-            let report = self
-                .load()
-                .run(
-                    |i| {
-                        let post = post_of(tag, STRATEGY, i, args.baseline, args.rate);
-                        let user = format!("{tag}-u{i}");
-                        if post.ends_with("-p9") {
-                            p9_sent.fetch_add(1, Ordering::Relaxed);
-                        }
-                        let (acked, all) = (acked.clone(), all.clone());
-                        let api = api.clone();
-                        async move {
-                            let r = api.like(&user, &post).await;
-                            if matches!(r, Ok(LikeOutcome::Liked)) {
-                                all.fetch_add(1, Ordering::Relaxed);
-                                if post.ends_with("-p9") {
-                                    acked.fetch_add(1, Ordering::Relaxed);
-                                }
-                            }
-                            r
-                        }
-                    },
-                    |sent| phase.set(sent),
-                )
-                .await;
-            done.store(true, Ordering::Relaxed);
-            report
-        };
-        let mut rng = StdRng::seed_from_u64(chaos.seed);
-        let faults = std::sync::Mutex::new(BTreeMap::from([
-            ("lost_ack", 0u64),
-            ("dup_batch", 0),
-            ("crash", 0),
-            ("batches", 0),
-            ("deduped", 0),
-            ("late", 0),
-        ]));
-        let source = self.esm.source;
-        let (agg, faults_ref) = (&agg, &faults);
-        let consume = esm::run(
-            &shaper,
-            &arn,
-            self.esm,
-            |batch: Batch| {
-                let (crash, lost, dup) = (
-                    rng.random_bool(chaos.crash),
-                    rng.random_bool(chaos.lost_ack),
-                    rng.random_bool(chaos.dup_batch),
-                );
-                async move {
-                    let add = |k: &'static str, n: u64| {
-                        if let Ok(mut f) = faults_ref.lock() {
-                            *f.entry(k).or_default() += n;
-                        }
-                    };
-                    let bump = |k: &'static str| add(k, 1);
-                    // Changes the dedupe window dropped, and changes counted although older
-                    // than it (possible double counts the rebuilder repairs).
-                    let flushed = |f: &FlushReport| {
-                        add("deduped", f.duplicates);
-                        add("late", f.late);
-                    };
-                    bump("batches");
-                    if crash && batch.seqs.len() > 1 {
-                        // A crash part-way: the first half was flushed, then the process died;
-                        // Lambda redelivers the whole batch.
-                        bump("crash");
-                        let mut half = batch.event.clone();
-                        if let Some(records) = half["Records"].as_array_mut() {
-                            let keep = records.len() / 2;
-                            records.truncate(keep);
-                        }
-                        flushed(&invoke(agg, source, half).await.1);
-                    }
-                    let (answer, report) = invoke(agg, source, batch.event.clone()).await;
-                    flushed(&report);
-                    if lost {
-                        // The flush landed but its response was lost: Lambda retries the batch.
-                        bump("lost_ack");
-                        flushed(&invoke(agg, source, batch.event.clone()).await.1);
-                    }
-                    if dup {
-                        bump("dup_batch");
-                        flushed(&invoke(agg, source, batch.event).await.1);
-                    }
-                    answer
-                }
-            },
-            || done.load(Ordering::Relaxed),
-        );
-        let hot = format!("likes#{tag}-{STRATEGY}-p9");
-        let hot_keys = [hot.clone()];
-        let counters = self.counters();
-        let (report, delivered, samples) = tokio::join!(
-            load,
-            consume,
-            trace(self.sim, &counters, &hot_keys, &p9_acked, &done, start)
-        );
-        phase.finish();
-        let mut faults = faults.into_inner().unwrap_or_default();
-        faults.insert("parked", delivered.parked);
-        if let Some(shaped) = shaper.stats(&arn) {
-            faults.insert("stream_duplicates", shaped.duplicates);
-            faults.insert("stream_reordered", shaped.reordered);
-            faults.insert("stream_rollovers", shaped.rollovers);
-        }
-        shaper.stop();
-        // The load is over and the stream drained: every like has been flushed or lost for good,
-        // so no quiet period is needed to tell the two apart.
-        let settled = RebuildOptions {
-            quiet: Duration::ZERO,
-        };
-        let rebuilt = rebuild(&self.direct, self.schema, settled).await?;
-        eprintln!(
-            "  rebuilder: {} durable likes scanned, {} counters corrected",
-            rebuilt.events_scanned,
-            rebuilt.corrected.len()
-        );
-        let count = api.count(&format!("{tag}-{STRATEGY}-p9")).await?;
-        let mut out = self.outcome(
-            STRATEGY,
-            &report,
-            p9_sent.load(Ordering::Relaxed),
-            p9_acked.load(Ordering::Relaxed),
-            all_acked.load(Ordering::Relaxed),
-            count,
-            hot.clone(),
-            &hot_keys,
-        );
-        if let Some(stats) = &out.stats {
-            out.liked = Some(TableLoad {
-                writes: stats.table_writes(&liked),
-                throttled: stats.table_throttled(&liked),
-                max_partition_utilisation: stats.max_utilisation(&liked),
-            });
-        }
-        out.faults = Some(faults);
-        out.rebuild_corrected = Some(rebuilt.corrected);
-        if self.esm.source == SourceKind::Kinesis {
-            out.dedupe = Some(
-                self.dedupe_memory(&hot, &report, p9_acked.load(Ordering::Relaxed))
-                    .await?,
-            );
-        }
-        out.steady = steady(&samples, self.esm.window, report.elapsed.as_secs_f64());
-        out.trace = samples;
-        Ok(out)
-    }
 }
 
 impl Run<'_> {
@@ -802,33 +608,6 @@ impl Run<'_> {
     }
 }
 
-/// One aggregator invocation as Lambda makes it: the failed record's id, if any, and what the
-/// invocation's flush did.
-async fn invoke(
-    agg: &Aggregator,
-    source: SourceKind,
-    event: serde_json::Value,
-) -> (Option<String>, FlushReport) {
-    match source {
-        SourceKind::DynamoDbStreams => match serde_json::from_value(event) {
-            Ok(event) => {
-                let (resp, report) = agg.handle_dynamodb(event).await;
-                let failed = resp.batch_item_failures.first();
-                (failed.and_then(|f| f.item_identifier.clone()), report.flush)
-            }
-            Err(_) => (None, FlushReport::default()),
-        },
-        SourceKind::Kinesis => match serde_json::from_value(event) {
-            Ok(event) => {
-                let (resp, report) = agg.handle_kinesis(event).await;
-                let failed = resp.batch_item_failures.first();
-                (failed.and_then(|f| f.item_identifier.clone()), report.flush)
-            }
-            Err(_) => (None, FlushReport::default()),
-        },
-    }
-}
-
 /// The other scenes of `heatsink-demo`.
 #[derive(Debug, clap::Subcommand)]
 pub enum DemoScene {
@@ -843,12 +622,7 @@ pub async fn run(args: DemoArgs) -> CmdResult {
     if let Some(DemoScene::Move(a)) = args.scene.take() {
         return crate::moves::move_demo(a).await;
     }
-    if !(0.01..=1.0).contains(&args.scale) {
-        return Err(format!("--scale {} is outside 0.01..=1", args.scale).into());
-    }
-    let (full_rate, full_baseline) = (args.rate, args.baseline);
-    args.rate = ((f64::from(args.rate) * args.scale).round() as u32).max(1);
-    args.baseline = ((f64::from(args.baseline) * args.scale).round() as u32).max(1);
+    let full = scale_args(&mut args)?;
     let chaos = match &args.chaos {
         Some(text) => parse_chaos(text)?,
         None => Chaos::default(),
@@ -857,238 +631,351 @@ pub async fn run(args: DemoArgs) -> CmdResult {
         // Refuse a bad --plot before minutes of load, not after.
         crate::chart::Format::of(path)?;
     }
-    let upstream = std::env::var("AWS_ENDPOINT_URL_DYNAMODB").map_err(|_| {
-        "the demo runs on the local stack: eval \"$(localstack/stack env)\" first (make demo does)"
-    })?;
-    let config = sdk_config().await;
-    let direct = aws_sdk_dynamodb::Client::new(&config);
-    let schema = Schema::new(args.prefix.clone());
-    for table in [Table::Liked, Table::Counters, Table::Posts] {
-        schema::ensure_table(&direct, &schema.table(table))
-            .await
-            .map_err(|e| heatsink_cli::cmd::local::schema_failure(&config, &e))?;
-    }
-    let mut sim_config = SimConfig::new(&upstream);
-    sim_config.limits.partitions = args.partitions;
-    sim_config.limits.write_ceiling *= args.scale;
-    sim_config.limits.read_ceiling *= args.scale;
-    let sim = Simulator::start(sim_config).await.map_err(|e| {
-        heatsink_cli::cmd::fail::Failure::new(format!(
-            "cannot start the partition simulator in front of {upstream}: {}: check AWS_ENDPOINT_URL_DYNAMODB",
-            heatsink_cli::cmd::fail::chain(&e)
-        ))
-    })?;
-    let via_sim = aws_sdk_dynamodb::Client::from_conf(
-        aws_sdk_dynamodb::config::Builder::from(&config)
-            .endpoint_url(sim.endpoint())
-            .build(),
-    );
-    let streams_upstream =
-        std::env::var("AWS_ENDPOINT_URL_DYNAMODB_STREAMS").unwrap_or_else(|_| upstream.clone());
-    // The deployed event source mapping, scaled: the window by 1/s, so a batch holds as many
-    // likes as at full scale.
-    let deployed = heatsink_photo_app::esm::deployed(&schema);
-    let esm = EsmSettings {
-        source: args.source,
-        batch_size: deployed.batch_size,
-        window: deployed.window.div_f64(args.scale),
-        shards: args.stream_shards.unwrap_or(deployed.shards),
-    };
-    let tag = format!(
-        "d{:x}",
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)?
-            .as_secs()
-    );
-    let run = Run {
-        args: &args,
-        sim: &sim,
-        via_sim,
-        direct,
-        config: config.clone(),
-        streams_upstream,
-        esm,
-        schema: &schema,
-        tag,
-    };
+    let stack = Stack::start(&args).await?;
+    let run = stack.run(&args)?;
     if !args.json {
-        eprintln!(
-            "celebrity post p9 at {} likes/s, 15 other posts at {}/s each, {} s per strategy, through the simulator ({} partitions x {:.0} WCU/s)",
-            args.rate,
-            args.baseline,
-            args.duration,
-            args.partitions,
-            1000.0 * args.scale
-        );
-        eprintln!(
-            "pre-aggregated reads the {} shape as the stack deploys it (infra/esm.json): {} shards, batches of up to {} records or {:.1} s",
-            match esm.source {
-                SourceKind::Kinesis => "Kinesis Data Streams for DynamoDB",
-                SourceKind::DynamoDbStreams => "DynamoDB Streams",
-            },
-            esm.shards,
-            esm.batch_size,
-            esm.window.as_secs_f64()
-        );
-        if args.scale < 1.0 {
-            eprintln!(
-                "(scaled {}: the full-size scenario's {full_rate} likes/s and {full_baseline}/s against 1,000 WCU/s partitions, same ratios)",
-                args.scale
-            );
-        }
+        print_intro(&args, &run.esm, full);
     }
-    // A strategy's failure as one line naming the tables, the local stack's endpoint and a next step.
-    let failed = |strategy: &str, e: Box<dyn std::error::Error + Send + Sync>| {
-        let tables = format!(
-            "{}, {} and {}",
-            schema.table_name(Table::Liked),
-            schema.table_name(Table::Counters),
-            schema.table_name(Table::Posts)
-        );
-        heatsink_cli::cmd::fail::Target::new(
-            &config,
-            heatsink_cli::cmd::fail::Service::DynamoDb,
-            "tables",
-            tables,
-        )
-        .fail(&format!("run the {strategy} strategy on"), &*e)
-    };
-    let outcomes = vec![
-        run.additive("naive", 1)
-            .await
-            .map_err(|e| failed("naive", e))?,
-        run.additive("salted", args.salts)
-            .await
-            .map_err(|e| failed("salted", e))?,
-        run.pre_aggregated(chaos)
-            .await
-            .map_err(|e| failed("pre-aggregated", e))?,
-    ];
+    let outcomes = run_strategies(&run, &stack.config, chaos).await?;
     if let Some(path) = &args.plot {
         let panels = chart_panels(
             &outcomes,
-            &schema.table_name(Table::Counters),
+            &stack.schema.table_name(Table::Counters),
             1000.0 * args.scale,
         );
         crate::chart::write(path, &panels)?;
         eprintln!("wrote {}", path.display());
     }
     if args.json {
-        let by_name: BTreeMap<&str, &Outcome> = outcomes.iter().map(|o| (o.strategy, o)).collect();
+        print_json(&args, &run.esm, full, chaos, &outcomes)?;
+    } else {
+        print_table(&outcomes);
+        print_notes(&args, &run.esm, &outcomes);
+    }
+    stack.sim.stop();
+    check_exact(&outcomes)
+}
+
+/// Scales `--rate` and `--baseline` by `--scale`; returns the unscaled (full-size) pair.
+fn scale_args(args: &mut DemoArgs) -> Result<(u32, u32), Box<dyn std::error::Error + Send + Sync>> {
+    if !(0.01..=1.0).contains(&args.scale) {
+        return Err(format!("--scale {} is outside 0.01..=1", args.scale).into());
+    }
+    let full = (args.rate, args.baseline);
+    args.rate = ((f64::from(args.rate) * args.scale).round() as u32).max(1);
+    args.baseline = ((f64::from(args.baseline) * args.scale).round() as u32).max(1);
+    Ok(full)
+}
+
+/// The local stack the scenario runs on: its tables and the partition simulator in front.
+struct Stack {
+    config: aws_config::SdkConfig,
+    upstream: String,
+    direct: aws_sdk_dynamodb::Client,
+    via_sim: aws_sdk_dynamodb::Client,
+    schema: Schema,
+    sim: Simulator,
+}
+
+impl Stack {
+    /// Checks the tables and starts the simulator (ceilings scaled by `--scale`).
+    async fn start(args: &DemoArgs) -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
+        let upstream = std::env::var("AWS_ENDPOINT_URL_DYNAMODB").map_err(|_| {
+            "the demo runs on the local stack: eval \"$(localstack/stack env)\" first (make demo does)"
+        })?;
+        let config = sdk_config().await;
+        let direct = aws_sdk_dynamodb::Client::new(&config);
+        let schema = Schema::new(args.prefix.clone());
+        for table in [Table::Liked, Table::Counters, Table::Posts] {
+            schema::ensure_table(&direct, &schema.table(table))
+                .await
+                .map_err(|e| heatsink_cli::cmd::local::schema_failure(&config, &e))?;
+        }
+        let mut sim_config = SimConfig::new(&upstream);
+        sim_config.limits.partitions = args.partitions;
+        sim_config.limits.write_ceiling *= args.scale;
+        sim_config.limits.read_ceiling *= args.scale;
+        let sim = Simulator::start(sim_config).await.map_err(|e| {
+            heatsink_cli::cmd::fail::Failure::new(format!(
+                "cannot start the partition simulator in front of {upstream}: {}: check AWS_ENDPOINT_URL_DYNAMODB",
+                heatsink_cli::cmd::fail::chain(&e)
+            ))
+        })?;
+        let via_sim = aws_sdk_dynamodb::Client::from_conf(
+            aws_sdk_dynamodb::config::Builder::from(&config)
+                .endpoint_url(sim.endpoint())
+                .build(),
+        );
+        Ok(Self {
+            config,
+            upstream,
+            direct,
+            via_sim,
+            schema,
+            sim,
+        })
+    }
+
+    /// The strategies' shared setup: the deployed event-source mapping (its window scaled by
+    /// 1/s, so a batch holds as many likes as at full scale) and this run's tag.
+    fn run<'a>(
+        &'a self,
+        args: &'a DemoArgs,
+    ) -> Result<Run<'a>, Box<dyn std::error::Error + Send + Sync>> {
+        let deployed = heatsink_photo_app::esm::deployed(&self.schema);
+        let esm = EsmSettings {
+            source: args.source,
+            batch_size: deployed.batch_size,
+            window: deployed.window.div_f64(args.scale),
+            shards: args.stream_shards.unwrap_or(deployed.shards),
+        };
+        let tag = format!(
+            "d{:x}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)?
+                .as_secs()
+        );
+        Ok(Run {
+            args,
+            sim: &self.sim,
+            via_sim: self.via_sim.clone(),
+            direct: self.direct.clone(),
+            config: self.config.clone(),
+            streams_upstream: std::env::var("AWS_ENDPOINT_URL_DYNAMODB_STREAMS")
+                .unwrap_or_else(|_| self.upstream.clone()),
+            esm,
+            schema: &self.schema,
+            tag,
+        })
+    }
+}
+
+/// What the run is about to do, on stderr.
+fn print_intro(args: &DemoArgs, esm: &EsmSettings, (full_rate, full_baseline): (u32, u32)) {
+    eprintln!(
+        "celebrity post p9 at {} likes/s, 15 other posts at {}/s each, {} s per strategy, through the simulator ({} partitions x {:.0} WCU/s)",
+        args.rate,
+        args.baseline,
+        args.duration,
+        args.partitions,
+        1000.0 * args.scale
+    );
+    eprintln!(
+        "pre-aggregated reads the {} shape as the stack deploys it (infra/esm.json): {} shards, batches of up to {} records or {:.1} s",
+        match esm.source {
+            SourceKind::Kinesis => "Kinesis Data Streams for DynamoDB",
+            SourceKind::DynamoDbStreams => "DynamoDB Streams",
+        },
+        esm.shards,
+        esm.batch_size,
+        esm.window.as_secs_f64()
+    );
+    if let Some(at) = args.reshard_at {
+        eprintln!("pre-aggregated: every stream shard splits in two {at} s in");
+    }
+    if let Some(p) = args.park {
+        eprintln!(
+            "pre-aggregated: {:.1} % of stream batches fail until parked, then are redriven and repaired",
+            p * 100.0
+        );
+    }
+    if args.scale < 1.0 {
+        eprintln!(
+            "(scaled {}: the full-size scenario's {full_rate} likes/s and {full_baseline}/s against 1,000 WCU/s partitions, same ratios)",
+            args.scale
+        );
+    }
+}
+
+/// The three strategies, one after another; a failure as one line naming the tables, the local
+/// stack's endpoint and a next step.
+async fn run_strategies(
+    run: &Run<'_>,
+    config: &aws_config::SdkConfig,
+    chaos: Chaos,
+) -> Result<Vec<Outcome>, heatsink_cli::cmd::fail::Failure> {
+    let failed = |strategy: &str, e: Box<dyn std::error::Error + Send + Sync>| {
+        let tables = format!(
+            "{}, {} and {}",
+            run.schema.table_name(Table::Liked),
+            run.schema.table_name(Table::Counters),
+            run.schema.table_name(Table::Posts)
+        );
+        heatsink_cli::cmd::fail::Target::new(
+            config,
+            heatsink_cli::cmd::fail::Service::DynamoDb,
+            "tables",
+            tables,
+        )
+        .fail(&format!("run the {strategy} strategy on"), &*e)
+    };
+    Ok(vec![
+        run.additive("naive", 1)
+            .await
+            .map_err(|e| failed("naive", e))?,
+        run.additive("salted", run.args.salts)
+            .await
+            .map_err(|e| failed("salted", e))?,
+        run.pre_aggregated(chaos)
+            .await
+            .map_err(|e| failed("pre-aggregated", e))?,
+    ])
+}
+
+/// `--json`: the machine-readable summary on stdout.
+fn print_json(
+    args: &DemoArgs,
+    esm: &EsmSettings,
+    (full_rate, _): (u32, u32),
+    chaos: Chaos,
+    outcomes: &[Outcome],
+) -> Result<(), serde_json::Error> {
+    let by_name: BTreeMap<&str, &Outcome> = outcomes.iter().map(|o| (o.strategy, o)).collect();
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&serde_json::json!({
+            "rate": args.rate, "full_scale_rate": full_rate, "scale": args.scale, "duration_s": args.duration, "partitions": args.partitions,
+            "esm": {"source": esm.source, "batch_size": esm.batch_size, "window_s": esm.window.as_secs_f64(), "shards": esm.shards},
+            "salts": args.salts, "chaos": chaos, "reshard_at_s": args.reshard_at, "park": args.park,
+            "strategies": by_name,
+        }))?
+    );
+    Ok(())
+}
+
+/// The strategies side by side.
+fn print_table(outcomes: &[Outcome]) {
+    use heatsink_cli::cmd::table::{Align, Grid};
+    let mut grid = Grid::new(&[
+        ("strategy", Align::Left),
+        ("hot-key writes", Align::Right),
+        ("per 1k p9 likes", Align::Right),
+        ("steady per 1k", Align::Right),
+        ("p9 likes acked", Align::Right),
+        ("counter writes", Align::Right),
+        ("writes/1k", Align::Right),
+        ("writes/s", Align::Right),
+        ("max partition util.", Align::Right),
+        ("throttled", Align::Right),
+        ("count read", Align::Right),
+        ("exact", Align::Right),
+    ]);
+    for o in outcomes {
+        grid.row([
+            o.strategy.to_owned(),
+            o.hot_key_writes.to_string(),
+            format!("{:.1}", o.hot_writes_per_1000),
+            o.steady.map_or_else(
+                || "-".to_owned(),
+                |st| format!("{:.2}", st.hot_writes_per_1000),
+            ),
+            format!("{}/{}", o.hot_likes_acked, o.hot_likes_offered),
+            o.partition_writes.to_string(),
+            format!("{:.1}", o.writes_per_1k_likes),
+            format!("{:.1}", o.writes_per_s),
+            format!("{:.0}%", o.max_partition_utilisation * 100.0),
+            o.counter_throttled.to_string(),
+            format!("{}/{}", o.count_read, o.truth),
+            if o.count_read == o.truth { "yes" } else { "NO" }.to_owned(),
+        ]);
+    }
+    println!();
+    grid.print();
+}
+
+/// The lines under the table: the steady state, shedding, placement, the pre-aggregated
+/// strategy's stream and faults.
+fn print_notes(args: &DemoArgs, esm: &EsmSettings, outcomes: &[Outcome]) {
+    if let Some(st) = outcomes.iter().find_map(|o| o.steady) {
         println!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({
-                "rate": args.rate, "full_scale_rate": full_rate, "scale": args.scale, "duration_s": args.duration, "partitions": args.partitions,
-                "esm": {"source": esm.source, "batch_size": esm.batch_size, "window_s": esm.window.as_secs_f64(), "shards": esm.shards},
-                "salts": args.salts, "chaos": chaos, "strategies": by_name,
-            }))?
+            "steady per 1k: hot-key writes per 1,000 p9 likes over {} whole batching windows ({:.0} s) after the first 1.5",
+            st.windows, st.seconds
         );
     } else {
-        use heatsink_cli::cmd::table::{Align, Grid};
-        let mut grid = Grid::new(&[
-            ("strategy", Align::Left),
-            ("hot-key writes", Align::Right),
-            ("per 1k p9 likes", Align::Right),
-            ("steady per 1k", Align::Right),
-            ("p9 likes acked", Align::Right),
-            ("counter writes", Align::Right),
-            ("writes/1k", Align::Right),
-            ("writes/s", Align::Right),
-            ("max partition util.", Align::Right),
-            ("throttled", Align::Right),
-            ("count read", Align::Right),
-            ("exact", Align::Right),
-        ]);
-        for o in &outcomes {
-            grid.row([
-                o.strategy.to_owned(),
-                o.hot_key_writes.to_string(),
-                format!("{:.1}", o.hot_writes_per_1000),
-                o.steady.map_or_else(
-                    || "-".to_owned(),
-                    |st| format!("{:.2}", st.hot_writes_per_1000),
-                ),
-                format!("{}/{}", o.hot_likes_acked, o.hot_likes_offered),
-                o.partition_writes.to_string(),
-                format!("{:.1}", o.writes_per_1k_likes),
-                format!("{:.1}", o.writes_per_s),
-                format!("{:.0}%", o.max_partition_utilisation * 100.0),
-                o.counter_throttled.to_string(),
-                format!("{}/{}", o.count_read, o.truth),
-                if o.count_read == o.truth { "yes" } else { "NO" }.to_owned(),
-            ]);
-        }
-        println!();
-        grid.print();
-        if let Some(st) = outcomes.iter().find_map(|o| o.steady) {
-            println!(
-                "steady per 1k: hot-key writes per 1,000 p9 likes over {} whole batching windows ({:.0} s) after the first 1.5",
-                st.windows, st.seconds
-            );
-        } else {
-            println!(
-                "steady per 1k: -, the load ran under 2.5 batching windows ({:.0} s each): raise --duration",
-                esm.window.as_secs_f64()
-            );
-        }
-        let per = |name: &str| {
-            outcomes
-                .iter()
-                .find(|o| o.strategy == name)
-                .and_then(|o| o.steady)
-                .map(|st| st.hot_writes_per_1000)
-        };
-        if let (Some(naive), Some(pre)) = (per("naive"), per("pre-aggregated"))
-            && pre > 0.0
-        {
-            println!(
-                "pre-aggregated: {:.0}x fewer hot-key writes per p9 like than naive (steady state)",
-                naive / pre
-            );
-        }
-        if let Some(shed) = outcomes
-            .iter()
-            .filter(|o| o.shed > 0)
-            .map(|o| format!("{} {}", o.strategy, o.shed))
-            .reduce(|a, b| format!("{a}, {b}"))
-        {
-            println!("likes shed at the in-flight cap (the target could not keep up): {shed}");
-        }
-        if let Some(p) = outcomes.iter().find_map(|o| o.salt_placement.as_ref()) {
-            println!(
-                "salted: p9's {} sub-keys per counters partition: {p:?}",
-                args.salts
-            );
-        }
-        if let Some(l) = outcomes.last().and_then(|o| o.liked.as_ref()) {
-            println!(
-                "pre-aggregated durable likes on `liked`: {} writes, busiest partition {:.0}%, {} throttled",
-                l.writes,
-                l.max_partition_utilisation * 100.0,
-                l.throttled
-            );
-        }
-        if let Some(d) = outcomes.last().and_then(|o| o.dedupe.as_ref()) {
-            let max = d.bytes_per_shard.first().copied().unwrap_or(0);
-            println!(
-                "pre-aggregated dedupe memory (stored, per shard): largest {max} bytes over {} shards (~{:.0} bytes per hot like of a {:.0} s window at {:.1} hot likes/s per shard), largest writer item {} bytes",
-                d.bytes_per_shard.len(),
-                max as f64 / (d.hot_per_shard_per_s * d.window_s).max(1e-9),
-                d.window_s,
-                d.hot_per_shard_per_s,
-                d.max_item_bytes
-            );
-        }
-        if let Some(f) = outcomes.last().and_then(|o| o.faults.as_ref()) {
-            println!("pre-aggregated faults injected: {f:?}");
-        }
+        println!(
+            "steady per 1k: -, the load ran under 2.5 batching windows ({:.0} s each): raise --duration",
+            esm.window.as_secs_f64()
+        );
     }
-    sim.stop();
+    let per = |name: &str| {
+        outcomes
+            .iter()
+            .find(|o| o.strategy == name)
+            .and_then(|o| o.steady)
+            .map(|st| st.hot_writes_per_1000)
+    };
+    if let (Some(naive), Some(pre)) = (per("naive"), per("pre-aggregated"))
+        && pre > 0.0
+    {
+        println!(
+            "pre-aggregated: {:.0}x fewer hot-key writes per p9 like than naive (steady state)",
+            naive / pre
+        );
+    }
+    if let Some(shed) = outcomes
+        .iter()
+        .filter(|o| o.shed > 0)
+        .map(|o| format!("{} {}", o.strategy, o.shed))
+        .reduce(|a, b| format!("{a}, {b}"))
+    {
+        println!("likes shed at the in-flight cap (the target could not keep up): {shed}");
+    }
+    if let Some(p) = outcomes.iter().find_map(|o| o.salt_placement.as_ref()) {
+        println!(
+            "salted: p9's {} sub-keys per counters partition: {p:?}",
+            args.salts
+        );
+    }
+    if let Some(last) = outcomes.last() {
+        print_pre_notes(last);
+    }
+}
+
+/// The pre-aggregated strategy's durable writes, dedupe memory, faults, reshards and parking.
+fn print_pre_notes(o: &Outcome) {
+    if let Some(l) = &o.liked {
+        println!(
+            "pre-aggregated durable likes on `liked`: {} writes, busiest partition {:.0}%, {} throttled",
+            l.writes,
+            l.max_partition_utilisation * 100.0,
+            l.throttled
+        );
+    }
+    if let Some(d) = &o.dedupe {
+        let max = d.bytes_per_shard.first().copied().unwrap_or(0);
+        println!(
+            "pre-aggregated dedupe memory (stored, per shard): largest {max} bytes over {} shards (~{:.0} bytes per hot like of a {:.0} s window at {:.1} hot likes/s per shard), largest writer item {} bytes",
+            d.bytes_per_shard.len(),
+            max as f64 / (d.hot_per_shard_per_s * d.window_s).max(1e-9),
+            d.window_s,
+            d.hot_per_shard_per_s,
+            d.max_item_bytes
+        );
+    }
+    if let Some(f) = &o.faults {
+        println!("pre-aggregated faults injected: {f:?}");
+    }
+    if let Some(r) = &o.reshape {
+        println!("pre-aggregated reshards and parked batches: {r}");
+    }
+}
+
+/// The run's verdict: a pre-aggregated count that is not the truth fails it (exit 1), and so
+/// does a `--park` run whose redrive and repair did not make every post exact.
+fn check_exact(outcomes: &[Outcome]) -> CmdResult {
     let last = outcomes.last().ok_or("no outcome")?;
     if last.count_read != last.truth {
         return Err(format!(
-            "pre-aggregated count {} != truth {}",
+            "pre-aggregated count {} != truth {} (acknowledged p9 likes)",
             last.count_read, last.truth
+        )
+        .into());
+    }
+    if let Some(r) = &last.reshape
+        && !r.repaired()
+    {
+        return Err(format!(
+            "the parked batches' redrive and repair did not make every post exact in time (the rebuilder pass did): {r}"
         )
         .into());
     }
@@ -1243,6 +1130,66 @@ mod tests {
             },
         ];
         assert_eq!(per_second(&trace), vec![(1.0, 5.0), (2.0, 0.0)]);
+    }
+
+    fn pre_outcome(count_read: i64, truth: i64, reshape: Option<pre::Reshape>) -> Outcome {
+        Outcome {
+            strategy: "pre-aggregated",
+            hot_key: "likes#p9".into(),
+            hot_key_writes: 0,
+            hot_writes_per_1000: 0.0,
+            steady: None,
+            hot_likes_acked: 0,
+            hot_likes_offered: 0,
+            hot_likes_sent: 0,
+            likes_sent: 0,
+            likes_acked: 0,
+            shed: 0,
+            load_seconds: 0.0,
+            count_read,
+            truth,
+            partition_writes: 0,
+            writes_per_1k_likes: 0.0,
+            writes_per_s: 0.0,
+            throttled: 0,
+            counter_throttled: 0,
+            max_partition_utilisation: 0.0,
+            salt_placement: None,
+            dedupe: None,
+            liked: None,
+            faults: None,
+            rebuild_corrected: None,
+            reshape,
+            stats: None,
+            trace: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_count_off_the_truth_or_posts_the_repair_left_inexact_fail_the_run() {
+        assert!(check_exact(&[pre_outcome(7, 7, None)]).is_ok());
+        let off = check_exact(&[pre_outcome(6, 7, None)]).expect_err("count off");
+        assert!(off.to_string().contains("6 != truth 7"), "{off}");
+        assert!(check_exact(&[pre_outcome(7, 7, Some(pre::Reshape::default()))]).is_ok());
+        let stuck = pre::Reshape::not_repaired();
+        let err = check_exact(&[pre_outcome(7, 7, Some(stuck))]).expect_err("not repaired");
+        assert!(
+            err.to_string().contains("did not make every post exact"),
+            "{err}"
+        );
+        // The figures land in the pre-aggregated outcome's JSON beside the count.
+        let json =
+            serde_json::to_value(pre_outcome(7, 7, Some(pre::Reshape::default()))).expect("json");
+        for key in [
+            "count_read",
+            "likes_acked",
+            "hot_writes_per_1000",
+            "reshards",
+            "parked_batches",
+            "redriven_batches",
+        ] {
+            assert!(json.get(key).is_some(), "{key} missing: {json}");
+        }
     }
 
     #[test]

@@ -110,6 +110,9 @@ mod tests {
             &["--max-in-flight", "0"],
             &["--scale", "NaN"],
             &["--partitions", "0"],
+            &["--park", "1.5"],
+            &["--park=-0.1"],
+            &["--reshard-at", "3601"],
         ] {
             assert_eq!(refused(argv), ErrorKind::ValueValidation, "{argv:?}");
         }

@@ -12,14 +12,25 @@
 //! `<shardId>:<sequenceNumber>`.
 //!
 //! Every shard's ready batch is handed over at once (one batch in flight per shard, shards in
-//! parallel, as Lambda does). Limits: a batch failing [`MAX_ATTEMPTS`] times in a row is parked (skipped and
-//! reported), without the deployed mapping's bisection.
+//! parallel, as Lambda does).
+//!
+//! **Parking.** A batch failing [`MAX_ATTEMPTS`] deliveries in a row is parked, as the deployed
+//! mapping does once its `MaximumRetryAttempts` are spent: the mapping moves past it and sends
+//! the on-failure record to its destination: here [`OnFailure`] (pass one to [`run_to`]), which
+//! collects each parked batch as a [`ParkedBatch`] (its shard, first and last sequence numbers
+//! and size, what `heatsink::counter::redrive` reads). [`ParkPolicy`] picks, seeded and
+//! deterministic, the batches a handler fails on every attempt (the demo's `--park`).
+//!
+//! Limits: no bisection of a failing batch (`BisectBatchOnFunctionError`), no maximum record
+//! age, retries without back-off.
 
 use std::collections::{BTreeMap, HashSet};
 use std::future::Future;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use base64::Engine;
+use heatsink_core::counter::{MAX_PARKED_BATCH, ParkedBatch, ParkedSource, Seq};
 use md5::Digest;
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -65,10 +76,107 @@ pub struct EsmReport {
     /// Records given up on after [`MAX_ATTEMPTS`] failed deliveries (the deployed mapping sends
     /// them to its on-failure destination): never counted by the handler.
     pub parked: u64,
+    /// Batches parked (each sent to the [`OnFailure`] destination).
+    pub parked_batches: u64,
 }
 
 /// Deliveries of one batch before it is parked (the deployed mapping's retry limit).
 pub const MAX_ATTEMPTS: u32 = 10;
+
+/// The on-failure destination of the local mapping: the batches it parked, in the order it
+/// parked them (Lambda sends each to an SQS queue or SNS topic).
+#[derive(Debug, Default)]
+pub struct OnFailure {
+    parked: Mutex<Vec<ParkedBatch>>,
+}
+
+impl OnFailure {
+    /// An empty destination.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn send(&self, batch: ParkedBatch) {
+        if let Ok(mut parked) = self.parked.lock() {
+            parked.push(batch);
+        }
+    }
+
+    /// Takes the parked batches received so far (each is returned once).
+    pub fn take(&self) -> Vec<ParkedBatch> {
+        self.parked
+            .lock()
+            .map(|mut p| std::mem::take(&mut *p))
+            .unwrap_or_default()
+    }
+}
+
+/// Which batches a handler fails on every attempt, so that the mapping parks them: a fraction
+/// of them, chosen by a seeded hash of the batch's shard and first sequence number. Every retry
+/// of a batch starts at the same record, so it gets the same answer, and the same seed over the
+/// same stream picks the same batches.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ParkPolicy {
+    /// Share of batches that always fail (0..=1; 0: none, 1: all).
+    pub fraction: f64,
+    /// Seed of the choice.
+    pub seed: u64,
+}
+
+impl ParkPolicy {
+    /// Whether the batch of `shard` starting at `first_seq` fails on every attempt.
+    pub fn fails(&self, shard: &str, first_seq: &str) -> bool {
+        if self.fraction <= 0.0 {
+            return false;
+        }
+        let mut h = md5::Md5::new();
+        h.update(self.seed.to_be_bytes());
+        h.update(shard.as_bytes());
+        h.update([0]);
+        h.update(first_seq.as_bytes());
+        let digest = h.finalize();
+        let mut first = [0u8; 8];
+        first.copy_from_slice(&digest[..8]);
+        // A uniform draw in [0, 1): below the fraction fails.
+        let draw = (u64::from_be_bytes(first) >> 11) as f64 / (1u64 << 53) as f64;
+        draw < self.fraction
+    }
+}
+
+/// The on-failure record of a batch the mapping gives up on: its shard, first and last sequence
+/// numbers and size, on the stream the handler was told (`KinesisBatchInfo` with the Kinesis
+/// stream's ARN in the Kinesis shape, `DDBStreamBatchInfo` with the table stream's otherwise).
+pub fn parked_batch(
+    source: SourceKind,
+    arn: &str,
+    shard: &str,
+    seqs: &[String],
+) -> Option<ParkedBatch> {
+    let start_seq = Seq::parse(seqs.first()?).ok()?;
+    let end_seq = Seq::parse(seqs.last()?).ok()?;
+    let (source, stream_arn) = match source {
+        SourceKind::Kinesis => (ParkedSource::Kinesis, kinesis_arn(arn)),
+        SourceKind::DynamoDbStreams => (ParkedSource::DynamoDbStreams, arn.to_owned()),
+    };
+    Some(ParkedBatch {
+        source,
+        stream_arn,
+        shard_id: shard.to_owned(),
+        start_seq,
+        end_seq,
+        batch_size: u32::try_from(seqs.len()).unwrap_or(MAX_PARKED_BATCH),
+        first_arrival_ms: None,
+        condition: Some("RetryAttemptsExhausted".into()),
+    })
+}
+
+/// The Kinesis stream ARN the Kinesis shape's events carry for table stream `arn`.
+fn kinesis_arn(arn: &str) -> String {
+    format!(
+        "arn:aws:kinesis:us-east-1:000000000000:stream/{}-events",
+        table_of(arn)
+    )
+}
 
 /// A batch ready for the handler and its record count.
 struct Ready {
@@ -82,6 +190,41 @@ struct Cursor {
     since: Option<Instant>,
     ended: bool,
     attempts: u32,
+}
+
+/// What the mapping does with a shard after the handler answered its batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Next {
+    /// The batch succeeded: on to the records after it.
+    Done,
+    /// It failed: delivered again from the failed record (the whole batch if that is unknown).
+    Retry,
+    /// It failed its [`MAX_ATTEMPTS`]-th delivery in a row: skipped and sent to the on-failure
+    /// destination.
+    Park,
+}
+
+impl Cursor {
+    /// Moves past or back into the batch of `seqs` (`len` records) the handler answered.
+    fn answered(&mut self, answer: Option<&str>, seqs: &[String], len: usize) -> Next {
+        let Some(failed) = answer else {
+            self.position += len;
+            self.since = None;
+            self.attempts = 0;
+            return Next::Done;
+        };
+        self.attempts += 1;
+        if self.attempts >= MAX_ATTEMPTS {
+            self.position += len;
+            self.since = None;
+            self.attempts = 0;
+            return Next::Park;
+        }
+        if let Some(at) = seqs.iter().position(|s| s == failed) {
+            self.position += at;
+        }
+        Next::Retry
+    }
 }
 
 fn table_of(arn: &str) -> &str {
@@ -137,7 +280,7 @@ fn kinesis_record(arn: &str, shard: &str, change: &Value) -> Value {
         "eventID": format!("{shard}:{seq}"),
         "eventName": "aws:kinesis:record",
         "awsRegion": "us-east-1",
-        "eventSourceARN": format!("arn:aws:kinesis:us-east-1:000000000000:stream/{}-events", table_of(arn)),
+        "eventSourceARN": kinesis_arn(arn),
     })
 }
 
@@ -164,10 +307,27 @@ pub fn event(source: SourceKind, arn: &str, shard: &str, records: &[Value]) -> V
 ///
 /// `handler` returns `None` when the whole batch succeeded, or the sequence number of the first
 /// failed record (a partial batch response): the batch is then delivered again from that record.
+/// Parked batches are counted in the report only; [`run_to`] also hands them over.
 pub async fn run<F, Fut>(
     shaper: &StreamShaper,
     arn: &str,
     settings: EsmSettings,
+    handler: F,
+    done: impl Fn() -> bool,
+) -> EsmReport
+where
+    F: FnMut(Batch) -> Fut,
+    Fut: Future<Output = Option<String>>,
+{
+    run_to(shaper, arn, settings, &OnFailure::new(), handler, done).await
+}
+
+/// [`run`], sending each parked batch's on-failure record to `destination` as it parks it.
+pub async fn run_to<F, Fut>(
+    shaper: &StreamShaper,
+    arn: &str,
+    settings: EsmSettings,
+    destination: &OnFailure,
     mut handler: F,
     done: impl Fn() -> bool,
 ) -> EsmReport
@@ -263,23 +423,19 @@ where
             let Some(cursor) = cursors.get_mut(&r.batch.shard) else {
                 continue;
             };
-            match answer {
-                None => {
-                    cursor.position += r.len;
-                    cursor.since = None;
-                    cursor.attempts = 0;
-                }
-                Some(failed) => {
+            match cursor.answered(answer.as_deref(), &r.batch.seqs, r.len) {
+                Next::Done => {}
+                Next::Retry => report.retries += 1,
+                Next::Park => {
                     report.retries += 1;
-                    cursor.attempts += 1;
-                    if cursor.attempts >= MAX_ATTEMPTS {
-                        report.parked += r.len as u64;
-                        cursor.position += r.len;
-                        cursor.attempts = 0;
-                    } else if let Some(at) = r.batch.seqs.iter().position(|s| *s == failed) {
-                        cursor.position += at;
+                    report.parked += r.len as u64;
+                    report.parked_batches += 1;
+                    match parked_batch(settings.source, arn, &r.batch.shard, &r.batch.seqs) {
+                        Some(p) => destination.send(p),
+                        None => {
+                            tracing::warn!(shard = %r.batch.shard, "a parked batch without sequence numbers: no on-failure record")
+                        }
                     }
-                    // An unknown failure point: the whole batch again.
                 }
             }
         }
@@ -308,7 +464,98 @@ where
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+
+    const ARN: &str = "arn:aws:dynamodb:us-east-1:000000000000:table/p-liked/stream/2026";
+
+    fn seqs(from: u64, n: u64) -> Vec<String> {
+        (from..from + n)
+            .map(|q| (100 + q * 7).to_string())
+            .collect()
+    }
+
+    #[test]
+    fn a_batch_failing_every_delivery_is_parked_on_the_last_allowed_one() {
+        let batch = seqs(0, 5);
+        let mut c = Cursor::default();
+        for _ in 1..MAX_ATTEMPTS {
+            assert_eq!(c.answered(Some(&batch[0]), &batch, 5), Next::Retry);
+            assert_eq!(c.position, 0, "retried from its first record");
+        }
+        assert_eq!(c.answered(Some(&batch[0]), &batch, 5), Next::Park);
+        assert_eq!(
+            (c.position, c.attempts),
+            (5, 0),
+            "moved past it, the count reset"
+        );
+        // The next batch starts afresh: one failure is a retry again.
+        let next = seqs(5, 3);
+        assert_eq!(c.answered(Some(&next[1]), &next, 3), Next::Retry);
+        assert_eq!(
+            c.position, 6,
+            "a partial failure retries from the failed record"
+        );
+        assert_eq!(c.answered(None, &next[1..], 2), Next::Done);
+        assert_eq!((c.position, c.attempts), (8, 0));
+    }
+
+    #[test]
+    fn a_parked_batch_names_its_shard_and_range_as_lambda_does() {
+        let batch = seqs(0, 4);
+        let p =
+            parked_batch(SourceKind::DynamoDbStreams, ARN, "shardId-1", &batch).expect("parked");
+        assert_eq!(p.source, ParkedSource::DynamoDbStreams);
+        assert_eq!(
+            (p.stream_arn.as_str(), p.shard_id.as_str()),
+            (ARN, "shardId-1")
+        );
+        assert_eq!(p.start_seq.to_decimal(), "100");
+        assert_eq!(p.end_seq.to_decimal(), "121");
+        assert_eq!(p.batch_size, 4);
+        // The record Lambda sends reads back as the same batch.
+        let again = ParkedBatch::parse(p.to_record().to_string().as_bytes()).expect("record");
+        assert_eq!(again, p);
+        let k = parked_batch(SourceKind::Kinesis, ARN, "shardId-000000000002", &batch).expect("k");
+        assert_eq!(k.source, ParkedSource::Kinesis);
+        assert_eq!(
+            k.stream_arn,
+            "arn:aws:kinesis:us-east-1:000000000000:stream/p-liked-events"
+        );
+        assert_eq!(parked_batch(SourceKind::Kinesis, ARN, "s", &[]), None);
+    }
+
+    #[test]
+    fn the_destination_hands_each_parked_batch_over_once() {
+        let d = OnFailure::new();
+        let p = parked_batch(SourceKind::DynamoDbStreams, ARN, "s", &seqs(0, 1)).expect("p");
+        d.send(p.clone());
+        assert_eq!(d.take(), vec![p]);
+        assert!(d.take().is_empty());
+    }
+
+    proptest! {
+        /// The choice is a function of (seed, shard, first record): every retry of a batch gets
+        /// the same answer; 0 parks nothing and 1 everything; in between about that share.
+        #[test]
+        fn the_park_policy_is_deterministic_and_parks_about_its_fraction(
+            fraction in 0.0f64..=1.0,
+            seed in any::<u64>(),
+            shard in "shardId-[0-9]{3}",
+        ) {
+            let policy = ParkPolicy { fraction, seed };
+            let firsts = seqs(0, 2_000);
+            let picks: Vec<bool> = firsts.iter().map(|q| policy.fails(&shard, q)).collect();
+            let again: Vec<bool> = firsts.iter().map(|q| policy.fails(&shard, q)).collect();
+            prop_assert_eq!(&picks, &again);
+            let share = picks.iter().filter(|p| **p).count() as f64 / picks.len() as f64;
+            prop_assert!((share - fraction).abs() < 0.05, "{} parked of {}", share, fraction);
+            let (none, all) = (ParkPolicy { fraction: 0.0, seed }, ParkPolicy { fraction: 1.0, seed });
+            prop_assert!(firsts.iter().all(|q| !none.fails(&shard, q)));
+            prop_assert!(firsts.iter().all(|q| all.fails(&shard, q)));
+        }
+    }
 
     #[test]
     fn a_kinesis_record_carries_the_change_in_the_destinations_format() {

@@ -47,6 +47,15 @@ pub const TAIL_INTERVAL: Duration = Duration::from_millis(50);
 
 const TARGET_PREFIX: &str = "DynamoDBStreams_20120810.";
 
+/// What a tail does with the upstream records it reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Records {
+    /// Into the model.
+    Shape,
+    /// Read past (a stream watched from now on).
+    Skip,
+}
+
 struct Watched {
     stream: ShapedStream,
     /// The upstream's `DescribeStream` answer minus its shards (table name, key schema, …).
@@ -134,6 +143,18 @@ impl StreamShaper {
         self.shared.watch(arn, None).await
     }
 
+    /// Starts tailing `arn` from its end now: the records the emulator already holds (earlier
+    /// runs' changes) are read past and never shaped, only those written from now on. Nothing
+    /// when `arn` is watched already.
+    pub async fn watch_from_now(&self, arn: &str) -> Result<(), String> {
+        // No tail may run between registering the stream and reading past its records.
+        let _one_at_a_time = self.shared.tailing.lock().await;
+        if self.shared.register(arn, None).await? {
+            self.shared.tail_locked(arn, Records::Skip).await?;
+        }
+        Ok(())
+    }
+
     /// What the model did to `arn`'s stream so far.
     pub fn stats(&self, arn: &str) -> Option<ShapeStats> {
         let streams = self.shared.streams.lock().ok()?;
@@ -215,13 +236,25 @@ impl Shared {
     }
 
     async fn watch(&self, arn: &str, headers: Option<&hyper::HeaderMap>) -> Result<(), String> {
+        if self.register(arn, headers).await? {
+            self.tail(arn).await?;
+        }
+        Ok(())
+    }
+
+    /// Adds `arn` to the watched streams (an empty model); `false` when it was watched already.
+    async fn register(
+        &self,
+        arn: &str,
+        headers: Option<&hyper::HeaderMap>,
+    ) -> Result<bool, String> {
         if let (Some(h), Ok(mut stored)) = (headers, self.headers.lock())
             && stored.is_none()
         {
             *stored = Some(h.clone());
         }
         if self.streams.lock().is_ok_and(|s| s.contains_key(arn)) {
-            return Ok(());
+            return Ok(false);
         }
         let desc = self
             .call("DescribeStream", &json!({"StreamArn": arn}))
@@ -238,7 +271,7 @@ impl Shared {
                 upstream: BTreeMap::new(),
             });
         }
-        self.tail(arn).await
+        Ok(true)
     }
 
     async fn tail_all(&self) {
@@ -260,6 +293,12 @@ impl Shared {
         let Ok(_one_at_a_time) = self.tailing.try_lock() else {
             return Ok(());
         };
+        self.tail_locked(arn, Records::Shape).await
+    }
+
+    /// [`Shared::tail`] with `tailing` held by the caller; `keep` says whether the records read
+    /// go into the model or are only read past.
+    async fn tail_locked(&self, arn: &str, keep: Records) -> Result<(), String> {
         let mut start: Option<String> = None;
         let mut upstream_shards = vec![];
         loop {
@@ -334,8 +373,10 @@ impl Shared {
                 if let Ok(mut s) = self.streams.lock()
                     && let Some(w) = s.get_mut(arn)
                 {
-                    for r in records {
-                        w.stream.push(r, now);
+                    if keep == Records::Shape {
+                        for r in records {
+                            w.stream.push(r, now);
+                        }
                     }
                     // An emulator's open shard hands back a fresh iterator even when empty.
                     w.upstream.insert(shard.clone(), next.or(Some(it)));

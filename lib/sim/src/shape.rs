@@ -38,9 +38,19 @@
 //! assert_eq!(shards.iter().filter(|s| s.end_seq.is_none()).count(), 4);
 //! ```
 //!
-//! Limits: one upstream stream in, records taken in the upstream's order; shards do not split or
-//! merge by load (the count is fixed, rollover keeps it); a duplicate follows its original within
-//! the same shard, within one tick.
+//! **Resharding** ([`ShapedStream::split`], or [`ShapeConfig::split_at`] at a set time): every
+//! open shard closes and two children open naming it as parent, in both shapes (a Kinesis
+//! `SplitShard` of every shard; in DynamoDB Streams, a table partition split). The shard count
+//! doubles and a change then goes to `MD5(Keys) mod 2n`, which is either `s` or `s + n` for an
+//! item of parent slot `s`: a child takes exactly its parent's items by hash, so all changes of
+//! one item stay in one lineage. Sequence numbers keep growing across the split (the children
+//! start after the parents' last record), and records the Kinesis shape held back for
+//! reordering are released into the parent before it closes. A consumer reads a child only after
+//! its parent ends ([`esm::run`](crate::esm::run) does).
+//!
+//! Limits: one upstream stream in, records taken in the upstream's order; shards split only when
+//! told (a set time or a call, never by load), always all at once into two, and never merge; a
+//! duplicate follows its original within the same shard, within one tick.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -98,6 +108,9 @@ pub struct ShapeConfig {
     pub reorder: usize,
     /// Seed of the duplicate and reorder choices.
     pub seed: u64,
+    /// Split every open shard in two once the clock reaches this (None: never); see
+    /// [`ShapedStream::split`].
+    pub split_at: Option<Duration>,
 }
 
 impl ShapeConfig {
@@ -110,6 +123,7 @@ impl ShapeConfig {
             duplicates: 0.0,
             reorder: 0,
             seed: 0,
+            split_at: None,
         }
     }
 }
@@ -140,6 +154,10 @@ pub struct ShapeStats {
     pub reordered: u64,
     /// Shards closed by rollover.
     pub rollovers: u64,
+    /// Reshards: times every open shard was split in two.
+    pub splits: u64,
+    /// Shards closed by a split (each with two children).
+    pub split_shards: u64,
 }
 
 /// Why a read was refused, as the front answers it.
@@ -171,6 +189,26 @@ struct Shard {
     due: Option<Duration>,
 }
 
+/// Most open shards a split leaves (Kinesis' default quota per stream is in the hundreds).
+const MAX_OPEN: usize = 1_024;
+
+/// The first 8 bytes of MD5 of a change's `dynamodb.Keys` JSON: where its item goes.
+fn item_hash(change: &Value) -> [u8; 8] {
+    let keys = change
+        .pointer("/dynamodb/Keys")
+        .map(Value::to_string)
+        .unwrap_or_default();
+    let digest = Md5::digest(keys.as_bytes());
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    first
+}
+
+/// The slot of an item hash among `open` shards.
+fn slot_for(hash: &[u8; 8], open: usize) -> u32 {
+    (u64::from_be_bytes(*hash) % (open.max(1) as u64)) as u32
+}
+
 /// First sequence number handed out: 21 digits, like DynamoDB Streams'.
 const SEQ_BASE: u128 = 100_000_000_000_000_000_000;
 /// Gap between consecutive sequence numbers (they are increasing, not contiguous, on AWS too).
@@ -181,13 +219,15 @@ const SEQ_STEP: u128 = 7;
 pub struct ShapedStream {
     config: ShapeConfig,
     shards: Vec<Shard>,
-    /// Index into `shards` of each slot's open shard.
+    /// Index into `shards` of each slot's open shard (as many slots as open shards).
     open: Vec<usize>,
     /// Per slot, records held back for reordering.
     held: Vec<Vec<Value>>,
     by_id: HashMap<String, usize>,
     next_seq: u128,
     generation: u64,
+    /// Whether [`ShapeConfig::split_at`] was acted on.
+    split_done: bool,
     rng: StdRng,
     stats: ShapeStats,
 }
@@ -205,6 +245,7 @@ impl ShapedStream {
             by_id: HashMap::new(),
             next_seq: SEQ_BASE,
             generation: 0,
+            split_done: false,
             stats: ShapeStats::default(),
         };
         for slot in 0..slots {
@@ -237,7 +278,8 @@ impl ShapedStream {
 
     fn open_shard(&mut self, slot: u32, parent: Option<String>, due: Option<Duration>) -> usize {
         let id = match self.config.kind {
-            SourceKind::Kinesis => format!("shardId-{slot:012}"),
+            // Kinesis numbers shards in creation order (a split's children take the next ids).
+            SourceKind::Kinesis => format!("shardId-{:012}", self.shards.len()),
             SourceKind::DynamoDbStreams => {
                 self.generation += 1;
                 format!("shardId-{:020}-{slot:08x}", self.generation)
@@ -257,21 +299,20 @@ impl ShapedStream {
         idx
     }
 
-    /// Which slot a change goes to: MD5 of its `dynamodb.Keys` JSON, mod the shard count.
+    /// Which slot a change goes to: MD5 of its `dynamodb.Keys` JSON, mod the open shard count.
     pub fn slot_of(&self, change: &Value) -> u32 {
-        let keys = change
-            .pointer("/dynamodb/Keys")
-            .map(Value::to_string)
-            .unwrap_or_default();
-        let digest = Md5::digest(keys.as_bytes());
-        let mut first = [0u8; 8];
-        first.copy_from_slice(&digest[..8]);
-        (u64::from_be_bytes(first) % u64::from(self.config.shards.max(1))) as u32
+        slot_for(&item_hash(change), self.open.len())
+    }
+
+    /// Open shards now (the configured count, doubled by each split).
+    pub fn open_shards(&self) -> usize {
+        self.open.len()
     }
 
     /// Takes one change from the upstream stream at time `now` (since the stream started).
     pub fn push(&mut self, change: Value, now: Duration) {
         self.roll_due(now);
+        self.split_due(now);
         self.stats.changes += 1;
         let slot = self.slot_of(&change);
         if self.config.kind == SourceKind::Kinesis {
@@ -323,6 +364,12 @@ impl ShapedStream {
     /// order). Call it regularly (the front does every 50 ms).
     pub fn tick(&mut self, now: Duration) {
         self.roll_due(now);
+        self.split_due(now);
+        self.release_held();
+    }
+
+    /// Appends every held record to its slot's open shard, in random order.
+    fn release_held(&mut self) {
         for slot in 0..self.held.len() {
             let mut held = std::mem::take(&mut self.held[slot]);
             while !held.is_empty() {
@@ -334,6 +381,44 @@ impl ShapedStream {
                 self.append(slot as u32, next);
             }
         }
+    }
+
+    fn split_due(&mut self, now: Duration) {
+        if let Some(at) = self.config.split_at
+            && !self.split_done
+            && now >= at
+        {
+            self.split_done = true;
+            self.split(now);
+        }
+    }
+
+    /// Reshards at `now`: every open shard closes (after the records held for reordering are
+    /// released into it) and two children open, both naming it as parent. Slot `s` of `n`
+    /// becomes slots `s` and `s + n` of `2n`: an item's hash mod `2n` is one of the two, so a
+    /// child takes exactly its parent's items. A child keeps its parent's rollover time. At most
+    /// 1,024 open shards: a split past that does nothing.
+    pub fn split(&mut self, now: Duration) {
+        let n = self.open.len();
+        if n == 0 || n > MAX_OPEN / 2 {
+            return;
+        }
+        self.roll_due(now);
+        self.release_held();
+        let parents: Vec<usize> = self.open.clone();
+        let mut children = vec![0usize; 2 * n];
+        for (slot, idx) in parents.into_iter().enumerate() {
+            let last = self.shards[idx].seqs.last().copied();
+            self.shards[idx].end = Some(last.unwrap_or(self.shards[idx].start));
+            let (parent, due) = (Some(self.shards[idx].id.clone()), self.shards[idx].due);
+            self.stats.split_shards += 1;
+            for child_slot in [slot, slot + n] {
+                children[child_slot] = self.open_shard(child_slot as u32, parent.clone(), due);
+            }
+        }
+        self.open = children;
+        self.held = vec![vec![]; 2 * n];
+        self.stats.splits += 1;
     }
 
     fn roll_due(&mut self, now: Duration) {
@@ -515,7 +600,138 @@ mod tests {
         ));
     }
 
+    /// The lineage of `shard` (itself, its parent, …) as `describe` lists it.
+    fn ancestors(views: &[ShardView], shard: &str) -> Vec<String> {
+        let mut out = vec![shard.to_owned()];
+        while let Some(p) = views
+            .iter()
+            .find(|v| Some(&v.shard_id) == out.last())
+            .and_then(|v| v.parent.clone())
+        {
+            out.push(p);
+        }
+        out
+    }
+
+    #[test]
+    fn a_split_closes_every_open_shard_into_two_children_naming_it() {
+        for kind in [SourceKind::Kinesis, SourceKind::DynamoDbStreams] {
+            let mut s = ShapedStream::new(ShapeConfig::new(kind, 3));
+            for u in 0..30 {
+                s.push(change(u, u), Duration::ZERO);
+            }
+            s.split(Duration::from_secs(1));
+            let views = s.describe();
+            assert_eq!(views.len(), 9, "{kind}: 3 parents and 6 children");
+            assert_eq!(s.open_shards(), 6);
+            assert_eq!((s.stats().splits, s.stats().split_shards), (1, 3));
+            for parent in &views[..3] {
+                assert!(parent.end_seq.is_some(), "{kind}: a split parent is closed");
+                let kids: Vec<_> = views
+                    .iter()
+                    .filter(|v| v.parent.as_ref() == Some(&parent.shard_id))
+                    .collect();
+                assert_eq!(kids.len(), 2, "{kind}: two children each");
+                for kid in kids {
+                    assert!(kid.end_seq.is_none());
+                    let end: u128 = parent
+                        .end_seq
+                        .as_deref()
+                        .and_then(|e| e.parse().ok())
+                        .expect("end");
+                    let first: u128 = kid.first_seq.parse().expect("first");
+                    assert!(
+                        first > end,
+                        "{kind}: a child's sequence numbers follow its parent's"
+                    );
+                }
+            }
+            if kind == SourceKind::Kinesis {
+                // Kinesis numbers the children after the parents.
+                assert_eq!(views[8].shard_id, "shardId-000000000008");
+            }
+        }
+    }
+
+    #[test]
+    fn a_configured_split_happens_once_at_its_time() {
+        let mut cfg = ShapeConfig::new(SourceKind::Kinesis, 2);
+        cfg.split_at = Some(Duration::from_secs(5));
+        let mut s = ShapedStream::new(cfg);
+        s.push(change(1, 1), Duration::from_secs(4));
+        assert_eq!(s.open_shards(), 2);
+        s.push(change(2, 2), Duration::from_secs(5));
+        assert_eq!(s.open_shards(), 4);
+        s.tick(Duration::from_secs(50));
+        assert_eq!((s.open_shards(), s.stats().splits), (4, 1));
+    }
+
     proptest! {
+        /// Split at any point of any load, in either shape, with rollovers, duplicates and
+        /// reordering: every change arrives; all changes of one item stay in one lineage, each
+        /// later one in the same shard or a descendant of the earlier one's; sequence numbers
+        /// grow within a shard and from a parent to its children; a parent is closed.
+        #[test]
+        fn after_a_split_each_item_stays_in_one_lineage(
+            users in proptest::collection::vec(0u32..40, 1..200),
+            kinesis in any::<bool>(),
+            shards in 1u32..5,
+            split_after in 0usize..200,
+            splits in 1usize..3,
+            dup in 0.0f64..0.3,
+            reorder in 0usize..5,
+            seed in any::<u64>(),
+        ) {
+            let kind = if kinesis { SourceKind::Kinesis } else { SourceKind::DynamoDbStreams };
+            let mut cfg = ShapeConfig::new(kind, shards);
+            cfg.rollover = Some(Duration::from_secs(11));
+            cfg.duplicates = dup;
+            cfg.reorder = reorder;
+            cfg.seed = seed;
+            let mut s = ShapedStream::new(cfg);
+            for (i, u) in users.iter().enumerate() {
+                if i >= split_after && s.stats().splits < splits as u64 {
+                    s.split(Duration::from_secs(i as u64));
+                }
+                s.push(change(*u, i as u32), Duration::from_secs(i as u64));
+                if i % 7 == 6 { s.tick(Duration::from_secs(i as u64)); }
+            }
+            s.tick(Duration::from_secs(users.len() as u64 + 1));
+            let views = s.describe();
+            let records = all_records(&s);
+            prop_assert_eq!(records.len() as u64, users.len() as u64 + s.stats().duplicates);
+            prop_assert_eq!(s.open_shards(), views.iter().filter(|v| v.end_seq.is_none()).count());
+            let seq_of = |r: &Value| -> u128 {
+                r["dynamodb"]["SequenceNumber"].as_str().and_then(|x| x.parse().ok()).unwrap_or(0)
+            };
+            // Per item, its records in sequence order: each one's shard descends from the last.
+            let mut by_user: BTreeMap<String, Vec<(u128, String)>> = BTreeMap::new();
+            for (shard, r) in &records {
+                let user = r["dynamodb"]["Keys"]["user"]["S"].as_str().unwrap_or("").to_owned();
+                by_user.entry(user).or_default().push((seq_of(r), shard.clone()));
+            }
+            for (user, mut rs) in by_user {
+                rs.sort();
+                for w in rs.windows(2) {
+                    prop_assert!(
+                        ancestors(&views, &w[1].1).contains(&w[0].1),
+                        "{} moved from {} to {}, outside its lineage", user, w[0].1, w[1].1
+                    );
+                }
+            }
+            for v in &views {
+                let (rs, _) = s.read(&v.shard_id, 0, usize::MAX).expect("read");
+                let seqs: Vec<u128> = rs.iter().map(seq_of).collect();
+                prop_assert!(seqs.windows(2).all(|w| w[0] < w[1]));
+                if let Some(p) = views.iter().find(|p| Some(&p.shard_id) == v.parent.as_ref()) {
+                    prop_assert!(p.end_seq.is_some(), "a parent is closed");
+                    let (prs, _) = s.read(&p.shard_id, 0, usize::MAX).expect("read");
+                    let parent_max = prs.iter().map(seq_of).max().unwrap_or(0);
+                    prop_assert!(seqs.iter().all(|q| *q > parent_max));
+                }
+            }
+        }
+
         /// Every change is delivered exactly once (DynamoDB Streams) or at least once with its
         /// duplicates counted (Kinesis), always into its item's one lineage, with increasing
         /// sequence numbers per shard and reordering bounded by `reorder`.
