@@ -587,3 +587,53 @@ mod tests {
         assert_eq!(parse_iterator("nonsense"), None);
     }
 }
+
+/// A shaped stream's shards as the counter path's lineage
+/// ([`ShardListing`](heatsink::counter::lineage::ShardListing)): every shard a change could be
+/// in, and which shard a split or rollover closed, as production lists a stream (`ListShards`,
+/// `DescribeStream`). The aggregator retires parents and seeds a child's dedupe windows from it;
+/// the repair takes its expected writers from it.
+#[derive(Debug, Clone)]
+pub struct ShapedListing {
+    shaper: Arc<StreamShaper>,
+    arn: String,
+}
+
+impl ShapedListing {
+    /// The listing of `arn`'s shaped stream (the shaper must [`StreamShaper::watch`] it).
+    pub fn new(shaper: Arc<StreamShaper>, arn: &str) -> Self {
+        Self {
+            shaper,
+            arn: arn.to_owned(),
+        }
+    }
+}
+
+impl heatsink::counter::lineage::ShardListing for ShapedListing {
+    fn list(
+        &self,
+        _: u64,
+    ) -> futures::future::BoxFuture<
+        '_,
+        Result<heatsink::counter::lineage::Listing, heatsink::counter::rebuild::BoxError>,
+    > {
+        use heatsink::counter::lineage::{Listing, ShardInfo};
+        Box::pin(async move {
+            let taken_ms = heatsink::clock::now_ms();
+            let views = self
+                .shaper
+                .with_stream(&self.arn, |s| s.describe())
+                .ok_or("the shaped stream is not watched")?;
+            let shards = views
+                .into_iter()
+                .map(|v| ShardInfo {
+                    parent: v.parent,
+                    starting_seq: Some(v.first_seq),
+                    ending_seq: v.end_seq,
+                    ..ShardInfo::new(v.shard_id)
+                })
+                .collect();
+            Ok(Listing { shards, taken_ms })
+        })
+    }
+}

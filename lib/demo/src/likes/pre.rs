@@ -21,7 +21,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use heatsink::counter::lineage::{Listing, ShardInfo, ShardListing};
 use heatsink::counter::redrive::Redrive;
 use heatsink::counter::repair::{GsiRecount, Repair, RepairOptions};
 use heatsink::counter::{BucketSpec, CounterStore, FlushReport, ParkedBatch, ParkedSource};
@@ -31,7 +30,7 @@ use heatsink_photo_app::rebuild::{RebuildOptions, rebuild};
 use heatsink_photo_app::schema::Table;
 use heatsink_photo_app::{Aggregator, LikeOutcome, LikesApi, aggregator};
 use heatsink_sim::esm::{self, Batch, EsmReport, OnFailure, ParkPolicy};
-use heatsink_sim::front::StreamShaper;
+use heatsink_sim::front::{ShapedListing, StreamShaper};
 use heatsink_sim::load::LoadReport;
 use heatsink_sim::shape::{ShapeConfig, SourceKind};
 use rand::{Rng, SeedableRng, rngs::StdRng};
@@ -165,39 +164,6 @@ impl std::fmt::Display for Reshape {
     }
 }
 
-/// The shaped stream's shards as the aggregator's and the repair's lineage: every shard a change
-/// could be in, and which shard a split or rollover closed (production lists the stream the same
-/// way: `ListShards` or `DescribeStream`).
-struct ShapedListing {
-    shaper: Arc<StreamShaper>,
-    arn: String,
-}
-
-impl ShardListing for ShapedListing {
-    fn list(
-        &self,
-        _: u64,
-    ) -> std::pin::Pin<Box<dyn Future<Output = Result<Listing, BoxError>> + Send + '_>> {
-        Box::pin(async move {
-            let taken_ms = heatsink::clock::now_ms();
-            let views = self
-                .shaper
-                .with_stream(&self.arn, |s| s.describe())
-                .ok_or("the shaped stream is not watched")?;
-            let shards = views
-                .into_iter()
-                .map(|v| ShardInfo {
-                    parent: v.parent,
-                    starting_seq: Some(v.first_seq),
-                    ending_seq: v.end_seq,
-                    ..ShardInfo::new(v.shard_id)
-                })
-                .collect();
-            Ok(Listing { shards, taken_ms })
-        })
-    }
-}
-
 /// A parked batch as the shaper serves it: its shard and range on the table stream `arn`
 /// through the DynamoDB Streams API (the shaper serves no Kinesis API; see the module docs).
 fn through_shaper(batch: ParkedBatch, arn: &str) -> ParkedBatch {
@@ -311,10 +277,7 @@ impl Run<'_> {
             .ok_or("the liked table has no stream: run `heatsink local bootstrap`")?;
         let shaper =
             Arc::new(StreamShaper::start(&self.streams_upstream, self.shape(chaos)).await?);
-        let listing = Arc::new(ShapedListing {
-            shaper: shaper.clone(),
-            arn: arn.clone(),
-        });
+        let listing = Arc::new(ShapedListing::new(shaper.clone(), &arn));
         let streams = aws_sdk_dynamodbstreams::Client::from_conf(
             aws_sdk_dynamodbstreams::config::Builder::from(&self.config)
                 .endpoint_url(shaper.endpoint())
