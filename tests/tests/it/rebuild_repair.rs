@@ -1159,3 +1159,171 @@ async fn a_cold_post_with_a_lost_like_is_exact_after_the_sweep_reaches_it() {
         assert_eq!(api.count(post).await.expect("count"), want, "{post}");
     }
 }
+
+/// `like-events` split mid-load (the stream-shape simulator's Kinesis shape, 2 shards split into
+/// 4 two seconds in), with duplicate changes (some straddling the split: the original in the
+/// parent, the copy in a child) and every batch of one child failing for 2.5 s after the split,
+/// longer than the dedupe window plus the settle time (0.8 s here): its batches are parked
+/// after 10 deliveries and their likes lost. The aggregator and the repair take the lineage
+/// from the stream (parents retired, children's first windows seeded from their parents), the
+/// rebuilder runs every 0.3 s: after every run no post counts more likes than were
+/// acknowledged, and once the load stops and the stream is drained the counts are exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sim_a_split_mid_load_with_straddling_duplicates_and_a_failing_child_is_never_over_and_ends_exact()
+ {
+    use heatsink_sim::esm::OnFailure;
+    use heatsink_sim::front::ShapedListing;
+    let fx = fixture!(
+        "sim_a_split_mid_load_with_straddling_duplicates_and_a_failing_child_is_never_over_and_ends_exact"
+    );
+    let arn = tables(&fx, &["p9", "p1"]).await;
+    let split = Duration::from_secs(2);
+    let mut shape = ShapeConfig::new(SourceKind::Kinesis, 2);
+    shape.duplicates = 0.1;
+    shape.reorder = 2;
+    shape.seed = 21;
+    shape.split_at = Some(split);
+    let shaper = Arc::new(shaper(&fx, shape).await);
+    shaper.watch(&arn).await.expect("watch");
+    let lineage = ShapedListing::new(shaper.clone(), &arn);
+    let streams = aws_sdk_dynamodbstreams::Client::from_conf(
+        aws_sdk_dynamodbstreams::config::Builder::from(&fx.stack.config)
+            .endpoint_url(shaper.endpoint())
+            .build(),
+    );
+    let counters = store(&fx);
+    let agg = aggregator(counters.clone(), Some(streams))
+        .with_table(fx.photo().table_name(Table::Liked))
+        .with_dedupe_window(Duration::from_millis(300))
+        .with_lineage(Arc::new(lineage.clone()));
+    let api = Arc::new(LikesApi::new(fx.stack.ddb.clone(), &fx.photo()));
+    let acked: Arc<[AtomicU64; 2]> = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
+    let posts = ["p9", "p1"];
+    let done = Arc::new(AtomicBool::new(false));
+    let started = std::time::Instant::now();
+    let liking = {
+        let (api, done, acked) = (api.clone(), done.clone(), acked.clone());
+        tokio::spawn(async move {
+            let mut u = 0u32;
+            while started.elapsed() < Duration::from_secs(7) {
+                let i = usize::from(u.is_multiple_of(3));
+                api.like(&format!("u{u}"), posts[i]).await.expect("like");
+                acked[i].fetch_add(1, Ordering::SeqCst);
+                u += 1;
+                tokio::time::sleep(Duration::from_millis(15)).await;
+            }
+            done.store(true, Ordering::SeqCst);
+        })
+    };
+    // The first child the split opens fails every delivery for 2.5 s after the split.
+    let failing: Arc<std::sync::Mutex<Option<String>>> = Arc::default();
+    let failed = Arc::new(AtomicU64::new(0));
+    let settings = EsmSettings {
+        source: SourceKind::Kinesis,
+        batch_size: 20,
+        window: Duration::from_millis(100),
+        shards: 2,
+    };
+    let parked = OnFailure::new();
+    let agg = &agg;
+    let delivering = esm::run_to(
+        &shaper,
+        &arn,
+        settings,
+        &parked,
+        |batch: Batch| {
+            let child = {
+                let mut f = failing.lock().expect("lock");
+                if f.is_none() {
+                    *f = shaper
+                        .with_stream(&arn, |s| s.describe())
+                        .and_then(|v| v.into_iter().find(|s| s.parent.is_some()))
+                        .map(|s| s.shard_id);
+                }
+                f.clone()
+            };
+            let fail = child.as_deref() == Some(batch.shard.as_str())
+                && started.elapsed() < split + Duration::from_millis(2_500);
+            let failed = failed.clone();
+            async move {
+                if fail {
+                    failed.fetch_add(1, Ordering::Relaxed);
+                    let first = batch.event["Records"][0]["kinesis"]["sequenceNumber"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned();
+                    return Some(first);
+                }
+                invoke(agg, &batch.event).await
+            }
+        },
+        || done.load(Ordering::SeqCst),
+    );
+    let recount = liked_bucket_recount(&fx.stack.ddb, &fx.photo());
+    let count = |post: &'static str| {
+        let api = api.clone();
+        async move { api.count(post).await.expect("count") }
+    };
+    let repair = || {
+        Repair::new(&counters, "likes", &recount, options_with(spec(), 10)).with_lineage(&lineage)
+    };
+    let rebuilding = async {
+        let (mut runs, mut blocked, mut corrected) = (0u32, 0u32, 0i64);
+        while !done.load(Ordering::SeqCst) {
+            let report = repair().run().await.expect("repair");
+            runs += 1;
+            blocked += u32::from(report.blocked.is_some());
+            corrected += report.corrected.values().sum::<i64>();
+            for (i, post) in posts.iter().enumerate() {
+                let n = count(post).await;
+                let truth = acked[i].load(Ordering::SeqCst) as i64;
+                assert!(
+                    n <= truth,
+                    "{post}: {n} counted, {truth} acknowledged after {report:?}"
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        (runs, blocked, corrected)
+    };
+    let (esm_report, (runs, blocked, corrected)) = tokio::join!(delivering, rebuilding);
+    liking.await.expect("load");
+    // Drained: runs until exact (bounded), never over on the way.
+    let truth: Vec<i64> = acked
+        .iter()
+        .map(|a| a.load(Ordering::SeqCst) as i64)
+        .collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let report = repair().run().await.expect("repair");
+        let counts = [count("p9").await, count("p1").await];
+        assert!(
+            counts[0] <= truth[0] && counts[1] <= truth[1],
+            "{counts:?} over {truth:?}: {report:?}"
+        );
+        if counts[..] == truth[..] {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not exact within 30 s after the load: {counts:?} vs {truth:?}, {report:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let stats = shaper.stats(&arn).expect("shaped");
+    assert_eq!(stats.splits, 1, "{stats:?}");
+    assert!(stats.duplicates > 0, "{stats:?}");
+    assert!(
+        failed.load(Ordering::Relaxed) > 0,
+        "the child failed batches"
+    );
+    assert!(
+        esm_report.parked_batches > 0,
+        "the failing child's batches were parked: {esm_report:?}"
+    );
+    assert!(runs >= 3, "the rebuilder ran during the load: {runs}");
+    eprintln!(
+        "runs {runs}, blocked {blocked}, corrected during the load {corrected}, parked {} batches ({} records), {stats:?}",
+        esm_report.parked_batches, esm_report.parked
+    );
+}
