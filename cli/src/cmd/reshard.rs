@@ -3,8 +3,8 @@
 //! `plan` samples the last `--sample` seconds of every open shard and prints, per shard, its
 //! load, the chosen split key or the refusal with its reason, and the predicted max/mean load
 //! after the plan next to what a midpoint split gives. `--json` prints
-//! `{"shards":[{"shard_id","load","action","split_hash_key"?,"split_hash_keys"?,"merge_with"?,
-//! "reason"?}], "predicted_max_over_mean","midpoint_max_over_mean","uniform_max_over_mean"}`
+//! `{"shards":[{"shard_id","load","unplaced"?,"action","split_hash_key"?,"split_hash_keys"?,
+//! "merge_with"?,"reason"?}], "predicted_max_over_mean","midpoint_max_over_mean","uniform_max_over_mean"}`
 //! with hash keys as decimal strings.
 //! `apply` carries the plan out one call at a time, journaled in `--state` so a re-run resumes,
 //! and hands the keys it refused to split for ("salt it") to the hot-key controller, which
@@ -101,6 +101,9 @@ pub fn plan_json(p: &Plan) -> Value {
                     Action::Refuse => "refuse",
                 },
             });
+            if s.unplaced > 0.0 {
+                v["unplaced"] = json!((s.unplaced * 1e4).round() / 1e4);
+            }
             if let Some(k) = s.split_hash_key {
                 v["split_hash_key"] = big(k);
             }
@@ -143,8 +146,14 @@ fn plan_lines(p: &Plan) -> Vec<String> {
             (_, Some(r)) => format!("refuse: {}", r.reason()),
             _ => "none".to_owned(),
         };
+        // Load whose placement the sample cannot see (explicit hash keys): said, not hidden.
+        let unplaced = if s.unplaced > 0.0 {
+            format!(" ({:.1}% placed by explicit hash keys)", s.unplaced * 100.0)
+        } else {
+            String::new()
+        };
         lines.push(format!(
-            "{:<24} load {:>6.1}%  {what}",
+            "{:<24} load {:>6.1}%{unplaced}  {what}",
             s.shard_id,
             s.load * 100.0
         ));

@@ -273,3 +273,85 @@ async fn a_key_holding_most_of_its_shard_is_refused_handed_to_the_directory_and_
     assert!(keys.len() >= 2 && !keys.contains("p9"), "{keys:?}");
     assert_eq!(shards.len(), 2, "sub-keys on both shards: {shards:?}");
 }
+
+/// Records put with an `ExplicitHashKey` (as the producer does for salted keys) land where the
+/// key says, not where their partition key hashes; `GetRecords` does not return the explicit key.
+/// Here every record goes to shard 0's lower eighth while its partition key hashes into shard 1:
+/// the sampled load is counted on the shard the records were read from (shard 0 is hot, shard 1
+/// idle), their placement is reported unknown (`unplaced`), and the split falls at shard 0's
+/// midpoint instead of a plan that calls the hot shard idle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_placed_by_explicit_hash_keys_count_on_the_shard_they_were_read_from() {
+    use aws_sdk_kinesis::primitives::Blob;
+    use aws_sdk_kinesis::types::PutRecordsRequestEntry;
+    let fx =
+        fixture!("records_placed_by_explicit_hash_keys_count_on_the_shard_they_were_read_from");
+    let stream = fx.stream("explicit", 2).await;
+    let k = &fx.stack.kinesis;
+    let ranges = open_shard_ranges(k, &stream.name)
+        .await
+        .expect("open shards");
+    assert_eq!(ranges.len(), 2);
+    let (first, second) = (&ranges[0], &ranges[1]);
+    let eighth = (first.end - first.start) / 8;
+    let keys: Vec<String> = (0..)
+        .map(|i| format!("k{i}"))
+        .filter(|pk| (second.start..=second.end).contains(&kinesis_hash_key(pk)))
+        .take(400)
+        .collect();
+    let entries: Vec<PutRecordsRequestEntry> = keys
+        .iter()
+        .enumerate()
+        .map(|(i, pk)| {
+            PutRecordsRequestEntry::builder()
+                .partition_key(pk)
+                .explicit_hash_key((first.start + (i as u128 % 97) * (eighth / 97)).to_string())
+                .data(Blob::new(vec![b'x'; 100]))
+                .build()
+                .expect("entry")
+        })
+        .collect();
+    let out = k
+        .put_records()
+        .stream_name(&stream.name)
+        .set_records(Some(entries))
+        .send()
+        .await
+        .expect("put");
+    assert_eq!(out.failed_record_count(), Some(0));
+    assert!(
+        out.records()
+            .iter()
+            .all(|r| r.shard_id() == Some(first.shard_id.as_str())),
+        "the explicit hash keys placed every record on shard 0"
+    );
+    let samples = sample(k, &stream.name, 60, now_ms() + 1_000)
+        .await
+        .expect("sampled");
+    // 400 records in 60 s: lower the threshold to the scale of the test.
+    let cfg = PlanConfig {
+        split_at: 0.005,
+        ..PlanConfig::default()
+    };
+    let planned = plan(&samples, &ReshardState::default(), &cfg, now_ms() / 1_000).expect("plan");
+    let line = |id: &str| {
+        planned
+            .shards
+            .iter()
+            .find(|s| s.shard_id == id)
+            .expect("planned")
+            .clone()
+    };
+    let hot = line(&first.shard_id);
+    let want = 400.0 / 1_000.0 / 60.0;
+    assert!((hot.load - want).abs() < 1e-9, "{hot:?}");
+    assert!((hot.unplaced - hot.load).abs() < 1e-12, "{hot:?}");
+    assert_eq!(hot.action, Action::Split, "{hot:?}");
+    assert_eq!(
+        hot.split_hash_key,
+        Some(first.start + (first.end - first.start) / 2 + 1),
+        "placement unknown: the midpoint"
+    );
+    let idle = line(&second.shard_id);
+    assert_eq!((idle.load, idle.action), (0.0, Action::None), "{idle:?}");
+}

@@ -1160,30 +1160,81 @@ async fn a_cold_post_with_a_lost_like_is_exact_after_the_sweep_reaches_it() {
     }
 }
 
-/// `like-events` split mid-load (the stream-shape simulator's Kinesis shape, 2 shards split into
-/// 4 two seconds in), with duplicate changes (some straddling the split: the original in the
-/// parent, the copy in a child) and every batch of one child failing for 2.5 s after the split,
-/// longer than the dedupe window plus the settle time (0.8 s here): its batches are parked
-/// after 10 deliveries and their likes lost. The aggregator and the repair take the lineage
-/// from the stream (parents retired, children's first windows seeded from their parents), the
+/// A stream split mid-load, through the stream-shape simulator: Kinesis Data Streams for
+/// DynamoDB (`like-events` 2 shards split into 4 two seconds in, with duplicate changes, some
+/// straddling the split: the original in the parent, the copy in a child), and DynamoDB Streams
+/// (a table partition split). Every batch of one child fails for 2.5 s after the split, longer
+/// than the dedupe window plus the settle time (0.8 s here): its batches are parked after 10
+/// deliveries and their likes lost. The aggregator and the repair take the lineage from the
+/// stream (parents retired, Kinesis children's first windows seeded from their parents), the
 /// rebuilder runs every 0.3 s: after every run no post counts more likes than were
 /// acknowledged, and once the load stops and the stream is drained the counts are exact.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sim_a_split_mid_load_with_straddling_duplicates_and_a_failing_child_is_never_over_and_ends_exact()
+async fn sim_a_kinesis_split_mid_load_with_straddling_duplicates_and_a_failing_child_is_never_over_and_ends_exact()
  {
+    let fx = fixture!(
+        "sim_a_kinesis_split_mid_load_with_straddling_duplicates_and_a_failing_child_is_never_over_and_ends_exact"
+    );
+    split_mid_load(&fx, SourceKind::Kinesis).await;
+}
+
+/// [`sim_a_kinesis_split_mid_load_with_straddling_duplicates_and_a_failing_child_is_never_over_and_ends_exact`]
+/// on DynamoDB Streams: a table partition split (each change once; the writer found through the
+/// lineage's sequence ranges).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sim_a_dynamodb_streams_partition_split_mid_load_with_a_failing_child_is_never_over_and_ends_exact()
+ {
+    let fx = fixture!(
+        "sim_a_dynamodb_streams_partition_split_mid_load_with_a_failing_child_is_never_over_and_ends_exact"
+    );
+    split_mid_load(&fx, SourceKind::DynamoDbStreams).await;
+}
+
+/// The first sequence number of a simulated Lambda event of `source`.
+fn first_seq(source: SourceKind, event: &serde_json::Value) -> String {
+    let at = match source {
+        SourceKind::Kinesis => "/Records/0/kinesis/sequenceNumber",
+        SourceKind::DynamoDbStreams => "/Records/0/dynamodb/SequenceNumber",
+    };
+    event
+        .pointer(at)
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// One delivery of `event` of `source` to `agg`: the failed record's sequence number, if any.
+async fn invoke_as(
+    agg: &heatsink_photo_app::Aggregator,
+    source: SourceKind,
+    event: &serde_json::Value,
+) -> Option<String> {
+    if source == SourceKind::Kinesis {
+        return invoke(agg, event).await;
+    }
+    let (resp, _) = agg
+        .handle_dynamodb(serde_json::from_value(event.clone()).expect("dynamodb event"))
+        .await;
+    resp.batch_item_failures
+        .first()
+        .and_then(|f| f.item_identifier.clone())
+}
+
+async fn split_mid_load(fx: &Fixture, source: SourceKind) {
     use heatsink_sim::esm::OnFailure;
     use heatsink_sim::front::ShapedListing;
-    let fx = fixture!(
-        "sim_a_split_mid_load_with_straddling_duplicates_and_a_failing_child_is_never_over_and_ends_exact"
-    );
-    let arn = tables(&fx, &["p9", "p1"]).await;
+    let arn = tables(fx, &["p9", "p1"]).await;
     let split = Duration::from_secs(2);
-    let mut shape = ShapeConfig::new(SourceKind::Kinesis, 2);
-    shape.duplicates = 0.1;
+    let mut shape = ShapeConfig::new(source, 2);
+    shape.duplicates = if source == SourceKind::Kinesis {
+        0.1
+    } else {
+        0.0
+    };
     shape.reorder = 2;
     shape.seed = 21;
     shape.split_at = Some(split);
-    let shaper = Arc::new(shaper(&fx, shape).await);
+    let shaper = Arc::new(shaper(fx, shape).await);
     shaper.watch(&arn).await.expect("watch");
     let lineage = ShapedListing::new(shaper.clone(), &arn);
     let streams = aws_sdk_dynamodbstreams::Client::from_conf(
@@ -1191,7 +1242,7 @@ async fn sim_a_split_mid_load_with_straddling_duplicates_and_a_failing_child_is_
             .endpoint_url(shaper.endpoint())
             .build(),
     );
-    let counters = store(&fx);
+    let counters = store(fx);
     let agg = aggregator(counters.clone(), Some(streams))
         .with_table(fx.photo().table_name(Table::Liked))
         .with_dedupe_window(Duration::from_millis(300))
@@ -1219,7 +1270,7 @@ async fn sim_a_split_mid_load_with_straddling_duplicates_and_a_failing_child_is_
     let failing: Arc<std::sync::Mutex<Option<String>>> = Arc::default();
     let failed = Arc::new(AtomicU64::new(0));
     let settings = EsmSettings {
-        source: SourceKind::Kinesis,
+        source,
         batch_size: 20,
         window: Duration::from_millis(100),
         shards: 2,
@@ -1248,13 +1299,9 @@ async fn sim_a_split_mid_load_with_straddling_duplicates_and_a_failing_child_is_
             async move {
                 if fail {
                     failed.fetch_add(1, Ordering::Relaxed);
-                    let first = batch.event["Records"][0]["kinesis"]["sequenceNumber"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_owned();
-                    return Some(first);
+                    return Some(first_seq(source, &batch.event));
                 }
-                invoke(agg, &batch.event).await
+                invoke_as(agg, source, &batch.event).await
             }
         },
         || done.load(Ordering::SeqCst),
@@ -1312,7 +1359,10 @@ async fn sim_a_split_mid_load_with_straddling_duplicates_and_a_failing_child_is_
     }
     let stats = shaper.stats(&arn).expect("shaped");
     assert_eq!(stats.splits, 1, "{stats:?}");
-    assert!(stats.duplicates > 0, "{stats:?}");
+    assert!(
+        source != SourceKind::Kinesis || stats.duplicates > 0,
+        "{stats:?}"
+    );
     assert!(
         failed.load(Ordering::Relaxed) > 0,
         "the child failed batches"

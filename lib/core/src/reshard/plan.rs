@@ -195,8 +195,15 @@ pub enum Action {
 pub struct ShardPlan {
     /// The shard id.
     pub shard_id: String,
-    /// Its load (share of one shard's capacity, 1.0 = full).
+    /// Its load (share of one shard's capacity, 1.0 = full): every record read from it,
+    /// wherever its hash key lies.
     pub load: f64,
+    /// The part of `load` whose placement the sample cannot see: records whose hash key (the
+    /// MD5 of their partition key) lies outside the shard's range, so they were put with an
+    /// `ExplicitHashKey` that `GetRecords` does not return. They count in the load; they cannot
+    /// choose a split point.
+    #[serde(default)]
+    pub unplaced: f64,
     /// Its busiest second's load.
     pub peak: f64,
     /// The decision.
@@ -335,6 +342,44 @@ fn heaviest_key(s: &ShardSample) -> Option<(String, f64)> {
         .map(|(k, l)| (k.to_owned(), l))
 }
 
+/// The load of the records whose hash key lies outside the shard's range (0 when none).
+fn unplaced_load(s: &ShardSample) -> f64 {
+    s.samples
+        .iter()
+        .filter(|r| !(s.start..=s.end).contains(&r.hash_key))
+        .map(|r| record_load(r.bytes) / s.seconds)
+        .sum::<f64>()
+        + 0.0
+}
+
+/// One split of a hot shard part of whose load has no known placement (`unplaced`): at the
+/// placed records' best boundary when it stays within the child limit even if every unplaced
+/// record is on the larger side, else at the midpoint of the range (placement unknown: the
+/// even split `UpdateShardCount` would make). One level only: the children's loads are not
+/// known until they are sampled again.
+fn split_unplaced(
+    w: &Weighted,
+    s: &ShardSample,
+    load: f64,
+    unplaced: f64,
+    c: &PlanConfig,
+    ops: &mut Vec<Op>,
+) -> Result<(), Refusal> {
+    if s.start == s.end {
+        return Err(Refusal::NoBalancedSplit { best_share: 1.0 });
+    }
+    let at = match w.best_split(s.start, s.end) {
+        Some((at, larger)) if (larger + unplaced) / load <= c.child_max_share => at,
+        _ => s.start + (s.end - s.start) / 2 + 1,
+    };
+    ops.push(Op::Split {
+        start: s.start,
+        end: s.end,
+        at,
+    });
+    Ok(())
+}
+
 /// Split `start..=end` recursively while it is hot; returns the ops (parents first).
 fn split_range(
     w: &Weighted,
@@ -408,11 +453,14 @@ pub fn plan(
     let mut splits_of: Vec<usize> = Vec::with_capacity(sorted.len());
     for s in &sorted {
         let w = weighted(s);
-        let load = w.load_in(s.start, s.end);
+        // Load is what the shard took, read from it; placement only from keys known in range.
+        let unplaced = unplaced_load(s);
+        let load = w.load_in(s.start, s.end) + unplaced;
         let peak = peak(s);
         let mut line = ShardPlan {
             shard_id: s.shard_id.clone(),
             load,
+            unplaced,
             peak,
             action: Action::None,
             split_hash_key: None,
@@ -445,7 +493,12 @@ pub fn plan(
             } else {
                 let levels = c.max_splits_per_shard.min(c.max_depth - s.depth);
                 let mut mine = Vec::new();
-                match split_range(&w, s.start, s.end, levels, c, &mut mine) {
+                let split = if unplaced > 0.0 {
+                    split_unplaced(&w, s, load, unplaced, c, &mut mine)
+                } else {
+                    split_range(&w, s.start, s.end, levels, c, &mut mine)
+                };
+                match split {
                     Ok(()) => {
                         line.split_hash_keys = mine
                             .iter()

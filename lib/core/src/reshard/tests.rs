@@ -401,3 +401,67 @@ fn ranges_after_for_test(samples: &[ShardSample], ops: &[Op]) -> Vec<(u128, u128
     }
     ranges
 }
+
+/// A shard that took 1,300 records of 10 KB in 10 s, all put with an `ExplicitHashKey` in its
+/// lower eighth: the records' partition-key hashes lie outside its range (what `GetRecords`
+/// shows), so the sample cannot place them. Its load still counts (1.24 > 0.8: hot) and it is
+/// split, at the midpoint (placement unknown), never planned as idle.
+#[test]
+fn a_shard_loaded_through_explicit_hash_keys_is_hot_and_split_at_its_midpoint() {
+    let (start, end) = (0u128, u128::MAX / 2);
+    let samples: Vec<Sample> = (0..1_300u64)
+        .map(|i| Sample {
+            hash_key: u128::MAX / 2 + 1 + u128::from(i),
+            bytes: 10_000,
+            at_ms: i * 7,
+            partition_key: format!("k{i}"),
+        })
+        .collect();
+    let shard = ShardSample::new("shardId-0", start, end, 10.0, samples);
+    let p = plan(
+        &[shard],
+        &ReshardState::default(),
+        &PlanConfig::default(),
+        0,
+    )
+    .expect("plan");
+    let line = &p.shards[0];
+    let want = 1_300.0 * crate::reshard::record_load(10_000) / 10.0;
+    assert!(
+        line.load > 1.2 && (line.load - want).abs() < 1e-9,
+        "{line:?}"
+    );
+    assert!((line.unplaced - line.load).abs() < 1e-12, "{line:?}");
+    assert_eq!(line.action, Action::Split, "{line:?}");
+    assert_eq!(line.split_hash_key, Some(end / 2 + 1));
+}
+
+proptest::proptest! {
+    /// Every record read from a shard counts in its load, wherever its hash key lies; the
+    /// placed part alone chooses a boundary, and a split point always lies inside the range.
+    #[test]
+    fn load_counts_every_record_read_and_splits_stay_inside_the_range(
+        inside in proptest::collection::vec((0u128..1_000, 100u64..20_000), 0..200),
+        outside in proptest::collection::vec((0u128..1_000, 100u64..20_000), 0..200),
+    ) {
+        let (start, end) = (1u128 << 100, (1u128 << 101) - 1);
+        let mut samples = vec![];
+        for (i, (h, b)) in inside.iter().enumerate() {
+            samples.push(Sample { hash_key: start + h * (1 << 80), bytes: *b, at_ms: 0, partition_key: format!("i{i}") });
+        }
+        for (i, (h, b)) in outside.iter().enumerate() {
+            samples.push(Sample { hash_key: end + 1 + h, bytes: *b, at_ms: 0, partition_key: format!("o{i}") });
+        }
+        let want: f64 = samples.iter().map(|r| crate::reshard::record_load(r.bytes)).sum();
+        let shard = ShardSample::new("shardId-0", start, end, 1.0, samples);
+        let p = plan(&[shard], &ReshardState::default(), &PlanConfig::default(), 0).expect("plan");
+        let line = &p.shards[0];
+        proptest::prop_assert!((line.load - want).abs() < 1e-9 * want.max(1.0));
+        for at in &line.split_hash_keys {
+            proptest::prop_assert!(start < *at && *at <= end, "{at} outside {start}..={end}");
+        }
+        if outside.is_empty() {
+            proptest::prop_assert_eq!(line.unplaced, 0.0);
+        }
+    }
+}
