@@ -936,12 +936,13 @@ async fn sim_move_on_four_rolling_stream_shards_reads_every_acknowledged_write_a
         .or_else(|_| std::env::var("AWS_ENDPOINT_URL_DYNAMODB"))
         .expect("the stack's endpoint");
     let mut shape = ShapeConfig::new(SourceKind::DynamoDbStreams, 4);
-    // Every shard lives 300 ms (a rollover every ~75 ms somewhere): the shards the drain knows
+    // Every shard lives 500 ms (a rollover every ~125 ms somewhere): the shards the drain knows
     // from its last DescribeStream have usually closed by the time the fence record arrives,
     // and the stream lists over 100 shards (DescribeStream pages) before the move ends. (At
-    // 150 ms, 25 new shards a second, the tail's catch-up on this shared 2-core machine could
-    // fall behind the rollovers for minutes: a new shard costs a GetShardIterator each.)
-    shape.rollover = Some(Duration::from_millis(300));
+    // 300 ms, 13 new shards a second, a 2-core CI runner with both emulator lanes busy let the
+    // tail fall behind the rollovers for over 30 s: a new shard costs a DescribeStream page and
+    // a GetShardIterator, through the simulator's proxy to moto.)
+    shape.rollover = Some(Duration::from_millis(500));
     let shaper = StreamShaper::start(&upstream, shape).await.expect("shaper");
     s.streams = aws_sdk_dynamodbstreams::Client::from_conf(
         aws_sdk_dynamodbstreams::config::Builder::from(&fx.stack.config)
@@ -959,18 +960,29 @@ async fn sim_move_on_four_rolling_stream_shards_reads_every_acknowledged_write_a
         .table
         .and_then(|t| t.latest_stream_arn)
         .expect("the source has a stream");
-    // 9 s of rollovers before the move: over 100 shards, so DescribeStream takes 2 pages and
+    // 15 s of rollovers before the move: over 100 shards, so DescribeStream takes 2 pages and
     // the open shards are on the second.
     shaper.watch(&arn).await.expect("watch");
     let load = start_load(s.router.clone(), "key-", 16, 10.0);
-    tokio::time::sleep(Duration::from_millis(9_000)).await;
+    tokio::time::sleep(Duration::from_millis(15_000)).await;
     let listed = shaper
         .with_stream(&arn, |st| st.describe().len())
         .expect("watched");
     assert!(listed > 100, "{listed} shards listed before the move");
     let mut m = s.start(false).await;
+    // A drain that cannot prove a shard within its deadline stops with nothing flipped or
+    // deleted (`Unproven`, naming `heatsink move resume`): the operator's next step, taken here
+    // as the error says, at most three times (the tail keeps its positions in between).
+    let mut unproven = 0;
     while m.record().phase != Phase::Flipped {
-        m.step().await.expect("step");
+        match m.step().await {
+            Ok(_) => {}
+            Err(MoveError::Unproven(u)) if unproven < 3 => {
+                unproven += 1;
+                eprintln!("drain stopped unproven ({u:?}); resuming as it says");
+            }
+            Err(e) => panic!("step: {e:?}"),
+        }
     }
     let at_flip: Vec<AckLine> = load.acks.lock().expect("acks").clone();
     let moved_on_source = at_flip
