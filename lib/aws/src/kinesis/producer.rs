@@ -72,7 +72,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_kinesis::primitives::Blob;
-use aws_sdk_kinesis::types::PutRecordsRequestEntry;
+use aws_sdk_kinesis::types::{PutRecordsRequestEntry, RecordDistributionStrategy};
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use heatsink_core::keys::{SaltPolicy, ShardRange, place_salts, shard_for};
@@ -296,6 +296,8 @@ pub struct Producer {
     budget: Arc<Semaphore>,
     /// The largest record the stream takes (data plus partition key).
     max_record: usize,
+    /// The stream places records itself (`AUTO`): no aggregation, no salting.
+    keyless: bool,
     task: JoinHandle<Result<ProducerReport, ProducerError>>,
 }
 
@@ -309,7 +311,20 @@ impl Producer {
         let stream = stream.into();
         let kinesis = bounded!(aws_sdk_kinesis, kinesis, config.timeouts);
         let shards = open_shard_ranges(&kinesis, &stream).await?;
-        let max_record = max_record_bytes(&kinesis, &stream).await;
+        let shape = stream_shape(&kinesis, &stream).await;
+        let max_record = shape.max_record;
+        let mut config = config;
+        if shape.keyless && (config.aggregate || !matches!(config.salting, Salting::Off)) {
+            // Kinesis places records itself on an AUTO stream and ignores partition keys:
+            // salting spreads nothing, and KPL aggregates are not supported there.
+            tracing::warn!(
+                stream = %stream,
+                "the stream distributes records itself (RecordDistributionStrategy AUTO): no aggregation, no salting"
+            );
+            config.aggregate = false;
+            config.salting = Salting::Off;
+        }
+        let keyless = shape.keyless;
         let (tx, rx) = mpsc::channel(config.queue_capacity.max(1));
         let bytes = config
             .max_buffered_bytes
@@ -328,8 +343,16 @@ impl Producer {
             tx,
             budget,
             max_record,
+            keyless,
             task,
         })
+    }
+
+    /// True when the stream places records itself (on-demand, `RecordDistributionStrategy`
+    /// `AUTO`, read at start): partition keys are ignored, so this producer neither aggregates
+    /// nor salts, whatever its config said.
+    pub fn keyless(&self) -> bool {
+        self.keyless
     }
 
     /// The largest record (data plus partition key) this producer accepts: the stream's
@@ -386,31 +409,50 @@ impl Producer {
     }
 }
 
-/// The stream's largest record in bytes: `MaxRecordSizeInKiB` from `DescribeStreamSummary`,
-/// within 1 MiB..=10 MiB; 1 MiB when the stream does not say (an emulator, a stream that kept the
-/// default) or the call fails (a role without `kinesis:DescribeStreamSummary`): a record the
-/// stream might refuse is refused here instead.
-async fn max_record_bytes(kinesis: &aws_sdk_kinesis::Client, stream: &str) -> usize {
+/// What `DescribeStreamSummary` says about how the stream takes records.
+struct StreamShape {
+    /// The largest record in bytes.
+    max_record: usize,
+    /// The stream places records itself (`RecordDistributionStrategy::Auto`).
+    keyless: bool,
+}
+
+/// The stream's shape: its largest record (`MaxRecordSizeInKiB`, within 1 MiB..=10 MiB; 1 MiB
+/// when the stream does not say, as an emulator or a stream that kept the default, or when the
+/// call fails, as for a role without `kinesis:DescribeStreamSummary`: a record the stream might
+/// refuse is refused here instead) and whether it ignores partition keys (on-demand streams
+/// with `RecordDistributionStrategy` `AUTO`; a failed call assumes it does not).
+async fn stream_shape(kinesis: &aws_sdk_kinesis::Client, stream: &str) -> StreamShape {
     match kinesis
         .describe_stream_summary()
         .stream_name(stream)
         .send()
         .await
     {
-        Ok(out) => out
-            .stream_description_summary()
-            .and_then(|d| d.max_record_size_in_kib())
-            .and_then(|kib| usize::try_from(kib).ok())
-            .map_or(MAX_BYTES_PER_RECORD, |kib| {
-                kib.saturating_mul(1_024)
-                    .clamp(MAX_BYTES_PER_RECORD, MAX_LARGE_RECORD_BYTES)
-            }),
+        Ok(out) => {
+            let summary = out.stream_description_summary();
+            StreamShape {
+                max_record: summary
+                    .and_then(|d| d.max_record_size_in_kib())
+                    .and_then(|kib| usize::try_from(kib).ok())
+                    .map_or(MAX_BYTES_PER_RECORD, |kib| {
+                        kib.saturating_mul(1_024)
+                            .clamp(MAX_BYTES_PER_RECORD, MAX_LARGE_RECORD_BYTES)
+                    }),
+                keyless: summary.is_some_and(|d| {
+                    d.record_distribution_strategy() == Some(&RecordDistributionStrategy::Auto)
+                }),
+            }
+        }
         Err(e) => {
             tracing::warn!(
                 error = %AwsError::new("Kinesis", "DescribeStreamSummary", stream, e),
                 "the stream's maximum record size is unknown; records over 1 MiB are refused"
             );
-            MAX_BYTES_PER_RECORD
+            StreamShape {
+                max_record: MAX_BYTES_PER_RECORD,
+                keyless: false,
+            }
         }
     }
 }

@@ -125,6 +125,16 @@ pub enum ReshardError {
         /// [`ApplyConfig::plan_window`].
         window_secs: u64,
     },
+    /// The stream places records itself (on-demand, `RecordDistributionStrategy` `AUTO`):
+    /// partition keys and hash keys do not say where a record goes, so no split point can be
+    /// chosen from them.
+    #[error(
+        "{stream} distributes records itself (RecordDistributionStrategy AUTO): a split point chosen from keys would mean nothing; Kinesis scales an on-demand stream on its own, so raise its warm throughput (UpdateStreamWarmThroughput) ahead of a known spike instead"
+    )]
+    Keyless {
+        /// Stream name.
+        stream: String,
+    },
     /// The `UpdateShardCount` ledger refused the call before it was made.
     #[error("UpdateShardCount on {stream} not called: {source}; wait, or split and merge instead")]
     Ledger {
@@ -632,6 +642,30 @@ pub async fn update_shard_count(
     Ok(journal)
 }
 
+/// [`ReshardError::Keyless`] for a stream that places records itself: its summary says
+/// `RecordDistributionStrategy` `AUTO` (only on-demand streams say anything).
+async fn refuse_keyless(
+    kinesis: &aws_sdk_kinesis::Client,
+    stream: &str,
+) -> Result<(), ReshardError> {
+    let out = kinesis
+        .describe_stream_summary()
+        .stream_name(stream)
+        .send()
+        .await
+        .map_err(|e| AwsError::new("Kinesis", "DescribeStreamSummary", stream, e))?;
+    let auto = out.stream_description_summary().is_some_and(|d| {
+        d.record_distribution_strategy()
+            == Some(&aws_sdk_kinesis::types::RecordDistributionStrategy::Auto)
+    });
+    if auto {
+        return Err(ReshardError::Keyless {
+            stream: stream.to_owned(),
+        });
+    }
+    Ok(())
+}
+
 async fn wait_active(
     kinesis: &aws_sdk_kinesis::Client,
     stream: &str,
@@ -773,8 +807,9 @@ pub async fn sample_and_plan(
     state: &ReshardState,
     config: &PlanConfig,
 ) -> Result<Plan, ReshardError> {
-    let mut samples = sample(kinesis, stream, secs, now_ms).await?;
     let kinesis = &crate::timeouts::bounded!(aws_sdk_kinesis, kinesis.clone(), Timeouts::CALL);
+    refuse_keyless(kinesis, stream).await?;
+    let mut samples = sample(kinesis, stream, secs, now_ms).await?;
     let open: Vec<String> = samples.iter().map(|s| s.shard_id.clone()).collect();
     let young =
         created_within(kinesis, stream, &open, now_ms / 1_000, config.cooldown_secs).await?;
@@ -848,6 +883,61 @@ mod tests {
                 )
                 .build()
         })
+    }
+
+    /// An on-demand stream with `RecordDistributionStrategy` `AUTO` (DescribeStreamSummary as
+    /// the API reference shapes it) is refused before anything is sampled, with the reason and
+    /// what to do instead; one placed by partition key is sampled and planned.
+    #[tokio::test]
+    async fn smithy_mock_an_auto_distribution_stream_is_not_planned_from_keys() {
+        use aws_sdk_kinesis::types::{RecordDistributionStrategy, StreamMode, StreamModeDetails};
+        let summary = |strategy: RecordDistributionStrategy| {
+            mock!(aws_sdk_kinesis::Client::describe_stream_summary).then_output(move || {
+                DescribeStreamSummaryOutput::builder()
+                    .stream_description_summary(
+                        StreamDescriptionSummary::builder()
+                            .stream_name("s")
+                            .stream_arn("arn:aws:kinesis:us-east-1:123456789012:stream/s")
+                            .stream_status(StreamStatus::Active)
+                            .stream_mode_details(
+                                StreamModeDetails::builder()
+                                    .stream_mode(StreamMode::OnDemand)
+                                    .build()
+                                    .unwrap(),
+                            )
+                            .retention_period_hours(24)
+                            .stream_creation_timestamp(DateTime::from_secs(0))
+                            .set_enhanced_monitoring(Some(vec![]))
+                            .open_shard_count(1)
+                            .record_distribution_strategy(strategy.clone())
+                            .build()
+                            .unwrap(),
+                    )
+                    .build()
+            })
+        };
+        let k = mocked!(aws_sdk_kinesis with |c| c.retry_config(RetryConfig::disabled()); summary(RecordDistributionStrategy::Auto));
+        let err = sample_and_plan(
+            &k,
+            "s",
+            10,
+            0,
+            &ReshardState::default(),
+            &PlanConfig::default(),
+        )
+        .await
+        .expect_err("no plan from keys on an AUTO stream");
+        let text = err.to_string();
+        assert!(matches!(err, ReshardError::Keyless { .. }), "{text}");
+        assert!(
+            text.contains("warm throughput") && !text.contains('\n'),
+            "{text}"
+        );
+        let k = mocked!(aws_sdk_kinesis with |c| c.retry_config(RetryConfig::disabled());
+            summary(RecordDistributionStrategy::UserPartitionKey));
+        refuse_keyless(&k, "s")
+            .await
+            .expect("a stream placed by partition key is planned from its keys");
     }
 
     fn limit_exceeded() -> SplitShardError {

@@ -74,6 +74,14 @@ fn fake_client(fake: Arc<Mutex<Fake>>) -> aws_sdk_kinesis::Client {
 
 /// DescribeStreamSummary as the API reference shapes it, with `MaxRecordSizeInKiB` when given.
 fn summary(max_kib: Option<i32>) -> aws_smithy_mocks::Rule {
+    summary_of(max_kib, None)
+}
+
+/// [`summary`] of an on-demand stream with `RecordDistributionStrategy` `strategy`.
+fn summary_of(
+    max_kib: Option<i32>,
+    strategy: Option<aws_sdk_kinesis::types::RecordDistributionStrategy>,
+) -> aws_smithy_mocks::Rule {
     use aws_sdk_kinesis::operation::describe_stream_summary::DescribeStreamSummaryOutput;
     use aws_sdk_kinesis::primitives::DateTime;
     use aws_sdk_kinesis::types::{StreamDescriptionSummary, StreamStatus};
@@ -89,6 +97,7 @@ fn summary(max_kib: Option<i32>) -> aws_smithy_mocks::Rule {
                     .set_enhanced_monitoring(Some(vec![]))
                     .open_shard_count(1)
                     .set_max_record_size_in_kib(max_kib)
+                    .set_record_distribution_strategy(strategy.clone())
                     .build()
                     .unwrap(),
             )
@@ -97,6 +106,13 @@ fn summary(max_kib: Option<i32>) -> aws_smithy_mocks::Rule {
 }
 
 fn fake_client_with(fake: Arc<Mutex<Fake>>, max_kib: Option<i32>) -> aws_sdk_kinesis::Client {
+    fake_client_shaped(fake, summary(max_kib))
+}
+
+fn fake_client_shaped(
+    fake: Arc<Mutex<Fake>>,
+    summary: aws_smithy_mocks::Rule,
+) -> aws_sdk_kinesis::Client {
     let f1 = fake.clone();
     let list = mock!(aws_sdk_kinesis::Client::list_shards).then_compute_output(move |_| {
         let mut f = f1.lock().unwrap();
@@ -186,7 +202,7 @@ fn fake_client_with(fake: Arc<Mutex<Fake>>, max_kib: Option<i32>) -> aws_sdk_kin
         )
     });
     // The SDK's own retries are off so every retry seen here is the producer's.
-    mocked!(aws_sdk_kinesis with |c| c.retry_config(aws_sdk_kinesis::config::retry::RetryConfig::disabled()); list, put, summary(max_kib))
+    mocked!(aws_sdk_kinesis with |c| c.retry_config(aws_sdk_kinesis::config::retry::RetryConfig::disabled()); list, put, summary)
 }
 
 fn fake(shards: usize, fail: FailFn) -> Arc<Mutex<Fake>> {
@@ -489,6 +505,66 @@ async fn smithy_mock_a_salted_hot_key_spreads_over_distinct_shards() {
     assert_eq!(shards.len(), 4, "the 4 sub-keys are on 4 distinct shards");
     assert!(per_key.values().all(|&c| c == 100), "in turn: {per_key:?}");
     assert!(g.written.iter().any(|w| w.partition_key == "p10"));
+}
+
+/// An on-demand stream with `RecordDistributionStrategy` `AUTO` (aws-smithy-mocks,
+/// DescribeStreamSummary as the API reference shapes it) places records itself and ignores
+/// partition keys, and takes no KPL aggregates: a producer configured to aggregate and to salt a
+/// hot key writes plain records under the keys they were sent with, and says why.
+#[tokio::test]
+async fn smithy_mock_an_auto_distribution_stream_gets_neither_aggregates_nor_salted_keys() {
+    use aws_sdk_kinesis::types::RecordDistributionStrategy;
+    let f = fake(4, Box::new(|_, _| None));
+    let snapshot = Snapshot::new([HotEntry::salt("p9", 4, "test", 1).unwrap()], 1);
+    let config = ProducerConfig {
+        salting: Salting::Fixed(Arc::new(snapshot)),
+        ..fast(true)
+    };
+    let client = fake_client_shaped(
+        f.clone(),
+        summary_of(None, Some(RecordDistributionStrategy::Auto)),
+    );
+    let p = Producer::start(client, "s", config).await.unwrap();
+    assert!(p.keyless());
+    for i in 0..50 {
+        p.send("p9", format!("like {i}").into_bytes())
+            .await
+            .unwrap();
+    }
+    let report = p.shutdown().await.unwrap();
+    assert_eq!(
+        (report.records, report.salted, report.aggregated_records),
+        (50, 0, 0),
+        "{report:?}"
+    );
+    {
+        let g = f.lock().unwrap();
+        assert_eq!(g.written.len(), 50, "one entry per record, none aggregated");
+        assert!(g.written.iter().all(|w| w.partition_key == "p9"));
+        assert!(g.written.iter().all(|w| !kpl::is_aggregated(&w.data)));
+    }
+
+    // The same config on a stream placed by partition key aggregates and salts.
+    let f = fake(4, Box::new(|_, _| None));
+    let snapshot = Snapshot::new([HotEntry::salt("p9", 4, "test", 1).unwrap()], 1);
+    let config = ProducerConfig {
+        salting: Salting::Fixed(Arc::new(snapshot)),
+        ..fast(true)
+    };
+    let client = fake_client_shaped(
+        f.clone(),
+        summary_of(None, Some(RecordDistributionStrategy::UserPartitionKey)),
+    );
+    let p = Producer::start(client, "s", config).await.unwrap();
+    assert!(!p.keyless());
+    for i in 0..50 {
+        p.send("p9", format!("like {i}").into_bytes())
+            .await
+            .unwrap();
+    }
+    let report = p.shutdown().await.unwrap();
+    assert_eq!(report.salted, 50, "{report:?}");
+    assert!(report.aggregated_records > 0, "{report:?}");
 }
 
 /// A stalled stream (aws-smithy-mocks: every entry refused with
