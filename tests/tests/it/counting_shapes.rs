@@ -48,7 +48,11 @@ struct Outcome {
 }
 
 /// One handler call as Lambda makes it: the aggregator's answer as the failed record's seq.
-async fn invoke(agg: &Aggregator, source: SourceKind, event: &serde_json::Value) -> Option<String> {
+pub(crate) async fn invoke(
+    agg: &Aggregator,
+    source: SourceKind,
+    event: &serde_json::Value,
+) -> Option<String> {
     match source {
         SourceKind::DynamoDbStreams => {
             let (resp, _) = agg

@@ -1203,23 +1203,6 @@ fn first_seq(source: SourceKind, event: &serde_json::Value) -> String {
         .to_owned()
 }
 
-/// One delivery of `event` of `source` to `agg`: the failed record's sequence number, if any.
-async fn invoke_as(
-    agg: &heatsink_photo_app::Aggregator,
-    source: SourceKind,
-    event: &serde_json::Value,
-) -> Option<String> {
-    if source == SourceKind::Kinesis {
-        return invoke(agg, event).await;
-    }
-    let (resp, _) = agg
-        .handle_dynamodb(serde_json::from_value(event.clone()).expect("dynamodb event"))
-        .await;
-    resp.batch_item_failures
-        .first()
-        .and_then(|f| f.item_identifier.clone())
-}
-
 async fn split_mid_load(fx: &Fixture, source: SourceKind) {
     use heatsink_sim::esm::OnFailure;
     use heatsink_sim::front::ShapedListing;
@@ -1301,7 +1284,7 @@ async fn split_mid_load(fx: &Fixture, source: SourceKind) {
                     failed.fetch_add(1, Ordering::Relaxed);
                     return Some(first_seq(source, &batch.event));
                 }
-                invoke_as(agg, source, &batch.event).await
+                crate::counting_shapes::invoke(agg, source, &batch.event).await
             }
         },
         || done.load(Ordering::SeqCst),

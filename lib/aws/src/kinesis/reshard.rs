@@ -642,18 +642,29 @@ pub async fn update_shard_count(
     Ok(journal)
 }
 
+/// The stream's `DescribeStreamSummary`.
+async fn summary(
+    kinesis: &aws_sdk_kinesis::Client,
+    stream: &str,
+) -> Result<
+    aws_sdk_kinesis::operation::describe_stream_summary::DescribeStreamSummaryOutput,
+    AwsError,
+> {
+    kinesis
+        .describe_stream_summary()
+        .stream_name(stream)
+        .send()
+        .await
+        .map_err(|e| AwsError::new("Kinesis", "DescribeStreamSummary", stream, e))
+}
+
 /// [`ReshardError::Keyless`] for a stream that places records itself: its summary says
 /// `RecordDistributionStrategy` `AUTO` (only on-demand streams say anything).
 async fn refuse_keyless(
     kinesis: &aws_sdk_kinesis::Client,
     stream: &str,
 ) -> Result<(), ReshardError> {
-    let out = kinesis
-        .describe_stream_summary()
-        .stream_name(stream)
-        .send()
-        .await
-        .map_err(|e| AwsError::new("Kinesis", "DescribeStreamSummary", stream, e))?;
+    let out = summary(kinesis, stream).await?;
     let auto = out.stream_description_summary().is_some_and(|d| {
         d.record_distribution_strategy()
             == Some(&aws_sdk_kinesis::types::RecordDistributionStrategy::Auto)
@@ -673,12 +684,7 @@ async fn wait_active(
 ) -> Result<(), ReshardError> {
     let started = Instant::now();
     loop {
-        let out = kinesis
-            .describe_stream_summary()
-            .stream_name(stream)
-            .send()
-            .await
-            .map_err(|e| AwsError::new("Kinesis", "DescribeStreamSummary", stream, e))?;
+        let out = summary(kinesis, stream).await?;
         let active = out
             .stream_description_summary()
             .is_some_and(|d| d.stream_status() == &StreamStatus::Active);

@@ -514,24 +514,29 @@ async fn smithy_mock_a_salted_hot_key_spreads_over_distinct_shards() {
 #[tokio::test]
 async fn smithy_mock_an_auto_distribution_stream_gets_neither_aggregates_nor_salted_keys() {
     use aws_sdk_kinesis::types::RecordDistributionStrategy;
-    let f = fake(4, Box::new(|_, _| None));
-    let snapshot = Snapshot::new([HotEntry::salt("p9", 4, "test", 1).unwrap()], 1);
-    let config = ProducerConfig {
-        salting: Salting::Fixed(Arc::new(snapshot)),
-        ..fast(true)
-    };
-    let client = fake_client_shaped(
-        f.clone(),
-        summary_of(None, Some(RecordDistributionStrategy::Auto)),
-    );
-    let p = Producer::start(client, "s", config).await.unwrap();
-    assert!(p.keyless());
-    for i in 0..50 {
-        p.send("p9", format!("like {i}").into_bytes())
-            .await
-            .unwrap();
+    /// 50 records of the hot key p9 through a producer configured to aggregate and to salt it,
+    /// on a stream with `strategy`: whether it said keyless, its report, what was written.
+    async fn produce(
+        strategy: RecordDistributionStrategy,
+    ) -> (bool, ProducerReport, Arc<Mutex<Fake>>) {
+        let f = fake(4, Box::new(|_, _| None));
+        let snapshot = Snapshot::new([HotEntry::salt("p9", 4, "test", 1).unwrap()], 1);
+        let config = ProducerConfig {
+            salting: Salting::Fixed(Arc::new(snapshot)),
+            ..fast(true)
+        };
+        let client = fake_client_shaped(f.clone(), summary_of(None, Some(strategy)));
+        let p = Producer::start(client, "s", config).await.unwrap();
+        let keyless = p.keyless();
+        for i in 0..50 {
+            p.send("p9", format!("like {i}").into_bytes())
+                .await
+                .unwrap();
+        }
+        (keyless, p.shutdown().await.unwrap(), f)
     }
-    let report = p.shutdown().await.unwrap();
+    let (keyless, report, f) = produce(RecordDistributionStrategy::Auto).await;
+    assert!(keyless);
     assert_eq!(
         (report.records, report.salted, report.aggregated_records),
         (50, 0, 0),
@@ -543,26 +548,9 @@ async fn smithy_mock_an_auto_distribution_stream_gets_neither_aggregates_nor_sal
         assert!(g.written.iter().all(|w| w.partition_key == "p9"));
         assert!(g.written.iter().all(|w| !kpl::is_aggregated(&w.data)));
     }
-
     // The same config on a stream placed by partition key aggregates and salts.
-    let f = fake(4, Box::new(|_, _| None));
-    let snapshot = Snapshot::new([HotEntry::salt("p9", 4, "test", 1).unwrap()], 1);
-    let config = ProducerConfig {
-        salting: Salting::Fixed(Arc::new(snapshot)),
-        ..fast(true)
-    };
-    let client = fake_client_shaped(
-        f.clone(),
-        summary_of(None, Some(RecordDistributionStrategy::UserPartitionKey)),
-    );
-    let p = Producer::start(client, "s", config).await.unwrap();
-    assert!(!p.keyless());
-    for i in 0..50 {
-        p.send("p9", format!("like {i}").into_bytes())
-            .await
-            .unwrap();
-    }
-    let report = p.shutdown().await.unwrap();
+    let (keyless, report, _) = produce(RecordDistributionStrategy::UserPartitionKey).await;
+    assert!(!keyless);
     assert_eq!(report.salted, 50, "{report:?}");
     assert!(report.aggregated_records > 0, "{report:?}");
 }
