@@ -98,8 +98,20 @@ features: $(HACK)
 ## The crates a user depends on, packaged as crates.io would take them and built from the
 ## packages alone (heatsink against the packaged heatsink-core), with the README's feature set.
 ## Debug info off: the build proves the packages compile, nothing runs them.
+## cargo verifies heatsink against the packaged heatsink-core as a registry crate: it unpacks it
+## into $$CARGO_HOME/registry/src/-<hash of this checkout's path>/ and compiles it into the target
+## directory, and treats both as immutable (a registry crate never changes). After heatsink-core
+## changed, a second run from the same path reuses the old copy or the old build and verifies
+## against them (a runner that clones into one directory failed that way). Both go first: the
+## unpacked copies of our two crates and the builds of every heatsink crate (fingerprints named
+## `heatsink-<16 hex>` or `heatsink-core-<16 hex>`; the path builds are rebuilt on next use).
+PACKAGED := $${CARGO_HOME:-$$HOME/.cargo}/registry/src/-*/heatsink-core-[0-9]* \
+	$${CARGO_HOME:-$$HOME/.cargo}/registry/src/-*/heatsink-[0-9]* \
+	$${CARGO_TARGET_DIR:-target}/debug/.fingerprint/heatsink-core-???????????????? \
+	$${CARGO_TARGET_DIR:-target}/debug/.fingerprint/heatsink-????????????????
 package:
 	@echo "== cargo package (heatsink-core, heatsink with the README's features), verified"
+	rm -rf $(PACKAGED)
 	CARGO_PROFILE_DEV_DEBUG=0 $(CARGO) package --locked --allow-dirty -p heatsink-core -p heatsink \
 	  --features heatsink/lambda,heatsink/cache,heatsink/streams
 
