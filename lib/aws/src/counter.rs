@@ -937,15 +937,27 @@ impl CounterStore {
             .checked_sub(old)
             .and_then(|t| t.checked_add(fix_b))
             .ok_or(CounterError::Overflow)?;
-        let version = current.version.unwrap_or(0).saturating_add(1);
+        self.put_fix(key, current, total, &buckets).await
+    }
+
+    /// Writes the `fix` item of `key` as `total` with `buckets`, one version past `current`,
+    /// on condition that the stored one is still `current` (its version). `Ok(false)`: another
+    /// rebuild changed it in between.
+    async fn put_fix(
+        &self,
+        key: &CounterKey,
+        current: &FixItem,
+        total: i64,
+        buckets: &Buckets,
+    ) -> Result<bool, CounterStoreError> {
         let row = SubKeyRow {
             pk: key.pk(),
             sk: SubKey::Fix.sort_key(),
             total,
-            ver: Some(version),
+            ver: Some(current.version.unwrap_or(0).saturating_add(1)),
             ..SubKeyRow::default()
         }
-        .with_buckets(&buckets);
+        .with_buckets(buckets);
         let unchanged = match current.version {
             None => Condition::not_exists("ver"),
             Some(v) => Condition::eq("ver", n(v)),
@@ -965,19 +977,7 @@ impl CounterStore {
         fix: i64,
     ) -> Result<bool, CounterStoreError> {
         let buckets = Buckets::from_parts(cutoff, BTreeMap::new());
-        let row = SubKeyRow {
-            pk: key.pk(),
-            sk: SubKey::Fix.sort_key(),
-            total: fix,
-            ver: Some(current.version.unwrap_or(0).saturating_add(1)),
-            ..SubKeyRow::default()
-        }
-        .with_buckets(&buckets);
-        let unchanged = match current.version {
-            None => Condition::not_exists("ver"),
-            Some(v) => Condition::eq("ver", n(v)),
-        };
-        self.put_if(&row, &unchanged).await
+        self.put_fix(key, current, fix, &buckets).await
     }
 
     /// Adds `delta` to a salted sub-key with `ADD` (the salted strategy; at-least-once).

@@ -647,23 +647,21 @@ impl<M: ChangeMapper> StreamAggregator<M> {
                 .find(|s| s.shard_id == writer.as_str())
                 .map(|s| s.parents().filter_map(|p| WriterId::new(p).ok()).collect())
         };
-        let listed = match lineage.list(0).await {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::warn!(error = %e, "stream not listed; this batch dedupes without its parents' windows");
-                return vec![];
-            }
-        };
-        if let Some(parents) = find(&listed) {
-            return parents;
-        }
-        match lineage.list(crate::clock::now_ms()).await {
-            Ok(l) => find(&l).unwrap_or_default(),
-            Err(e) => {
-                tracing::warn!(error = %e, "stream not listed; this batch dedupes without its parents' windows");
-                vec![]
+        // The cached listing first; a fresh one only when it does not know the shard.
+        for not_before in [0, crate::clock::now_ms()] {
+            match lineage.list(not_before).await {
+                Ok(l) => {
+                    if let Some(parents) = find(&l) {
+                        return parents;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "stream not listed; this batch dedupes without its parents' windows");
+                    return vec![];
+                }
             }
         }
+        vec![]
     }
 
     /// Retires every parent of the lineage whose children all have a watermark (see
