@@ -60,8 +60,18 @@ struct Watched {
     stream: ShapedStream,
     /// The upstream's `DescribeStream` answer minus its shards (table name, key schema, …).
     description: Value,
-    /// Upstream shard id → next iterator (None: the upstream shard ended).
-    upstream: BTreeMap<String, Option<String>>,
+    /// Upstream shard id → where the shaper reads it.
+    upstream: BTreeMap<String, Upstream>,
+}
+
+/// Where the shaper reads one upstream shard.
+#[derive(Debug, Default, Clone)]
+struct Upstream {
+    /// The iterator of the next read; `None`: issue one after `after` (from `TRIM_HORIZON` when
+    /// nothing was read yet).
+    iterator: Option<String>,
+    /// The sequence number of the last record read.
+    after: Option<String>,
 }
 
 struct Shared {
@@ -326,36 +336,20 @@ impl Shared {
             }
         }
         for shard in upstream_shards {
-            let known = self
-                .streams
-                .lock()
-                .map(|s| s.get(arn).is_some_and(|w| w.upstream.contains_key(&shard)))
-                .unwrap_or(true);
-            if !known {
-                let it = self
-                    .call(
-                        "GetShardIterator",
-                        &json!({"StreamArn": arn, "ShardId": shard, "ShardIteratorType": "TRIM_HORIZON"}),
-                    )
-                    .await?;
-                let it = it
-                    .get("ShardIterator")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned);
-                if let Ok(mut s) = self.streams.lock()
-                    && let Some(w) = s.get_mut(arn)
-                {
-                    w.upstream.insert(shard.clone(), it);
-                }
-            }
             loop {
-                let it = self
+                let at = self
                     .streams
                     .lock()
                     .ok()
                     .and_then(|s| s.get(arn).and_then(|w| w.upstream.get(&shard).cloned()))
-                    .flatten();
-                let Some(it) = it else { break };
+                    .unwrap_or_default();
+                let it = match at.iterator {
+                    Some(it) => it,
+                    None => match self.issue(arn, &shard, at.after.as_deref()).await? {
+                        Some(it) => it,
+                        None => break,
+                    },
+                };
                 let out = self
                     .call("GetRecords", &json!({"ShardIterator": it, "Limit": 1000}))
                     .await?;
@@ -373,13 +367,25 @@ impl Shared {
                 if let Ok(mut s) = self.streams.lock()
                     && let Some(w) = s.get_mut(arn)
                 {
+                    let up = w.upstream.entry(shard.clone()).or_default();
+                    if let Some(seq) = records
+                        .last()
+                        .and_then(|r| r.pointer("/dynamodb/SequenceNumber"))
+                        .and_then(Value::as_str)
+                    {
+                        up.after = Some(seq.to_owned());
+                    }
+                    // After a read that found nothing, the next round issues a new iterator after
+                    // the last record read: moto answers an iterator issued before a cancelled
+                    // `TransactWriteItems` on the table from the table as it was before that call
+                    // (it restores a copy), so an idle iterator may never see a new record; and
+                    // an emulator's open shard may answer an empty read without a next iterator.
+                    up.iterator = if empty { None } else { next };
                     if keep == Records::Shape {
                         for r in records {
                             w.stream.push(r, now);
                         }
                     }
-                    // An emulator's open shard hands back a fresh iterator even when empty.
-                    w.upstream.insert(shard.clone(), next.or(Some(it)));
                 }
                 if empty {
                     break;
@@ -393,6 +399,29 @@ impl Shared {
             w.stream.tick(now);
         }
         Ok(())
+    }
+
+    /// A new iterator on upstream `shard` of `arn`, after `after` (from `TRIM_HORIZON` when
+    /// nothing was read yet); `None` when the upstream answers without one.
+    async fn issue(
+        &self,
+        arn: &str,
+        shard: &str,
+        after: Option<&str>,
+    ) -> Result<Option<String>, String> {
+        let mut req = json!({"StreamArn": arn, "ShardId": shard});
+        match after {
+            Some(seq) => {
+                req["ShardIteratorType"] = json!("AFTER_SEQUENCE_NUMBER");
+                req["SequenceNumber"] = json!(seq);
+            }
+            None => req["ShardIteratorType"] = json!("TRIM_HORIZON"),
+        }
+        let out = self.call("GetShardIterator", &req).await?;
+        Ok(out
+            .get("ShardIterator")
+            .and_then(Value::as_str)
+            .map(str::to_owned))
     }
 }
 
