@@ -387,6 +387,15 @@ impl Counts {
         }
     }
 
+    /// Throttles in buckets from `since_bucket` on.
+    fn throttles_since(&self, since_bucket: u64) -> u64 {
+        self.buckets
+            .iter()
+            .filter(|b| b.at >= since_bucket)
+            .map(|b| u64::from(b.throttles))
+            .sum()
+    }
+
     /// (attempts, first attempts, throttles) in the window.
     fn totals(&self) -> (u64, u64, u64) {
         self.buckets.iter().fold((0, 0, 0), |(a, f, t), b| {
@@ -432,6 +441,10 @@ impl KeyThrottles {
     /// retry). A salted sub-key counts as its logical key. Only a [`Class::HotKey`] starts
     /// tracking a key; other attempts count only for keys already tracked (to measure the
     /// refused share and the offered rate).
+    ///
+    /// Returns whether this attempt brought its logical key to the signal threshold
+    /// ([`ThrottleConfig::min_throttles`] within the window): from now on
+    /// [`KeyThrottles::signals`] names it, so a controller waiting for its next poll can run now.
     #[allow(clippy::too_many_arguments)]
     pub fn attempt(
         &mut self,
@@ -442,10 +455,10 @@ impl KeyThrottles {
         throttled: Option<&Class>,
         first: bool,
         now_ms: u64,
-    ) {
+    ) -> bool {
         let hot = matches!(throttled, Some(Class::HotKey { .. }));
         if key.is_empty() || key.len() > self.config.max_key_bytes {
-            return;
+            return false;
         }
         let logical = match parse_sub_key(key) {
             Ok((base, Some(_))) => base,
@@ -458,23 +471,26 @@ impl KeyThrottles {
             logical.to_owned(),
             kind,
         );
+        let since = now_ms.saturating_sub(self.config.window_ms) / self.config.bucket_ms;
+        let threshold = u64::from(self.config.min_throttles).max(1);
         if let Some(counts) = self.keys.get_mut(&id) {
             counts.add(bucket, hot, first);
-            return;
+            return hot && counts.throttles_since(since) == threshold;
         }
         if !hot {
-            return;
+            return false;
         }
         if self.keys.len() >= self.config.max_keys {
             self.expire(now_ms);
             if self.keys.len() >= self.config.max_keys {
                 self.dropped = self.dropped.saturating_add(1);
-                return;
+                return false;
             }
         }
         let mut counts = Counts::default();
         counts.add(bucket, true, first);
         self.keys.insert(id, counts);
+        threshold == 1
     }
 
     /// Forgets buckets that left the window at `now_ms`, and keys left with none.
@@ -798,6 +814,25 @@ mod tests {
                 if hot >= cfg.min_throttles as usize {
                     prop_assert!(signals.iter().any(|s| s.key == name), "{name} missed with {hot}");
                 }
+            }
+        }
+
+        #[test]
+        fn an_attempt_says_crossed_exactly_when_it_makes_signals_name_its_key(
+            events in proptest::collection::vec((0usize..3, any_class(), 0u64..400), 0..200),
+        ) {
+            let mut k = KeyThrottles::new(ThrottleConfig::default());
+            let mut at = 0;
+            for (key, class, dt) in &events {
+                at += dt;
+                let name = format!("k{key}");
+                let named = |k: &mut KeyThrottles| {
+                    k.signals(at, |_| 1_000.0).iter().any(|s| s.key == name)
+                };
+                let before = named(&mut k);
+                let crossed = k.attempt("t", None, &name, Kind::Write, class.as_ref(), true, at);
+                let after = named(&mut k);
+                prop_assert_eq!(crossed, !before && after, "{} at {}", name, at);
             }
         }
     }

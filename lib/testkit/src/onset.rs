@@ -6,7 +6,8 @@
 //! Every `poll` the controller reads its [`Detection`]: the simulator's sampler report
 //! (`/_sim/hot`, as a router's report would arrive), or the writers' own throttle reasons (a
 //! [`ThrottleWatch`] on the writers' client: key-range throttles of every attempt, no sampling),
-//! and runs the [`Controller`] on it. Used by the onset benchmark
+//! and runs the [`Controller`] on it (on the throttle path also as soon as the watch says a key
+//! reached its threshold). Used by the onset benchmark
 //! (`lib/testkit/benches/onset.rs`) and the integration tests.
 
 use std::sync::Arc;
@@ -47,7 +48,9 @@ pub enum Detection {
     /// The simulator's sampler report (1 in N requests sampled into a sliding window).
     Sampler,
     /// The key-range throttle reasons the writers' client saw on every attempt (`ThrottleWatch`
-    /// must be an interceptor of the client the run writes with).
+    /// must be an interceptor of the client the run writes with). The controller runs at each
+    /// poll and as soon as the watch says a key reached its threshold
+    /// ([`ThrottleWatch::crossed`]).
     Throttles(ThrottleWatch),
 }
 
@@ -139,7 +142,17 @@ pub async fn run(
         let mut before = None;
         let mut tick = tokio::time::interval(onset.poll);
         while start.elapsed() < onset.duration {
-            tick.tick().await;
+            match &onset.detection {
+                // The watch wakes the controller when a key reaches its threshold: no waiting
+                // out the rest of the poll interval.
+                Detection::Throttles(watch) => tokio::select! {
+                    _ = tick.tick() => {}
+                    () = watch.crossed() => {}
+                },
+                Detection::Sampler => {
+                    tick.tick().await;
+                }
+            }
             let n = match &onset.detection {
                 Detection::Sampler => {
                     let hot = sim.hot();

@@ -103,6 +103,7 @@ pub struct ThrottleWatch {
     keys: KeyReader,
     state: Arc<Mutex<State>>,
     origin: Instant,
+    wake: Arc<tokio::sync::Notify>,
 }
 
 impl ThrottleWatch {
@@ -120,7 +121,17 @@ impl ThrottleWatch {
                 tally: ThrottleTally::default(),
             })),
             origin: Instant::now(),
+            wake: Arc::new(tokio::sync::Notify::new()),
         }
+    }
+
+    /// Resolves when an attempt has brought a key to the signal threshold since the last time it
+    /// resolved (or since the watch was made): [`ThrottleWatch::signals`] now names a key it did
+    /// not name before. A controller loop waits on this beside its poll timer and runs as soon as
+    /// a key turns hot instead of at its next tick (one poll interval sooner). Meant for one
+    /// waiter: several share one wake-up.
+    pub async fn crossed(&self) {
+        self.wake.notified().await;
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -159,7 +170,24 @@ impl ThrottleWatch {
         } else {
             Kind::Read
         };
-        let mut state = self.state();
+        let crossed = {
+            let mut state = self.state();
+            Self::record_locked(&mut state, call, first, throttled, kind, now)
+        };
+        if crossed {
+            self.wake.notify_one();
+        }
+    }
+
+    /// [`ThrottleWatch::record`] under the lock; whether a key reached the signal threshold.
+    fn record_locked(
+        state: &mut State,
+        call: &Call,
+        first: bool,
+        throttled: Option<&[Class]>,
+        kind: Kind,
+        now: u64,
+    ) -> bool {
         state.tally.attempts += 1;
         let classes = throttled.unwrap_or_default();
         if throttled.is_some() {
@@ -209,8 +237,9 @@ impl ThrottleWatch {
                         .attempt(&t.table, Some(gsi), value, kind, None, first, now);
                 }
             }
-            return;
+            return false;
         };
+        let mut crossed = false;
         for t in &call.targets {
             // The key of the scope the throttle named: the table's key, or the index's (a
             // query's key on that index; a written item's value of that index's key).
@@ -232,11 +261,12 @@ impl ThrottleWatch {
                 _ => t.partition_key.as_deref().map(|k| (t.index.as_deref(), k)),
             };
             if let Some((index, key)) = scoped {
-                state
+                crossed |= state
                     .keys
                     .attempt(&t.table, index, key, kind, Some(hot), first, now);
             }
         }
+        crossed
     }
 }
 
@@ -370,6 +400,45 @@ mod tests {
         );
         // 3 of 4 attempts refused: 1,000 ÷ 0.25 = 4,000 WCU/s, the 4 × bound.
         assert_eq!(signals[0].rate, 4_000.0);
+    }
+
+    #[tokio::test]
+    async fn the_watch_wakes_its_controller_when_a_key_reaches_the_threshold_and_not_before_api_reference_shape()
+     {
+        let watch = ThrottleWatch::new(&tables());
+        let key_range = || {
+            throttle_body(
+                "ThrottlingException",
+                Some(("TableWriteKeyRangeThroughputExceeded", ARN)),
+            )
+        };
+        let woken = |watch: &ThrottleWatch| {
+            let w = watch.clone();
+            async move {
+                tokio::time::timeout(Duration::from_millis(50), w.crossed())
+                    .await
+                    .is_ok()
+            }
+        };
+        put_through(&watch, key_range(), 2).await;
+        assert!(
+            !woken(&watch).await,
+            "2 throttles: under the threshold of 3"
+        );
+        put_through(&watch, key_range(), 1).await;
+        assert!(woken(&watch).await, "the third throttle names p9: wake now");
+        put_through(&watch, key_range(), 2).await;
+        assert!(
+            !woken(&watch).await,
+            "p9 is named already: more throttles are no new onset"
+        );
+        let capacity = throttle_body(
+            "ProvisionedThroughputExceededException",
+            Some(("TableWriteProvisionedThroughputExceeded", ARN)),
+        );
+        let other = ThrottleWatch::new(&tables());
+        put_through(&other, capacity, 4).await;
+        assert!(!woken(&other).await, "a capacity throttle names no key");
     }
 
     #[tokio::test]
