@@ -614,13 +614,19 @@ pub enum DemoScene {
     /// Move p9's slot to a table of its own while p9 takes likes and caption edits; prints the
     /// writers' pause, the stale routers bounced, the writes acknowledged and lost, the diff.
     Move(crate::moves::MoveDemoArgs),
+    /// A key turns hot under writers that follow the hot-key directory; the controller salts
+    /// it from DynamoDB's throttle reasons alone (sampler off), then from the sampler; prints
+    /// when each path named the key, wrote the directory and saw the first salted write.
+    Detect(crate::detect::DetectDemoArgs),
 }
 
 /// Runs the scenario.
 pub async fn run(args: DemoArgs) -> CmdResult {
     let mut args = args;
-    if let Some(DemoScene::Move(a)) = args.scene.take() {
-        return crate::moves::move_demo(a).await;
+    match args.scene.take() {
+        Some(DemoScene::Move(a)) => return crate::moves::move_demo(a).await,
+        Some(DemoScene::Detect(a)) => return crate::detect::detect_demo(a).await,
+        None => {}
     }
     let full = scale_args(&mut args)?;
     let chaos = match &args.chaos {

@@ -6,6 +6,9 @@
 //!   hot-key writes per 1,000 likes and whether each count is exact (`heatsink_demo::likes`).
 //! - `heatsink-demo move [FLAGS]`: p9's slot moves to a table of its own while writers keep
 //!   writing; prints the writers' pause and every acknowledged write checked (`heatsink_demo::moves`).
+//! - `heatsink-demo detect [FLAGS]`: a key turns hot; the controller salts it from DynamoDB's
+//!   throttle reasons alone (sampler off), then from the sampler; prints onset to salting per
+//!   signal (`heatsink_demo::detect`).
 //! - `heatsink-demo completions SHELL`: the shell completion script.
 //!
 //! Run `heatsink local bootstrap --photo-app` first (`make demo` does both). Exit codes as
@@ -26,6 +29,10 @@ const CHECKS: &[(&str, &str)] = &[
     (
         "move",
         "an acknowledged write was lost (report printed first)",
+    ),
+    (
+        "detect",
+        "a detection path never salted the key within --duration (report printed first)",
     ),
 ];
 
@@ -167,7 +174,7 @@ mod tests {
         for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
             let script = completions::script(&mut command(), shell);
             let paths = completions::subcommand_paths(&command());
-            assert_eq!(paths.len(), 2, "{paths:?}");
+            assert_eq!(paths.len(), 3, "{paths:?}");
             for path in paths {
                 assert!(
                     completions::offers(&script, shell, "heatsink-demo", &path),

@@ -343,3 +343,56 @@ async fn an_oversize_key_is_refused_alone_and_a_report_never_calms_a_key_it_does
         "{other:?}"
     );
 }
+
+/// The demo's detection scene as a newcomer runs it (`heatsink-demo detect --detect throttles`):
+/// the key is salted from DynamoDB's throttle reasons alone, the sampler never read; the scene
+/// fails (exit 1) when a path never salts.
+#[tokio::test]
+async fn the_detect_scene_salts_the_key_from_throttle_reasons_with_the_sampler_off() {
+    use clap::{Args, FromArgMatches};
+    use heatsink_demo::detect::{DetectDemoArgs, detect_demo};
+
+    let fx = fixture!("the_detect_scene_salts_the_key_from_throttle_reasons_with_the_sampler_off");
+    fx.photo_table(Table::Hotkeys).await;
+    fx.photo_table(Table::Counters).await;
+    let args = |extra: &[&str]| {
+        let argv: Vec<String> = ["detect", "--prefix", fx.prefix(), "--json"]
+            .iter()
+            .chain(extra)
+            .map(|s| s.to_string())
+            .collect();
+        let matches = DetectDemoArgs::augment_args(clap::Command::new("detect"))
+            .try_get_matches_from(argv)
+            .expect("the scene's flags parse");
+        DetectDemoArgs::from_arg_matches(&matches).expect("args")
+    };
+    detect_demo(args(&["--detect", "throttles", "--duration", "4"]))
+        .await
+        .expect("salted from throttle reasons");
+    let directory = Directory::from_schema(fx.stack.ddb.clone(), &fx.schema);
+    let entries = directory.list().await.expect("list");
+    let salted: Vec<_> = entries
+        .iter()
+        .filter(|e| e.key.starts_with("p9-") && e.mode == Mode::Salt)
+        .collect();
+    assert_eq!(salted.len(), 1, "{entries:?}");
+    assert!(
+        salted[0].reason.contains("throttle"),
+        "named by the throttle reasons: {}",
+        salted[0].reason
+    );
+    // 1 write/s never turns a key hot: the scene says so and fails.
+    let cold = detect_demo(args(&[
+        "--detect",
+        "throttles",
+        "--duration",
+        "1",
+        "--rate",
+        "1",
+    ]))
+    .await;
+    assert!(
+        cold.is_err_and(|e| e.to_string().contains("never salted")),
+        "a path that never salts fails the scene"
+    );
+}
