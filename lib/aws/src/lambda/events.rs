@@ -233,6 +233,22 @@ mod tests {
     }
 
     #[test]
+    fn a_record_of_an_auto_stream_without_a_partition_key_decodes_with_an_empty_one() {
+        // A stream with RecordDistributionStrategy AUTO places records itself: the key is
+        // optional on PutRecord, and the event may carry none.
+        let mut record = kinesis_record("10", "e30=");
+        record["kinesis"]
+            .as_object_mut()
+            .map(|k| k.remove("partitionKey"));
+        let (event, bad) =
+            kinesis_batch(json!({"Records": [record, kinesis_record("11", "e30=")]}));
+        assert_eq!(bad, None);
+        assert_eq!(event.records.len(), 2);
+        assert_eq!(event.records[0].kinesis.partition_key, "");
+        assert_eq!(event.records[1].kinesis.partition_key, "k");
+    }
+
+    #[test]
     fn a_batch_that_is_not_a_batch_fails_whole_and_an_empty_one_decodes_to_nothing() {
         let (event, bad) = kinesis_batch(json!({"Records": "nope"}));
         assert!(event.records.is_empty());
