@@ -37,8 +37,9 @@ demo:
 ## up, format and lint checks, every test on the moto lane and, beside it (the lanes are separate emulators; cargo
 ## holds its lock only while it builds), the integration tests (`--workspace
 ## --test it`: the workspace's feature set, so nothing is compiled twice) on the dynoxide lane, those that reach
-## LocalStack's own services on the LocalStack lane (LOCALSTACK_SKIP), the salted_writes example on moto, stack down
-## (also when a step fails).
+## LocalStack's own services on the LocalStack lane (LOCALSTACK_SKIP), the salted_writes example on moto, the
+## throttle and closed-loop tests (`sim::`, `control::`) once more with the SDK's 2026 retry defaults switched on,
+## stack down (also when a step fails).
 test:
 	@set -euo pipefail; \
 	$(STACK) lint; \
@@ -58,7 +59,9 @@ test:
 	echo "== all tests, moto lane"; \
 	( eval "$$($(STACK) env --lane moto)"; HEATSINK_REQUIRE_STACK=1 $(CARGO) test --workspace --locked; \
 	  echo "== example salted_writes, moto lane"; \
-	  $(CARGO) build -q --workspace --bins --examples --locked; target/debug/examples/salted_writes ); \
+	  $(CARGO) build -q --workspace --bins --examples --locked; target/debug/examples/salted_writes; \
+	  echo "== throttle and closed-loop tests again with the SDK's 2026 retry defaults on (AWS_NEW_RETRIES_2026=true), moto lane"; \
+	  AWS_NEW_RETRIES_2026=true HEATSINK_REQUIRE_STACK=1 $(CARGO) test --workspace --locked --test it -- sim:: control:: ); \
 	echo "== integration tests, dynoxide lane (ran beside the moto lane)"; \
 	rc=0; wait "$$dynoxide" || rc=$$?; cat .emu/logs/it-dynoxide.log; [ "$$rc" = 0 ] || exit "$$rc"; \
 	echo "== infra: CDK synth tests, cdk-nag, schema agreement, Terraform check"; \

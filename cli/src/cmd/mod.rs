@@ -28,9 +28,12 @@ pub type CmdResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 /// Loads the AWS configuration from the environment (region, `AWS_ENDPOINT_URL_*`, credentials).
 pub async fn sdk_config() -> aws_config::SdkConfig {
     // No call waits forever: 5 s an attempt, 15 s a call (heatsink::timeouts); commands that
-    // run under a lease (tail) tighten their stream clients to it.
-    heatsink::timeouts::Timeouts::CALL
-        .apply(&aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await)
+    // run under a lease (tail) tighten their stream clients to it. Retries pinned
+    // (heatsink::retries): a change of the SDK's defaults does not change the commands'.
+    heatsink::retries::Retries::PINNED.apply(
+        &heatsink::timeouts::Timeouts::CALL
+            .apply(&aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await),
+    )
 }
 
 /// The environment variable that makes the slots and move commands send one DynamoDB call at a

@@ -157,10 +157,12 @@ pub async fn start(tables: impl FnOnce(&str) -> Vec<TableSpec>) -> LambdaStart {
 
 /// A function's SDK configuration: `loaded` (the environment's) with
 /// [`Timeouts::LAMBDA`](crate::timeouts::Timeouts::LAMBDA), 2 s an attempt and 5 s a call, so a
-/// hung endpoint fails the call well inside the function's own timeout. [`start`] builds every
-/// client from it; build a function's other clients from it too.
+/// hung endpoint fails the call well inside the function's own timeout, and
+/// [`Retries::PINNED`](crate::retries::Retries::PINNED), so a change of the SDK's retry defaults
+/// does not change how the functions retry a throttle. [`start`] builds every client from it;
+/// build a function's other clients from it too.
 pub fn sdk_config(loaded: &aws_types::SdkConfig) -> aws_types::SdkConfig {
-    crate::timeouts::Timeouts::LAMBDA.apply(loaded)
+    crate::retries::Retries::PINNED.apply(&crate::timeouts::Timeouts::LAMBDA.apply(loaded))
 }
 
 /// What an invocation keeps for answering once its work is cut at the deadline: 500 ms.

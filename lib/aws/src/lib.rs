@@ -51,7 +51,8 @@
 //! that copies, tails, fences and flips, and deletes moved data only on proof.
 //!
 //! Underneath: [`schema`] (tables as data), [`metrics`] (EMF and capacity log lines),
-//! [`timeouts`] (one attempt and operation timeout policy for every SDK call),
+//! [`timeouts`] (one attempt and operation timeout policy for every SDK call), [`retries`]
+//! (the retry policy pinned against changes of the SDK's defaults),
 //! `lambda` (cold start and stream-event helpers, feature `lambda`), [`error`] (one
 //! [`error::AwsError`] for every failed call) and [`clock`].
 //!
@@ -99,6 +100,7 @@ pub mod kinesis;
 #[cfg_attr(docsrs, doc(cfg(feature = "lambda")))]
 pub mod lambda;
 pub mod metrics;
+pub mod retries;
 pub mod scatter;
 pub mod schema;
 pub mod slots;
