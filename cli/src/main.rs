@@ -88,7 +88,7 @@ async fn main() -> ExitCode {
         Command::Local { command } => cmd::local::run(command).await,
         Command::Schema(args) => cmd::schema::run(args),
         Command::Sim(args) => cmd::sim::run(args).await,
-        Command::Plan(args) => cmd::plan::run(args),
+        Command::Plan(args) => cmd::plan::run(args).await,
         Command::Keys { command } => cmd::keys::run(command).await,
         Command::Lineage(args) => cmd::lineage::run(args).await,
         Command::Tail(args) => cmd::tail::run(args).await,

@@ -1,9 +1,13 @@
 //! `heatsink plan`: size S for a hot key with the shard-load sizing rule and show each shard's
-//! load (docs/write-sharding.md).
+//! load (docs/write-sharding.md); `--esm`: the aggregator's event source mapping; `--warm`: a
+//! table's warm throughput for a predicted spike (`heatsink::schema::warm`).
 
 use clap::Args;
 use heatsink::counter::{EsmPlan, EsmPlanRequest, esm_plan};
 use heatsink::keys::{DEFAULT_TARGET, Plan, PlanRequest, evaluate, plan};
+use heatsink::schema::warm::{
+    self, Capacity, DEFAULT_HEADROOM, TableCapacity, WarmPlan, WarmRequest,
+};
 use serde_json::{Value, json};
 
 use super::fail::Failure;
@@ -26,7 +30,7 @@ pub struct PlanArgs {
     #[arg(long, default_value_t = 1000.0, value_parser = positive_rate)]
     ceiling: f64,
     /// Number of shards (1–10,000).
-    #[arg(long, required_unless_present_any = ["backgrounds", "esm"],
+    #[arg(long, required_unless_present_any = ["backgrounds", "esm", "warm"],
           value_parser = clap::value_parser!(u64).range(1..=MAX_SHARDS))]
     shards: Option<u64>,
     /// Every shard's other traffic per second (0 to 1e9).
@@ -59,8 +63,147 @@ pub struct PlanArgs {
     /// With --esm: batching window in seconds (default: the deployed window; 0 to 300).
     #[arg(long, value_parser = super::non_negative_rate)]
     window: Option<f64>,
+    /// Size the warm throughput of --table for a peak of --rate writes/s (and --read-rate
+    /// reads/s): reads its warm throughput and on-demand maximum (DescribeTable) and prints what
+    /// to raise. Warm throughput does not lift one partition's 1,000 WCU/s or 3,000 RCU/s.
+    #[arg(long, requires = "table", conflicts_with = "esm")]
+    warm: bool,
+    /// With --warm: the table's name.
+    #[arg(long, requires = "warm")]
+    table: Option<String>,
+    /// With --warm: the peak's read units per second (0 to 1e9).
+    #[arg(long, default_value_t = 0.0, value_parser = non_negative_rate, requires = "warm")]
+    read_rate: f64,
+    /// With --warm: fraction of the warm throughput the peak may use (above 0, at most 1).
+    #[arg(long, default_value_t = DEFAULT_HEADROOM, value_parser = fraction, requires = "warm")]
+    headroom: f64,
+    /// With --warm: raise the warm throughput as planned (UpdateTable; it is never lowered
+    /// again). Refused, nothing changed, when an on-demand maximum is below the peak.
+    #[arg(long, requires = "warm")]
+    apply: bool,
     #[command(flatten)]
     output: Output,
+}
+
+/// What `plan --warm` found and did.
+#[derive(Debug, Clone)]
+struct WarmReport {
+    table: String,
+    request: WarmRequest,
+    capacity: TableCapacity,
+    plan: WarmPlan,
+    applied: bool,
+}
+
+/// A rate given on the command line (at most 1e9) as whole units per second, rounded up.
+fn units(rate: f64) -> u64 {
+    rate.max(0.0).ceil() as u64
+}
+
+/// `plan --warm`: DescribeTable, the plan, and with `--apply` the UpdateTable.
+async fn warm_report(
+    args: &PlanArgs,
+    table: &str,
+) -> Result<WarmReport, Box<dyn std::error::Error + Send + Sync>> {
+    let config = super::sdk_config().await;
+    let ddb = aws_sdk_dynamodb::Client::new(&config);
+    let capacity = warm::describe(&ddb, table).await?;
+    let request = WarmRequest {
+        peak: Capacity {
+            read: units(args.read_rate),
+            write: units(args.rate),
+        },
+        headroom: args.headroom,
+    };
+    let plan = warm::plan(&request, &capacity);
+    let applied = if args.apply {
+        warm::raise(&ddb, table, &plan).await?
+    } else {
+        false
+    };
+    Ok(WarmReport {
+        table: table.to_owned(),
+        request,
+        capacity,
+        plan,
+        applied,
+    })
+}
+
+/// A maximum as JSON: `null` for none.
+fn max_json(v: u64) -> Value {
+    if v == u64::MAX { Value::Null } else { json!(v) }
+}
+
+/// `plan --warm --json`.
+fn warm_json(r: &WarmReport) -> Value {
+    let cap = |c: Capacity| json!({"read": c.read, "write": c.write});
+    json!({
+        "table": r.table,
+        "peak": cap(r.request.peak),
+        "headroom": r.request.headroom,
+        "warm": cap(r.capacity.warm),
+        "on_demand": r.capacity.on_demand,
+        "on_demand_max": {"read": max_json(r.capacity.max.read), "write": max_json(r.capacity.max.write)},
+        "target": cap(r.plan.target),
+        "raise": r.plan.update.is_some(),
+        "refusals": r.plan.refusals.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        "applied": r.applied,
+    })
+}
+
+/// `plan --warm`'s human form: one row per kind, then what to do next.
+fn warm_lines(r: &WarmReport) -> Vec<String> {
+    let mut grid = Grid::new(&[
+        ("", Align::Left),
+        ("peak/s", Align::Right),
+        ("warm today", Align::Right),
+        ("warm needed", Align::Right),
+        ("on-demand max", Align::Right),
+    ]);
+    for kind in warm::Kind::ALL {
+        let pick = |c: Capacity| match kind {
+            warm::Kind::Read => c.read,
+            warm::Kind::Write => c.write,
+        };
+        let max = pick(r.capacity.max);
+        grid.row([
+            kind.noun().to_owned(),
+            pick(r.request.peak).to_string(),
+            pick(r.capacity.warm).to_string(),
+            pick(r.plan.target).to_string(),
+            if !r.capacity.on_demand || max == u64::MAX {
+                "-".to_owned()
+            } else {
+                max.to_string()
+            },
+        ]);
+    }
+    let mut lines = vec![format!(
+        "{}: warm throughput for a peak at {:.0}% of it",
+        r.table,
+        r.request.headroom * 100.0
+    )];
+    lines.extend(grid.lines());
+    for refusal in &r.plan.refusals {
+        lines.push(format!("REFUSED: {refusal}"));
+    }
+    lines.push(match (&r.plan.update, r.applied) {
+        (None, _) => "warm enough: nothing to raise".to_owned(),
+        (Some(t), true) => format!(
+            "raised to {} reads/s, {} writes/s (UpdateTable sent; the table shows UPDATING, then ACTIVE)",
+            t.read, t.write
+        ),
+        (Some(t), false) if r.plan.refusals.is_empty() => format!(
+            "raise to {} reads/s, {} writes/s: run again with --apply (warm throughput is never lowered)",
+            t.read, t.write
+        ),
+        (Some(_), false) => "not applicable until the maximum is raised".to_owned(),
+    });
+    lines.push(
+        "warm throughput is per table: one partition still serves at most 1,000 WCU/s and 3,000 RCU/s, so a key over them needs salting (heatsink plan --rate R --shards N) or caching".to_owned(),
+    );
+    lines
 }
 
 /// What `plan --esm` computed: the request as sized and the mapping's plan.
@@ -279,8 +422,12 @@ fn salts_lines(r: &SaltsReport) -> Vec<String> {
 }
 
 /// Prints the plan (a table, or JSON with `--json`).
-pub fn run(args: PlanArgs) -> CmdResult {
+pub async fn run(args: PlanArgs) -> CmdResult {
     let output = args.output;
+    if let Some(table) = args.table.as_deref().filter(|_| args.warm) {
+        let r = warm_report(&args, table).await?;
+        return output.report(|| warm_json(&r), || warm_lines(&r));
+    }
     if args.esm {
         let r = esm_report(&args)?;
         return output.report(|| esm_json(&r), || esm_lines(&r));
@@ -305,8 +452,8 @@ mod tests {
         Cli::try_parse_from(["plan"].iter().chain(argv))
     }
 
-    #[test]
-    fn out_of_range_numbers_are_clap_errors_not_panics() {
+    #[tokio::test]
+    async fn out_of_range_numbers_are_clap_errors_not_panics() {
         for argv in [
             &["--rate", "2400", "--shards", "18446744073709551615"][..],
             &["--rate", "2400", "--shards", "1000000000"],
@@ -328,15 +475,15 @@ mod tests {
             );
         }
         let ok = parse(&["--rate", "2400", "--shards", "10000"]).expect("10,000 shards");
-        assert!(run(ok.plan).is_ok());
+        assert!(run(ok.plan).await.is_ok());
     }
 
-    #[test]
-    fn esm_mode_needs_no_shards_and_refuses_a_window_over_lambdas_limit() {
+    #[tokio::test]
+    async fn esm_mode_needs_no_shards_and_refuses_a_window_over_lambdas_limit() {
         let ok = parse(&["--esm", "--rate", "10000", "--stream-shards", "4"]).expect("parse");
-        assert!(run(ok.plan).is_ok());
+        assert!(run(ok.plan).await.is_ok());
         let long = parse(&["--esm", "--rate", "2400", "--window", "301"]).expect("parse");
-        assert!(run(long.plan).is_err());
+        assert!(run(long.plan).await.is_err());
     }
 
     #[test]
@@ -436,11 +583,90 @@ mod tests {
         assert!(hot.ends_with(&shown), "{hot} vs {shown}");
     }
 
-    #[test]
-    fn too_many_backgrounds_is_an_error() {
+    #[tokio::test]
+    async fn too_many_backgrounds_is_an_error() {
         let many = vec!["0"; 10_001].join(",");
         let cli = parse(&["--rate", "1", "--backgrounds", &many]).expect("parse");
-        let err = run(cli.plan).expect_err("over 10,000 shards");
+        let err = run(cli.plan).await.expect_err("over 10,000 shards");
         assert!(err.to_string().contains("1 to 10000"), "{err}");
+    }
+
+    #[test]
+    fn warm_needs_a_table_and_no_shards_and_apply_needs_warm() {
+        assert!(parse(&["--rate", "10000", "--warm", "--table", "hs-counters"]).is_ok());
+        for argv in [
+            &["--rate", "10000", "--warm"][..],
+            &["--rate", "10000", "--shards", "4", "--apply"],
+            &["--rate", "10000", "--shards", "4", "--table", "t"],
+            &["--rate", "10000", "--warm", "--table", "t", "--esm"],
+            &[
+                "--rate",
+                "10000",
+                "--warm",
+                "--table",
+                "t",
+                "--headroom",
+                "0",
+            ],
+        ] {
+            assert!(parse(argv).is_err(), "{argv:?}");
+        }
+    }
+
+    #[test]
+    fn the_warm_report_names_what_to_raise_the_refusal_and_the_partition_ceiling() {
+        let capacity = TableCapacity {
+            warm: Capacity {
+                read: 12_000,
+                write: 4_000,
+            },
+            on_demand: true,
+            max: Capacity {
+                read: u64::MAX,
+                write: 5_000,
+            },
+        };
+        let report = |write: u64| {
+            let request = WarmRequest::new(Capacity { read: 0, write });
+            WarmReport {
+                table: "hs-counters".into(),
+                request,
+                capacity,
+                plan: warm::plan(&request, &capacity),
+                applied: false,
+            }
+        };
+        let ok = report(4_000);
+        let lines = warm_lines(&ok);
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains("raise to 12000 reads/s, 5000 writes/s")
+                    && l.contains("--apply")),
+            "{lines:#?}"
+        );
+        assert!(lines.iter().any(|l| l.contains("1,000 WCU/s")));
+        let v = warm_json(&ok);
+        assert_eq!(v["target"]["write"], 5_000);
+        assert_eq!(v["on_demand_max"]["read"], Value::Null);
+        assert_eq!(v["raise"], true);
+        let refused = report(10_000);
+        let lines = warm_lines(&refused);
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with("REFUSED: ") && l.contains("5000 writes/s")),
+            "{lines:#?}"
+        );
+        assert_eq!(
+            warm_json(&refused)["refusals"].as_array().map(Vec::len),
+            Some(1)
+        );
+        let calm = report(100);
+        assert!(
+            warm_lines(&calm)
+                .iter()
+                .any(|l| l == "warm enough: nothing to raise")
+        );
     }
 }

@@ -29,8 +29,12 @@
 //! assert_eq!(orders.name, "shop-orders");
 //! assert_eq!(orders.gsis[0].partition_key.name, "day_shard");
 //! ```
+//!
+//! [`warm`] raises a table's warm throughput ahead of a predicted spike (`heatsink plan --warm`).
 
 use std::time::{Duration, Instant};
+
+pub mod warm;
 
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection,

@@ -18,6 +18,7 @@
 //! | [`kpl`] | the KPL aggregated-record format, both ways, bounded | `heatsink::kinesis::kpl` |
 //! | [`reshard`] | where to split a hot Kinesis shard, when to merge cold ones | `heatsink::kinesis::reshard` |
 //! | [`slots`] | slots, the slot directory's ranges, move phases and load-driven move plans | `heatsink::slots` |
+//! | [`warm`] | the warm throughput a predicted spike needs, and the on-demand maximum that would throttle it anyway | `heatsink::schema::warm` |
 //! | [`backoff`] | the one backoff rule: capped doubling, jittered within a deadline (the mover) or as successive pauses (the consumer) | `heatsink::slots`, `heatsink::stream` |
 
 pub mod backoff;
@@ -32,3 +33,4 @@ pub mod reshard;
 pub mod slots;
 pub mod stream;
 pub mod throttle;
+pub mod warm;

@@ -1,0 +1,246 @@
+//! Pre-warming a table for a predicted spike: read its warm throughput and on-demand maximum
+//! (`DescribeTable`), plan with [`heatsink_core::warm::plan`], and raise it (`UpdateTable
+//! WarmThroughput`) only when the plan allows.
+//!
+//! ```no_run
+//! use heatsink::schema::warm::{Capacity, WarmRequest, describe, raise};
+//!
+//! # async fn f(ddb: aws_sdk_dynamodb::Client) -> Result<(), heatsink::schema::warm::WarmError> {
+//! let table = describe(&ddb, "hs-counters").await?;
+//! let plan = heatsink::schema::warm::plan(
+//!     &WarmRequest::new(Capacity { read: 0, write: 10_000 }),
+//!     &table,
+//! );
+//! raise(&ddb, "hs-counters", &plan).await?; // refused when an on-demand maximum is below the peak
+//! # Ok(()) }
+//! ```
+//!
+//! Raising is asynchronous on AWS (the table's warm throughput shows `UPDATING`, then
+//! `ACTIVE`) and cannot be undone: warm throughput is never lowered. Local emulators do not
+//! implement warm throughput; the tests use `aws-smithy-mocks` shapes from the API reference.
+
+use aws_sdk_dynamodb::types::{BillingMode, TableDescription, WarmThroughput};
+pub use heatsink_core::warm::{
+    Capacity, DEFAULT_HEADROOM, Kind, Refusal, TableCapacity, WarmPlan, WarmRequest, plan,
+};
+
+use crate::error::AwsError;
+
+/// Why a table's warm throughput could not be read or raised.
+#[derive(Debug, thiserror::Error)]
+pub enum WarmError {
+    /// DescribeTable or UpdateTable failed.
+    #[error(transparent)]
+    Aws(#[from] AwsError),
+    /// The table answered without a description.
+    #[error("DynamoDB described {table} without a table description: check the table name")]
+    NotFound {
+        /// The table.
+        table: String,
+    },
+    /// The plan has refusals (an on-demand maximum below the peak): nothing was changed.
+    #[error("{table}: not raised: {}", reasons.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    Refused {
+        /// The table.
+        table: String,
+        /// Why.
+        reasons: Vec<Refusal>,
+    },
+}
+
+/// `table` as the plan reads it, from `DescribeTable`.
+pub async fn describe(
+    ddb: &aws_sdk_dynamodb::Client,
+    table: &str,
+) -> Result<TableCapacity, WarmError> {
+    let out = ddb
+        .describe_table()
+        .table_name(table)
+        .send()
+        .await
+        .map_err(|e| AwsError::dynamodb("DescribeTable", table, e))?;
+    let desc = out.table().ok_or_else(|| WarmError::NotFound {
+        table: table.to_owned(),
+    })?;
+    Ok(capacity_of(desc))
+}
+
+/// The warm throughput, billing mode and on-demand maximum of a table description. A missing
+/// warm figure reads as 0 (the plan then asks for the need), a missing or negative maximum as
+/// none (`-1` is the API's "no maximum").
+pub fn capacity_of(desc: &TableDescription) -> TableCapacity {
+    let units = |v: Option<i64>| v.and_then(|v| u64::try_from(v).ok());
+    let warm = desc
+        .warm_throughput()
+        .map_or(Capacity::default(), |w| Capacity {
+            read: units(w.read_units_per_second()).unwrap_or(0),
+            write: units(w.write_units_per_second()).unwrap_or(0),
+        });
+    let max = desc
+        .on_demand_throughput()
+        .map_or(Capacity::UNBOUNDED, |m| Capacity {
+            read: units(m.max_read_request_units()).unwrap_or(u64::MAX),
+            write: units(m.max_write_request_units()).unwrap_or(u64::MAX),
+        });
+    let on_demand = desc
+        .billing_mode_summary()
+        .and_then(|b| b.billing_mode())
+        .is_some_and(|m| *m == BillingMode::PayPerRequest);
+    TableCapacity {
+        warm,
+        on_demand,
+        max,
+    }
+}
+
+/// Raises `table`'s warm throughput to `plan`'s target: one `UpdateTable` when the plan is
+/// [`WarmPlan::applicable`], nothing when today's covers the peak, [`WarmError::Refused`]
+/// (nothing changed) when an on-demand maximum is below it. Returns whether it called.
+pub async fn raise(
+    ddb: &aws_sdk_dynamodb::Client,
+    table: &str,
+    plan: &WarmPlan,
+) -> Result<bool, WarmError> {
+    if !plan.refusals.is_empty() {
+        return Err(WarmError::Refused {
+            table: table.to_owned(),
+            reasons: plan.refusals.clone(),
+        });
+    }
+    let Some(target) = plan.update else {
+        return Ok(false);
+    };
+    let to_i64 = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    ddb.update_table()
+        .table_name(table)
+        .warm_throughput(
+            WarmThroughput::builder()
+                .read_units_per_second(to_i64(target.read))
+                .write_units_per_second(to_i64(target.write))
+                .build(),
+        )
+        .send()
+        .await
+        .map_err(|e| AwsError::dynamodb("UpdateTable", table, e))?;
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use aws_sdk_dynamodb::operation::describe_table::DescribeTableOutput;
+    use aws_sdk_dynamodb::operation::update_table::{UpdateTableInput, UpdateTableOutput};
+    use aws_sdk_dynamodb::types::{
+        BillingModeSummary, OnDemandThroughput, TableWarmThroughputDescription,
+    };
+    use aws_smithy_mocks::{RuleMode, mock, mock_client};
+
+    use super::*;
+
+    /// A `DescribeTable` answer as the API reference shapes it: an on-demand table warm at
+    /// 12,000 reads and 4,000 writes, with an on-demand maximum of `max_writes` (-1: none).
+    fn described(max_writes: i64) -> DescribeTableOutput {
+        DescribeTableOutput::builder()
+            .table(
+                TableDescription::builder()
+                    .table_name("hs-counters")
+                    .billing_mode_summary(
+                        BillingModeSummary::builder()
+                            .billing_mode(BillingMode::PayPerRequest)
+                            .build(),
+                    )
+                    .warm_throughput(
+                        TableWarmThroughputDescription::builder()
+                            .read_units_per_second(12_000)
+                            .write_units_per_second(4_000)
+                            .build(),
+                    )
+                    .on_demand_throughput(
+                        OnDemandThroughput::builder()
+                            .max_read_request_units(-1)
+                            .max_write_request_units(max_writes)
+                            .build(),
+                    )
+                    .build(),
+            )
+            .build()
+    }
+
+    #[tokio::test]
+    async fn a_spike_raises_the_write_warm_throughput_once_and_keeps_the_reads_api_reference_shape()
+    {
+        let describe_rule =
+            mock!(aws_sdk_dynamodb::Client::describe_table).then_output(|| described(-1));
+        let update_rule = mock!(aws_sdk_dynamodb::Client::update_table)
+            .match_requests(|r: &UpdateTableInput| {
+                r.table_name() == Some("hs-counters")
+                    && r.warm_throughput().is_some_and(|w| {
+                        w.read_units_per_second() == Some(12_000)
+                            && w.write_units_per_second() == Some(12_500)
+                    })
+            })
+            .then_output(|| UpdateTableOutput::builder().build());
+        let ddb = mock_client!(
+            aws_sdk_dynamodb,
+            RuleMode::MatchAny,
+            [&describe_rule, &update_rule]
+        );
+        let table = describe(&ddb, "hs-counters").await.expect("described");
+        assert_eq!(
+            (table.warm, table.on_demand, table.max),
+            (
+                Capacity {
+                    read: 12_000,
+                    write: 4_000
+                },
+                true,
+                Capacity::UNBOUNDED
+            )
+        );
+        let p = plan(
+            &WarmRequest::new(Capacity {
+                read: 0,
+                write: 10_000,
+            }),
+            &table,
+        );
+        assert!(raise(&ddb, "hs-counters", &p).await.expect("raised"));
+        assert_eq!(update_rule.num_calls(), 1);
+        // Warm already: no call.
+        let calm = plan(&WarmRequest::new(Capacity { read: 1, write: 1 }), &table);
+        assert!(
+            !raise(&ddb, "hs-counters", &calm)
+                .await
+                .expect("nothing to do")
+        );
+        assert_eq!(update_rule.num_calls(), 1);
+    }
+
+    #[tokio::test]
+    async fn an_on_demand_maximum_below_the_peak_refuses_and_changes_nothing_api_reference_shape() {
+        let describe_rule =
+            mock!(aws_sdk_dynamodb::Client::describe_table).then_output(|| described(5_000));
+        let update_rule = mock!(aws_sdk_dynamodb::Client::update_table)
+            .then_output(|| UpdateTableOutput::builder().build());
+        let ddb = mock_client!(
+            aws_sdk_dynamodb,
+            RuleMode::MatchAny,
+            [&describe_rule, &update_rule]
+        );
+        let table = describe(&ddb, "hs-counters").await.expect("described");
+        let p = plan(
+            &WarmRequest::new(Capacity {
+                read: 0,
+                write: 10_000,
+            }),
+            &table,
+        );
+        let err = raise(&ddb, "hs-counters", &p).await.expect_err("refused");
+        let line = err.to_string();
+        assert!(
+            line.contains("5000 writes/s") && line.contains("MaxOnDemandThroughputExceeded"),
+            "{line}"
+        );
+        assert!(!line.contains('\n'));
+        assert_eq!(update_rule.num_calls(), 0, "nothing changed");
+    }
+}
