@@ -11,7 +11,11 @@
 //! `ProvisionedThroughputExceededException` on a provisioned one, with the throttling reason
 //! naming the key range of the table or index and its ARN (`TableWriteKeyRangeThroughputExceeded`,
 //! `IndexReadKeyRangeThroughputExceeded`, …), so the SDK's retry logic engages exactly as against
-//! AWS and a throttle-reason reader sees what it would see there.
+//! AWS and a throttle-reason reader sees what it would see there. A table given an on-demand
+//! maximum ([`SimConfig::tables`], [`TableShape`]) is refused over it with
+//! `TableWriteMaxOnDemandThroughputExceeded` (or the read one) before any partition is over;
+//! its `DescribeTable` reports `OnDemandThroughput` and `WarmThroughput`, and an `UpdateTable`
+//! with `WarmThroughput` raises the latter (the simulator answers it: emulators have neither).
 //!
 //! Per-partition consumed capacity, throttles and a per-second history are served as JSON at
 //! `GET /_sim/stats`, the sampled hot keys ([`sampler`]) at `GET /_sim/hot`, and both are
@@ -68,7 +72,7 @@ use serde::Serialize;
 use serde_json::Value;
 use tokio::sync::watch;
 
-pub use model::{Access, Limits, PartitionId, PartitionStats};
+pub use model::{Access, Limit, Limits, PartitionId, PartitionStats, Refused, TableMax};
 use model::{Charge, Partitions, item_size, read_units};
 use request::{Plan, TableKeys, plan, tables_of};
 use sampler::{Sampler, accessed_keys};
@@ -116,6 +120,51 @@ pub struct SimConfig {
     pub sampler: DetectorConfig,
     /// Share of a partition's ceiling above which `/_sim/hot` names a key. Default 0.1.
     pub hot_threshold: f64,
+    /// What the simulator says of a table that an emulator cannot (its on-demand maximum,
+    /// enforced; its warm throughput, reported), by table name. Empty by default.
+    pub tables: HashMap<String, TableShape>,
+}
+
+/// A table's capacity settings as DynamoDB has them and emulators do not: `DescribeTable`
+/// through the simulator reports them (`OnDemandThroughput`, `WarmThroughput` with status
+/// `ACTIVE`), an `UpdateTable` with `WarmThroughput` raises the warm throughput (never lowers
+/// it; answered by the simulator, the emulator never sees the parameter), and requests over
+/// the maximum are refused with `…MaxOnDemandThroughputExceeded`.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct TableShape {
+    /// The on-demand maximum (request units per second per kind; `None`: no maximum).
+    pub max: TableMax,
+    /// The warm throughput, read and write units per second (`None`: not reported).
+    pub warm: Option<WarmUnits>,
+}
+
+/// Warm throughput: read and write units per second a table serves instantly.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct WarmUnits {
+    /// `ReadUnitsPerSecond`.
+    pub read: u64,
+    /// `WriteUnitsPerSecond`.
+    pub write: u64,
+}
+
+impl TableShape {
+    /// Adds what this shape says to a `TableDescription` JSON object.
+    fn describe_into(&self, table: &mut Value) {
+        let Some(t) = table.as_object_mut() else {
+            return;
+        };
+        if let Some(w) = self.warm {
+            t.insert(
+                "WarmThroughput".into(),
+                serde_json::json!({"ReadUnitsPerSecond": w.read, "WriteUnitsPerSecond": w.write, "Status": "ACTIVE"}),
+            );
+        }
+        let max = |v: Option<f64>| v.map_or(-1, |v| v.round() as i64);
+        t.insert(
+            "OnDemandThroughput".into(),
+            serde_json::json!({"MaxReadRequestUnits": max(self.max.read), "MaxWriteRequestUnits": max(self.max.write)}),
+        );
+    }
 }
 
 impl SimConfig {
@@ -132,6 +181,7 @@ impl SimConfig {
                 ..DetectorConfig::default()
             },
             hot_threshold: Ceilings::DEFAULT_THRESHOLD,
+            tables: HashMap::new(),
         }
     }
 }
@@ -153,6 +203,8 @@ struct Shared {
     sampler: Mutex<Sampler>,
     /// Admitted write requests per (table, partition-key value).
     key_writes: Mutex<HashMap<(String, String), u64>>,
+    /// Tables' capacity settings the emulator does not have ([`SimConfig::tables`]).
+    shapes: Mutex<HashMap<String, TableShape>>,
 }
 
 /// A running simulator; dropping it (or [`Simulator::stop`]) shuts the listener down.
@@ -311,11 +363,18 @@ impl Simulator {
             client: Client::builder(TokioExecutor::new()).build_http(),
             upstream_slots: tokio::sync::Semaphore::new(UPSTREAM_CONCURRENCY),
             started: Instant::now(),
-            partitions: Mutex::new(Partitions::new(config.limits)),
+            partitions: Mutex::new({
+                let mut p = Partitions::new(config.limits);
+                for (table, shape) in &config.tables {
+                    p.set_max(table, shape.max);
+                }
+                p
+            }),
             keys: Mutex::new(HashMap::new()),
             requests: Mutex::new(0),
             sampler: Mutex::new(sampler),
             key_writes: Mutex::new(HashMap::new()),
+            shapes: Mutex::new(config.tables.clone()),
         });
         let (stop, stopped) = watch::channel(false);
         serve::serve(listener, shared.clone(), stopped, handle);
@@ -457,6 +516,59 @@ impl Shared {
     }
 
     /// Learns the key schema of each table not seen yet (DescribeTable through the upstream).
+    /// `table`'s capacity settings, if the simulator keeps any.
+    fn shape_of(&self, table: &str) -> Option<TableShape> {
+        self.shapes.lock().ok()?.get(table).copied()
+    }
+
+    /// Raises `table`'s warm throughput to the `WarmThroughput` asked for, per kind never below
+    /// what it is (DynamoDB never lowers it).
+    fn raise_warm(&self, table: &str, asked: &Value) {
+        let units = |k: &str| asked.get(k).and_then(Value::as_u64).unwrap_or(0);
+        if let Ok(mut shapes) = self.shapes.lock() {
+            let shape = shapes.entry(table.to_owned()).or_default();
+            let now = shape.warm.unwrap_or_default();
+            shape.warm = Some(WarmUnits {
+                read: now.read.max(units("ReadUnitsPerSecond")),
+                write: now.write.max(units("WriteUnitsPerSecond")),
+            });
+        }
+    }
+
+    /// The upstream's `DescribeTable` of `table` with this simulator's [`TableShape`], as the
+    /// answer's `member` (`Table`, or `TableDescription` for an `UpdateTable`).
+    async fn describe_as(
+        &self,
+        parts: &hyper::http::request::Parts,
+        table: &str,
+        member: &str,
+    ) -> Response<Full<Bytes>> {
+        let mut describe = parts.clone();
+        describe.headers.insert(
+            "x-amz-target",
+            hyper::header::HeaderValue::from_static("DynamoDB_20120810.DescribeTable"),
+        );
+        describe.headers.remove(hyper::header::CONTENT_LENGTH);
+        let body = serde_json::json!({ "TableName": table }).to_string();
+        match self.forward(&describe, Bytes::from(body)).await {
+            Ok((rp, rb)) if rp.status.is_success() => {
+                let mut desc = serde_json::from_slice::<Value>(&rb)
+                    .ok()
+                    .and_then(|mut v| v.get_mut("Table").map(Value::take))
+                    .unwrap_or_default();
+                if let Some(shape) = self.shape_of(table) {
+                    shape.describe_into(&mut desc);
+                }
+                json_response(StatusCode::OK, serde_json::json!({ member: desc }).to_string())
+            }
+            Ok((rp, rb)) => Response::from_parts(rp, Full::new(rb)),
+            Err(e) => json_response(
+                StatusCode::BAD_GATEWAY,
+                serde_json::json!({"__type": "com.amazonaws.dynamodb.v20120810#InternalServerError", "message": format!("heatsink sim: upstream unreachable: {e}")}).to_string(),
+            ),
+        }
+    }
+
     async fn learn_tables(&self, parts: &hyper::http::request::Parts, tables: &[String]) {
         for table in tables {
             let known = self
@@ -504,7 +616,8 @@ fn json_response(status: StatusCode, body: String) -> Response<Full<Bytes>> {
 /// index (`TableWriteKeyRangeThroughputExceeded`, `IndexReadKeyRangeThroughputExceeded`, …)
 /// and its ARN. The list's member is `throttlingReasons` on `ThrottlingException` and
 /// `ThrottlingReasons` on the other (the service model's spellings; the SDK reads only those).
-fn throttle_response(c: &Charge, provisioned: bool) -> Response<Full<Bytes>> {
+fn throttle_response(refused: &Refused, provisioned: bool) -> Response<Full<Bytes>> {
+    let c = &refused.charge;
     let resource = if c.partition.index.is_some() {
         "Index"
     } else {
@@ -539,8 +652,12 @@ fn throttle_response(c: &Charge, provisioned: bool) -> Response<Full<Bytes>> {
             resource.to_lowercase(), c.partition.partition
         ),
     });
+    let limit = match refused.limit {
+        Limit::KeyRange => "KeyRange",
+        Limit::MaxOnDemand => "MaxOnDemand",
+    };
     body[member] = serde_json::json!([{
-        "reason": format!("{resource}{op}KeyRangeThroughputExceeded"),
+        "reason": format!("{resource}{op}{limit}ThroughputExceeded"),
         "resource": arn,
     }]);
     let mut resp = json_response(StatusCode::BAD_REQUEST, body.to_string());
@@ -611,7 +728,7 @@ async fn handle(
                     .keys
                     .lock()
                     .ok()
-                    .and_then(|k| k.get(&over.partition.table).map(|t| t.provisioned))
+                    .and_then(|k| k.get(&over.charge.partition.table).map(|t| t.provisioned))
                     .unwrap_or(false);
                 return Ok(throttle_response(&over, provisioned));
             }
@@ -626,13 +743,49 @@ async fn handle(
             }
         }
     }
-    let (rparts, rbody) = match shared.forward(&parts, body).await {
+    // Warm throughput is the simulator's to keep: an emulator has no such parameter.
+    let (parts, body) = match (op.as_str(), parsed.as_ref()) {
+        ("UpdateTable", Some(json)) if json.get("WarmThroughput").is_some() => {
+            let table = json["TableName"].as_str().unwrap_or("").to_owned();
+            shared.raise_warm(&table, &json["WarmThroughput"]);
+            let mut rest = json.clone();
+            if let Some(o) = rest.as_object_mut() {
+                o.remove("WarmThroughput");
+            }
+            if rest.as_object().is_some_and(|o| o.len() <= 1) {
+                // Nothing else to change: the table as DescribeTable shows it.
+                return Ok(shared.describe_as(&parts, &table, "TableDescription").await);
+            }
+            let mut parts = parts;
+            parts.headers.remove(hyper::header::CONTENT_LENGTH);
+            (parts, Bytes::from(rest.to_string()))
+        }
+        _ => (parts, body),
+    };
+    let (mut rparts, mut rbody) = match shared.forward(&parts, body).await {
         Ok(r) => r,
         Err(e) => {
             let msg = serde_json::json!({"__type": "com.amazonaws.dynamodb.v20120810#InternalServerError", "message": format!("heatsink sim: upstream unreachable: {e}")});
             return Ok(json_response(StatusCode::BAD_GATEWAY, msg.to_string()));
         }
     };
+    let member = match op.as_str() {
+        "DescribeTable" => Some("Table"),
+        "UpdateTable" => Some("TableDescription"),
+        _ => None,
+    };
+    if let Some(member) = member
+        && rparts.status.is_success()
+        && let Ok(mut answer) = serde_json::from_slice::<Value>(&rbody)
+        && let Some(shape) = answer
+            .pointer(&format!("/{member}/TableName"))
+            .and_then(Value::as_str)
+            .and_then(|t| shared.shape_of(t))
+    {
+        shape.describe_into(&mut answer[member]);
+        rbody = Bytes::from(answer.to_string());
+        rparts.headers.remove(hyper::header::CONTENT_LENGTH);
+    }
     if let Some(read) = settle
         && rparts.status.is_success()
         && let Ok(answer) = serde_json::from_slice::<Value>(&rbody)
@@ -706,7 +859,15 @@ mod tests {
     use super::*;
 
     async fn answer(c: &Charge, provisioned: bool) -> (String, Value) {
-        let resp = throttle_response(c, provisioned);
+        answer_for(c, Limit::KeyRange, provisioned).await
+    }
+
+    async fn answer_for(c: &Charge, limit: Limit, provisioned: bool) -> (String, Value) {
+        let refused = Refused {
+            charge: c.clone(),
+            limit,
+        };
+        let resp = throttle_response(&refused, provisioned);
         let kind = resp.headers()["x-amzn-errortype"]
             .to_str()
             .unwrap()
@@ -756,6 +917,30 @@ mod tests {
         assert_eq!(
             body["ThrottlingReasons"][0]["reason"],
             "TableReadKeyRangeThroughputExceeded"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_table_over_its_on_demand_maximum_answers_the_max_on_demand_reason_api_reference_shape()
+     {
+        let write = Charge {
+            partition: PartitionId {
+                table: "t".into(),
+                index: None,
+                partition: 1,
+            },
+            access: Access::Write,
+            units: 1.0,
+        };
+        let (kind, body) = answer_for(&write, Limit::MaxOnDemand, false).await;
+        assert_eq!(kind, "ThrottlingException");
+        assert_eq!(
+            body["throttlingReasons"][0]["reason"],
+            "TableWriteMaxOnDemandThroughputExceeded"
+        );
+        assert_eq!(
+            body["throttlingReasons"][0]["resource"],
+            "arn:aws:dynamodb:us-east-1:000000000000:table/t"
         );
     }
 }

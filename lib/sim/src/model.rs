@@ -216,12 +216,53 @@ impl PartitionStats {
     }
 }
 
+/// A table's on-demand maximum (`OnDemandThroughput`), request units per second per kind
+/// (`None`: no maximum). DynamoDB refuses what goes over it with
+/// `…MaxOnDemandThroughputExceeded`, however cool every partition is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct TableMax {
+    /// `MaxReadRequestUnits`.
+    pub read: Option<f64>,
+    /// `MaxWriteRequestUnits`.
+    pub write: Option<f64>,
+}
+
+impl TableMax {
+    fn of(&self, access: Access) -> Option<f64> {
+        match access {
+            Access::Read => self.read,
+            Access::Write => self.write,
+        }
+    }
+}
+
+/// Which limit refused a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Limit {
+    /// One partition's ceiling (a hot key range).
+    KeyRange,
+    /// The table's on-demand maximum.
+    MaxOnDemand,
+}
+
+/// A refused request: the charge that did not fit and the limit it hit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Refused {
+    /// The partition's share that was over (for [`Limit::MaxOnDemand`], the first charge on
+    /// the table that was over).
+    pub charge: Charge,
+    /// What it was over.
+    pub limit: Limit,
+}
+
 /// Every partition's buckets and statistics.
 #[derive(Debug)]
 pub struct Partitions {
     limits: Limits,
     buckets: HashMap<(PartitionId, Access), Bucket>,
     stats: HashMap<PartitionId, PartitionStats>,
+    maxima: HashMap<String, TableMax>,
+    table_buckets: HashMap<(String, Access), Bucket>,
 }
 
 /// One partition's share of a request: where, read or write, and how many units.
@@ -242,7 +283,36 @@ impl Partitions {
             limits,
             buckets: HashMap::new(),
             stats: HashMap::new(),
+            maxima: HashMap::new(),
+            table_buckets: HashMap::new(),
         }
+    }
+
+    /// Sets `table`'s on-demand maximum (its indexes' writes count toward the table's, as on
+    /// DynamoDB only the table's requests do: index propagation is not charged here).
+    pub fn set_max(&mut self, table: &str, max: TableMax) {
+        self.maxima.insert(table.to_owned(), max);
+        self.table_buckets.retain(|(t, _), _| t != table);
+    }
+
+    /// `table`'s on-demand maximum, if one is set.
+    pub fn max_of(&self, table: &str) -> Option<TableMax> {
+        self.maxima.get(table).copied()
+    }
+
+    /// The table bucket of `c` when its table has a maximum for its kind (request units of the
+    /// table itself: index shares are not table requests).
+    fn table_bucket(&mut self, c: &Charge, now: Duration) -> Option<&mut Bucket> {
+        if c.partition.index.is_some() {
+            return None;
+        }
+        let rate = self.maxima.get(&c.partition.table)?.of(c.access)?;
+        let burst = rate * self.limits.burst_seconds.max(0.001);
+        Some(
+            self.table_buckets
+                .entry((c.partition.table.clone(), c.access))
+                .or_insert_with(|| Bucket::new(rate, burst, now)),
+        )
     }
 
     /// The limits in force.
@@ -261,26 +331,52 @@ impl Partitions {
             .or_insert_with(|| Bucket::new(rate, burst, now))
     }
 
-    /// Admits the request if every partition it touches has capacity (all or nothing), charging
-    /// each; otherwise charges nothing, counts a throttle on the first over-limit partition and
-    /// returns it.
-    pub fn admit(&mut self, charges: &[Charge], now: Duration) -> Result<(), Charge> {
+    /// Admits the request if its table is under its on-demand maximum and every partition it
+    /// touches has capacity (all or nothing), charging each; otherwise charges nothing, counts a
+    /// throttle on the first charge over a limit and returns it with the limit (the table's
+    /// maximum is checked first: DynamoDB refuses at the table before the partition).
+    pub fn admit(&mut self, charges: &[Charge], now: Duration) -> Result<(), Refused> {
         let mut over = None;
+        let mut table_units: HashMap<(String, Access), f64> = HashMap::new();
+        for c in charges.iter().filter(|c| c.partition.index.is_none()) {
+            *table_units
+                .entry((c.partition.table.clone(), c.access))
+                .or_default() += c.units;
+        }
         for c in charges {
-            let b = self.bucket(&c.partition, c.access, now).clone();
-            let mut probe = b;
-            if !probe.try_take(c.units, now) {
-                over = Some(c.clone());
+            let units = table_units
+                .remove(&(c.partition.table.clone(), c.access))
+                .unwrap_or(0.0);
+            if units > 0.0
+                && let Some(b) = self.table_bucket(c, now)
+                && !b.clone().try_take(units, now)
+            {
+                over = Some(Refused {
+                    charge: c.clone(),
+                    limit: Limit::MaxOnDemand,
+                });
                 break;
             }
         }
-        if let Some(c) = over {
-            let s = self.stats.entry(c.partition.clone()).or_default();
-            match c.access {
+        if over.is_none() {
+            for c in charges {
+                let mut probe = self.bucket(&c.partition, c.access, now).clone();
+                if !probe.try_take(c.units, now) {
+                    over = Some(Refused {
+                        charge: c.clone(),
+                        limit: Limit::KeyRange,
+                    });
+                    break;
+                }
+            }
+        }
+        if let Some(r) = over {
+            let s = self.stats.entry(r.charge.partition.clone()).or_default();
+            match r.charge.access {
                 Access::Read => s.throttled_reads += 1,
                 Access::Write => s.throttled_writes += 1,
             }
-            return Err(c);
+            return Err(r);
         }
         for c in charges {
             self.record(c, now);
@@ -292,6 +388,9 @@ impl Partitions {
     pub fn record(&mut self, c: &Charge, now: Duration) {
         self.bucket(&c.partition, c.access, now)
             .charge(c.units, now);
+        if let Some(b) = self.table_bucket(c, now) {
+            b.charge(c.units, now);
+        }
         let second = now.as_secs() as usize;
         let s = self.stats.entry(c.partition.clone()).or_default();
         match c.access {
@@ -316,6 +415,7 @@ impl Partitions {
     pub fn reset(&mut self) {
         self.buckets.clear();
         self.stats.clear();
+        self.table_buckets.clear();
     }
 }
 
@@ -427,5 +527,76 @@ mod tests {
             prop_assert!(p < n);
             prop_assert_eq!(p, partition_of(key.as_bytes(), n));
         }
+    }
+
+    #[test]
+    fn a_table_maximum_refuses_before_any_partition_is_over_and_spares_other_tables() {
+        let mut parts = Partitions::new(Limits {
+            partitions: 4,
+            write_ceiling: 1_000.0,
+            read_ceiling: 3_000.0,
+            burst_seconds: 1.0,
+        });
+        parts.set_max(
+            "t",
+            TableMax {
+                read: None,
+                write: Some(100.0),
+            },
+        );
+        assert_eq!(parts.max_of("t").and_then(|m| m.write), Some(100.0));
+        let write = |table: &str, p: u32| Charge {
+            partition: PartitionId {
+                table: table.into(),
+                index: None,
+                partition: p,
+            },
+            access: Access::Write,
+            units: 1.0,
+        };
+        let now = Duration::ZERO;
+        // 100 units banked (1 s of the maximum), spread over 4 partitions far under 1,000.
+        for i in 0..100 {
+            assert!(parts.admit(&[write("t", i % 4)], now).is_ok(), "write {i}");
+        }
+        let refused = parts
+            .admit(&[write("t", 2)], now)
+            .expect_err("over the maximum");
+        assert_eq!(refused.limit, Limit::MaxOnDemand);
+        assert!(
+            parts.admit(&[write("other", 2)], now).is_ok(),
+            "no maximum there"
+        );
+        // Index shares are not table requests: a GSI write propagation is not refused by it.
+        let mut index = write("t", 0);
+        index.partition.index = Some("by-post".into());
+        assert!(parts.admit(&[index], now).is_ok());
+        // A second later the bucket has refilled.
+        assert!(
+            parts
+                .admit(&[write("t", 0)], Duration::from_secs(1))
+                .is_ok()
+        );
+        // A hot partition under the maximum is still a key-range refusal.
+        let mut hot = Partitions::new(Limits {
+            partitions: 4,
+            write_ceiling: 10.0,
+            read_ceiling: 30.0,
+            burst_seconds: 1.0,
+        });
+        hot.set_max(
+            "t",
+            TableMax {
+                read: None,
+                write: Some(1_000.0),
+            },
+        );
+        for _ in 0..10 {
+            assert!(hot.admit(&[write("t", 1)], now).is_ok());
+        }
+        let refused = hot
+            .admit(&[write("t", 1)], now)
+            .expect_err("partition over");
+        assert_eq!(refused.limit, Limit::KeyRange);
     }
 }

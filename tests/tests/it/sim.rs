@@ -377,3 +377,105 @@ async fn the_stream_shaper_serves_writes_made_after_a_cancelled_transaction() {
     );
     shaper.stop();
 }
+
+/// A table over its on-demand maximum, through the simulator (emulators have no maximum): the
+/// writers' throttle watch tallies `TableWriteMaxOnDemandThroughputExceeded` as a capacity
+/// throttle and never names a key (salting would fix nothing), and `heatsink plan --warm`'s
+/// plan refuses to pre-warm it for a peak over the maximum while raising the warm throughput
+/// of a table without one (the simulator answers `UpdateTable WarmThroughput`).
+#[tokio::test]
+async fn sim_a_table_over_its_on_demand_maximum_is_never_salted_and_not_prewarmed_past_it() {
+    use heatsink::detect::ThrottleWatch;
+    use heatsink::schema::warm::{self, Capacity, WarmRequest};
+    use heatsink_sim::{TableMax, TableShape, WarmUnits};
+
+    let fx = fixture!(
+        "sim_a_table_over_its_on_demand_maximum_is_never_salted_and_not_prewarmed_past_it"
+    );
+    let counters = fx.photo_table(Table::Counters).await;
+    let posts = fx.photo_table(Table::Posts).await;
+    let upstream = std::env::var("AWS_ENDPOINT_URL_DYNAMODB").expect("fixture checked it");
+    let mut config = SimConfig::new(&upstream);
+    config.tables.insert(
+        counters.name.clone(),
+        TableShape {
+            max: TableMax {
+                read: None,
+                write: Some(20.0),
+            },
+            warm: Some(WarmUnits {
+                read: 12_000,
+                write: 4_000,
+            }),
+        },
+    );
+    let sim = Simulator::start(config).await.expect("simulator");
+    let watch = ThrottleWatch::new(&[fx.photo().table(Table::Counters)]);
+    let ddb = aws_sdk_dynamodb::Client::from_conf(
+        aws_sdk_dynamodb::config::Builder::from(&fx.stack.config)
+            .endpoint_url(sim.endpoint())
+            .retry_config(aws_config::retry::RetryConfig::disabled())
+            .interceptor(watch.clone())
+            .build(),
+    );
+    // 60 writes/s spread over 60 keys, far under every partition's 1,000 WCU/s, 3× the maximum.
+    let throttled = drive(&ddb, &counters.name, 60, 2, |i| format!("k{i}")).await;
+    assert!(throttled > 0, "over the table's maximum");
+    let tally = watch.tally();
+    assert_eq!(tally.key_range, 0, "{tally:?}");
+    let reason = (
+        counters.name.clone(),
+        None,
+        "TableWriteMaxOnDemandThroughputExceeded".to_owned(),
+    );
+    assert_eq!(
+        tally.capacity.get(&reason).copied(),
+        Some(throttled as u64),
+        "{tally:?}"
+    );
+    assert!(watch.dynamodb_signals().is_empty(), "no key is named");
+    // DescribeTable through the simulator shows the maximum and the warm throughput.
+    let table = warm::describe(&ddb, &counters.name)
+        .await
+        .expect("describe");
+    assert_eq!(table.max.write, 20);
+    assert_eq!(
+        table.warm,
+        Capacity {
+            read: 12_000,
+            write: 4_000
+        }
+    );
+    let plan = warm::plan(
+        &WarmRequest::new(Capacity {
+            read: 0,
+            write: 100,
+        }),
+        &table,
+    );
+    assert!(table.on_demand, "the photo app's tables are on demand");
+    let err = warm::raise(&ddb, &counters.name, &plan)
+        .await
+        .expect_err("refused under the maximum");
+    assert!(err.to_string().contains("20 writes/s"), "{err}");
+    // A table with no maximum is raised, and DescribeTable shows the new warm throughput.
+    let before = warm::describe(&ddb, &posts.name).await.expect("describe");
+    assert_eq!(before.max, Capacity::UNBOUNDED);
+    // moto reports a warm throughput of its own, dynoxide none: ask for 8,000 reads and
+    // 2,000 writes above whatever it is.
+    let peak = Capacity {
+        read: before.warm.read + 8_000,
+        write: before.warm.write + 2_000,
+    };
+    let plan = warm::plan(&WarmRequest::new(peak), &before);
+    assert!(warm::raise(&ddb, &posts.name, &plan).await.expect("raised"));
+    let after = warm::describe(&ddb, &posts.name).await.expect("describe");
+    assert_eq!(
+        after.warm,
+        Capacity {
+            read: (peak.read as f64 / 0.8).ceil() as u64,
+            write: (peak.write as f64 / 0.8).ceil() as u64,
+        }
+    );
+    sim.stop();
+}

@@ -67,7 +67,8 @@ pub async fn describe(
 
 /// The warm throughput, billing mode and on-demand maximum of a table description. A missing
 /// warm figure reads as 0 (the plan then asks for the need), a missing or negative maximum as
-/// none (`-1` is the API's "no maximum").
+/// none (`-1` is the API's "no maximum"); a table is on demand when its `BillingModeSummary`
+/// says so, or, without one, when it has no provisioned write capacity.
 pub fn capacity_of(desc: &TableDescription) -> TableCapacity {
     let units = |v: Option<i64>| v.and_then(|v| u64::try_from(v).ok());
     let warm = desc
@@ -82,10 +83,15 @@ pub fn capacity_of(desc: &TableDescription) -> TableCapacity {
             read: units(m.max_read_request_units()).unwrap_or(u64::MAX),
             write: units(m.max_write_request_units()).unwrap_or(u64::MAX),
         });
-    let on_demand = desc
-        .billing_mode_summary()
-        .and_then(|b| b.billing_mode())
-        .is_some_and(|m| *m == BillingMode::PayPerRequest);
+    // `BillingModeSummary` is absent from a table that was never on demand; an on-demand
+    // table reports zero provisioned units where it reports any.
+    let on_demand = match desc.billing_mode_summary().and_then(|b| b.billing_mode()) {
+        Some(m) => *m == BillingMode::PayPerRequest,
+        None => desc
+            .provisioned_throughput()
+            .and_then(|p| p.write_capacity_units())
+            .is_none_or(|w| w == 0),
+    };
     TableCapacity {
         warm,
         on_demand,
