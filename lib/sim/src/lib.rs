@@ -543,14 +543,7 @@ impl Shared {
         table: &str,
         member: &str,
     ) -> Response<Full<Bytes>> {
-        let mut describe = parts.clone();
-        describe.headers.insert(
-            "x-amz-target",
-            hyper::header::HeaderValue::from_static("DynamoDB_20120810.DescribeTable"),
-        );
-        describe.headers.remove(hyper::header::CONTENT_LENGTH);
-        let body = serde_json::json!({ "TableName": table }).to_string();
-        match self.forward(&describe, Bytes::from(body)).await {
+        match self.describe_upstream(parts, table).await {
             Ok((rp, rb)) if rp.status.is_success() => {
                 let mut desc = serde_json::from_slice::<Value>(&rb)
                     .ok()
@@ -559,14 +552,32 @@ impl Shared {
                 if let Some(shape) = self.shape_of(table) {
                     shape.describe_into(&mut desc);
                 }
-                json_response(StatusCode::OK, serde_json::json!({ member: desc }).to_string())
+                json_response(
+                    StatusCode::OK,
+                    serde_json::json!({ member: desc }).to_string(),
+                )
             }
             Ok((rp, rb)) => Response::from_parts(rp, Full::new(rb)),
-            Err(e) => json_response(
-                StatusCode::BAD_GATEWAY,
-                serde_json::json!({"__type": "com.amazonaws.dynamodb.v20120810#InternalServerError", "message": format!("heatsink sim: upstream unreachable: {e}")}).to_string(),
-            ),
+            Err(e) => unreachable_upstream(e),
         }
+    }
+
+    /// The upstream's `DescribeTable` answer for `table`, sent with `parts`' headers.
+    async fn describe_upstream(
+        &self,
+        parts: &hyper::http::request::Parts,
+        table: &str,
+    ) -> Result<(hyper::http::response::Parts, Bytes), String> {
+        let mut describe = parts.clone();
+        describe.headers.insert(
+            "x-amz-target",
+            hyper::header::HeaderValue::from_static("DynamoDB_20120810.DescribeTable"),
+        );
+        describe.headers.remove(hyper::header::CONTENT_LENGTH);
+        let body = serde_json::json!({ "TableName": table }).to_string();
+        self.forward(&describe, Bytes::from(body))
+            .await
+            .map_err(|e| e.to_string())
     }
 
     async fn learn_tables(&self, parts: &hyper::http::request::Parts, tables: &[String]) {
@@ -579,14 +590,7 @@ impl Shared {
             if known {
                 continue;
             }
-            let mut describe = parts.clone();
-            describe.headers.insert(
-                "x-amz-target",
-                hyper::header::HeaderValue::from_static("DynamoDB_20120810.DescribeTable"),
-            );
-            describe.headers.remove(hyper::header::CONTENT_LENGTH);
-            let body = serde_json::json!({ "TableName": table }).to_string();
-            if let Ok((rp, rb)) = self.forward(&describe, Bytes::from(body)).await
+            if let Ok((rp, rb)) = self.describe_upstream(parts, table).await
                 && rp.status.is_success()
                 && let Some(keys) = serde_json::from_slice::<Value>(&rb)
                     .ok()
@@ -598,6 +602,12 @@ impl Shared {
             }
         }
     }
+}
+
+/// The answer when the upstream cannot be reached: a 502 with DynamoDB's error shape.
+fn unreachable_upstream(e: impl std::fmt::Display) -> Response<Full<Bytes>> {
+    let msg = serde_json::json!({"__type": "com.amazonaws.dynamodb.v20120810#InternalServerError", "message": format!("heatsink sim: upstream unreachable: {e}")});
+    json_response(StatusCode::BAD_GATEWAY, msg.to_string())
 }
 
 fn json_response(status: StatusCode, body: String) -> Response<Full<Bytes>> {
@@ -764,10 +774,7 @@ async fn handle(
     };
     let (mut rparts, mut rbody) = match shared.forward(&parts, body).await {
         Ok(r) => r,
-        Err(e) => {
-            let msg = serde_json::json!({"__type": "com.amazonaws.dynamodb.v20120810#InternalServerError", "message": format!("heatsink sim: upstream unreachable: {e}")});
-            return Ok(json_response(StatusCode::BAD_GATEWAY, msg.to_string()));
-        }
+        Err(e) => return Ok(unreachable_upstream(e)),
     };
     let member = match op.as_str() {
         "DescribeTable" => Some("Table"),

@@ -116,6 +116,20 @@ impl Fixture {
         }
     }
 
+    /// The latest stream ARN of `table` (panics when it has none: a test's setup error).
+    pub async fn stream_arn(&self, table: &str) -> String {
+        self.stack
+            .ddb
+            .describe_table()
+            .table_name(table)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("describing {table}: {e}"))
+            .table
+            .and_then(|t| t.latest_stream_arn)
+            .unwrap_or_else(|| panic!("{table} has no stream"))
+    }
+
     /// The prefix of every resource this fixture creates and deletes.
     pub fn prefix(&self) -> &str {
         self.schema.prefix()

@@ -296,17 +296,7 @@ async fn the_stream_shaper_serves_writes_made_after_a_cancelled_transaction() {
 
     let fx = fixture!("the_stream_shaper_serves_writes_made_after_a_cancelled_transaction");
     let liked = fx.photo_table(Table::Liked).await;
-    let arn = fx
-        .stack
-        .ddb
-        .describe_table()
-        .table_name(&liked.name)
-        .send()
-        .await
-        .expect("describe")
-        .table
-        .and_then(|t| t.latest_stream_arn)
-        .expect("liked has a stream");
+    let arn = fx.stream_arn(&liked.name).await;
     let upstream = std::env::var("AWS_ENDPOINT_URL_DYNAMODB_STREAMS")
         .or_else(|_| std::env::var("AWS_ENDPOINT_URL_DYNAMODB"))
         .expect("the stack's endpoint");
