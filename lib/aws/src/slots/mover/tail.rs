@@ -11,6 +11,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
+use aws_sdk_dynamodbstreams::operation::get_records::GetRecordsOutput;
 use aws_sdk_dynamodbstreams::types::{OperationType, ShardIteratorType};
 use heatsink_core::slots::proof::Drain;
 use heatsink_core::slots::tail::{Event, Image, tail_op};
@@ -19,7 +20,7 @@ use tokio::time::Instant;
 
 use super::super::MoveError;
 use super::super::fence::{
-    TOMBSTONE_ATTR, VERSION_ATTR, fence_slot, is_internal, parse_fence, parse_marker,
+    KeySchema, TOMBSTONE_ATTR, VERSION_ATTR, fence_slot, is_internal, parse_fence, parse_marker,
 };
 use super::super::record::{ShardPos, Tail};
 use super::apply::{Op, apply_all};
@@ -257,19 +258,10 @@ impl Mover {
         mut drain: Option<&mut Drain>,
     ) -> Result<Polled, MoveError> {
         let mut tail = self.tail(way);
-        let (target, keys, source) = match way {
-            Way::Forward => (
-                self.dst.table.clone(),
-                self.dst.keys.clone(),
-                self.src.table.clone(),
-            ),
-            Way::Reverse => (
-                self.src.table.clone(),
-                self.src.keys.clone(),
-                self.dst.table.clone(),
-            ),
+        let (target, keys) = match way {
+            Way::Forward => (self.dst.table.clone(), self.dst.keys.clone()),
+            Way::Reverse => (self.src.table.clone(), self.src.keys.clone()),
         };
-        let ctx = self.ctx();
         let shard_ids: Vec<String> = if discover || tail.shards.is_empty() {
             let lineage = self.list_lineage(&tail.stream_arn).await?;
             self.listed[way as usize] = Some((Instant::now(), tail.closed_shards()));
@@ -289,52 +281,10 @@ impl Mover {
                 }
                 continue;
             }
-            let iterator = match &pos.iterator {
-                Some(it) if now_ms().saturating_sub(pos.iterator_ms) < ITERATOR_TTL_MS => {
-                    it.clone()
-                }
-                _ => match self.issue_iterator(&tail.stream_arn, &shard, &pos).await? {
-                    Some(it) => it,
-                    None => continue,
-                },
+            let Some(out) = self.read_page(&mut tail, &shard, &pos).await? else {
+                continue;
             };
-            let res = ctx
-                .retry(|| {
-                    let req = self
-                        .streams
-                        .get_records()
-                        .shard_iterator(&iterator)
-                        .limit(PAGE);
-                    let shard = shard.clone();
-                    async move {
-                        req.send().await.map_err(|e| {
-                            MoveError::from(AwsError::new(STREAMS, "GetRecords", shard, e))
-                        })
-                    }
-                })
-                .await;
-            let out = match res {
-                Ok(o) => o,
-                Err(MoveError::Aws(err)) if err.code() == Some("ExpiredIteratorException") => {
-                    // Issued again from the last applied sequence number next poll.
-                    tail.shards.insert(
-                        shard.clone(),
-                        ShardPos {
-                            iterator: None,
-                            ..pos
-                        },
-                    );
-                    continue;
-                }
-                Err(MoveError::Aws(err)) if err.code() == Some("TrimmedDataAccessException") => {
-                    return Err(MoveError::PositionExpired {
-                        id: self.record.id.clone(),
-                        shard,
-                    });
-                }
-                Err(e) => return Err(e),
-            };
-            let records = out.records().to_vec();
+            let records = out.records();
             polled.full |= records.len() >= PAGE as usize;
             if records.is_empty() {
                 polled.at_head.insert(shard.clone());
@@ -354,88 +304,21 @@ impl Mover {
             let mut last_seq = pos.after_seq.clone();
             let mut ops: Vec<(String, Op)> = vec![];
             for _ in 0..times {
-                for r in &records {
-                    let Some(change) = r.dynamodb() else { continue };
-                    tail.read += 1;
-                    last_seq = change.sequence_number().map(str::to_owned).or(last_seq);
-                    if let Some(t) = change.approximate_creation_date_time() {
-                        let at = u64::try_from(t.to_millis().unwrap_or(0)).unwrap_or(0);
-                        let age = now_ms().saturating_sub(at);
-                        polled.newest_age = Some(polled.newest_age.map_or(age, |a| a.min(age)));
+                for r in records {
+                    tail.read += u64::from(r.dynamodb().is_some());
+                    if let Some(op) = self.op_of(
+                        way,
+                        &shard,
+                        r,
+                        &mut last_seq,
+                        &mut polled,
+                        drain.as_deref_mut(),
+                    )? {
+                        ops.push(op);
                     }
-                    let convert = |img: Option<
-                        &HashMap<String, aws_sdk_dynamodbstreams::types::AttributeValue>,
-                    >| {
-                        img.map(stream_item_to_sdk).transpose().map_err(|e| {
-                            MoveError::BadItem(format!("a stream record of {source}: {e}"))
-                        })
-                    };
-                    let keys_img = convert(change.keys())?.unwrap_or_default();
-                    let Some(pk) = get_s(&keys_img, "pk").map(str::to_owned) else {
-                        continue;
-                    };
-                    let event = match r.event_name() {
-                        Some(OperationType::Insert) => Event::Insert,
-                        Some(OperationType::Remove) => Event::Remove,
-                        _ => Event::Modify,
-                    };
-                    let new = convert(change.new_image())?;
-                    if is_internal(&pk) {
-                        if event != Event::Remove
-                            && let Some(d) = drain.as_deref_mut()
-                        {
-                            let fence = fence_slot(&pk).and_then(|slot| {
-                                new.as_ref().and_then(parse_fence).map(|f| (slot, f))
-                            });
-                            if let Some((slot, f)) = fence {
-                                if let (Some(m), Some(t)) = (f.move_id.as_deref(), f.token) {
-                                    d.fence(&shard, slot, m, t);
-                                }
-                            } else if let Some((m, t)) = parse_marker(&pk) {
-                                d.marker(&shard, m, t);
-                            }
-                        }
-                        continue;
-                    }
-                    if !self.record.slots.contains(slot_of(&pk)) {
-                        continue;
-                    }
-                    polled.seen += 1;
-                    let old = convert(change.old_image())?;
-                    let op = tail_op(way, event, image(old.as_ref()), image(new.as_ref()))
-                        .map_err(|_| MoveError::Unversioned {
-                            id: self.record.id.clone(),
-                            table: source.clone(),
-                            key: key_text(&keys_img).unwrap_or_else(|_| pk.clone()),
-                        })?;
-                    let item = match event {
-                        Event::Remove => old.unwrap_or_else(|| keys_img.clone()),
-                        _ => new.unwrap_or_else(|| keys_img.clone()),
-                    };
-                    let key = key_text(&keys.key_of(&keys_img)).unwrap_or_else(|_| pk.clone());
-                    ops.push((key, Op { item, op }));
                 }
             }
-            // Within one shard an item's changes arrive in the order they were made, so only
-            // the last change of each key in this batch can win the apply rule: applying only
-            // that one keeps the result and cuts the writes by the key's repeats in the batch.
-            let batch_len = ops.len();
-            let mut last: HashMap<String, Op> = HashMap::with_capacity(batch_len);
-            for (key, op) in ops {
-                last.insert(key, op);
-            }
-            self.record.skipped += (batch_len - last.len()) as u64;
-            let (written, skipped) = apply_all(
-                &ctx,
-                &self.ddb,
-                &target,
-                &keys,
-                last.into_values().collect(),
-            )
-            .await?;
-            self.record.applied += written;
-            self.record.skipped += skipped;
-            self.record.wcu += written as f64;
+            self.apply_batch(&target, &keys, ops).await?;
             let next = out.next_shard_iterator().map(str::to_owned);
             if next.is_none()
                 && let Some(d) = drain.as_deref_mut()
@@ -454,6 +337,171 @@ impl Mover {
         }
         *self.tail_mut(way) = tail;
         Ok(polled)
+    }
+
+    /// One `GetRecords` page of `shard` from `pos` (an iterator issued first when it has none
+    /// or it is older than [`ITERATOR_TTL_MS`]). `None` when there is nothing to read this
+    /// poll: the shard has no iterator yet, or it expired (then `tail` forgets it, and the
+    /// next poll issues one after the last sequence number applied).
+    async fn read_page(
+        &self,
+        tail: &mut Tail,
+        shard: &str,
+        pos: &ShardPos,
+    ) -> Result<Option<GetRecordsOutput>, MoveError> {
+        let iterator = match &pos.iterator {
+            Some(it) if now_ms().saturating_sub(pos.iterator_ms) < ITERATOR_TTL_MS => it.clone(),
+            _ => match self.issue_iterator(&tail.stream_arn, shard, pos).await? {
+                Some(it) => it,
+                None => return Ok(None),
+            },
+        };
+        let res = self
+            .ctx()
+            .retry(|| {
+                let req = self
+                    .streams
+                    .get_records()
+                    .shard_iterator(&iterator)
+                    .limit(PAGE);
+                let shard = shard.to_owned();
+                async move {
+                    req.send().await.map_err(|e| {
+                        MoveError::from(AwsError::new(STREAMS, "GetRecords", shard, e))
+                    })
+                }
+            })
+            .await;
+        match res {
+            Ok(o) => Ok(Some(o)),
+            Err(MoveError::Aws(err)) if err.code() == Some("ExpiredIteratorException") => {
+                tail.shards.insert(
+                    shard.to_owned(),
+                    ShardPos {
+                        iterator: None,
+                        ..pos.clone()
+                    },
+                );
+                Ok(None)
+            }
+            Err(MoveError::Aws(err)) if err.code() == Some("TrimmedDataAccessException") => {
+                Err(MoveError::PositionExpired {
+                    id: self.record.id.clone(),
+                    shard: shard.to_owned(),
+                })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// What one stream record of `shard` means for `way`'s tail: a fence or marker record of
+    /// this move feeds `drain`; a change of a moved slot becomes the op the tail rule makes of
+    /// it, keyed by its item key; anything else is read past. Advances `last_seq` and the
+    /// newest age and moved-record count in `polled`.
+    fn op_of(
+        &self,
+        way: Way,
+        shard: &str,
+        r: &aws_sdk_dynamodbstreams::types::Record,
+        last_seq: &mut Option<String>,
+        polled: &mut Polled,
+        drain: Option<&mut Drain>,
+    ) -> Result<Option<(String, Op)>, MoveError> {
+        let Some(change) = r.dynamodb() else {
+            return Ok(None);
+        };
+        if let Some(seq) = change.sequence_number() {
+            *last_seq = Some(seq.to_owned());
+        }
+        if let Some(t) = change.approximate_creation_date_time() {
+            let at = u64::try_from(t.to_millis().unwrap_or(0)).unwrap_or(0);
+            let age = now_ms().saturating_sub(at);
+            polled.newest_age = Some(polled.newest_age.map_or(age, |a| a.min(age)));
+        }
+        let (keys, source) = match way {
+            Way::Forward => (&self.dst.keys, &self.src.table),
+            Way::Reverse => (&self.src.keys, &self.dst.table),
+        };
+        let convert =
+            |img: Option<&HashMap<String, aws_sdk_dynamodbstreams::types::AttributeValue>>| {
+                img.map(stream_item_to_sdk)
+                    .transpose()
+                    .map_err(|e| MoveError::BadItem(format!("a stream record of {source}: {e}")))
+            };
+        let keys_img = convert(change.keys())?.unwrap_or_default();
+        let Some(pk) = get_s(&keys_img, "pk").map(str::to_owned) else {
+            return Ok(None);
+        };
+        let event = match r.event_name() {
+            Some(OperationType::Insert) => Event::Insert,
+            Some(OperationType::Remove) => Event::Remove,
+            _ => Event::Modify,
+        };
+        let new = convert(change.new_image())?;
+        if is_internal(&pk) {
+            if event != Event::Remove
+                && let Some(d) = drain
+            {
+                let fence = fence_slot(&pk)
+                    .and_then(|slot| new.as_ref().and_then(parse_fence).map(|f| (slot, f)));
+                if let Some((slot, f)) = fence {
+                    if let (Some(m), Some(t)) = (f.move_id.as_deref(), f.token) {
+                        d.fence(shard, slot, m, t);
+                    }
+                } else if let Some((m, t)) = parse_marker(&pk) {
+                    d.marker(shard, m, t);
+                }
+            }
+            return Ok(None);
+        }
+        if !self.record.slots.contains(slot_of(&pk)) {
+            return Ok(None);
+        }
+        polled.seen += 1;
+        let old = convert(change.old_image())?;
+        let op = tail_op(way, event, image(old.as_ref()), image(new.as_ref())).map_err(|_| {
+            MoveError::Unversioned {
+                id: self.record.id.clone(),
+                table: source.clone(),
+                key: key_text(&keys_img).unwrap_or_else(|_| pk.clone()),
+            }
+        })?;
+        let item = match event {
+            Event::Remove => old.unwrap_or_else(|| keys_img.clone()),
+            _ => new.unwrap_or_else(|| keys_img.clone()),
+        };
+        let key = key_text(&keys.key_of(&keys_img)).unwrap_or_else(|_| pk.clone());
+        Ok(Some((key, Op { item, op })))
+    }
+
+    /// Applies one shard's batch of ops to `target`. Within one shard an item's changes arrive
+    /// in the order they were made, so only the last change of each key in the batch can win
+    /// the apply rule: applying only that one keeps the result and cuts the writes by the
+    /// key's repeats in the batch.
+    async fn apply_batch(
+        &mut self,
+        target: &str,
+        keys: &KeySchema,
+        ops: Vec<(String, Op)>,
+    ) -> Result<(), MoveError> {
+        let batch_len = ops.len();
+        let mut last: HashMap<String, Op> = HashMap::with_capacity(batch_len);
+        for (key, op) in ops {
+            last.insert(key, op);
+        }
+        self.record.skipped += (batch_len - last.len()) as u64;
+        let (written, skipped) = apply_all(
+            &self.ctx(),
+            &self.ddb,
+            target,
+            keys,
+            last.into_values().collect(),
+        )
+        .await?;
+        self.record.applied += written;
+        self.record.skipped += skipped;
+        self.record.wcu += written as f64;
+        Ok(())
     }
 
     /// An iterator for `shard` after its last applied record (from its trim horizon when the
