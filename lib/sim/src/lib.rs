@@ -516,6 +516,62 @@ impl Shared {
     }
 
     /// Learns the key schema of each table not seen yet (DescribeTable through the upstream).
+    /// Takes an `UpdateTable`'s `WarmThroughput` out of the request (the simulator keeps warm
+    /// throughput: an emulator has no such parameter): the request to forward without it, or
+    /// the simulator's own answer when nothing else was asked for.
+    async fn take_warm(
+        &self,
+        op: &str,
+        parsed: Option<&Value>,
+        parts: hyper::http::request::Parts,
+        body: Bytes,
+    ) -> Result<(hyper::http::request::Parts, Bytes), Response<Full<Bytes>>> {
+        let Some(json) =
+            parsed.filter(|j| op == "UpdateTable" && j.get("WarmThroughput").is_some())
+        else {
+            return Ok((parts, body));
+        };
+        let table = json["TableName"].as_str().unwrap_or("").to_owned();
+        self.raise_warm(&table, &json["WarmThroughput"]);
+        let mut rest = json.clone();
+        if let Some(o) = rest.as_object_mut() {
+            o.remove("WarmThroughput");
+        }
+        if rest.as_object().is_some_and(|o| o.len() <= 1) {
+            // Nothing else to change: the table as DescribeTable shows it.
+            return Err(self.describe_as(&parts, &table, "TableDescription").await);
+        }
+        let mut parts = parts;
+        parts.headers.remove(hyper::header::CONTENT_LENGTH);
+        Ok((parts, Bytes::from(rest.to_string())))
+    }
+
+    /// A `DescribeTable` or `UpdateTable` answer with the table's [`TableShape`] added, if the
+    /// simulator keeps one for it; any other answer unchanged.
+    fn describe_shape(
+        &self,
+        op: &str,
+        (mut rparts, rbody): (hyper::http::response::Parts, Bytes),
+    ) -> (hyper::http::response::Parts, Bytes) {
+        let member = match op {
+            "DescribeTable" => "Table",
+            "UpdateTable" => "TableDescription",
+            _ => return (rparts, rbody),
+        };
+        if rparts.status.is_success()
+            && let Ok(mut answer) = serde_json::from_slice::<Value>(&rbody)
+            && let Some(shape) = answer
+                .pointer(&format!("/{member}/TableName"))
+                .and_then(Value::as_str)
+                .and_then(|t| self.shape_of(t))
+        {
+            shape.describe_into(&mut answer[member]);
+            rparts.headers.remove(hyper::header::CONTENT_LENGTH);
+            return (rparts, Bytes::from(answer.to_string()));
+        }
+        (rparts, rbody)
+    }
+
     /// `table`'s capacity settings, if the simulator keeps any.
     fn shape_of(&self, table: &str) -> Option<TableShape> {
         self.shapes.lock().ok()?.get(table).copied()
@@ -753,46 +809,14 @@ async fn handle(
             }
         }
     }
-    // Warm throughput is the simulator's to keep: an emulator has no such parameter.
-    let (parts, body) = match (op.as_str(), parsed.as_ref()) {
-        ("UpdateTable", Some(json)) if json.get("WarmThroughput").is_some() => {
-            let table = json["TableName"].as_str().unwrap_or("").to_owned();
-            shared.raise_warm(&table, &json["WarmThroughput"]);
-            let mut rest = json.clone();
-            if let Some(o) = rest.as_object_mut() {
-                o.remove("WarmThroughput");
-            }
-            if rest.as_object().is_some_and(|o| o.len() <= 1) {
-                // Nothing else to change: the table as DescribeTable shows it.
-                return Ok(shared.describe_as(&parts, &table, "TableDescription").await);
-            }
-            let mut parts = parts;
-            parts.headers.remove(hyper::header::CONTENT_LENGTH);
-            (parts, Bytes::from(rest.to_string()))
-        }
-        _ => (parts, body),
+    let (parts, body) = match shared.take_warm(&op, parsed.as_ref(), parts, body).await {
+        Ok(request) => request,
+        Err(answered) => return Ok(answered),
     };
-    let (mut rparts, mut rbody) = match shared.forward(&parts, body).await {
-        Ok(r) => r,
+    let (rparts, rbody) = match shared.forward(&parts, body).await {
+        Ok(r) => shared.describe_shape(&op, r),
         Err(e) => return Ok(unreachable_upstream(e)),
     };
-    let member = match op.as_str() {
-        "DescribeTable" => Some("Table"),
-        "UpdateTable" => Some("TableDescription"),
-        _ => None,
-    };
-    if let Some(member) = member
-        && rparts.status.is_success()
-        && let Ok(mut answer) = serde_json::from_slice::<Value>(&rbody)
-        && let Some(shape) = answer
-            .pointer(&format!("/{member}/TableName"))
-            .and_then(Value::as_str)
-            .and_then(|t| shared.shape_of(t))
-    {
-        shape.describe_into(&mut answer[member]);
-        rbody = Bytes::from(answer.to_string());
-        rparts.headers.remove(hyper::header::CONTENT_LENGTH);
-    }
     if let Some(read) = settle
         && rparts.status.is_success()
         && let Ok(answer) = serde_json::from_slice::<Value>(&rbody)

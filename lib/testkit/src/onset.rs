@@ -86,6 +86,52 @@ fn ms(at: &AtomicU64) -> Option<u64> {
     Some(at.load(Ordering::Relaxed)).filter(|v| *v != UNSET)
 }
 
+/// One controller step on `onset`'s signal: whether the signal names the key now, and how
+/// many directory changes of the key the controller made.
+async fn act(
+    onset: &Onset,
+    sim: &Simulator,
+    function: &Controller,
+    (read_ceiling, write_ceiling): (f64, f64),
+) -> Result<(bool, usize), ControlError> {
+    match &onset.detection {
+        Detection::Sampler => {
+            let hot = sim.hot();
+            let named = hot.hot.iter().any(|h| h.key == onset.key);
+            let event = json!({"source": SAMPLER_SOURCE, "detail-type": SAMPLER_DETAIL_TYPE, "detail": hot});
+            let outcome = function.handle(&event, SystemTime::now()).await?;
+            let prefix = format!("{}:", onset.key);
+            Ok((
+                named,
+                outcome
+                    .changes
+                    .iter()
+                    .filter(|c| c.starts_with(&prefix))
+                    .count(),
+            ))
+        }
+        Detection::Throttles(watch) => {
+            let signals = watch.signals(|kind| match kind {
+                Kind::Read => read_ceiling,
+                Kind::Write => write_ceiling,
+            });
+            let named = signals.iter().any(|s| s.key == onset.key);
+            let now = SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            let outcome = function.run(&signals, now).await?;
+            Ok((
+                named,
+                outcome
+                    .applied
+                    .iter()
+                    .filter(|c| c.key() == onset.key)
+                    .count(),
+            ))
+        }
+    }
+}
+
 /// Runs the scenario: writers through `sim` with `ddb` (a client pointed at the simulator),
 /// the controller on `sim`'s sampler reports, writers' salt policy from `cached`.
 pub async fn run(
@@ -153,39 +199,10 @@ pub async fn run(
                     tick.tick().await;
                 }
             }
-            let n = match &onset.detection {
-                Detection::Sampler => {
-                    let hot = sim.hot();
-                    if report.detected_ms.is_none() && hot.hot.iter().any(|h| h.key == onset.key) {
-                        report.detected_ms = Some(start.elapsed().as_millis() as u64);
-                    }
-                    let event = json!({"source": SAMPLER_SOURCE, "detail-type": SAMPLER_DETAIL_TYPE, "detail": hot});
-                    let outcome = function.handle(&event, SystemTime::now()).await?;
-                    outcome
-                        .changes
-                        .iter()
-                        .filter(|c| c.starts_with(&format!("{}:", onset.key)))
-                        .count()
-                }
-                Detection::Throttles(watch) => {
-                    let signals = watch.signals(|kind| match kind {
-                        Kind::Read => ceilings.0,
-                        Kind::Write => ceilings.1,
-                    });
-                    if report.detected_ms.is_none() && signals.iter().any(|s| s.key == onset.key) {
-                        report.detected_ms = Some(start.elapsed().as_millis() as u64);
-                    }
-                    let now = SystemTime::now()
-                        .duration_since(SystemTime::UNIX_EPOCH)
-                        .map_or(0, |d| d.as_secs());
-                    let outcome = function.run(&signals, now).await?;
-                    outcome
-                        .applied
-                        .iter()
-                        .filter(|c| c.key() == onset.key)
-                        .count()
-                }
-            };
+            let (named, n) = act(onset, sim, function, ceilings).await?;
+            if named && report.detected_ms.is_none() {
+                report.detected_ms = Some(start.elapsed().as_millis() as u64);
+            }
             if n > 0 && report.directory_ms.is_none() {
                 report.directory_ms = Some(start.elapsed().as_millis() as u64);
             }
