@@ -86,6 +86,11 @@ pub struct StartArgs {
     /// Write capacity per second for the copy and the cleanup.
     #[arg(long, default_value = "1000", value_parser = super::positive_rate)]
     wcu: f64,
+    /// Before the copy, raise the target's warm throughput to at least the source's and the
+    /// copy's rates (UpdateTable; AWS bills the raise once and never lowers it). A move whose
+    /// rates are over the target's on-demand maximum is refused either way.
+    #[arg(long)]
+    prewarm: bool,
     #[command(flatten)]
     output: Output,
 }
@@ -103,6 +108,7 @@ impl StartArgs {
             soak: Duration::from_secs(5),
             rcu: 1_000.0,
             wcu: 1_000.0,
+            prewarm: false,
         }
     }
 }
@@ -167,6 +173,7 @@ pub async fn start(a: StartArgs) -> CmdResult {
             rcu_per_sec: a.rcu,
             wcu_per_sec: a.wcu,
             soak: a.soak,
+            prewarm: a.prewarm,
             ..Budget::default()
         },
     };

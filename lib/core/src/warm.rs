@@ -201,6 +201,50 @@ pub fn plan(request: &WarmRequest, table: &TableCapacity) -> WarmPlan {
     }
 }
 
+/// What a slot move's copy into `target` needs before it starts: refused when the target's
+/// on-demand maximum is below the copy's rates (`copy`: the copy's and diff's units per second;
+/// the copy would be throttled for its whole run). With `prewarm`, the warm throughput that
+/// covers the source's warm throughput and the copy's rates, each capped at the target's
+/// maximum (the moved slots carry at most what the source is warm for; more than the target's
+/// maximum could not be served anyway); without it, no update.
+pub fn copy_plan(
+    copy: Capacity,
+    source: &TableCapacity,
+    target: &TableCapacity,
+    prewarm: bool,
+) -> WarmPlan {
+    let check = plan(
+        &WarmRequest {
+            peak: copy,
+            headroom: 1.0,
+        },
+        target,
+    );
+    if !prewarm || !check.refusals.is_empty() {
+        return WarmPlan {
+            target: target.warm,
+            update: None,
+            refusals: check.refusals,
+        };
+    }
+    let mut peak = Capacity::default();
+    for kind in Kind::ALL {
+        let cap = if target.on_demand {
+            target.max.get(kind)
+        } else {
+            u64::MAX
+        };
+        peak.set(kind, source.warm.get(kind).max(copy.get(kind)).min(cap));
+    }
+    plan(
+        &WarmRequest {
+            peak,
+            headroom: 1.0,
+        },
+        target,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
@@ -285,6 +329,47 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn a_copy_is_refused_only_by_the_targets_maximum_and_prewarmed_within_it(
+            copy in (0u64..50_000, 0u64..50_000),
+            source in (0u64..100_000, 0u64..100_000),
+            warm in (0u64..100_000, 0u64..100_000),
+            max in (0u64..100_000, 0u64..100_000),
+            on_demand: bool,
+            prewarm: bool,
+        ) {
+            let copy = Capacity { read: copy.0, write: copy.1 };
+            let src = TableCapacity {
+                warm: Capacity { read: source.0, write: source.1 },
+                on_demand: true,
+                max: Capacity::UNBOUNDED,
+            };
+            let dst = TableCapacity {
+                warm: Capacity { read: warm.0, write: warm.1 },
+                on_demand,
+                max: Capacity { read: max.0, write: max.1 },
+            };
+            let p = copy_plan(copy, &src, &dst, prewarm);
+            for kind in Kind::ALL {
+                let over = on_demand && dst.max.get(kind) < copy.get(kind);
+                prop_assert_eq!(p.refusals.iter().any(|r| r.kind == kind), over);
+            }
+            if !prewarm || !p.refusals.is_empty() {
+                prop_assert_eq!(p.update, None);
+                return Ok(());
+            }
+            for kind in Kind::ALL {
+                let t = p.target.get(kind);
+                prop_assert!(t >= dst.warm.get(kind) && t >= copy.get(kind));
+                prop_assert!(
+                    t == dst.warm.get(kind) || !on_demand || t <= dst.max.get(kind),
+                    "raised over the maximum"
+                );
+                let cap = if on_demand { dst.max.get(kind) } else { u64::MAX };
+                prop_assert!(t >= src.warm.get(kind).min(cap), "covers the source within the maximum");
+            }
+        }
+
         #[test]
         fn the_target_is_exactly_the_larger_of_today_and_the_need_and_refusals_are_exact(
             warm in (0u64..100_000, 0u64..100_000),

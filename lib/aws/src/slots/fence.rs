@@ -56,6 +56,8 @@ pub struct TableInfo {
     pub stream_arn: Option<String>,
     /// Its stream's view type.
     pub view: Option<StreamViewType>,
+    /// Its warm throughput, billing mode and on-demand maximum.
+    pub capacity: crate::schema::warm::TableCapacity,
 }
 
 impl TableInfo {
@@ -108,6 +110,7 @@ impl TableInfo {
             keys: KeySchema { sort_key },
             stream_arn: stream.and(desc.latest_stream_arn().map(str::to_owned)),
             view: stream.and_then(|s| s.stream_view_type().cloned()),
+            capacity: crate::schema::warm::capacity_of(&desc),
         })
     }
 

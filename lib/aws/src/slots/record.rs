@@ -27,6 +27,10 @@ pub struct Budget {
     /// The tail is caught up when it is at the head of every shard and its newest record is
     /// at most this old.
     pub lag_target: Duration,
+    /// Before the copy, raise the target's warm throughput to at least the source's and the
+    /// copy's rates (`UpdateTable`; AWS bills the raise once and never lowers it again).
+    #[serde(default)]
+    pub prewarm: bool,
 }
 
 impl Default for Budget {
@@ -37,6 +41,7 @@ impl Default for Budget {
             segments: 4,
             soak: Duration::from_secs(5),
             lag_target: Duration::from_secs(1),
+            prewarm: false,
         }
     }
 }

@@ -413,6 +413,83 @@ async fn move_bad_requests_get_typed_errors_and_change_nothing() {
     first.abort().await.expect("abort");
 }
 
+/// A copy whose write rate is over the target's on-demand maximum is refused before anything
+/// is recorded (it would be throttled for its whole run), and `--prewarm` raises the target's
+/// warm throughput to the copy's rate within the maximum before the move starts. Through the
+/// partition simulator, which keeps both settings (emulators have neither).
+#[tokio::test]
+async fn sim_a_copy_over_the_targets_on_demand_maximum_is_refused_and_prewarm_raises_the_target() {
+    use heatsink::schema::warm;
+    use heatsink_sim::{SimConfig, Simulator, TableMax, TableShape};
+
+    let fx = fixture!(
+        "sim_a_copy_over_the_targets_on_demand_maximum_is_refused_and_prewarm_raises_the_target"
+    );
+    let _serial = SERIAL.lock().await;
+    let s = Scene::new(&fx, false).await;
+    let mut config = SimConfig::new(&std::env::var("AWS_ENDPOINT_URL_DYNAMODB").expect("lane"));
+    config.tables.insert(
+        s.b.clone(),
+        TableShape {
+            max: TableMax {
+                read: None,
+                write: Some(500.0),
+            },
+            warm: None,
+        },
+    );
+    let sim = Simulator::start(config).await.expect("simulator");
+    let via_sim = aws_sdk_dynamodb::Client::from_conf(
+        s.ddb
+            .config()
+            .to_builder()
+            .endpoint_url(sim.endpoint())
+            .build(),
+    );
+    let err = Mover::start(
+        via_sim.clone(),
+        s.streams.clone(),
+        s.dir.clone(),
+        s.spec(false),
+    )
+    .await
+    .expect_err("1,000 WCU/s of copy over a 500 maximum");
+    let line = err.to_string();
+    assert!(
+        matches!(err, MoveError::BadTable { .. })
+            && line.contains("500 writes/s")
+            && line.contains("--wcu"),
+        "{line}"
+    );
+    assert!(
+        s.dir.moves().await.expect("moves").records.is_empty(),
+        "nothing recorded"
+    );
+    let spec = MoveSpec {
+        budget: Budget {
+            wcu_per_sec: 400.0,
+            prewarm: true,
+            ..budget()
+        },
+        ..s.spec(false)
+    };
+    // moto reports a warm throughput of its own, dynoxide none: the rule, whatever they are.
+    let source = warm::describe(&via_sim, &s.a).await.expect("describe");
+    let before = warm::describe(&via_sim, &s.b).await.expect("describe");
+    let mut m = Mover::start(via_sim.clone(), s.streams.clone(), s.dir.clone(), spec)
+        .await
+        .expect("within the maximum");
+    let target = warm::describe(&via_sim, &s.b).await.expect("describe");
+    assert_eq!(
+        target.warm.write,
+        before.warm.write.max(source.warm.write.clamp(400, 500)),
+        "prewarmed to the source's and the copy's rate within the maximum: {source:?} {before:?}"
+    );
+    assert!(target.warm.write >= 400);
+    m.abort().await.expect("abort");
+    sim.stop();
+}
+
 #[tokio::test]
 async fn move_killed_at_every_step_boundary_resumes_and_loses_no_write() {
     let fx = fixture!("move_killed_at_every_step_boundary_resumes_and_loses_no_write");

@@ -185,6 +185,47 @@ fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
+/// Before anything is recorded: refuses a copy the target's on-demand maximum would throttle
+/// for its whole run, and with [`Budget::prewarm`] raises the target's warm throughput
+/// ([`heatsink_core::warm::copy_plan`]).
+async fn prepare_target(
+    ctx: &calls::Ctx,
+    ddb: &aws_sdk_dynamodb::Client,
+    spec: &MoveSpec,
+    src: &TableInfo,
+    dst: &TableInfo,
+) -> Result<(), MoveError> {
+    use crate::schema::warm::{self, Capacity, WarmError};
+    let units = |v: f64| v.max(0.0).ceil() as u64;
+    let copy = Capacity {
+        read: units(spec.budget.rcu_per_sec),
+        write: units(spec.budget.wcu_per_sec),
+    };
+    let plan =
+        heatsink_core::warm::copy_plan(copy, &src.capacity, &dst.capacity, spec.budget.prewarm);
+    if let Some(r) = plan.refusals.first() {
+        return Err(MoveError::BadTable {
+            table: spec.to.clone(),
+            reason: format!(
+                "{r}; lower the copy's rate (--rcu/--wcu) or raise the target's maximum"
+            ),
+        });
+    }
+    ctx.retry(|| async {
+        warm::raise(ddb, &spec.to, &plan)
+            .await
+            .map_err(|e| match e {
+                WarmError::Aws(a) => MoveError::from(a),
+                other => MoveError::BadTable {
+                    table: spec.to.clone(),
+                    reason: other.to_string(),
+                },
+            })
+    })
+    .await?;
+    Ok(())
+}
+
 impl Mover {
     /// Checks the request, isolates the range, and marks it moving in one transaction with the
     /// move record and this controller's lease (phase `planned`). Nothing is copied yet: call
@@ -253,6 +294,7 @@ impl Mover {
         }
         let src_arn = src.require_stream()?.to_owned();
         dst.require_stream()?;
+        prepare_target(&ctx, &ddb, &spec, &src, &dst).await?;
         // Slots still read on older tables by attrition moves: a copy carries those tables'
         // items along (an attrition move needs nothing: the router reads the chain).
         let carried = if spec.mode == MoveMode::Copy {
