@@ -7,8 +7,9 @@
 //!   poll and as soon as the watch says a key reached its threshold.
 //! - **sampler** (`--detect sampler`): the simulator's 1-in-10 sample of the requests, read as
 //!   a router's published report would arrive.
+//! - **no detection** (`--detect off`): the controller never acts; the baseline a spike meets.
 //!
-//! Both by default, one after the other in one run against the same simulator settings. Each
+//! All three by default, one after the other in one run against the same simulator settings. Each
 //! path writes its own hot key (`p9-<run>-<path>`), so each starts cold; the partitions bank
 //! nothing (DynamoDB's per-partition ceiling is not burstable), so the first throttle comes
 //! as soon as the key is over. Glue only: the loop itself is
@@ -34,8 +35,10 @@ pub enum Path {
     Throttles,
     /// The simulator's 1-in-10 request sample.
     Sampler,
-    /// Both, throttle reasons first.
-    Both,
+    /// No detection: the writers never salt (the baseline).
+    Off,
+    /// Throttle reasons, the sampler, then no detection.
+    All,
 }
 
 impl Path {
@@ -44,7 +47,8 @@ impl Path {
         match self {
             Path::Throttles => &[Path::Throttles],
             Path::Sampler => &[Path::Sampler],
-            Path::Both => &[Path::Throttles, Path::Sampler],
+            Path::Off => &[Path::Off],
+            Path::All => &[Path::Throttles, Path::Sampler, Path::Off],
         }
     }
 
@@ -52,7 +56,8 @@ impl Path {
         match self {
             Path::Throttles => "throttle reasons (sampler off)",
             Path::Sampler => "sampler (1 in 10)",
-            Path::Both => "both",
+            Path::Off => "no detection",
+            Path::All => "all",
         }
     }
 }
@@ -79,7 +84,7 @@ pub struct DetectDemoArgs {
     #[arg(long, default_value = "100ms", value_parser = heatsink_cli::cmd::parse_duration)]
     poll: Duration,
     /// The signal the controller acts on.
-    #[arg(long, value_enum, default_value = "both")]
+    #[arg(long, value_enum, default_value = "all")]
     detect: Path,
     /// Partitions the simulator gives the counters table (1–1,000; 16, as the onset
     /// benchmark: S sub-keys then rarely share a partition).
@@ -154,8 +159,13 @@ pub async fn detect_demo(a: DetectDemoArgs) -> CmdResult {
                     aws_sdk_dynamodb::Client::from_conf(via_sim.interceptor(watch.clone()).build());
                 (Detection::Throttles(watch.clone()), client, Some(watch))
             }
-            _ => (
+            Path::Sampler => (
                 Detection::Sampler,
+                aws_sdk_dynamodb::Client::from_conf(via_sim.build()),
+                None,
+            ),
+            _ => (
+                Detection::Off,
                 aws_sdk_dynamodb::Client::from_conf(via_sim.build()),
                 None,
             ),
@@ -164,7 +174,14 @@ pub async fn detect_demo(a: DetectDemoArgs) -> CmdResult {
         controller.ceilings = Ceilings::new(Some(read), Some(write), Ceilings::DEFAULT_THRESHOLD)?;
         let function = Controller::new(directory.clone(), controller);
         let cached = Arc::new(CachedDirectory::new(directory.clone(), a.poll));
-        let key = format!("p9-{tag}-{}", if path == Path::Sampler { "s" } else { "t" });
+        let key = format!(
+            "p9-{tag}-{}",
+            match path {
+                Path::Sampler => "s",
+                Path::Off => "o",
+                _ => "t",
+            }
+        );
         let run = Onset {
             table: schema.table_name(Table::Counters),
             key: key.clone(),
@@ -187,7 +204,10 @@ pub async fn detect_demo(a: DetectDemoArgs) -> CmdResult {
     } else {
         print_table(&runs);
     }
-    match runs.iter().find(|r| r.report.salting_ms.is_none()) {
+    match runs
+        .iter()
+        .find(|r| r.path != Path::Off && r.report.salting_ms.is_none())
+    {
         Some(r) => Err(format!(
             "{}: the key was never salted within {} s: run longer (--duration) or at a higher --rate",
             r.path.label(),
@@ -213,6 +233,7 @@ fn print_table(runs: &[PathRun]) {
         ("first salted write", Align::Right),
         ("S", Align::Right),
         ("throttled before / after", Align::Right),
+        ("writes failed / sent", Align::Right),
         ("util. after", Align::Right),
     ]);
     for r in runs {
@@ -226,6 +247,7 @@ fn print_table(runs: &[PathRun]) {
                 "{} / {}",
                 r.report.throttled_before, r.report.throttled_after
             ),
+            format!("{} / {}", r.report.load.failed, r.report.load.sent),
             format!("{:.0}%", r.report.max_utilisation_after * 100.0),
         ]);
     }
@@ -246,8 +268,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn both_runs_the_throttle_path_then_the_sampler() {
-        assert_eq!(Path::Both.runs(), [Path::Throttles, Path::Sampler]);
+    fn all_runs_the_throttle_path_the_sampler_then_none() {
+        assert_eq!(
+            Path::All.runs(),
+            [Path::Throttles, Path::Sampler, Path::Off]
+        );
         assert_eq!(Path::Sampler.runs(), [Path::Sampler]);
         assert_eq!(scaled(2_400, 0.1), 240);
         assert_eq!(scaled(1, 0.01), 1, "never a zero rate");

@@ -52,6 +52,9 @@ pub enum Detection {
     /// poll and as soon as the watch says a key reached its threshold
     /// ([`ThrottleWatch::crossed`]).
     Throttles(ThrottleWatch),
+    /// None: the controller never acts, the writers never salt (the baseline a spike meets
+    /// without detection).
+    Off,
 }
 
 /// When each step happened, from the first hot write.
@@ -95,6 +98,7 @@ async fn act(
     (read_ceiling, write_ceiling): (f64, f64),
 ) -> Result<(bool, usize), ControlError> {
     match &onset.detection {
+        Detection::Off => Ok((false, 0)),
         Detection::Sampler => {
             let hot = sim.hot();
             let named = hot.hot.iter().any(|h| h.key == onset.key);
@@ -195,7 +199,7 @@ pub async fn run(
                     _ = tick.tick() => {}
                     () = watch.crossed() => {}
                 },
-                Detection::Sampler => {
+                Detection::Sampler | Detection::Off => {
                     tick.tick().await;
                 }
             }
