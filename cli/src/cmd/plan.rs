@@ -71,6 +71,10 @@ pub struct PlanArgs {
     /// With --warm: the table's name.
     #[arg(long, requires = "warm")]
     table: Option<String>,
+    /// With --warm: plan this global secondary index of --table instead of the table (its
+    /// peak: the writes that reach it and the reads it serves).
+    #[arg(long, requires = "warm")]
+    index: Option<String>,
     /// With --warm: the peak's read units per second (0 to 1e9).
     #[arg(long, default_value_t = 0.0, value_parser = non_negative_rate, requires = "warm")]
     read_rate: f64,
@@ -107,7 +111,8 @@ async fn warm_report(
 ) -> Result<WarmReport, Box<dyn std::error::Error + Send + Sync>> {
     let config = super::sdk_config().await;
     let ddb = aws_sdk_dynamodb::Client::new(&config);
-    let capacity = warm::describe(&ddb, table).await?;
+    let index = args.index.as_deref();
+    let capacity = warm::describe_in(&ddb, table, index).await?;
     let request = WarmRequest {
         peak: Capacity {
             read: units(args.read_rate),
@@ -117,12 +122,12 @@ async fn warm_report(
     };
     let plan = warm::plan(&request, &capacity);
     let applied = if args.apply {
-        warm::raise(&ddb, table, &plan).await?
+        warm::raise_in(&ddb, table, index, &plan).await?
     } else {
         false
     };
     Ok(WarmReport {
-        table: table.to_owned(),
+        table: index.map_or_else(|| table.to_owned(), |i| format!("{table} index {i}")),
         request,
         capacity,
         plan,

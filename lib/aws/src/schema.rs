@@ -30,7 +30,8 @@
 //! assert_eq!(orders.gsis[0].partition_key.name, "day_shard");
 //! ```
 //!
-//! [`warm`] raises a table's warm throughput ahead of a predicted spike (`heatsink plan --warm`).
+//! [`warm`] raises a table's (or a GSI's) warm throughput ahead of a predicted spike
+//! (`heatsink plan --warm`).
 
 use std::time::{Duration, Instant};
 

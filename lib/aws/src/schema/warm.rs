@@ -19,7 +19,10 @@
 //! `ACTIVE`) and cannot be undone: warm throughput is never lowered. Local emulators do not
 //! implement warm throughput; the tests use `aws-smithy-mocks` shapes from the API reference.
 
-use aws_sdk_dynamodb::types::{BillingMode, TableDescription, WarmThroughput};
+use aws_sdk_dynamodb::types::{
+    BillingMode, GlobalSecondaryIndexUpdate, TableDescription, UpdateGlobalSecondaryIndexAction,
+    WarmThroughput,
+};
 pub use heatsink_core::warm::{
     Capacity, DEFAULT_HEADROOM, Kind, Refusal, TableCapacity, WarmPlan, WarmRequest, plan,
 };
@@ -38,6 +41,16 @@ pub enum WarmError {
         /// The table.
         table: String,
     },
+    /// The table has no global secondary index of that name.
+    #[error(
+        "{table} has no global secondary index {index}: check --index (aws dynamodb describe-table)"
+    )]
+    NoIndex {
+        /// The table.
+        table: String,
+        /// The index asked for.
+        index: String,
+    },
     /// The plan has refusals (an on-demand maximum below the peak): nothing was changed.
     #[error("{table}: not raised: {}", reasons.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
     Refused {
@@ -48,10 +61,20 @@ pub enum WarmError {
     },
 }
 
-/// `table` as the plan reads it, from `DescribeTable`.
+/// `table` as the plan reads it, from `DescribeTable` ([`describe_in`] for one of its GSIs).
 pub async fn describe(
     ddb: &aws_sdk_dynamodb::Client,
     table: &str,
+) -> Result<TableCapacity, WarmError> {
+    describe_in(ddb, table, None).await
+}
+
+/// `table`, or its global secondary index `index`, as the plan reads it, from `DescribeTable`
+/// (an index bills as its table does; its warm throughput and maximum are its own).
+pub async fn describe_in(
+    ddb: &aws_sdk_dynamodb::Client,
+    table: &str,
+    index: Option<&str>,
 ) -> Result<TableCapacity, WarmError> {
     let out = ddb
         .describe_table()
@@ -62,7 +85,41 @@ pub async fn describe(
     let desc = out.table().ok_or_else(|| WarmError::NotFound {
         table: table.to_owned(),
     })?;
-    Ok(capacity_of(desc))
+    let capacity = capacity_of(desc);
+    let Some(index) = index else {
+        return Ok(capacity);
+    };
+    let gsi = desc
+        .global_secondary_indexes()
+        .iter()
+        .find(|g| g.index_name() == Some(index))
+        .ok_or_else(|| WarmError::NoIndex {
+            table: table.to_owned(),
+            index: index.to_owned(),
+        })?;
+    Ok(TableCapacity {
+        warm: gsi
+            .warm_throughput()
+            .map_or(Capacity::default(), |w| Capacity {
+                read: units(w.read_units_per_second()).unwrap_or(0),
+                write: units(w.write_units_per_second()).unwrap_or(0),
+            }),
+        on_demand: capacity.on_demand,
+        max: maximum(gsi.on_demand_throughput()),
+    })
+}
+
+/// A count of units from the API (`None` for a missing or negative one).
+fn units(v: Option<i64>) -> Option<u64> {
+    v.and_then(|v| u64::try_from(v).ok())
+}
+
+/// An `OnDemandThroughput` as maxima ([`Capacity::UNBOUNDED`] where unset or `-1`).
+fn maximum(m: Option<&aws_sdk_dynamodb::types::OnDemandThroughput>) -> Capacity {
+    m.map_or(Capacity::UNBOUNDED, |m| Capacity {
+        read: units(m.max_read_request_units()).unwrap_or(u64::MAX),
+        write: units(m.max_write_request_units()).unwrap_or(u64::MAX),
+    })
 }
 
 /// The warm throughput, billing mode and on-demand maximum of a table description. A missing
@@ -70,18 +127,11 @@ pub async fn describe(
 /// none (`-1` is the API's "no maximum"); a table is on demand when its `BillingModeSummary`
 /// says so, or, without one, when it has no provisioned write capacity.
 pub fn capacity_of(desc: &TableDescription) -> TableCapacity {
-    let units = |v: Option<i64>| v.and_then(|v| u64::try_from(v).ok());
     let warm = desc
         .warm_throughput()
         .map_or(Capacity::default(), |w| Capacity {
             read: units(w.read_units_per_second()).unwrap_or(0),
             write: units(w.write_units_per_second()).unwrap_or(0),
-        });
-    let max = desc
-        .on_demand_throughput()
-        .map_or(Capacity::UNBOUNDED, |m| Capacity {
-            read: units(m.max_read_request_units()).unwrap_or(u64::MAX),
-            write: units(m.max_write_request_units()).unwrap_or(u64::MAX),
         });
     // `BillingModeSummary` is absent from a table that was never on demand; an on-demand
     // table reports zero provisioned units where it reports any.
@@ -95,21 +145,32 @@ pub fn capacity_of(desc: &TableDescription) -> TableCapacity {
     TableCapacity {
         warm,
         on_demand,
-        max,
+        max: maximum(desc.on_demand_throughput()),
     }
 }
 
-/// Raises `table`'s warm throughput to `plan`'s target: one `UpdateTable` when the plan is
-/// [`WarmPlan::applicable`], nothing when today's covers the peak, [`WarmError::Refused`]
-/// (nothing changed) when an on-demand maximum is below it. Returns whether it called.
+/// Raises `table`'s warm throughput to `plan`'s target ([`raise_in`] for one of its GSIs).
 pub async fn raise(
     ddb: &aws_sdk_dynamodb::Client,
     table: &str,
     plan: &WarmPlan,
 ) -> Result<bool, WarmError> {
+    raise_in(ddb, table, None, plan).await
+}
+
+/// Raises the warm throughput of `table` (or of its GSI `index`) to `plan`'s target: one
+/// `UpdateTable` when the plan is [`WarmPlan::applicable`], nothing when today's covers the
+/// peak, [`WarmError::Refused`] (nothing changed) when an on-demand maximum is below it.
+/// Returns whether it called.
+pub async fn raise_in(
+    ddb: &aws_sdk_dynamodb::Client,
+    table: &str,
+    index: Option<&str>,
+    plan: &WarmPlan,
+) -> Result<bool, WarmError> {
     if !plan.refusals.is_empty() {
         return Err(WarmError::Refused {
-            table: table.to_owned(),
+            table: index.map_or_else(|| table.to_owned(), |i| format!("{table} index {i}")),
             reasons: plan.refusals.clone(),
         });
     }
@@ -117,15 +178,29 @@ pub async fn raise(
         return Ok(false);
     };
     let to_i64 = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-    ddb.update_table()
-        .table_name(table)
-        .warm_throughput(
-            WarmThroughput::builder()
-                .read_units_per_second(to_i64(target.read))
-                .write_units_per_second(to_i64(target.write))
+    let warm = WarmThroughput::builder()
+        .read_units_per_second(to_i64(target.read))
+        .write_units_per_second(to_i64(target.write))
+        .build();
+    let req = ddb.update_table().table_name(table);
+    let req = match index {
+        None => req.warm_throughput(warm),
+        Some(i) => req.global_secondary_index_updates(
+            GlobalSecondaryIndexUpdate::builder()
+                .update(
+                    UpdateGlobalSecondaryIndexAction::builder()
+                        .index_name(i)
+                        .warm_throughput(warm)
+                        .build()
+                        .map_err(|e| WarmError::NoIndex {
+                            table: table.to_owned(),
+                            index: format!("{i}: {e}"),
+                        })?,
+                )
                 .build(),
-        )
-        .send()
+        ),
+    };
+    req.send()
         .await
         .map_err(|e| AwsError::dynamodb("UpdateTable", table, e))?;
     Ok(true)
@@ -248,5 +323,81 @@ mod tests {
         );
         assert!(!line.contains('\n'));
         assert_eq!(update_rule.num_calls(), 0, "nothing changed");
+    }
+
+    #[tokio::test]
+    async fn an_index_is_planned_from_its_own_warm_throughput_and_raised_by_name_api_reference_shape()
+     {
+        use aws_sdk_dynamodb::types::{
+            GlobalSecondaryIndexDescription, GlobalSecondaryIndexWarmThroughputDescription,
+        };
+        let describe_rule = mock!(aws_sdk_dynamodb::Client::describe_table).then_output(|| {
+            let mut out = described(-1);
+            if let Some(t) = out.table.as_mut() {
+                t.global_secondary_indexes = Some(vec![
+                    GlobalSecondaryIndexDescription::builder()
+                        .index_name("by-post")
+                        .warm_throughput(
+                            GlobalSecondaryIndexWarmThroughputDescription::builder()
+                                .read_units_per_second(12_000)
+                                .write_units_per_second(4_000)
+                                .build(),
+                        )
+                        .on_demand_throughput(
+                            OnDemandThroughput::builder()
+                                .max_read_request_units(-1)
+                                .max_write_request_units(20_000)
+                                .build(),
+                        )
+                        .build(),
+                ]);
+            }
+            out
+        });
+        let update_rule = mock!(aws_sdk_dynamodb::Client::update_table)
+            .match_requests(|r: &UpdateTableInput| {
+                r.warm_throughput().is_none()
+                    && r.global_secondary_index_updates().len() == 1
+                    && r.global_secondary_index_updates()[0]
+                        .update()
+                        .is_some_and(|u| {
+                            u.index_name() == "by-post"
+                                && u.warm_throughput()
+                                    .is_some_and(|w| w.write_units_per_second() == Some(12_500))
+                        })
+            })
+            .then_output(|| UpdateTableOutput::builder().build());
+        let ddb = mock_client!(
+            aws_sdk_dynamodb,
+            RuleMode::MatchAny,
+            [&describe_rule, &update_rule]
+        );
+        let index = describe_in(&ddb, "hs-liked", Some("by-post"))
+            .await
+            .expect("described");
+        assert_eq!(
+            (index.warm.write, index.max.write, index.on_demand),
+            (4_000, 20_000, true)
+        );
+        let p = plan(
+            &WarmRequest::new(Capacity {
+                read: 0,
+                write: 10_000,
+            }),
+            &index,
+        );
+        assert!(
+            raise_in(&ddb, "hs-liked", Some("by-post"), &p)
+                .await
+                .expect("raised")
+        );
+        assert_eq!(update_rule.num_calls(), 1);
+        let err = describe_in(&ddb, "hs-liked", Some("by-day"))
+            .await
+            .expect_err("no such index");
+        assert!(
+            err.to_string().contains("no global secondary index by-day"),
+            "{err}"
+        );
     }
 }
