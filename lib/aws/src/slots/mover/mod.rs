@@ -187,7 +187,8 @@ fn ms(d: Duration) -> u64 {
 
 /// Before anything is recorded: refuses a copy the target's on-demand maximum would throttle
 /// for its whole run, and with [`Budget::prewarm`] raises the target's warm throughput
-/// ([`heatsink_core::warm::copy_plan`]).
+/// ([`heatsink_core::warm::copy_plan`]; an attrition move has no copy rates, only the
+/// source's warm throughput to match).
 async fn prepare_target(
     ctx: &calls::Ctx,
     ddb: &aws_sdk_dynamodb::Client,
@@ -197,9 +198,13 @@ async fn prepare_target(
 ) -> Result<(), MoveError> {
     use crate::schema::warm::{self, Capacity, WarmError};
     let units = |v: f64| v.max(0.0).ceil() as u64;
-    let copy = Capacity {
-        read: units(spec.budget.rcu_per_sec),
-        write: units(spec.budget.wcu_per_sec),
+    // An attrition move copies nothing: only a copy has rates the target must take.
+    let copy = match spec.mode {
+        MoveMode::Copy => Capacity {
+            read: units(spec.budget.rcu_per_sec),
+            write: units(spec.budget.wcu_per_sec),
+        },
+        MoveMode::Attrition => Capacity::default(),
     };
     let plan =
         heatsink_core::warm::copy_plan(copy, &src.capacity, &dst.capacity, spec.budget.prewarm);
