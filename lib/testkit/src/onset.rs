@@ -89,49 +89,50 @@ fn ms(at: &AtomicU64) -> Option<u64> {
     Some(at.load(Ordering::Relaxed)).filter(|v| *v != UNSET)
 }
 
-/// One controller step on `onset`'s signal: whether the signal names the key now, and how
-/// many directory changes of the key the controller made.
+/// One controller step on `onset`'s signal: the first time the signal names the key, `detected`
+/// gets the time since `start` (read before the controller runs: writers may see its directory
+/// write before it returns); returns how many directory changes of the key the controller made.
 async fn act(
     onset: &Onset,
     sim: &Simulator,
     function: &Controller,
     (read_ceiling, write_ceiling): (f64, f64),
-) -> Result<(bool, usize), ControlError> {
+    (start, detected): (Instant, &mut Option<u64>),
+) -> Result<usize, ControlError> {
+    let mut named = |is: bool| {
+        if is && detected.is_none() {
+            *detected = Some(start.elapsed().as_millis() as u64);
+        }
+    };
     match &onset.detection {
-        Detection::Off => Ok((false, 0)),
+        Detection::Off => Ok(0),
         Detection::Sampler => {
             let hot = sim.hot();
-            let named = hot.hot.iter().any(|h| h.key == onset.key);
+            named(hot.hot.iter().any(|h| h.key == onset.key));
             let event = json!({"source": SAMPLER_SOURCE, "detail-type": SAMPLER_DETAIL_TYPE, "detail": hot});
             let outcome = function.handle(&event, SystemTime::now()).await?;
             let prefix = format!("{}:", onset.key);
-            Ok((
-                named,
-                outcome
-                    .changes
-                    .iter()
-                    .filter(|c| c.starts_with(&prefix))
-                    .count(),
-            ))
+            Ok(outcome
+                .changes
+                .iter()
+                .filter(|c| c.starts_with(&prefix))
+                .count())
         }
         Detection::Throttles(watch) => {
             let signals = watch.signals(|kind| match kind {
                 Kind::Read => read_ceiling,
                 Kind::Write => write_ceiling,
             });
-            let named = signals.iter().any(|s| s.key == onset.key);
+            named(signals.iter().any(|s| s.key == onset.key));
             let now = SystemTime::now()
                 .duration_since(SystemTime::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs());
             let outcome = function.run(&signals, now).await?;
-            Ok((
-                named,
-                outcome
-                    .applied
-                    .iter()
-                    .filter(|c| c.key() == onset.key)
-                    .count(),
-            ))
+            Ok(outcome
+                .applied
+                .iter()
+                .filter(|c| c.key() == onset.key)
+                .count())
         }
     }
 }
@@ -203,10 +204,14 @@ pub async fn run(
                     tick.tick().await;
                 }
             }
-            let (named, n) = act(onset, sim, function, ceilings).await?;
-            if named && report.detected_ms.is_none() {
-                report.detected_ms = Some(start.elapsed().as_millis() as u64);
-            }
+            let n = act(
+                onset,
+                sim,
+                function,
+                ceilings,
+                (start, &mut report.detected_ms),
+            )
+            .await?;
             if n > 0 && report.directory_ms.is_none() {
                 report.directory_ms = Some(start.elapsed().as_millis() as u64);
             }
