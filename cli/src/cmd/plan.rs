@@ -99,11 +99,6 @@ struct WarmReport {
     applied: bool,
 }
 
-/// A rate given on the command line (at most 1e9) as whole units per second, rounded up.
-fn units(rate: f64) -> u64 {
-    rate.max(0.0).ceil() as u64
-}
-
 /// `plan --warm`: DescribeTable, the plan, and with `--apply` the UpdateTable.
 async fn warm_report(
     args: &PlanArgs,
@@ -114,10 +109,7 @@ async fn warm_report(
     let index = args.index.as_deref();
     let capacity = warm::describe_in(&ddb, table, index).await?;
     let request = WarmRequest {
-        peak: Capacity {
-            read: units(args.read_rate),
-            write: units(args.rate),
-        },
+        peak: Capacity::per_second(args.read_rate, args.rate),
         headroom: args.headroom,
     };
     let plan = warm::plan(&request, &capacity);

@@ -471,7 +471,7 @@ impl KeyThrottles {
             logical.to_owned(),
             kind,
         );
-        let since = now_ms.saturating_sub(self.config.window_ms) / self.config.bucket_ms;
+        let since = self.window_start(now_ms);
         let threshold = u64::from(self.config.min_throttles).max(1);
         if let Some(counts) = self.keys.get_mut(&id) {
             counts.add(bucket, hot, first);
@@ -493,9 +493,14 @@ impl KeyThrottles {
         threshold == 1
     }
 
+    /// The first bucket still inside the window at `now_ms`.
+    fn window_start(&self, now_ms: u64) -> u64 {
+        now_ms.saturating_sub(self.config.window_ms) / self.config.bucket_ms
+    }
+
     /// Forgets buckets that left the window at `now_ms`, and keys left with none.
     pub fn expire(&mut self, now_ms: u64) {
-        let since = now_ms.saturating_sub(self.config.window_ms) / self.config.bucket_ms;
+        let since = self.window_start(now_ms);
         self.keys.retain(|_, c| {
             c.expire(since);
             !c.buckets.is_empty()

@@ -50,6 +50,16 @@ pub struct Capacity {
 }
 
 impl Capacity {
+    /// Rates per second (a peak, a budget) as whole units, each rounded up; a negative or NaN
+    /// rate is 0, one over `u64::MAX` is `u64::MAX`.
+    pub fn per_second(read: f64, write: f64) -> Self {
+        let units = |v: f64| v.max(0.0).ceil() as u64;
+        Self {
+            read: units(read),
+            write: units(write),
+        }
+    }
+
     /// No maximum (an on-demand table whose `OnDemandThroughput` is unset or `-1`).
     pub const UNBOUNDED: Self = Self {
         read: u64::MAX,

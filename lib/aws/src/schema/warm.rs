@@ -98,12 +98,9 @@ pub async fn describe_in(
             index: index.to_owned(),
         })?;
     Ok(TableCapacity {
-        warm: gsi
-            .warm_throughput()
-            .map_or(Capacity::default(), |w| Capacity {
-                read: units(w.read_units_per_second()).unwrap_or(0),
-                write: units(w.write_units_per_second()).unwrap_or(0),
-            }),
+        warm: gsi.warm_throughput().map_or(Capacity::default(), |w| {
+            warm_units(w.read_units_per_second(), w.write_units_per_second())
+        }),
         on_demand: capacity.on_demand,
         max: maximum(gsi.on_demand_throughput()),
     })
@@ -112,6 +109,14 @@ pub async fn describe_in(
 /// A count of units from the API (`None` for a missing or negative one).
 fn units(v: Option<i64>) -> Option<u64> {
     v.and_then(|v| u64::try_from(v).ok())
+}
+
+/// A reported warm throughput (a missing or negative figure reads as 0).
+fn warm_units(read: Option<i64>, write: Option<i64>) -> Capacity {
+    Capacity {
+        read: units(read).unwrap_or(0),
+        write: units(write).unwrap_or(0),
+    }
 }
 
 /// An `OnDemandThroughput` as maxima ([`Capacity::UNBOUNDED`] where unset or `-1`).
@@ -127,12 +132,9 @@ fn maximum(m: Option<&aws_sdk_dynamodb::types::OnDemandThroughput>) -> Capacity 
 /// none (`-1` is the API's "no maximum"); a table is on demand when its `BillingModeSummary`
 /// says so, or, without one, when it has no provisioned write capacity.
 pub fn capacity_of(desc: &TableDescription) -> TableCapacity {
-    let warm = desc
-        .warm_throughput()
-        .map_or(Capacity::default(), |w| Capacity {
-            read: units(w.read_units_per_second()).unwrap_or(0),
-            write: units(w.write_units_per_second()).unwrap_or(0),
-        });
+    let warm = desc.warm_throughput().map_or(Capacity::default(), |w| {
+        warm_units(w.read_units_per_second(), w.write_units_per_second())
+    });
     // `BillingModeSummary` is absent from a table that was never on demand; an on-demand
     // table reports zero provisioned units where it reports any.
     let on_demand = match desc.billing_mode_summary().and_then(|b| b.billing_mode()) {

@@ -197,13 +197,9 @@ async fn prepare_target(
     dst: &TableInfo,
 ) -> Result<(), MoveError> {
     use crate::schema::warm::{self, Capacity, WarmError};
-    let units = |v: f64| v.max(0.0).ceil() as u64;
     // An attrition move copies nothing: only a copy has rates the target must take.
     let copy = match spec.mode {
-        MoveMode::Copy => Capacity {
-            read: units(spec.budget.rcu_per_sec),
-            write: units(spec.budget.wcu_per_sec),
-        },
+        MoveMode::Copy => Capacity::per_second(spec.budget.rcu_per_sec, spec.budget.wcu_per_sec),
         MoveMode::Attrition => Capacity::default(),
     };
     let plan =
