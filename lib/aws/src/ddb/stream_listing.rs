@@ -7,8 +7,8 @@
 //! new; every [`StreamListing::FULL_LISTING_EVERY`]th sync pages the whole stream so shards
 //! trimmed past retention drop out. Calls of one listing are spaced at least
 //! [`StreamListing::MIN_DESCRIBE_INTERVAL`] apart (10 per second). The consumer's source syncs
-//! through it, and the stream aggregator's shard lookup lists through a fresh one; the slot
-//! mover's tail is to follow.
+//! through it, the slot mover's tails keep one per stream they read, and the stream
+//! aggregator's shard lookup lists through a fresh one.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -167,6 +167,8 @@ pub struct Mover {
     /// Per tail (forward, reverse): when its shards were last listed and how many of them were
     /// closed then (a shard closing since makes the next poll list again, whatever the time).
     listed: [Option<(Instant, usize)>; 2],
+    /// The shard listing of each stream the tails read, by stream ARN.
+    listings: std::sync::Mutex<BTreeMap<String, crate::ddb::stream_listing::StreamListing>>,
 }
 
 impl std::fmt::Debug for Mover {
@@ -410,6 +412,7 @@ impl Mover {
             map_at_fence: None,
             fenced: None,
             listed: [None, None],
+            listings: std::sync::Mutex::default(),
         }
     }
 

@@ -28,6 +28,7 @@ use super::{BatchFault, Mover};
 use crate::clock::now_ms;
 use crate::ddb::codec::stream_item_to_sdk;
 use crate::ddb::key_text::key_text;
+use crate::ddb::stream_listing::StreamListing;
 use crate::ddb::{Item, get_n, get_s};
 use crate::error::AwsError;
 
@@ -88,45 +89,33 @@ impl Mover {
             .collect())
     }
 
-    /// Every shard of `arn` with the parent the listing names (DescribeStream, paged).
+    /// Every shard of `arn` with the parent the listing names, through the stream's one
+    /// listing ([`StreamListing`]: DescribeStream paged and paced, closed shards not re-read),
+    /// retried within the move's deadline.
     pub(super) async fn list_lineage(
         &self,
         arn: &str,
     ) -> Result<Vec<(String, Option<String>)>, MoveError> {
-        let mut out = vec![];
-        let mut start: Option<String> = None;
-        let ctx = self.ctx();
-        loop {
-            // paged by hand: each DescribeStream page is retried within the move's deadline;
-            // the tail moves onto ddb::stream_listing with the mover's own work (issue 36).
-            let desc = ctx
-                .retry(|| {
-                    let req = self
-                        .streams
-                        .describe_stream()
-                        .stream_arn(arn)
-                        .set_exclusive_start_shard_id(start.clone());
-                    let arn = arn.to_owned();
-                    async move {
-                        req.send().await.map_err(|e| {
-                            MoveError::from(AwsError::new(STREAMS, "DescribeStream", arn, e))
-                        })
-                    }
-                })
-                .await?;
-            let Some(d) = desc.stream_description() else {
-                break;
-            };
-            out.extend(d.shards().iter().filter_map(|s| {
-                s.shard_id()
-                    .map(|id| (id.to_owned(), s.parent_shard_id().map(str::to_owned)))
-            }));
-            match d.last_evaluated_shard_id() {
-                Some(l) if !l.is_empty() => start = Some(l.to_owned()),
-                _ => break,
-            }
+        let listing = self.listing_of(arn);
+        let shards = self
+            .ctx()
+            .retry(|| {
+                let listing = listing.clone();
+                let (streams, arn) = (self.streams.clone(), arn.to_owned());
+                async move { Ok(listing.sync(&streams, &arn).await?) }
+            })
+            .await?;
+        Ok(shards.into_iter().map(|s| (s.shard_id, s.parent)).collect())
+    }
+
+    /// The listing this mover keeps for stream `arn` (one per stream: the forward and the
+    /// reverse tail read different tables' streams).
+    fn listing_of(&self, arn: &str) -> StreamListing {
+        match self.listings.lock() {
+            Ok(mut l) => l.entry(arn.to_owned()).or_default().clone(),
+            // A poisoned map only loses what was remembered: list from the start.
+            Err(_) => StreamListing::default(),
         }
-        Ok(out)
     }
 
     /// A LATEST iterator for every listed shard of `arn`. Every shard gets one, closed or not:
