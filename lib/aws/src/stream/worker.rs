@@ -76,29 +76,29 @@ mod early;
 mod expand;
 mod fetcher;
 mod graph;
+// Start-up and graceful shutdown around the main loop.
+mod lifecycle;
 mod renewer;
 mod round;
 mod shard;
 mod shared;
 mod stats;
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::io::Write;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
-use heatsink_core::stream::ShardGraph;
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 pub use config::{
     DEAD_WORKER_LEASES, DEFAULT_PAGE_RECORDS, GET_RECORDS_PER_SECOND, MIN_GET_RECORDS_INTERVAL,
     WorkerConfig,
 };
+use lifecycle::Started;
 use shard::ShardExit;
-use shared::{AbortOnDrop, HeldLease, Shared};
+use shared::{AbortOnDrop, Shared};
 pub use stats::{RoundReport, WorkerStats};
 
 use super::{DeadLetter, LeaseTable, ShardSource, StreamError, StreamRecord, Timeouts};
@@ -232,25 +232,15 @@ impl<S: ShardSource, P: RecordProcessor> Worker<S, P> {
             .max_records
             .unwrap_or_else(|| self.source.max_records())
             .max(1);
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(Shared::new(
+            self.source,
+            self.leases.for_stream(identity),
+            self.processor,
+            self.dead_letter,
+            self.config,
+            self.stats,
             max_records,
-            leases: self.leases.for_stream(identity),
-            source: self.source,
-            processor: self.processor,
-            dead_letter: self.dead_letter,
-            config: self.config,
-            stats: self.stats,
-            graph: Mutex::new(Arc::new(ShardGraph::default())),
-            sync_wanted: AtomicBool::new(true),
-            held: Mutex::new(BTreeMap::new()),
-            base: Instant::now(),
-            fatal: Mutex::new(None),
-            fatal_notify: Notify::new(),
-            lost_since_round: AtomicUsize::new(0),
-            unlisted: Mutex::new(BTreeSet::new()),
-            announcing: AtomicBool::new(true),
-            early: Mutex::new(BTreeMap::new()),
-        });
+        ));
         // Refuse another stream's rows before touching anything.
         let first_scan = match shared.leases.scan().await {
             Ok(scan) => Some(scan),
@@ -262,43 +252,14 @@ impl<S: ShardSource, P: RecordProcessor> Worker<S, P> {
         let mut tasks: JoinSet<(String, ShardExit)> = JoinSet::new();
         let (stop_tx, stop_rx) = watch::channel(false);
         let (renew_stop_tx, renew_stop_rx) = watch::channel(false);
-        // Announce, then read no lease before `startup_wait` has passed, so peers started
-        // together count each other. The wait is not idle: the first shard listing runs beside
-        // the announcement, and the rows the listing needs are created meanwhile, so the first
-        // round after the wait only reads, takes and starts reading shards.
-        let started = tokio::time::Instant::now();
-        let (_, listed) = futures::future::join(shared.announce(), shared.sync_shards()).await;
-        let mut next_sync = started;
-        // Without a listing the graph is empty and no take can be planned early.
-        let listed_ok = listed.is_ok();
-        match listed {
-            Ok(()) => {
-                shared.sync_wanted.store(false, Ordering::Relaxed);
-                next_sync = started + shared.config.sync_interval;
-                if let Some(scan) = &first_scan {
-                    shared.create_missing(scan).await;
-                }
-            }
-            Err(e) => {
-                tracing::warn!(worker = %shared.config.worker_id, error = %e,
-                    "shard sync failed; retrying next round");
-            }
-        }
-        shared.stats.0.startup_ms.store(
-            u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-            Ordering::Relaxed,
-        );
-        let mut first_read = Some(started + shared.config.startup_wait);
-        if listed_ok
-            && shared.config.early_read
-            && shared.source.discardable_reads()
-            && !shared.config.startup_wait.is_zero()
-        {
-            Arc::clone(&shared).read_early().await;
-        }
+        let Started {
+            mut next_sync,
+            first_read,
+        } = shared.start(first_scan.as_ref()).await;
+        let mut first_read = Some(first_read);
         // Dies with this future: a worker dropped without shutdown (a crash, as far as the
         // others can tell) must stop renewing, or its leases never expire.
-        let mut renewer = AbortOnDrop(tokio::spawn(Arc::clone(&shared).renew_loop(renew_stop_rx)));
+        let renewer = AbortOnDrop(tokio::spawn(Arc::clone(&shared).renew_loop(renew_stop_rx)));
         let mut failure: Option<StreamError> = None;
         tokio::pin!(shutdown);
         loop {
@@ -350,45 +311,8 @@ impl<S: ShardSource, P: RecordProcessor> Worker<S, P> {
                 break;
             }
         }
-        // Graceful shutdown: peers stop counting this worker at once; shard tasks finish their
-        // batch, checkpoint and release; renewals go on meanwhile.
-        shared.announcing.store(false, Ordering::SeqCst);
-        if let Err(e) = shared.leases.withdraw(&me).await {
-            tracing::warn!(worker = %me, error = %e,
-                "announcement not withdrawn; peers stop counting it after one lease duration");
-        }
-        let _ = stop_tx.send(true);
-        let deadline = tokio::time::sleep(shared.config.lease_duration);
-        tokio::pin!(deadline);
-        loop {
-            tokio::select! {
-                joined = tasks.join_next() => match joined {
-                    Some(Ok((shard, _))) => shared.forget(&shard),
-                    Some(Err(_)) => {}
-                    None => break,
-                },
-                () = &mut deadline => break,
-            }
-        }
-        tasks.abort_all();
-        let _ = renew_stop_tx.send(true);
-        let _ = (&mut renewer.0).await;
-        let left: Vec<(String, Arc<HeldLease>)> = shared
-            .held
-            .lock()
-            .map(|h| h.iter().map(|(k, v)| (k.clone(), Arc::clone(v))).collect())
-            .unwrap_or_default();
-        for (shard, h) in left {
-            // The copy's checkpoint may be behind the stored one; a release writes none.
-            if let Some(lease) = h.snapshot()
-                && let Err(e) = shared.leases.release(&lease).await
-            {
-                tracing::warn!(worker = %me, shard = %shard, error = %e, "release at shutdown failed");
-            }
-            shared.forget(&shard);
-        }
-        let fatal = shared.fatal.lock().ok().and_then(|mut f| f.take());
-        match failure.or(fatal) {
+        shared.stop(tasks, stop_tx, renew_stop_tx, renewer).await;
+        match failure.or_else(|| shared.take_fatal()) {
             Some(e) => Err(e),
             None => Ok(()),
         }

@@ -73,6 +73,39 @@ pub(super) struct Shared<S, P> {
     pub(super) early: Mutex<BTreeMap<String, EarlyRead>>,
 }
 
+impl<S, P> Shared<S, P> {
+    /// The state of a worker about to start: nothing held, no graph yet, a listing wanted.
+    pub(super) fn new(
+        source: S,
+        leases: LeaseTable,
+        processor: P,
+        dead_letter: Option<Arc<dyn DeadLetter>>,
+        config: WorkerConfig,
+        stats: WorkerStats,
+        max_records: i32,
+    ) -> Self {
+        Self {
+            source,
+            leases,
+            processor,
+            dead_letter,
+            config,
+            max_records,
+            stats,
+            graph: Mutex::new(Arc::new(ShardGraph::default())),
+            sync_wanted: AtomicBool::new(true),
+            held: Mutex::new(BTreeMap::new()),
+            base: Instant::now(),
+            fatal: Mutex::new(None),
+            fatal_notify: Notify::new(),
+            lost_since_round: AtomicUsize::new(0),
+            unlisted: Mutex::new(BTreeSet::new()),
+            announcing: AtomicBool::new(true),
+            early: Mutex::new(BTreeMap::new()),
+        }
+    }
+}
+
 /// Completes once `stop` is true (or its sender is gone).
 pub(super) async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
