@@ -133,121 +133,196 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
         let limit = self.config.prefetch_bytes.max(1);
         let mut last: Option<StartAt> = None;
         let mut backoff = self.backoff();
-        let mut pace = ReadPace::new(GET_RECORDS_PER_SECOND, 1_000);
-        let mut size = self.read_size();
-        let paced_from = first
-            .as_ref()
-            .map_or_else(tokio::time::Instant::now, |a| a.sent);
-        let since = move |at: tokio::time::Instant| {
-            u64::try_from(at.duration_since(paced_from).as_millis()).unwrap_or(u64::MAX)
+        let mut pacing = Pacing {
+            pace: ReadPace::new(GET_RECORDS_PER_SECOND, 1_000),
+            size: self.read_size(),
+            from: first
+                .as_ref()
+                .map_or_else(tokio::time::Instant::now, |a| a.sent),
         };
-        let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
         let idle = self.config.idle_poll.max(MIN_GET_RECORDS_INTERVAL);
         loop {
             if *stop.borrow() || !self.is_valid(&held) {
                 return;
             }
             let (result, asked, took) = if let Some(answer) = first.take() {
-                pace.record(0);
+                pacing.pace.record(0);
                 (answer.result, answer.limit, answer.took)
             } else {
                 if budget.below(limit, &mut stop).await {
                     return;
                 }
-                let now = since(tokio::time::Instant::now());
-                let at = pace.earliest(now);
-                if at > now {
-                    size.paced();
-                    if sleep_or_stop(Duration::from_millis(at - now), &mut stop).await {
-                        return;
-                    }
+                match self.read_paced(&iterator, &mut pacing, &mut stop).await {
+                    Some(read) => read,
+                    None => return,
                 }
-                let start = since(tokio::time::Instant::now()).max(at);
-                let asked = i32::try_from(size.limit(&pace, start)).unwrap_or(self.max_records);
-                pace.record(start);
-                let sent = tokio::time::Instant::now();
-                let result = self.source.get_records(&iterator, asked).await;
-                (result, asked, sent.elapsed())
             };
             let caught_up = result.as_ref().is_ok_and(|b| is_caught_up(b, asked));
-            size.answered(
-                millis(took),
+            pacing.size.answered(
+                u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
                 match &result {
                     Ok(_) if caught_up => ReadAnswer::Tip,
                     Ok(_) => ReadAnswer::Behind,
                     Err(_) => ReadAnswer::Failed,
                 },
             );
-            match result {
-                Ok(batch) => {
-                    backoff.reset();
-                    if let Some(r) = batch.records.last() {
-                        last = Some(StartAt::AfterSeq(r.seq.clone()));
-                    }
-                    let next = batch.next_iterator.clone();
-                    self.stats.set_held(&shard, Some(caught_up));
-                    // KPL aggregates are deaggregated here, a batch at a time, each counted
-                    // against the budget before it is built (expand.rs); a record that does
-                    // not decode within the bounds is delivered whole with its reason.
-                    let mut out = expand::Outlet {
-                        tx: &tx,
-                        budget: &budget,
-                        limit,
-                        stop: &mut stop,
-                        max_records: usize::try_from(self.max_records).unwrap_or(1),
-                    };
-                    let sent = expand::send(batch, &mut out, |r| {
-                        self.stats.0.undecodable.fetch_add(1, Ordering::Relaxed);
-                        tracing::error!(shard = %shard, seq = %r.seq.to_decimal(),
-                            error = ?r.undecodable,
-                            "record carries the KPL magic but does not decode within the \
-                             bounds: delivered whole");
-                    })
-                    .await;
-                    if sent.is_err() {
-                        return;
-                    }
-                    match next {
-                        None => return, // SHARD_END, sent last
-                        Some(n) => iterator = n,
-                    }
-                    if caught_up && sleep_or_stop(idle, &mut stop).await {
-                        return;
-                    }
-                }
+            let batch = match result {
+                Ok(batch) => batch,
                 Err(e) => {
                     // Where reading stands: after the last record read, or where it began.
-                    let again = last.clone().unwrap_or_else(|| start.clone());
-                    let again = match read_failure(&e).after_get_records() {
-                        Recovery::Reopen => again,
-                        Recovery::TrimHorizon => {
-                            self.trimmed(&shard, &again);
-                            StartAt::TrimHorizon
-                        }
-                        Recovery::Gone => {
-                            let _ = tx.send((Fetched::Gone, 0)).await;
-                            return;
-                        }
-                        Recovery::BackOff => {
-                            tracing::debug!(shard = %shard, error = %e, "GetRecords failed; backing off");
-                            if sleep_or_stop(backoff.pause(), &mut stop).await {
-                                return;
-                            }
-                            continue;
-                        }
+                    let at = last.clone().unwrap_or_else(|| start.clone());
+                    let read = Reading {
+                        shard: &shard,
+                        held: &held,
+                        tx: &tx,
                     };
-                    match self.iterator(&shard, &again, &held, &mut stop).await {
-                        Ok(Some(it)) => iterator = it,
-                        Ok(None) => return,
-                        Err(()) => {
-                            let _ = tx.send((Fetched::Gone, 0)).await;
-                            return;
-                        }
+                    match self.recover(&read, at, &e, &mut backoff, &mut stop).await {
+                        AfterError::Stop => return,
+                        AfterError::Retry => {}
+                        AfterError::Reopened(it) => iterator = it,
                     }
+                    continue;
                 }
+            };
+            backoff.reset();
+            if let Some(r) = batch.records.last() {
+                last = Some(StartAt::AfterSeq(r.seq.clone()));
+            }
+            let next = batch.next_iterator.clone();
+            self.stats.set_held(&shard, Some(caught_up));
+            let mut out = expand::Outlet {
+                tx: &tx,
+                budget: &budget,
+                limit,
+                stop: &mut stop,
+                max_records: usize::try_from(self.max_records).unwrap_or(1),
+            };
+            if self.hand_over(&shard, batch, &mut out).await.is_err() {
+                return;
+            }
+            match next {
+                None => return, // SHARD_END, sent last
+                Some(n) => iterator = n,
+            }
+            if caught_up && sleep_or_stop(idle, &mut stop).await {
+                return;
             }
         }
     }
+
+    /// One GetRecords call on `iterator` once the shard's read pace allows it, asking for the
+    /// page the read size says; `None` when told to stop while waiting.
+    async fn read_paced(
+        &self,
+        iterator: &str,
+        pacing: &mut Pacing,
+        stop: &mut watch::Receiver<bool>,
+    ) -> Option<(Result<RecordBatch, StreamError>, i32, Duration)> {
+        let now = pacing.since(tokio::time::Instant::now());
+        let at = pacing.pace.earliest(now);
+        if at > now {
+            pacing.size.paced();
+            if sleep_or_stop(Duration::from_millis(at - now), stop).await {
+                return None;
+            }
+        }
+        let start = pacing.since(tokio::time::Instant::now()).max(at);
+        let asked =
+            i32::try_from(pacing.size.limit(&pacing.pace, start)).unwrap_or(self.max_records);
+        pacing.pace.record(start);
+        let sent = tokio::time::Instant::now();
+        let result = self.source.get_records(iterator, asked).await;
+        Some((result, asked, sent.elapsed()))
+    }
+
+    /// Hands one answer to the shard task. KPL aggregates are deaggregated here, a batch at a
+    /// time, each counted against the budget before it is built (expand.rs); a record that does
+    /// not decode within the bounds is delivered whole with its reason.
+    async fn hand_over(
+        &self,
+        shard: &str,
+        batch: RecordBatch,
+        out: &mut expand::Outlet<'_>,
+    ) -> Result<(), expand::Closed> {
+        expand::send(batch, out, |r| {
+            self.stats.0.undecodable.fetch_add(1, Ordering::Relaxed);
+            tracing::error!(shard = %shard, seq = %r.seq.to_decimal(),
+                error = ?r.undecodable,
+                "record carries the KPL magic but does not decode within the \
+                 bounds: delivered whole");
+        })
+        .await
+    }
+
+    /// After a failed GetRecords, as core's [`Recovery`] rules say: reopen where reading stands
+    /// (`at`), from `TRIM_HORIZON` when the records there were trimmed, back off on throttling,
+    /// or report the shard gone.
+    async fn recover(
+        &self,
+        read: &Reading<'_>,
+        at: StartAt,
+        e: &StreamError,
+        backoff: &mut Pauses,
+        stop: &mut watch::Receiver<bool>,
+    ) -> AfterError {
+        let again = match read_failure(e).after_get_records() {
+            Recovery::Reopen => at,
+            Recovery::TrimHorizon => {
+                self.trimmed(read.shard, &at);
+                StartAt::TrimHorizon
+            }
+            Recovery::Gone => {
+                let _ = read.tx.send((Fetched::Gone, 0)).await;
+                return AfterError::Stop;
+            }
+            Recovery::BackOff => {
+                tracing::debug!(shard = %read.shard, error = %e, "GetRecords failed; backing off");
+                if sleep_or_stop(backoff.pause(), stop).await {
+                    return AfterError::Stop;
+                }
+                return AfterError::Retry;
+            }
+        };
+        match self.iterator(read.shard, &again, read.held, stop).await {
+            Ok(Some(it)) => AfterError::Reopened(it),
+            Ok(None) => AfterError::Stop,
+            Err(()) => {
+                let _ = read.tx.send((Fetched::Gone, 0)).await;
+                AfterError::Stop
+            }
+        }
+    }
+}
+
+/// One shard's read pace and page size, on a clock that starts at its first call.
+struct Pacing {
+    pace: ReadPace,
+    size: ReadSize,
+    from: tokio::time::Instant,
+}
+
+impl Pacing {
+    /// Ms from the first call to `at`.
+    fn since(&self, at: tokio::time::Instant) -> u64 {
+        u64::try_from(at.duration_since(self.from).as_millis()).unwrap_or(u64::MAX)
+    }
+}
+
+/// The shard a fetcher reads, its lease and where its answers go.
+struct Reading<'a> {
+    shard: &'a str,
+    held: &'a HeldLease,
+    tx: &'a mpsc::Sender<(Fetched, usize)>,
+}
+
+/// What the fetcher does after a failed read.
+enum AfterError {
+    /// End: told to stop, the lease lapsed, or the shard is gone (reported).
+    Stop,
+    /// Read again with the same iterator (after backing off).
+    Retry,
+    /// Read on with this new iterator.
+    Reopened(String),
 }
 
 /// How a read call failed, for core's [`Recovery`] rules.
