@@ -59,6 +59,7 @@ use serde_json::Value;
 use super::lineage::ShardListing;
 use super::{CounterStore, FlushReport};
 use crate::ddb::stream_listing::StreamListing;
+use crate::ddb::stream_reader::{self, Position};
 use crate::error::AwsError;
 use crate::lambda::{dynamodb_failure, kinesis_failure};
 use crate::metrics::MetricDef;
@@ -940,20 +941,9 @@ impl<M: ChangeMapper> StreamAggregator<M> {
         let Some(streams) = &self.streams else {
             return Ok(false);
         };
-        let it = match streams
-            .get_shard_iterator()
-            .stream_arn(arn)
-            .shard_id(shard)
-            .shard_iterator_type(
-                aws_sdk_dynamodbstreams::types::ShardIteratorType::AtSequenceNumber,
-            )
-            .sequence_number(seq)
-            .send()
-            .await
-        {
-            Ok(out) => out.shard_iterator,
+        let it = match stream_reader::iterator(streams, arn, shard, Position::At(seq)).await {
+            Ok(it) => it,
             Err(e) => {
-                let e = AwsError::new("DynamoDB Streams", "GetShardIterator", shard, e);
                 // Another shard's sequence number is refused as invalid for this shard.
                 if e.code() == Some("ValidationException")
                     || e.code() == Some("InvalidArgumentException")
@@ -965,13 +955,7 @@ impl<M: ChangeMapper> StreamAggregator<M> {
             }
         };
         let Some(it) = it else { return Ok(false) };
-        let out = streams
-            .get_records()
-            .shard_iterator(it)
-            .limit(1)
-            .send()
-            .await
-            .map_err(|e| AwsError::new("DynamoDB Streams", "GetRecords", shard, e))?;
+        let out = stream_reader::page(streams, &it, 1, shard).await?;
         Ok(out.records().first().is_some_and(|r| {
             let same_seq = r
                 .dynamodb()

@@ -64,7 +64,8 @@ impl ShardListing for Shards {
     }
 }
 
-#[cfg(feature = "streams")]
+// The redrive's, which needs both features.
+#[cfg(all(feature = "streams", feature = "lambda"))]
 pub(crate) use cache::kinesis_stream_name;
 #[cfg(feature = "streams")]
 pub use cache::{LineageCache, for_stream_arn};

@@ -52,6 +52,7 @@ use serde_json::Value;
 use super::aggregate::ChangeMapper;
 use super::rebuild::RebuildError;
 use super::repair::{BucketRecount, Repair, Requested};
+use crate::ddb::stream_reader::{self, Position};
 use crate::error::AwsError;
 
 /// Most `GetRecords` calls one batch's read makes (a batch holds at most 10,000 records; a
@@ -320,24 +321,16 @@ impl<'a, M: ChangeMapper + ?Sized> Redrive<'a, M> {
         range: &mut RangeRead,
         acc: &mut Mapped,
     ) -> Result<(), RedriveError> {
-        use aws_sdk_dynamodbstreams::types::ShardIteratorType;
         let client = self.streams.as_ref().ok_or_else(|| RedriveError::Stream {
             arn: batch.stream_arn.clone(),
             reason: "a DynamoDB Streams batch, and this redrive has no DynamoDB Streams client"
                 .into(),
         })?;
-        let out = client
-            .get_shard_iterator()
-            .stream_arn(&batch.stream_arn)
-            .shard_id(&batch.shard_id)
-            .shard_iterator_type(ShardIteratorType::AtSequenceNumber)
-            .sequence_number(batch.start_seq.to_decimal())
-            .send()
-            .await;
+        let start = Position::At(batch.start_seq.to_decimal());
+        let out = stream_reader::iterator(client, &batch.stream_arn, &batch.shard_id, start).await;
         let first = match out {
-            Ok(o) => o.shard_iterator,
+            Ok(it) => it,
             Err(e) => {
-                let e = AwsError::new("DynamoDB Streams", "GetShardIterator", &batch.shard_id, e);
                 // Past the 24 h retention the start is trimmed, or the shard is gone.
                 if e.is_not_found() || e.code() == Some("TrimmedDataAccessException") {
                     range.shard_ended();
@@ -347,13 +340,7 @@ impl<'a, M: ChangeMapper + ?Sized> Redrive<'a, M> {
             }
         };
         self.read_pages(&batch.stream_arn, first, range, acc, |it| async move {
-            let page = client
-                .get_records()
-                .shard_iterator(it)
-                .limit(PAGE)
-                .send()
-                .await
-                .map_err(|e| AwsError::new("DynamoDB Streams", "GetRecords", &batch.shard_id, e))?;
+            let page = stream_reader::page(client, &it, PAGE, &batch.shard_id).await?;
             // Kept as the SDK gives them: only the batch's records become JSON (a page holds
             // up to 1,000 records around a parked batch of a few).
             let records = page

@@ -24,7 +24,9 @@
 //! - **pages** ([`pages`]): the SDK's paginators, and [`pages::read_all`] for "every item, at
 //!   most N";
 //! - **a stream's shards** (`stream_listing`, features `streams` or `lambda`): one DynamoDB
-//!   Streams listing, kept between syncs and paced under DescribeStream's 10 calls a second.
+//!   Streams listing, kept between syncs and paced under DescribeStream's 10 calls a second;
+//! - **a stream's records** (`stream_reader`, same features): an iterator at a position of a
+//!   shard, and one page of records from it.
 //!
 //! A conditional renewal of a lease, as the lease table writes it:
 //!
@@ -63,6 +65,8 @@ pub(crate) mod projection;
 pub(crate) mod row;
 #[cfg(any(feature = "streams", feature = "lambda"))]
 pub(crate) mod stream_listing;
+#[cfg(any(feature = "streams", feature = "lambda"))]
+pub(crate) mod stream_reader;
 pub(crate) mod update;
 pub(crate) mod value;
 pub(crate) mod written;

@@ -1,6 +1,5 @@
 //! `DynamoDbStreamsSource`: DescribeStream, GetShardIterator and GetRecords on a table's stream.
 
-use aws_sdk_dynamodbstreams::types::ShardIteratorType;
 use bytes::Bytes;
 use heatsink_core::stream::ShardInfo;
 
@@ -8,6 +7,7 @@ use super::source::parse_seq;
 use super::{RecordBatch, ShardSource, StartAt, StreamError, StreamRecord, Timeouts};
 use crate::ddb::json::stream_image_json;
 use crate::ddb::stream_listing::StreamListing;
+use crate::ddb::stream_reader::{self, Position};
 
 const SERVICE: &str = "DynamoDB Streams";
 
@@ -88,49 +88,28 @@ impl ShardSource for DynamoDbStreamsSource {
     }
 
     async fn get_iterator(&self, shard_id: &str, start: &StartAt) -> Result<String, StreamError> {
-        let req = self
-            .client
-            .get_shard_iterator()
-            .stream_arn(&self.stream_arn)
-            .shard_id(shard_id);
-        let req = match start {
-            StartAt::TrimHorizon => req.shard_iterator_type(ShardIteratorType::TrimHorizon),
-            StartAt::Latest => req.shard_iterator_type(ShardIteratorType::Latest),
+        let position = match start {
+            StartAt::TrimHorizon => Position::TrimHorizon,
+            StartAt::Latest => Position::Latest,
             StartAt::AtTimestamp(_) => {
                 return Err(StreamError::Unsupported {
                     source_kind: SERVICE,
                     what: "AT_TIMESTAMP (DynamoDB Streams has no such iterator)",
                 });
             }
-            StartAt::AfterSeq(seq) => req
-                .shard_iterator_type(ShardIteratorType::AfterSequenceNumber)
-                .sequence_number(seq.to_decimal()),
-            StartAt::AtSeq(seq) => req
-                .shard_iterator_type(ShardIteratorType::AtSequenceNumber)
-                .sequence_number(seq.to_decimal()),
+            StartAt::AfterSeq(seq) => Position::After(seq.to_decimal()),
+            StartAt::AtSeq(seq) => Position::At(seq.to_decimal()),
         };
-        let resource = format!("{}/{shard_id}", self.stream_arn);
-        let out = req
-            .send()
-            .await
-            .map_err(|e| StreamError::from_sdk(SERVICE, "GetShardIterator", &resource, e))?;
-        out.shard_iterator()
-            .map(str::to_owned)
-            .ok_or(StreamError::NotFound {
-                resource,
+        stream_reader::iterator(&self.client, &self.stream_arn, shard_id, position)
+            .await?
+            .ok_or_else(|| StreamError::NotFound {
+                resource: format!("{}/{shard_id}", self.stream_arn),
                 source: None,
             })
     }
 
     async fn get_records(&self, iterator: &str, limit: i32) -> Result<RecordBatch, StreamError> {
-        let out = self
-            .client
-            .get_records()
-            .shard_iterator(iterator)
-            .limit(limit)
-            .send()
-            .await
-            .map_err(|e| StreamError::from_sdk(SERVICE, "GetRecords", &self.stream_arn, e))?;
+        let out = stream_reader::page(&self.client, iterator, limit, &self.stream_arn).await?;
         let mut records = Vec::with_capacity(out.records().len());
         for r in out.records() {
             let Some(change) = r.dynamodb() else { continue };

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use aws_sdk_dynamodbstreams::operation::get_records::GetRecordsOutput;
-use aws_sdk_dynamodbstreams::types::{OperationType, ShardIteratorType};
+use aws_sdk_dynamodbstreams::types::OperationType;
 use heatsink_core::slots::proof::Drain;
 use heatsink_core::slots::tail::{Event, Image, tail_op};
 use heatsink_core::slots::{Way, slot_of};
@@ -29,10 +29,8 @@ use crate::clock::now_ms;
 use crate::ddb::codec::stream_item_to_sdk;
 use crate::ddb::key_text::key_text;
 use crate::ddb::stream_listing::StreamListing;
+use crate::ddb::stream_reader::{self, Position};
 use crate::ddb::{Item, get_n, get_s};
-use crate::error::AwsError;
-
-const STREAMS: &str = "DynamoDB Streams";
 
 /// Shard iterators expire after 15 minutes; one persisted longer than this is not reused.
 const ITERATOR_TTL_MS: u64 = 14 * 60 * 1_000;
@@ -129,25 +127,14 @@ impl Mover {
         let ctx = self.ctx();
         for id in self.list_shards(arn).await? {
             let it = ctx
-                .retry(|| {
-                    let req = self
-                        .streams
-                        .get_shard_iterator()
-                        .stream_arn(arn)
-                        .shard_id(&id)
-                        .shard_iterator_type(ShardIteratorType::Latest);
-                    let arn = arn.to_owned();
-                    async move {
-                        req.send().await.map_err(|e| {
-                            MoveError::from(AwsError::new(STREAMS, "GetShardIterator", arn, e))
-                        })
-                    }
+                .retry(|| async {
+                    Ok(stream_reader::iterator(&self.streams, arn, &id, Position::Latest).await?)
                 })
                 .await?;
             out.insert(
                 id,
                 ShardPos {
-                    iterator: it.shard_iterator().map(str::to_owned),
+                    iterator: it,
                     iterator_ms: now_ms(),
                     ..ShardPos::default()
                 },
@@ -347,18 +334,8 @@ impl Mover {
         };
         let res = self
             .ctx()
-            .retry(|| {
-                let req = self
-                    .streams
-                    .get_records()
-                    .shard_iterator(&iterator)
-                    .limit(PAGE);
-                let shard = shard.to_owned();
-                async move {
-                    req.send().await.map_err(|e| {
-                        MoveError::from(AwsError::new(STREAMS, "GetRecords", shard, e))
-                    })
-                }
+            .retry(|| async {
+                Ok(stream_reader::page(&self.streams, &iterator, PAGE, shard).await?)
             })
             .await;
         match res {
@@ -501,30 +478,16 @@ impl Mover {
         shard: &str,
         pos: &ShardPos,
     ) -> Result<Option<String>, MoveError> {
+        let at = match &pos.after_seq {
+            Some(s) => Position::After(s),
+            None => Position::TrimHorizon,
+        };
         let res = self
             .ctx()
-            .retry(|| {
-                let req = self
-                    .streams
-                    .get_shard_iterator()
-                    .stream_arn(arn)
-                    .shard_id(shard);
-                let req = match &pos.after_seq {
-                    Some(s) => req
-                        .shard_iterator_type(ShardIteratorType::AfterSequenceNumber)
-                        .sequence_number(s),
-                    None => req.shard_iterator_type(ShardIteratorType::TrimHorizon),
-                };
-                let shard = shard.to_owned();
-                async move {
-                    req.send().await.map_err(|e| {
-                        MoveError::from(AwsError::new(STREAMS, "GetShardIterator", shard, e))
-                    })
-                }
-            })
+            .retry(|| async { Ok(stream_reader::iterator(&self.streams, arn, shard, at).await?) })
             .await;
         match res {
-            Ok(o) => Ok(o.shard_iterator().map(str::to_owned)),
+            Ok(it) => Ok(it),
             Err(MoveError::Aws(err)) if err.code() == Some("TrimmedDataAccessException") => {
                 Err(MoveError::PositionExpired {
                     id: self.record.id.clone(),
