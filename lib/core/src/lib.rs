@@ -19,8 +19,10 @@
 //! | [`reshard`] | where to split a hot Kinesis shard, when to merge cold ones | `heatsink::kinesis::reshard` |
 //! | [`slots`] | slots, the slot directory's ranges, move phases and load-driven move plans | `heatsink::slots` |
 //! | [`warm`] | the warm throughput a predicted spike needs, and the on-demand maximum that would throttle it anyway | `heatsink::schema::warm` |
+//! | [`autopilot`] | which proposed split, merge or move runs this period: kill switch, one in flight, sustained load, cooldowns, budgets, dry run | (the executor is to come) |
 //! | [`backoff`] | the one backoff rule: capped doubling, jittered within a deadline (the mover) or as successive pauses (the consumer) | `heatsink::slots`, `heatsink::stream` |
 
+pub mod autopilot;
 pub mod backoff;
 pub mod counter;
 pub mod detect;

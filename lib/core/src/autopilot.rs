@@ -1,0 +1,632 @@
+//! The autopilot's governor: of the operations the load plans propose this period (a Kinesis
+//! split or merge from [`crate::reshard::plan`], a slot move from
+//! [`crate::slots::balance`]), which one runs now, or why none does — as data.
+//!
+//! The plans say *what* would help; the governor decides *whether to act*, with the rules that
+//! keep a control loop from doing harm when load moves:
+//!
+//! - **Kill switch**: a paused pilot ([`PilotState::paused`], a flag an operator sets) runs and
+//!   hands off nothing; the executor reads the flag every period, so a pause holds within one.
+//! - **One operation in flight** per stream or directory (one governor each): while one runs,
+//!   nothing else starts.
+//! - **Sustained load, not a spike**: a proposal runs only once the plans have proposed it
+//!   (same span, same kind) for [`PilotConfig::sustain`] consecutive periods. With `sustain` 2
+//!   the loop reacts in two periods and a one-period spike never acts.
+//! - **Cooldown per span**: no operation on a span that overlaps one operated on less than
+//!   [`PilotConfig::cooldown_ms`] ago (children of a split overlap their parent's span, so a
+//!   fresh split is neither merged back nor split again at once).
+//! - **Budgets**: at most [`PilotConfig::per_hour`] and [`PilotConfig::per_day`] operations
+//!   started in any rolling hour and day (Kinesis' `UpdateShardCount` allows 10 per rolling 24 h;
+//!   the default day budget is that, whichever API the executor uses).
+//! - **Dry run** ([`PilotConfig::act`] false, the default): the decision is made and reported
+//!   ([`Decision::DryRun`]) but never run, so a team can watch a loop before letting it act.
+//! - **A single hot key** is not a capacity problem: proposals of [`Kind::Salt`] are handed to
+//!   the hot-key controller every period ([`Period::handoffs`]), never budgeted or run here.
+//!
+//! Of the eligible proposals the most urgent (highest utilisation) runs. Every proposal that
+//! does not run is listed with why ([`Period::waiting`]): the executor logs each as one line and
+//! a metric.
+//!
+//! ```
+//! use heatsink_core::autopilot::{decide, Decision, Kind, PilotConfig, PilotState, Proposal, Span};
+//!
+//! let cfg = PilotConfig { act: true, ..PilotConfig::default() };
+//! let mut state = PilotState::default();
+//! let hot = Proposal { span: Span::new(0, 99)?, kind: Kind::Split, urgency: 1.4 };
+//! // First period: proposed once, sustain is 2: nothing runs yet.
+//! let p = decide(&cfg, &state, std::slice::from_ref(&hot), 60_000)?;
+//! assert_eq!(p.decision, Decision::Idle);
+//! state.streaks = p.streaks;
+//! // Second period: it runs; the executor records it.
+//! let p = decide(&cfg, &state, std::slice::from_ref(&hot), 120_000)?;
+//! assert_eq!(p.decision, Decision::Run(hot.clone()));
+//! state.streaks = p.streaks;
+//! state.started("split-1", &hot, 120_000);
+//! // While it is in flight nothing else starts.
+//! let p = decide(&cfg, &state, std::slice::from_ref(&hot), 180_000)?;
+//! assert!(matches!(p.decision, Decision::Hold(_)));
+//! # Ok::<(), heatsink_core::autopilot::PilotError>(())
+//! ```
+//!
+//! Limits: the governor sees only the proposals it is given (what the plans sampled); spans
+//! are inclusive `u128` intervals (a Kinesis hash range, or a slot range widened); the operation
+//! history it keeps is the last 24 h.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// One hour, ms.
+const HOUR_MS: u64 = 3_600_000;
+/// One day, ms: the history kept and the day budget's window.
+const DAY_MS: u64 = 24 * HOUR_MS;
+
+/// A configuration the governor refuses.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PilotError {
+    /// `sustain` is 0: every proposal would run the period it appears.
+    #[error("autopilot sustain is 0; it must be at least 1 period")]
+    NoSustain,
+    /// The hour budget exceeds the day budget.
+    #[error("autopilot budget of {per_hour} per hour exceeds {per_day} per day")]
+    Budget {
+        /// Operations per rolling hour.
+        per_hour: u32,
+        /// Operations per rolling day.
+        per_day: u32,
+    },
+    /// A span whose low end is above its high end.
+    #[error("span {lo}..={hi} is empty")]
+    EmptySpan {
+        /// Low end.
+        lo: u128,
+        /// High end.
+        hi: u128,
+    },
+}
+
+/// An inclusive interval of the key space an operation acts on: a Kinesis hash-key range, or
+/// a slot range (`u16` slots widened).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Span {
+    lo: u128,
+    hi: u128,
+}
+
+impl Span {
+    /// The span `lo..=hi`.
+    pub fn new(lo: u128, hi: u128) -> Result<Self, PilotError> {
+        if lo > hi {
+            return Err(PilotError::EmptySpan { lo, hi });
+        }
+        Ok(Self { lo, hi })
+    }
+
+    /// Low end.
+    pub fn lo(&self) -> u128 {
+        self.lo
+    }
+
+    /// High end.
+    pub fn hi(&self) -> u128 {
+        self.hi
+    }
+
+    /// Whether the two spans share a key.
+    pub fn overlaps(&self, other: &Span) -> bool {
+        self.lo <= other.hi && other.lo <= self.hi
+    }
+}
+
+/// What a proposal does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Kind {
+    /// Split a hot span (a Kinesis `SplitShard`, a slot range moved in part).
+    Split,
+    /// Merge two cold neighbours (their union is the span).
+    Merge,
+    /// Move a span to a less loaded owner.
+    Move,
+    /// One key is the load: salt it (the hot-key controller's job).
+    Salt,
+}
+
+/// One operation a load plan proposes this period.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Proposal {
+    /// What it acts on.
+    pub span: Span,
+    /// What it does.
+    pub kind: Kind,
+    /// How badly it is needed: the utilisation of the span (1.0 = at capacity; for a merge,
+    /// `1 −` the pair's combined utilisation, so the coldest pair ranks first among merges).
+    pub urgency: f64,
+}
+
+/// An operation started by the executor.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Started {
+    /// The executor's id for it (move id, reshard id).
+    pub id: String,
+    /// What it acts on.
+    pub span: Span,
+    /// What it does.
+    pub kind: Kind,
+    /// When it started, ms.
+    pub at_ms: u64,
+}
+
+/// What the executor persists between periods (one per stream or directory).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PilotState {
+    /// The kill switch: set (with who and why) to stop the loop within one period.
+    pub paused: Option<String>,
+    /// The operation running now, if any.
+    pub in_flight: Option<Started>,
+    /// Operations started in the last 24 h, oldest first.
+    pub history: Vec<Started>,
+    /// Consecutive periods each (span, kind) has been proposed, up to the last period.
+    pub streaks: BTreeMap<(Span, Kind), u32>,
+}
+
+impl PilotState {
+    /// Records that the executor started `proposal` as `id` at `now_ms` (only when it acts:
+    /// a dry run records nothing).
+    pub fn started(&mut self, id: &str, proposal: &Proposal, now_ms: u64) {
+        let s = Started {
+            id: id.to_owned(),
+            span: proposal.span,
+            kind: proposal.kind,
+            at_ms: now_ms,
+        };
+        self.history.push(s.clone());
+        self.in_flight = Some(s);
+        self.history
+            .retain(|h| now_ms.saturating_sub(h.at_ms) < DAY_MS);
+    }
+
+    /// Records that operation `id` ended (done, aborted or failed): the next may start.
+    pub fn finished(&mut self, id: &str) {
+        if self.in_flight.as_ref().is_some_and(|s| s.id == id) {
+            self.in_flight = None;
+        }
+    }
+}
+
+/// The governor's rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PilotConfig {
+    /// Periods a proposal must be made in a row before it runs (≥ 1).
+    pub sustain: u32,
+    /// No operation on a span overlapping one operated on less than this ago, ms.
+    pub cooldown_ms: u64,
+    /// Operations started in any rolling hour, at most.
+    pub per_hour: u32,
+    /// Operations started in any rolling 24 h, at most.
+    pub per_day: u32,
+    /// Run decisions (true) or only report them (false: dry run).
+    pub act: bool,
+}
+
+impl Default for PilotConfig {
+    /// Sustained 2 periods, 30 min cooldown, 4 per hour, 10 per day, dry run.
+    fn default() -> Self {
+        Self {
+            sustain: 2,
+            cooldown_ms: 30 * 60_000,
+            per_hour: 4,
+            per_day: 10,
+            act: false,
+        }
+    }
+}
+
+/// Why nothing runs this period.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HoldReason {
+    /// The kill switch is set (with its reason).
+    Paused(String),
+    /// This operation is still running.
+    InFlight(String),
+}
+
+/// Why one proposal does not run this period.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Wait {
+    /// Proposed `seen` periods in a row of the `need`ed.
+    Sustain {
+        /// Periods in a row so far, this one included.
+        seen: u32,
+        /// Periods needed.
+        need: u32,
+    },
+    /// The span overlaps one operated on recently; eligible again at `until_ms`.
+    Cooldown {
+        /// When the cooldown ends, ms.
+        until_ms: u64,
+    },
+    /// The hour or day budget is spent; the next operation is allowed at `until_ms`.
+    Budget {
+        /// When the oldest counted operation leaves its window, ms.
+        until_ms: u64,
+    },
+    /// Another proposal was more urgent.
+    Outranked,
+    /// The loop holds (see [`Decision::Hold`]).
+    Held,
+}
+
+/// The period's decision.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Decision {
+    /// Run this proposal now (record it with [`PilotState::started`]).
+    Run(Proposal),
+    /// Dry run: this proposal would run now; nothing is done.
+    DryRun(Proposal),
+    /// Nothing starts this period, whatever is proposed.
+    Hold(HoldReason),
+    /// No proposal is eligible (see [`Period::waiting`]).
+    Idle,
+}
+
+/// One period's outcome.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Period {
+    /// What to do.
+    pub decision: Decision,
+    /// Hot keys for the hot-key controller (proposals of [`Kind::Salt`]).
+    pub handoffs: Vec<Proposal>,
+    /// Every other proposal and why it does not run now.
+    pub waiting: Vec<(Proposal, Wait)>,
+    /// The streaks to persist for the next period ([`PilotState::streaks`]).
+    pub streaks: BTreeMap<(Span, Kind), u32>,
+}
+
+/// Decides one period at `now_ms` from `state` and this period's `proposals` (see the module
+/// docs for the rules).
+pub fn decide(
+    cfg: &PilotConfig,
+    state: &PilotState,
+    proposals: &[Proposal],
+    now_ms: u64,
+) -> Result<Period, PilotError> {
+    if cfg.sustain == 0 {
+        return Err(PilotError::NoSustain);
+    }
+    if cfg.per_hour > cfg.per_day {
+        return Err(PilotError::Budget {
+            per_hour: cfg.per_hour,
+            per_day: cfg.per_day,
+        });
+    }
+    let mut out = Period {
+        decision: Decision::Idle,
+        handoffs: vec![],
+        waiting: vec![],
+        streaks: BTreeMap::new(),
+    };
+    if let Some(why) = &state.paused {
+        // A paused loop counts nothing: it resumes from scratch, not from stale streaks.
+        out.decision = Decision::Hold(HoldReason::Paused(why.clone()));
+        out.waiting = proposals.iter().map(|p| (p.clone(), Wait::Held)).collect();
+        return Ok(out);
+    }
+    let (salts, ops): (Vec<&Proposal>, Vec<&Proposal>) =
+        proposals.iter().partition(|p| p.kind == Kind::Salt);
+    out.handoffs = salts.into_iter().cloned().collect();
+    for p in &ops {
+        let seen = state
+            .streaks
+            .get(&(p.span, p.kind))
+            .copied()
+            .unwrap_or(0)
+            .saturating_add(1);
+        let e = out.streaks.entry((p.span, p.kind)).or_insert(0);
+        *e = (*e).max(seen);
+    }
+    if let Some(running) = &state.in_flight {
+        out.decision = Decision::Hold(HoldReason::InFlight(running.id.clone()));
+        out.waiting = ops.iter().map(|p| ((*p).clone(), Wait::Held)).collect();
+        return Ok(out);
+    }
+    let budget = budget_until(cfg, &state.history, now_ms);
+    let mut eligible: Vec<&Proposal> = vec![];
+    for p in ops {
+        let seen = out.streaks.get(&(p.span, p.kind)).copied().unwrap_or(1);
+        let wait = if seen < cfg.sustain {
+            Some(Wait::Sustain {
+                seen,
+                need: cfg.sustain,
+            })
+        } else if let Some(until_ms) = cooldown_until(cfg, &state.history, &p.span, now_ms) {
+            Some(Wait::Cooldown { until_ms })
+        } else {
+            budget.map(|until_ms| Wait::Budget { until_ms })
+        };
+        match wait {
+            Some(w) => out.waiting.push((p.clone(), w)),
+            None => eligible.push(p),
+        }
+    }
+    // The most urgent runs; ties go to the lower span (a stable order).
+    eligible.sort_by(|a, b| {
+        b.urgency
+            .total_cmp(&a.urgency)
+            .then(a.span.cmp(&b.span))
+            .then(a.kind.cmp(&b.kind))
+    });
+    let mut rest = eligible.into_iter();
+    if let Some(first) = rest.next() {
+        out.decision = if cfg.act {
+            Decision::Run(first.clone())
+        } else {
+            Decision::DryRun(first.clone())
+        };
+    }
+    out.waiting
+        .extend(rest.map(|p| (p.clone(), Wait::Outranked)));
+    Ok(out)
+}
+
+/// When the span's cooldown ends, if an operation on an overlapping span is that recent.
+fn cooldown_until(cfg: &PilotConfig, history: &[Started], span: &Span, now_ms: u64) -> Option<u64> {
+    history
+        .iter()
+        .filter(|h| h.span.overlaps(span))
+        .map(|h| h.at_ms.saturating_add(cfg.cooldown_ms))
+        .filter(|&until| until > now_ms)
+        .max()
+}
+
+/// When the next operation is allowed, if a budget is spent now.
+fn budget_until(cfg: &PilotConfig, history: &[Started], now_ms: u64) -> Option<u64> {
+    let spent = |window: u64, max: u32| -> Option<u64> {
+        let inside: Vec<u64> = history
+            .iter()
+            .map(|h| h.at_ms)
+            .filter(|&at| now_ms.saturating_sub(at) < window)
+            .collect();
+        let max = usize::try_from(max).unwrap_or(usize::MAX);
+        if inside.len() < max {
+            return None;
+        }
+        // The oldest operations leave first: once `len − max + 1` have, one more is allowed.
+        let mut sorted = inside;
+        sorted.sort_unstable();
+        let leaving = sorted.len() - max;
+        sorted.get(leaving).map(|at| at.saturating_add(window))
+    };
+    match (spent(HOUR_MS, cfg.per_hour), spent(DAY_MS, cfg.per_day)) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn span(lo: u128, hi: u128) -> Span {
+        Span::new(lo, hi).unwrap()
+    }
+
+    fn prop(lo: u128, hi: u128, kind: Kind, urgency: f64) -> Proposal {
+        Proposal {
+            span: span(lo, hi),
+            kind,
+            urgency,
+        }
+    }
+
+    fn acting() -> PilotConfig {
+        PilotConfig {
+            act: true,
+            ..PilotConfig::default()
+        }
+    }
+
+    #[test]
+    fn a_refused_configuration_names_what_is_wrong() {
+        let s = PilotState::default();
+        let zero = PilotConfig {
+            sustain: 0,
+            ..acting()
+        };
+        assert_eq!(decide(&zero, &s, &[], 0), Err(PilotError::NoSustain));
+        let upside_down = PilotConfig {
+            per_hour: 11,
+            ..acting()
+        };
+        assert!(matches!(
+            decide(&upside_down, &s, &[], 0),
+            Err(PilotError::Budget { .. })
+        ));
+        assert!(Span::new(5, 4).is_err());
+    }
+
+    #[test]
+    fn a_salt_proposal_is_handed_off_never_run_even_in_flight() {
+        let mut s = PilotState::default();
+        let hot = prop(0, 9, Kind::Salt, 3.0);
+        s.started("m1", &prop(50, 60, Kind::Move, 1.0), 0);
+        let p = decide(&acting(), &s, std::slice::from_ref(&hot), 1_000).unwrap();
+        assert_eq!(p.handoffs, vec![hot]);
+        assert!(matches!(p.decision, Decision::Hold(HoldReason::InFlight(ref id)) if id == "m1"));
+    }
+
+    #[test]
+    fn the_most_urgent_eligible_proposal_runs_and_the_rest_are_outranked() {
+        let cfg = PilotConfig {
+            sustain: 1,
+            ..acting()
+        };
+        let a = prop(0, 9, Kind::Split, 1.1);
+        let b = prop(10, 19, Kind::Split, 1.6);
+        let c = prop(20, 39, Kind::Merge, 0.8);
+        let p = decide(
+            &cfg,
+            &PilotState::default(),
+            &[a.clone(), b.clone(), c.clone()],
+            0,
+        )
+        .unwrap();
+        assert_eq!(p.decision, Decision::Run(b));
+        assert_eq!(p.waiting, vec![(a, Wait::Outranked), (c, Wait::Outranked)]);
+    }
+
+    #[test]
+    fn a_finished_operation_frees_the_loop_and_the_budget_names_when_it_reopens() {
+        let cfg = PilotConfig {
+            sustain: 1,
+            per_hour: 1,
+            cooldown_ms: 0,
+            ..acting()
+        };
+        let mut s = PilotState::default();
+        let a = prop(0, 9, Kind::Split, 1.2);
+        s.started("r1", &a, 1_000);
+        s.finished("r1");
+        let b = prop(100, 109, Kind::Split, 1.2);
+        let p = decide(&cfg, &s, std::slice::from_ref(&b), 2_000).unwrap();
+        assert_eq!(p.decision, Decision::Idle);
+        assert_eq!(
+            p.waiting,
+            vec![(
+                b.clone(),
+                Wait::Budget {
+                    until_ms: 1_000 + HOUR_MS
+                }
+            )]
+        );
+        let p = decide(&cfg, &s, std::slice::from_ref(&b), 1_000 + HOUR_MS).unwrap();
+        assert_eq!(p.decision, Decision::Run(b));
+    }
+
+    #[test]
+    fn a_pause_holds_everything_and_forgets_streaks() {
+        let mut s = PilotState::default();
+        s.streaks.insert((span(0, 9), Kind::Split), 5);
+        s.paused = Some("ops: incident 42".into());
+        let p = decide(&acting(), &s, &[prop(0, 9, Kind::Split, 2.0)], 0).unwrap();
+        assert_eq!(
+            p.decision,
+            Decision::Hold(HoldReason::Paused("ops: incident 42".into()))
+        );
+        assert!(p.streaks.is_empty() && p.handoffs.is_empty());
+    }
+
+    /// Proposals of a few spans and kinds, each period a random subset.
+    fn proposals() -> impl Strategy<Value = Vec<Vec<(u8, u8, f64)>>> {
+        prop::collection::vec(
+            prop::collection::vec((0u8..6, 0u8..3, 0.0f64..3.0), 0..5),
+            1..120,
+        )
+    }
+
+    fn to_proposal((s, k, u): (u8, u8, f64)) -> Proposal {
+        // Six spans over a key space of 60, some overlapping (a parent and its halves).
+        let (lo, hi) = [(0, 29), (0, 14), (15, 29), (30, 59), (30, 44), (45, 59)][usize::from(s)];
+        let kind = [Kind::Split, Kind::Merge, Kind::Move][usize::from(k)];
+        prop(lo, hi, kind, u)
+    }
+
+    proptest! {
+        /// Run by an executor that starts every `Run` and finishes it `lasts` periods later:
+        /// never two in flight, never over the hour or day budget, never inside a cooldown
+        /// of an overlapping span, never before `sustain` periods in a row, and never while
+        /// paused.
+        #[test]
+        fn an_acting_loop_keeps_every_rule(
+            periods in proposals(),
+            sustain in 1u32..4,
+            per_hour in 1u32..4,
+            per_day in 4u32..8,
+            cooldown_periods in 0u64..6,
+            lasts in 0usize..3,
+            pause_at in prop::option::of(0usize..120),
+        ) {
+            let period = 10 * 60_000; // ten minutes: 144 periods a day
+            let cfg = PilotConfig { sustain, cooldown_ms: cooldown_periods * period, per_hour, per_day, act: true };
+            let mut s = PilotState::default();
+            let mut runs: Vec<(u64, Span)> = vec![];
+            let mut ends: Option<(usize, String)> = None;
+            let mut last: BTreeMap<(Span, Kind), u32> = BTreeMap::new();
+            for (i, raw) in periods.into_iter().enumerate() {
+                let now = (i as u64 + 1) * period;
+                if let Some((at, id)) = &ends && *at <= i {
+                    s.finished(id);
+                    ends = None;
+                }
+                s.paused = (pause_at == Some(i)).then(|| "test".to_owned());
+                let ps: Vec<Proposal> = raw.into_iter().map(to_proposal).collect();
+                let p = decide(&cfg, &s, &ps, now).unwrap();
+                if let Decision::Run(run) = &p.decision {
+                    prop_assert!(s.paused.is_none());
+                    prop_assert!(s.in_flight.is_none(), "two in flight");
+                    prop_assert!(ps.contains(run));
+                    // Sustained: proposed in each of the last `sustain` periods.
+                    let seen = last.get(&(run.span, run.kind)).copied().unwrap_or(0) + 1;
+                    prop_assert!(seen >= sustain, "ran after {seen} of {sustain} periods");
+                    for (at, sp) in &runs {
+                        if sp.overlaps(&run.span) {
+                            prop_assert!(now - at >= cfg.cooldown_ms, "inside a cooldown");
+                        }
+                    }
+                    let hour = runs.iter().filter(|(at, _)| now - at < HOUR_MS).count();
+                    let day = runs.iter().filter(|(at, _)| now - at < DAY_MS).count();
+                    prop_assert!(hour < per_hour as usize && day < per_day as usize, "over budget");
+                    runs.push((now, run.span));
+                    let id = format!("op{i}");
+                    s.started(&id, run, now);
+                    ends = Some((i + lasts, id));
+                }
+                last = p.streaks.clone();
+                s.streaks = p.streaks;
+            }
+        }
+
+        /// A dry run decides what an acting loop would in the same state and never runs.
+        #[test]
+        fn a_dry_run_decides_as_acting_would_and_runs_nothing(
+            periods in proposals(),
+            sustain in 1u32..4,
+        ) {
+            let act = PilotConfig { sustain, act: true, ..PilotConfig::default() };
+            let dry = PilotConfig { act: false, ..act };
+            let mut s = PilotState::default();
+            for (i, raw) in periods.into_iter().enumerate() {
+                let ps: Vec<Proposal> = raw.into_iter().map(to_proposal).collect();
+                let now = i as u64 * 60_000;
+                let a = decide(&act, &s, &ps, now).unwrap();
+                let d = decide(&dry, &s, &ps, now).unwrap();
+                match (&a.decision, &d.decision) {
+                    (Decision::Run(x), Decision::DryRun(y)) => prop_assert_eq!(x, y),
+                    (x, y) => prop_assert_eq!(x, y),
+                }
+                prop_assert_eq!(&a.waiting, &d.waiting);
+                s.streaks = d.streaks;
+            }
+        }
+
+        /// A proposal made every period with nothing else in the way runs in exactly
+        /// `sustain` periods: the reaction bound.
+        #[test]
+        fn a_sustained_proposal_runs_in_exactly_sustain_periods(sustain in 1u32..6, u in 0.1f64..3.0) {
+            let cfg = PilotConfig { sustain, ..acting() };
+            let mut s = PilotState::default();
+            let hot = prop(0, 99, Kind::Split, u);
+            for k in 1..=sustain {
+                let p = decide(&cfg, &s, std::slice::from_ref(&hot), u64::from(k) * 60_000).unwrap();
+                if k < sustain {
+                    prop_assert_eq!(&p.decision, &Decision::Idle);
+                    prop_assert_eq!(&p.waiting[0].1, &Wait::Sustain { seen: k, need: sustain });
+                } else {
+                    prop_assert_eq!(&p.decision, &Decision::Run(hot.clone()));
+                }
+                s.streaks = p.streaks;
+            }
+        }
+    }
+}
