@@ -601,6 +601,7 @@ mod tests {
                 let now = i as u64 * 60_000;
                 let a = decide(&act, &s, &ps, now).unwrap();
                 let d = decide(&dry, &s, &ps, now).unwrap();
+                prop_assert!(!matches!(d.decision, Decision::Run(_)), "a dry run ran");
                 match (&a.decision, &d.decision) {
                     (Decision::Run(x), Decision::DryRun(y)) => prop_assert_eq!(x, y),
                     (x, y) => prop_assert_eq!(x, y),
