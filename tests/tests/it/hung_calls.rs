@@ -168,8 +168,19 @@ async fn a_producer_whose_stream_hangs_gives_every_record_back_within_its_bound(
     p.send("k0", b"before the cut".to_vec())
         .await
         .expect("queued");
-    // Give the first record time to be written before the path goes down.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The path goes down only once the first record is read back from the stream (past the
+    // cut): a record still in flight at the cut would hold the others back by one more bound.
+    let written = Instant::now() + Duration::from_secs(30);
+    while crate::kinesis_produce::read_all(&fx.stack.kinesis, &stream.name)
+        .await
+        .is_empty()
+    {
+        assert!(
+            Instant::now() < written,
+            "the first record was not written in 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     cut.cut();
     let started = Instant::now();
     for i in 1..=20 {
