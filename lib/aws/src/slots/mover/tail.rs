@@ -97,11 +97,7 @@ impl Mover {
         let listing = self.listing_of(arn);
         let shards = self
             .ctx()
-            .retry(|| {
-                let listing = listing.clone();
-                let (streams, arn) = (self.streams.clone(), arn.to_owned());
-                async move { Ok(listing.sync(&streams, &arn).await?) }
-            })
+            .retry(|| async { Ok(listing.sync(&self.streams, arn).await?) })
             .await?;
         Ok(shards.into_iter().map(|s| (s.shard_id, s.parent)).collect())
     }

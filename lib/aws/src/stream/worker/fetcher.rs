@@ -118,16 +118,17 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
             },
             None => None,
         };
+        let read = Reading {
+            shard: &shard,
+            held: &held,
+            tx: &tx,
+        };
         let mut iterator = if let Some(answer) = &first {
             answer.iterator.clone()
         } else {
-            match self.iterator(&shard, &start, &held, &mut stop).await {
-                Ok(Some(it)) => it,
-                Ok(None) => return,
-                Err(()) => {
-                    let _ = tx.send((Fetched::Gone, 0)).await;
-                    return;
-                }
+            match self.open(&read, &start, &mut stop).await {
+                AfterError::Reopened(it) => it,
+                AfterError::Stop | AfterError::Retry => return,
             }
         };
         let limit = self.config.prefetch_bytes.max(1);
@@ -171,11 +172,6 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
                 Err(e) => {
                     // Where reading stands: after the last record read, or where it began.
                     let at = last.clone().unwrap_or_else(|| start.clone());
-                    let read = Reading {
-                        shard: &shard,
-                        held: &held,
-                        tx: &tx,
-                    };
                     match self.recover(&read, at, &e, &mut backoff, &mut stop).await {
                         AfterError::Stop => return,
                         AfterError::Retry => {}
@@ -283,7 +279,18 @@ impl<S: ShardSource, P: RecordProcessor> Shared<S, P> {
                 return AfterError::Retry;
             }
         };
-        match self.iterator(read.shard, &again, read.held, stop).await {
+        self.open(read, &again, stop).await
+    }
+
+    /// An iterator at `at` (transient failures retried); `Stop` when told to stop or the lease
+    /// lapsed, and when the shard is gone, after telling the shard task.
+    async fn open(
+        &self,
+        read: &Reading<'_>,
+        at: &StartAt,
+        stop: &mut watch::Receiver<bool>,
+    ) -> AfterError {
+        match self.iterator(read.shard, at, read.held, stop).await {
             Ok(Some(it)) => AfterError::Reopened(it),
             Ok(None) => AfterError::Stop,
             Err(()) => {
