@@ -16,6 +16,13 @@
 //! - a throttle without reasons (emulators, endpoints from before August 2025) or with a reason
 //!   this version does not know is counted and authorizes nothing.
 //!
+//! - a batch answered with entries left over (`UnprocessedItems` of BatchWriteItem,
+//!   `UnprocessedKeys` of BatchGetItem: DynamoDB's answer when some of a batch's partitions
+//!   throttle) and a transaction cancelled because one of its items was throttled
+//!   (`TransactionCanceledException` with a `ThrottlingError` cancellation reason) are counted
+//!   on their own ([`ThrottleTally::unprocessed`], [`ThrottleTally::transactions_throttled`]):
+//!   neither carries a reason, so neither names a key or asks for capacity.
+//!
 //! The capacity log ([`crate::metrics::CapacityLog`]) logs the same classification per
 //! throttled attempt (`throttle_reason`, `remedy`) for the calls it samples.
 //!
@@ -40,7 +47,8 @@
 //! carried is the local guess for the hot key on it (several keys of one batch are all named).
 //! Keys are kept in memory only, never logged by the watch. Covered operations: GetItem,
 //! PutItem, UpdateItem, DeleteItem, Query, Scan, BatchGetItem, BatchWriteItem (a Scan carries no
-//! key: its throttles are only tallied).
+//! key: its throttles are only tallied); TransactWriteItems and TransactGetItems for the
+//! cancellation count only.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -50,6 +58,13 @@ use aws_sdk_dynamodb::config::interceptors::{
     BeforeSerializationInterceptorContextMut, FinalizerInterceptorContextRef,
 };
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
+use aws_sdk_dynamodb::operation::batch_get_item::BatchGetItemOutput;
+use aws_sdk_dynamodb::operation::batch_write_item::BatchWriteItemOutput;
+use aws_sdk_dynamodb::operation::transact_get_items::TransactGetItemsError;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::CancellationReason;
+use aws_smithy_runtime_api::client::interceptors::context::{Error as InterceptorError, Output};
+use aws_smithy_runtime_api::client::orchestrator::OrchestratorError;
 use aws_smithy_types::config_bag::{Storable, StoreReplace};
 use heatsink_core::detect::{Ceilings, Kind};
 use heatsink_core::hot::Signal;
@@ -71,6 +86,11 @@ pub struct ThrottleTally {
     pub capacity: BTreeMap<(String, Option<String>, String), u64>,
     /// Throttled attempts that carried no reason, or only reasons this version does not know.
     pub unclassified: u64,
+    /// Entries batch calls answered as left over (`UnprocessedItems` write requests,
+    /// `UnprocessedKeys` keys): throttled inside a successful answer, with no reason given.
+    pub unprocessed: u64,
+    /// Transaction attempts cancelled with at least one `ThrottlingError` reason.
+    pub transactions_throttled: u64,
 }
 
 #[derive(Debug)]
@@ -294,6 +314,16 @@ impl Intercept for ThrottleWatch {
         cfg: &mut ConfigBag,
     ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         let first = cfg.load::<Attempted>().is_none();
+        let (unprocessed, cancelled) = match context.output_or_error() {
+            Some(Ok(output)) => (unprocessed_in(output), false),
+            Some(Err(err)) => (0, cancelled_by_throttle(err)),
+            None => (0, false),
+        };
+        if unprocessed > 0 || cancelled {
+            let mut state = self.state();
+            state.tally.unprocessed = state.tally.unprocessed.saturating_add(unprocessed);
+            state.tally.transactions_throttled += u64::from(cancelled);
+        }
         let Some(Watched(call)) = cfg.load::<Watched>() else {
             return Ok(());
         };
@@ -304,6 +334,38 @@ impl Intercept for ThrottleWatch {
         self.record(call, first, throttle.as_ref().map(|t| t.classes.as_slice()));
         cfg.interceptor_state().store_put(Attempted);
         Ok(())
+    }
+}
+
+/// Entries a batch answer left over: BatchWriteItem's unprocessed write requests, BatchGetItem's
+/// unprocessed keys; 0 for any other answer.
+fn unprocessed_in(output: &Output) -> u64 {
+    let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+    if let Some(o) = output.downcast_ref::<BatchWriteItemOutput>() {
+        o.unprocessed_items()
+            .map_or(0, |m| m.values().map(|v| count(v.len())).sum())
+    } else if let Some(o) = output.downcast_ref::<BatchGetItemOutput>() {
+        o.unprocessed_keys()
+            .map_or(0, |m| m.values().map(|k| count(k.keys().len())).sum())
+    } else {
+        0
+    }
+}
+
+/// Whether a transaction was cancelled because one of its items was throttled.
+fn cancelled_by_throttle(err: &OrchestratorError<InterceptorError>) -> bool {
+    let throttled = |reasons: &[CancellationReason]| {
+        reasons.iter().any(|r| r.code() == Some("ThrottlingError"))
+    };
+    let Some(e) = err.as_operation_error() else {
+        return false;
+    };
+    if let Some(TransactWriteItemsError::TransactionCanceledException(t)) = e.downcast_ref() {
+        throttled(t.cancellation_reasons())
+    } else if let Some(TransactGetItemsError::TransactionCanceledException(t)) = e.downcast_ref() {
+        throttled(t.cancellation_reasons())
+    } else {
+        false
     }
 }
 
@@ -487,6 +549,99 @@ mod tests {
             (tally.attempts, tally.unclassified, tally.key_range),
             (5, 4, 0)
         );
+        assert!(watch.dynamodb_signals().is_empty());
+    }
+
+    #[tokio::test]
+    async fn batch_leftovers_and_throttled_transactions_are_counted_apart_and_name_no_key_api_reference_shape()
+     {
+        let watch = ThrottleWatch::new(&tables());
+        // BatchWriteItem answered 200 with two of its three puts left over (the API reference's
+        // `UnprocessedItems`: a map of table → write requests).
+        let leftover =
+            |pk: &str| serde_json::json!({ "PutRequest": { "Item": { "pk": { "S": pk } } } });
+        let batch = serde_json::json!({
+            "UnprocessedItems": { "hs-counters": [leftover("p2"), leftover("p3")] }
+        });
+        let batch_rule = mock!(aws_sdk_dynamodb::Client::batch_write_item)
+            .sequence()
+            .http_status(200, Some(batch.to_string()))
+            .build();
+        // TransactWriteItems cancelled: its second item throttled (`CancellationReasons`, one
+        // per item in order, `None` for an item that was fine).
+        let cancelled = serde_json::json!({
+            "__type": "com.amazonaws.dynamodb.v20120810#TransactionCanceledException",
+            "message": "Transaction cancelled, please refer cancellation reasons for specific reasons [None, ThrottlingError]",
+            "CancellationReasons": [
+                { "Code": "None" },
+                { "Code": "ThrottlingError", "Message": "Throughput exceeds the current capacity of your table or index." }
+            ]
+        });
+        let tx_rule = mock!(aws_sdk_dynamodb::Client::transact_write_items)
+            .sequence()
+            .http_status(400, Some(cancelled.to_string()))
+            .build();
+        // A transaction cancelled by a condition, not a throttle: not counted.
+        let conditional = serde_json::json!({
+            "__type": "com.amazonaws.dynamodb.v20120810#TransactionCanceledException",
+            "message": "Transaction cancelled, please refer cancellation reasons for specific reasons [ConditionalCheckFailed]",
+            "CancellationReasons": [{ "Code": "ConditionalCheckFailed" }]
+        });
+        let cond_rule = mock!(aws_sdk_dynamodb::Client::transact_write_items)
+            .sequence()
+            .http_status(400, Some(conditional.to_string()))
+            .build();
+        let w = watch.clone();
+        let ddb = mock_client!(
+            aws_sdk_dynamodb,
+            RuleMode::Sequential,
+            [&batch_rule, &tx_rule, &cond_rule],
+            |c| c
+                .interceptor(w.clone())
+                .retry_config(RetryConfig::disabled())
+        );
+        let put = |pk: &str| {
+            aws_sdk_dynamodb::types::WriteRequest::builder()
+                .put_request(
+                    aws_sdk_dynamodb::types::PutRequest::builder()
+                        .item("pk", AttributeValue::S(pk.into()))
+                        .build()
+                        .expect("item set"),
+                )
+                .build()
+        };
+        ddb.batch_write_item()
+            .request_items("hs-counters", vec![put("p1"), put("p2"), put("p3")])
+            .send()
+            .await
+            .expect("a batch with leftovers succeeds");
+        let tx = || {
+            aws_sdk_dynamodb::types::TransactWriteItem::builder()
+                .put(
+                    aws_sdk_dynamodb::types::Put::builder()
+                        .table_name("hs-counters")
+                        .item("pk", AttributeValue::S("p4".into()))
+                        .build()
+                        .expect("put set"),
+                )
+                .build()
+        };
+        for _ in 0..2 {
+            let err = ddb.transact_write_items().transact_items(tx()).send().await;
+            assert!(err.is_err(), "both transactions are cancelled");
+        }
+        let tally = watch.tally();
+        assert_eq!(
+            (tally.unprocessed, tally.transactions_throttled),
+            (2, 1),
+            "{tally:?}"
+        );
+        assert_eq!(
+            (tally.key_range, tally.unclassified),
+            (0, 0),
+            "neither is a throttle with a reason"
+        );
+        assert!(tally.capacity.is_empty());
         assert!(watch.dynamodb_signals().is_empty());
     }
 }
