@@ -9,8 +9,9 @@
 //!   hands off nothing; the executor reads the flag every period, so a pause holds within one.
 //! - **One operation in flight** per stream or directory (one governor each): while one runs,
 //!   nothing else starts.
-//! - **Sustained load, not a spike**: a proposal runs only once the plans have proposed it
-//!   (same span, same kind) for [`PilotConfig::sustain`] consecutive periods. With `sustain` 2
+//! - **Sustained load, not a spike**: a proposal runs only once the plans have proposed the
+//!   same kind of operation for the same subject (a shard, a hot owner: [`Proposal::subject`])
+//!   for [`PilotConfig::sustain`] consecutive periods. With `sustain` 2
 //!   the loop reacts in two periods and a one-period spike never acts.
 //! - **Cooldown per span**: no operation on a span that overlaps one operated on less than
 //!   [`PilotConfig::cooldown_ms`] ago (children of a split overlap their parent's span, so a
@@ -32,7 +33,12 @@
 //!
 //! let cfg = PilotConfig { act: true, ..PilotConfig::default() };
 //! let mut state = PilotState::default();
-//! let hot = Proposal { span: Span::new(0, 99)?, kind: Kind::Split, urgency: 1.4 };
+//! let hot = Proposal {
+//!     subject: "shardId-000000000001".into(),
+//!     span: Span::new(0, 99)?,
+//!     kind: Kind::Split,
+//!     urgency: 1.4,
+//! };
 //! // First period: proposed once, sustain is 2: nothing runs yet.
 //! let p = decide(&cfg, &state, std::slice::from_ref(&hot), 60_000)?;
 //! assert_eq!(p.decision, Decision::Idle);
@@ -55,6 +61,8 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+
+pub mod propose;
 
 /// One hour, ms.
 const HOUR_MS: u64 = 3_600_000;
@@ -134,6 +142,10 @@ pub enum Kind {
 /// One operation a load plan proposes this period.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Proposal {
+    /// What needs the operation: a shard id, a hot owner. The sustain rule counts the periods
+    /// in a row this subject needed this kind of operation (the span may shift as load moves:
+    /// a hot owner's piece to shed changes a little every period).
+    pub subject: String,
     /// What it acts on.
     pub span: Span,
     /// What it does.
@@ -165,8 +177,8 @@ pub struct PilotState {
     pub in_flight: Option<Started>,
     /// Operations started in the last 24 h, oldest first.
     pub history: Vec<Started>,
-    /// Consecutive periods each (span, kind) has been proposed, up to the last period.
-    pub streaks: BTreeMap<(Span, Kind), u32>,
+    /// Consecutive periods each (subject, kind) has been proposed, up to the last period.
+    pub streaks: BTreeMap<(String, Kind), u32>,
 }
 
 impl PilotState {
@@ -279,7 +291,7 @@ pub struct Period {
     /// Every other proposal and why it does not run now.
     pub waiting: Vec<(Proposal, Wait)>,
     /// The streaks to persist for the next period ([`PilotState::streaks`]).
-    pub streaks: BTreeMap<(Span, Kind), u32>,
+    pub streaks: BTreeMap<(String, Kind), u32>,
 }
 
 /// Decides one period at `now_ms` from `state` and this period's `proposals` (see the module
@@ -317,11 +329,11 @@ pub fn decide(
     for p in &ops {
         let seen = state
             .streaks
-            .get(&(p.span, p.kind))
+            .get(&(p.subject.clone(), p.kind))
             .copied()
             .unwrap_or(0)
             .saturating_add(1);
-        let e = out.streaks.entry((p.span, p.kind)).or_insert(0);
+        let e = out.streaks.entry((p.subject.clone(), p.kind)).or_insert(0);
         *e = (*e).max(seen);
     }
     if let Some(running) = &state.in_flight {
@@ -332,7 +344,11 @@ pub fn decide(
     let budget = budget_until(cfg, &state.history, now_ms);
     let mut eligible: Vec<&Proposal> = vec![];
     for p in ops {
-        let seen = out.streaks.get(&(p.span, p.kind)).copied().unwrap_or(1);
+        let seen = out
+            .streaks
+            .get(&(p.subject.clone(), p.kind))
+            .copied()
+            .unwrap_or(1);
         let wait = if seen < cfg.sustain {
             Some(Wait::Sustain {
                 seen,
@@ -414,6 +430,7 @@ mod tests {
 
     fn prop(lo: u128, hi: u128, kind: Kind, urgency: f64) -> Proposal {
         Proposal {
+            subject: format!("{lo}-{hi}"),
             span: span(lo, hi),
             kind,
             urgency,
@@ -507,7 +524,7 @@ mod tests {
     #[test]
     fn a_pause_holds_everything_and_forgets_streaks() {
         let mut s = PilotState::default();
-        s.streaks.insert((span(0, 9), Kind::Split), 5);
+        s.streaks.insert(("0-9".to_owned(), Kind::Split), 5);
         s.paused = Some("ops: incident 42".into());
         let p = decide(&acting(), &s, &[prop(0, 9, Kind::Split, 2.0)], 0).unwrap();
         assert_eq!(
@@ -552,7 +569,7 @@ mod tests {
             let mut s = PilotState::default();
             let mut runs: Vec<(u64, Span)> = vec![];
             let mut ends: Option<(usize, String)> = None;
-            let mut last: BTreeMap<(Span, Kind), u32> = BTreeMap::new();
+            let mut last: BTreeMap<(String, Kind), u32> = BTreeMap::new();
             for (i, raw) in periods.into_iter().enumerate() {
                 let now = (i as u64 + 1) * period;
                 if let Some((at, id)) = &ends && *at <= i {
@@ -567,7 +584,7 @@ mod tests {
                     prop_assert!(s.in_flight.is_none(), "two in flight");
                     prop_assert!(ps.contains(run));
                     // Sustained: proposed in each of the last `sustain` periods.
-                    let seen = last.get(&(run.span, run.kind)).copied().unwrap_or(0) + 1;
+                    let seen = last.get(&(run.subject.clone(), run.kind)).copied().unwrap_or(0) + 1;
                     prop_assert!(seen >= sustain, "ran after {seen} of {sustain} periods");
                     for (at, sp) in &runs {
                         if sp.overlaps(&run.span) {

@@ -41,6 +41,7 @@
 //! a slot router with an acknowledgement log) and an SDK HTTP client with a bound on calls in
 //! flight ([`http`], for emulators whose transactions are not isolated).
 
+pub mod day;
 pub mod esm;
 pub mod fanout;
 pub mod front;

@@ -1,0 +1,253 @@
+//! From per-slot load to the move proposals the governor ([`super::decide`]) judges.
+//!
+//! The balance plan ([`crate::slots::balance::plan`]) says which pieces, split at load
+//! medians, would bring every owner under a utilisation. A control loop that runs while load
+//! moves needs that line relative to the load of the moment, not fixed: at night every owner
+//! is cool and nothing should move; at the peak the line must sit just above the mean, or the
+//! hottest owner stays far above the others. [`Relative`] sets it from the mean owner load
+//! each period: an owner is planned for once it is above `mean × (target + band)` and drained
+//! to `mean × target`, and a destination is filled to at most `mean × (target − band)`. With
+//! the defaults (1.1 and 0.1) an owner is moved from above 1.2 × the mean: the governor's
+//! `max/mean ≤ 1.25` goal with room for one period of drift.
+//!
+//! A proposal's subject is the hot owner (the governor's *sustain* rule counts the periods in a
+//! row an owner needed relief, whichever piece the plan picks as load shifts) and its
+//! [`Span`] the range of that owner holding the piece, which the cooldown of recently moved
+//! pieces is checked against. The executor moves the piece this period's plan carries
+//! ([`MoveProposal::planned`]) and records the piece ([`MoveProposal::ran`]).
+//!
+//! ```
+//! use std::collections::BTreeMap;
+//! use heatsink_core::autopilot::propose::{moves, Relative};
+//! use heatsink_core::slots::{RangeEntry, SlotMap, SlotRange};
+//!
+//! let mut map = SlotMap::initial("a", 1_000, false);
+//! map.ranges = vec![
+//!     RangeEntry::stable(SlotRange::new(0, 8191)?, "a", 1),
+//!     RangeEntry::stable(SlotRange::new(8192, 16383)?, "b", 1),
+//! ];
+//! // All the load on a's half: a is at 2 × the mean, b idle.
+//! let load: BTreeMap<u16, f64> = (0..8192u16).step_by(64).map(|s| (s, 10.0)).collect();
+//! let proposals = moves(&map, &load, &Relative::default());
+//! assert_eq!(proposals.len(), 1);
+//! assert_eq!(proposals[0].planned.from, "a");
+//! assert_eq!((proposals[0].proposal.span.lo(), proposals[0].proposal.span.hi()), (0, 8191));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! Limits: the proposals are as good as the load sample (slots without a sample carry no
+//! load); one proposal per hot owner (the first piece the plan moves from it), because the
+//! governor runs at most one operation a period anyway.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Kind, Proposal, Span};
+use crate::slots::SlotMap;
+use crate::slots::balance::{self, BalanceConfig, PlannedMove};
+
+/// The balance line relative to the mean owner load (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Relative {
+    /// What one owner serves at 100 %, in the load's unit (for [`Proposal::urgency`]).
+    pub capacity: f64,
+    /// Owners are drained to `mean × target` (> 1).
+    pub target: f64,
+    /// Hysteresis as a share of the mean: planned above `mean × (target + band)`, destinations
+    /// filled to `mean × (target − band)`.
+    pub band: f64,
+}
+
+impl Default for Relative {
+    /// 1,000 units per owner, drained to 1.1 × the mean, hysteresis 0.1 × the mean.
+    fn default() -> Self {
+        Self {
+            capacity: 1_000.0,
+            target: 1.1,
+            band: 0.1,
+        }
+    }
+}
+
+/// One move proposal and the piece this period's plan would move for it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MoveProposal {
+    /// What the governor judges: the hot range, [`Kind::Move`], the source's utilisation.
+    pub proposal: Proposal,
+    /// The piece, its owner and its destination.
+    pub planned: PlannedMove,
+}
+
+impl MoveProposal {
+    /// The operation as the executor records it once it runs ([`super::PilotState::started`]):
+    /// the piece moved, not the range it came from, so the cooldown keeps the moved slots from
+    /// moving again (back, or on) while the rest of the source's range may still be relieved.
+    pub fn ran(&self) -> Proposal {
+        let span = Span::new(
+            u128::from(self.planned.slots.first),
+            u128::from(self.planned.slots.last),
+        )
+        .unwrap_or(self.proposal.span);
+        Proposal {
+            span,
+            ..self.proposal.clone()
+        }
+    }
+}
+
+/// The owners' loads under `map` for `load` (slot → load), every owner listed.
+pub fn owner_loads(map: &SlotMap, load: &BTreeMap<u16, f64>) -> BTreeMap<String, f64> {
+    let mut out: BTreeMap<String, f64> = BTreeMap::new();
+    for r in &map.ranges {
+        let l: f64 = load
+            .range(r.range.first..=r.range.last)
+            .map(|(_, l)| *l)
+            .sum();
+        *out.entry(r.owner.clone()).or_default() += l;
+    }
+    out
+}
+
+/// The balance line for this period's `owners` loads (see the module docs); `None` when
+/// there is nothing to balance (fewer than two owners, no load).
+pub fn line(owners: &BTreeMap<String, f64>, rel: &Relative) -> Option<BalanceConfig> {
+    let count = u32::try_from(owners.len()).ok()?;
+    let total: f64 = owners.values().sum();
+    if count < 2 || total <= 0.0 || rel.capacity <= 0.0 {
+        return None;
+    }
+    let mean_util = total / f64::from(count) / rel.capacity;
+    Some(BalanceConfig {
+        capacity: rel.capacity,
+        target: mean_util * rel.target,
+        band: mean_util * rel.band,
+    })
+}
+
+/// The move proposals for `map` under `load`: one per hot owner, most urgent first.
+pub fn moves(map: &SlotMap, load: &BTreeMap<u16, f64>, rel: &Relative) -> Vec<MoveProposal> {
+    let owners = owner_loads(map, load);
+    let Some(cfg) = line(&owners, rel) else {
+        return vec![];
+    };
+    let plan = balance::plan(map, &[], load, &cfg);
+    let mut seen: Vec<String> = vec![];
+    let mut out = vec![];
+    for planned in plan.moves {
+        // The range of the source, in the map as it is now, that holds the piece.
+        let Some(home) = map
+            .ranges
+            .iter()
+            .find(|r| r.owner == planned.from && r.range.covers(&planned.slots))
+        else {
+            // A piece carved from a range an earlier move of this plan changed: next period.
+            continue;
+        };
+        if seen.contains(&planned.from) {
+            continue;
+        }
+        seen.push(planned.from.clone());
+        let Ok(span) = Span::new(u128::from(home.range.first), u128::from(home.range.last)) else {
+            continue;
+        };
+        let urgency = owners.get(&planned.from).copied().unwrap_or_default() / rel.capacity;
+        out.push(MoveProposal {
+            proposal: Proposal {
+                subject: planned.from.clone(),
+                span,
+                kind: Kind::Move,
+                urgency,
+            },
+            planned,
+        });
+    }
+    out.sort_by(|a, b| b.proposal.urgency.total_cmp(&a.proposal.urgency));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::slots::{RangeEntry, SlotRange};
+
+    fn map_of(bounds: &[(u16, &str)]) -> SlotMap {
+        let mut map = SlotMap::initial("x", 1_000, false);
+        map.ranges = bounds
+            .iter()
+            .enumerate()
+            .map(|(i, (first, owner))| {
+                let last = bounds.get(i + 1).map_or(16_383, |(f, _)| f - 1);
+                RangeEntry::stable(SlotRange::new(*first, last).expect("range"), *owner, 1)
+            })
+            .collect();
+        map
+    }
+
+    #[test]
+    fn an_even_layout_proposes_nothing_and_a_hot_range_is_proposed_with_its_home_span() {
+        let map = map_of(&[(0, "a"), (4096, "b"), (8192, "c"), (12288, "d")]);
+        let even: BTreeMap<u16, f64> = (0..16384u16).step_by(16).map(|s| (s, 1.0)).collect();
+        assert!(moves(&map, &even, &Relative::default()).is_empty());
+        let mut hot = even.clone();
+        for s in (4096..4200u16).step_by(16) {
+            hot.insert(s, 60.0);
+        }
+        let p = moves(&map, &hot, &Relative::default());
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert_eq!(p[0].planned.from, "b");
+        assert_eq!(
+            (p[0].proposal.span.lo(), p[0].proposal.span.hi()),
+            (4096, 8191)
+        );
+        assert!(
+            SlotRange::new(4096, 8191)
+                .expect("range")
+                .covers(&p[0].planned.slots)
+        );
+    }
+
+    proptest! {
+        /// Every proposal comes from an owner above the line (mean × (target + band)), names a
+        /// span that is one of its ranges holding the piece, and at most one proposal names an
+        /// owner; the most urgent never fills its destination above mean × (target − band).
+        #[test]
+        fn proposals_come_only_from_owners_above_the_line_and_never_overfill(
+            cuts in proptest::collection::btree_set(1u16..16383, 1..6),
+            hot in proptest::collection::vec((0u16..16384, 1.0f64..500.0), 1..40),
+        ) {
+            let mut bounds = vec![0u16];
+            bounds.extend(cuts);
+            let names = ["a", "b", "c", "d", "e", "f", "g"];
+            let pairs: Vec<(u16, &str)> = bounds.iter().zip(names).map(|(b, n)| (*b, n)).collect();
+            let map = map_of(&pairs);
+            let mut load: BTreeMap<u16, f64> = (0..16384u16).step_by(128).map(|s| (s, 1.0)).collect();
+            for (s, l) in hot {
+                *load.entry(s).or_default() += l;
+            }
+            let rel = Relative::default();
+            let owners = owner_loads(&map, &load);
+            let mean = owners.values().sum::<f64>() / owners.len() as f64;
+            let props = moves(&map, &load, &rel);
+            let mut spans = std::collections::BTreeSet::new();
+            for p in &props {
+                let from = owners[&p.planned.from];
+                prop_assert!(from > mean * (rel.target + rel.band) - 1e-9, "{from} vs mean {mean}");
+                let home = map.ranges.iter().find(|r| {
+                    u128::from(r.range.first) == p.proposal.span.lo()
+                        && u128::from(r.range.last) == p.proposal.span.hi()
+                });
+                prop_assert!(home.is_some_and(|h| h.owner == p.planned.from && h.range.covers(&p.planned.slots)));
+                prop_assert!(spans.insert(p.proposal.subject.clone()), "one proposal per owner");
+                prop_assert_eq!(&p.proposal.subject, &p.planned.from);
+            }
+            // The most urgent is the plan's first move, made on today's loads: its destination
+            // ends at or under the fill line.
+            if let Some(p) = props.first() {
+                prop_assert!(owners[&p.planned.to] + p.planned.load <= mean * (rel.target - rel.band) + 1e-6);
+            }
+        }
+    }
+}

@@ -1,0 +1,46 @@
+//! The moving-hotspot day (`heatsink_sim::day`) under three policies side by side: a static
+//! layout, a naive threshold loop and the autopilot, at 1- and 5-minute periods.
+//!
+//! `cargo run -p heatsink-sim --release --example moving_hotspot`
+
+use heatsink_sim::day::{DayConfig, DayReport, Policy, simulate};
+
+fn quantile(ratios: &[f64], q: f64) -> f64 {
+    let mut v = ratios.to_vec();
+    v.sort_by(f64::total_cmp);
+    let i = ((v.len() as f64 - 1.0) * q).round() as usize;
+    v.get(i).copied().unwrap_or(1.0)
+}
+
+fn row(period: u32, name: &str, r: &DayReport) {
+    println!(
+        "| {period} min | {name} | {} | {:.2} / {:.2} / {:.2} | {} of {} | {} | {} | {} / {} |",
+        r.ops,
+        quantile(&r.ratios, 0.5),
+        quantile(&r.ratios, 0.95),
+        r.worst_ratio,
+        r.over,
+        r.ratios.len(),
+        r.over_after_reaction,
+        r.longest_over,
+        r.flip_flops_max,
+        r.flip_flops_total,
+    );
+}
+
+fn main() {
+    println!(
+        "| period | policy | moves | max/mean p50 / p95 / worst | periods over 1.25 | over after the first reaction | longest run over | flip-flops max per cell / total |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    for period in [1, 5] {
+        let day = DayConfig::moving_city(period);
+        for policy in [
+            Policy::Static,
+            Policy::Naive,
+            Policy::Pilot(DayConfig::pilot()),
+        ] {
+            row(period, policy.name(), &simulate(&day, &policy));
+        }
+    }
+}
