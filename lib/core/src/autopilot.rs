@@ -177,8 +177,40 @@ pub struct PilotState {
     pub in_flight: Option<Started>,
     /// Operations started in the last 24 h, oldest first.
     pub history: Vec<Started>,
-    /// Consecutive periods each (subject, kind) has been proposed, up to the last period.
+    /// Consecutive periods each (subject, kind) has been proposed, up to the last period
+    /// (stored as a list of `[subject, kind, periods]`: JSON maps take only text keys).
+    #[serde(with = "streak_list")]
     pub streaks: BTreeMap<(String, Kind), u32>,
+}
+
+/// [`PilotState::streaks`] as a JSON list of `[subject, kind, periods]`.
+mod streak_list {
+    use std::collections::BTreeMap;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use super::Kind;
+
+    pub(super) fn serialize<S: Serializer>(
+        map: &BTreeMap<(String, Kind), u32>,
+        ser: S,
+    ) -> Result<S::Ok, S::Error> {
+        let list: Vec<(&String, &Kind, &u32)> = map
+            .iter()
+            .map(|((subject, kind), n)| (subject, kind, n))
+            .collect();
+        list.serialize(ser)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        de: D,
+    ) -> Result<BTreeMap<(String, Kind), u32>, D::Error> {
+        let list: Vec<(String, Kind, u32)> = Vec::deserialize(de)?;
+        Ok(list
+            .into_iter()
+            .map(|(subject, kind, n)| ((subject, kind), n))
+            .collect())
+    }
 }
 
 impl PilotState {
@@ -519,6 +551,18 @@ mod tests {
         );
         let p = decide(&cfg, &s, std::slice::from_ref(&b), 1_000 + HOUR_MS).unwrap();
         assert_eq!(p.decision, Decision::Run(b));
+    }
+
+    #[test]
+    fn the_state_survives_a_json_round_trip_streaks_included() {
+        let mut s = PilotState::default();
+        let p = prop(0, 9, Kind::Split, 1.2);
+        s.streaks.insert((p.subject.clone(), Kind::Split), 2);
+        s.started("split-1", &p, 60_000);
+        s.paused = Some("ops: game night".into());
+        let text = serde_json::to_string(&s).unwrap();
+        let back: PilotState = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, s, "{text}");
     }
 
     #[test]

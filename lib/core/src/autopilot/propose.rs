@@ -35,6 +35,9 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! A Kinesis reshard plan ([`crate::reshard::plan`]) becomes proposals through [`reshard`]:
+//! its splits, merges and hot keys (the last handed to the hot-key controller, never run).
+//!
 //! Limits: the proposals are as good as the load sample (slots without a sample carry no
 //! load); one proposal per hot owner (the first piece the plan moves from it), because the
 //! governor runs at most one operation a period anyway.
@@ -44,6 +47,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::{Kind, Proposal, Span};
+use crate::reshard::{Action, Plan};
 use crate::slots::SlotMap;
 use crate::slots::balance::{self, BalanceConfig, PlannedMove};
 
@@ -166,6 +170,68 @@ pub fn moves(map: &SlotMap, load: &BTreeMap<u16, f64>, rel: &Relative) -> Vec<Mo
     out
 }
 
+/// The proposals of a Kinesis reshard plan: a split per shard the plan splits (subject the
+/// shard id, span its hash range, urgency its load), a merge per pair it merges (subject the
+/// left shard, span both ranges, urgency `1 −` their combined load) and a salt hand-off per hot
+/// key (subject the key, span its shard's range, urgency its load). `ranges` is shard id →
+/// hash range, from the listing the plan was sampled with; a shard missing from it proposes
+/// nothing.
+pub fn reshard(plan: &Plan, ranges: &BTreeMap<String, (u128, u128)>) -> Vec<Proposal> {
+    let span_of = |id: &str| ranges.get(id).and_then(|(lo, hi)| Span::new(*lo, *hi).ok());
+    let load_of = |id: &str| {
+        plan.shards
+            .iter()
+            .find(|s| s.shard_id == id)
+            .map_or(0.0, |s| s.load)
+    };
+    let mut out = vec![];
+    let mut merged: Vec<&str> = vec![];
+    for s in &plan.shards {
+        let Some(span) = span_of(&s.shard_id) else {
+            continue;
+        };
+        match (s.action, s.merge_with.as_deref()) {
+            (Action::Split, _) => out.push(Proposal {
+                subject: s.shard_id.clone(),
+                span,
+                kind: Kind::Split,
+                urgency: s.load,
+            }),
+            (Action::Merge, Some(other)) if !merged.contains(&s.shard_id.as_str()) => {
+                let Some(o) = span_of(other) else { continue };
+                let (lo, hi) = (span.lo().min(o.lo()), span.hi().max(o.hi()));
+                let Ok(both) = Span::new(lo, hi) else {
+                    continue;
+                };
+                let left = if span.lo() <= o.lo() {
+                    &s.shard_id
+                } else {
+                    other
+                };
+                merged.extend([s.shard_id.as_str(), other]);
+                out.push(Proposal {
+                    subject: left.to_owned(),
+                    span: both,
+                    kind: Kind::Merge,
+                    urgency: 1.0 - (s.load + load_of(other)),
+                });
+            }
+            _ => {}
+        }
+    }
+    for h in &plan.hot_keys {
+        if let Some(span) = span_of(&h.shard_id) {
+            out.push(Proposal {
+                subject: h.partition_key.clone(),
+                span,
+                kind: Kind::Salt,
+                urgency: h.load,
+            });
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
@@ -207,6 +273,64 @@ mod tests {
                 .expect("range")
                 .covers(&p[0].planned.slots)
         );
+    }
+
+    #[test]
+    fn a_reshard_plan_proposes_its_split_its_merge_once_and_hands_off_its_hot_key() {
+        use crate::reshard::{HotKeyReport, ReshardState, ShardPlan};
+        let line = |id: &str, load: f64, action: Action, with: Option<&str>| ShardPlan {
+            shard_id: id.into(),
+            load,
+            unplaced: 0.0,
+            peak: load,
+            action,
+            split_hash_key: None,
+            split_hash_keys: vec![],
+            merge_with: with.map(Into::into),
+            refusal: None,
+        };
+        let plan = Plan {
+            shards: vec![
+                line("s0", 1.4, Action::Split, None),
+                line("s1", 0.1, Action::Merge, Some("s2")),
+                line("s2", 0.2, Action::Merge, Some("s1")),
+                line("s3", 0.5, Action::None, None),
+            ],
+            ops: vec![],
+            hot_keys: vec![HotKeyReport {
+                shard_id: "s3".into(),
+                partition_key: "celebrity".into(),
+                load: 0.45,
+                share: 0.9,
+            }],
+            predicted_max_over_mean: 1.0,
+            midpoint_max_over_mean: 1.0,
+            uniform_max_over_mean: 1.0,
+            state: ReshardState::default(),
+        };
+        let ranges = BTreeMap::from([
+            ("s0".to_owned(), (0, 99)),
+            ("s1".to_owned(), (100, 199)),
+            ("s2".to_owned(), (200, 299)),
+            ("s3".to_owned(), (300, 399)),
+        ]);
+        let p = reshard(&plan, &ranges);
+        let summary: Vec<(&str, Kind, u128, u128)> = p
+            .iter()
+            .map(|p| (p.subject.as_str(), p.kind, p.span.lo(), p.span.hi()))
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                ("s0", Kind::Split, 0, 99),
+                ("s1", Kind::Merge, 100, 299),
+                ("celebrity", Kind::Salt, 300, 399)
+            ]
+        );
+        assert!((p[1].urgency - 0.7).abs() < 1e-9, "1 − (0.1 + 0.2)");
+        // A shard the listing lacks proposes nothing.
+        let partial = BTreeMap::from([("s3".to_owned(), (300, 399))]);
+        assert_eq!(reshard(&plan, &partial).len(), 1);
     }
 
     proptest! {
