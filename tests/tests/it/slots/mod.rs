@@ -1237,5 +1237,6 @@ async fn a_move_lists_stream_shards_within_the_describe_stream_limit() {
 mod attrition;
 mod interrupt;
 mod ownership;
+mod pilot;
 mod proof;
 mod weather;
