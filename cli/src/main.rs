@@ -70,6 +70,12 @@ enum Command {
         #[command(subcommand)]
         command: cmd::reshard::ReshardCommand,
     },
+    /// The slot directory's control loop, a period at a time (status, pause, resume, finish,
+    /// reset, plan, run): moves from load, judged by the governor; dry run unless --act.
+    Autopilot {
+        #[command(subcommand)]
+        command: cmd::autopilot::AutopilotCommand,
+    },
     /// Print the shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(cmd::completions::CompletionsArgs),
 }
@@ -100,6 +106,7 @@ async fn main() -> ExitCode {
         Command::Reshard { command } => cmd::reshard::run(command).await,
         Command::Slots { command } => cmd::slots::run(command).await,
         Command::Move { command } => cmd::r#move::run(command).await,
+        Command::Autopilot { command } => cmd::autopilot::run(command).await,
         Command::Completions(args) => cmd::completions::run(&args, &mut Cli::command()),
     };
     let exit = Exit::of(&result);

@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub mod autopilot;
 pub mod completions;
 pub mod exit;
 pub mod fail;

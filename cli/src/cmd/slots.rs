@@ -252,7 +252,11 @@ pub async fn run(command: SlotsCommand) -> CmdResult {
 
 /// A failure of the slot directory `dir` (its table, on the DynamoDB endpoint), or the
 /// library's refusal as it is (it names the command to run next).
-fn failed(dir: &SlotDirectory, action: &str, e: &(dyn std::error::Error + 'static)) -> Failure {
+pub(crate) fn failed(
+    dir: &SlotDirectory,
+    action: &str,
+    e: &(dyn std::error::Error + 'static),
+) -> Failure {
     failed_on(dir.table(), action, e)
 }
 
@@ -283,7 +287,7 @@ pub(crate) fn failed_on(
 }
 
 /// The directory's map, or a one-line failure.
-async fn load_map(dir: &SlotDirectory) -> Result<heatsink::slots::SlotMap, Failure> {
+pub(crate) async fn load_map(dir: &SlotDirectory) -> Result<heatsink::slots::SlotMap, Failure> {
     dir.load()
         .await
         .map_err(|e| failed(dir, "read the slot directory", &e))
@@ -537,7 +541,10 @@ async fn plan_cmd(a: PlanArgs) -> CmdResult {
 }
 
 /// Per-slot load from the samples' JSON lines (`{"key" or "slot", "rate"}`).
-fn parse_samples(text: &str, path: &std::path::Path) -> Result<BTreeMap<u16, f64>, Failure> {
+pub(crate) fn parse_samples(
+    text: &str,
+    path: &std::path::Path,
+) -> Result<BTreeMap<u16, f64>, Failure> {
     let mut load: BTreeMap<u16, f64> = BTreeMap::new();
     for (n, line) in text
         .lines()

@@ -114,3 +114,7 @@ pub mod timeouts;
 
 /// Key strategies: salted keys, calculated suffixes, GSI shards, the S planner (pure).
 pub use heatsink_core::keys;
+
+/// The autopilot's rules (pure): the governor that decides which proposed reshard or move runs
+/// each period, and the proposals made from load; its state's store is [`slots::pilot`].
+pub use heatsink_core::autopilot;

@@ -239,7 +239,7 @@ pub fn simulate(day: &DayConfig, policy: &Policy) -> DayReport {
                 .map(|cfg| balance::plan(&map, &[], &load, &cfg).moves)
                 .unwrap_or_default(),
             Policy::Pilot(cfg) => {
-                let planned = propose::moves(&map, &load, &day.relative);
+                let planned = propose::moves(&map, &[], &load, &day.relative);
                 let cfg = PilotConfig { act: true, ..*cfg };
                 let proposals: Vec<_> = planned.iter().map(|p| p.proposal.clone()).collect();
                 match decide(&cfg, &state, &proposals, now_ms) {

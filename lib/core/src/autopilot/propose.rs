@@ -28,7 +28,7 @@
 //! ];
 //! // All the load on a's half: a is at 2 × the mean, b idle.
 //! let load: BTreeMap<u16, f64> = (0..8192u16).step_by(64).map(|s| (s, 10.0)).collect();
-//! let proposals = moves(&map, &load, &Relative::default());
+//! let proposals = moves(&map, &[], &load, &Relative::default());
 //! assert_eq!(proposals.len(), 1);
 //! assert_eq!(proposals[0].planned.from, "a");
 //! assert_eq!((proposals[0].proposal.span.lo(), proposals[0].proposal.span.hi()), (0, 8191));
@@ -129,13 +129,22 @@ pub fn line(owners: &BTreeMap<String, f64>, rel: &Relative) -> Option<BalanceCon
     })
 }
 
-/// The move proposals for `map` under `load`: one per hot owner, most urgent first.
-pub fn moves(map: &SlotMap, load: &BTreeMap<u16, f64>, rel: &Relative) -> Vec<MoveProposal> {
-    let owners = owner_loads(map, load);
+/// The move proposals for `map` under `load`: one per hot owner, most urgent first. `spare`
+/// tables own nothing yet and may take moves (they count in the mean at load 0).
+pub fn moves(
+    map: &SlotMap,
+    spare: &[String],
+    load: &BTreeMap<u16, f64>,
+    rel: &Relative,
+) -> Vec<MoveProposal> {
+    let mut owners = owner_loads(map, load);
+    for s in spare {
+        owners.entry(s.clone()).or_insert(0.0);
+    }
     let Some(cfg) = line(&owners, rel) else {
         return vec![];
     };
-    let plan = balance::plan(map, &[], load, &cfg);
+    let plan = balance::plan(map, spare, load, &cfg);
     let mut seen: Vec<String> = vec![];
     let mut out = vec![];
     for planned in plan.moves {
@@ -256,12 +265,12 @@ mod tests {
     fn an_even_layout_proposes_nothing_and_a_hot_range_is_proposed_with_its_home_span() {
         let map = map_of(&[(0, "a"), (4096, "b"), (8192, "c"), (12288, "d")]);
         let even: BTreeMap<u16, f64> = (0..16384u16).step_by(16).map(|s| (s, 1.0)).collect();
-        assert!(moves(&map, &even, &Relative::default()).is_empty());
+        assert!(moves(&map, &[], &even, &Relative::default()).is_empty());
         let mut hot = even.clone();
         for s in (4096..4200u16).step_by(16) {
             hot.insert(s, 60.0);
         }
-        let p = moves(&map, &hot, &Relative::default());
+        let p = moves(&map, &[], &hot, &Relative::default());
         assert_eq!(p.len(), 1, "{p:?}");
         assert_eq!(p[0].planned.from, "b");
         assert_eq!(
@@ -354,7 +363,7 @@ mod tests {
             let rel = Relative::default();
             let owners = owner_loads(&map, &load);
             let mean = owners.values().sum::<f64>() / owners.len() as f64;
-            let props = moves(&map, &load, &rel);
+            let props = moves(&map, &[], &load, &rel);
             let mut spans = std::collections::BTreeSet::new();
             for p in &props {
                 let from = owners[&p.planned.from];
