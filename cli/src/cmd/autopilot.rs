@@ -9,8 +9,6 @@
 //! saved *before* the move starts) and runs the move to its end through `move start`. Without
 //! `--act` a run is a dry run: it counts streaks and starts nothing.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use clap::{Args, Subcommand};
 use heatsink::autopilot::propose::{MoveProposal, Relative, moves};
 use heatsink::autopilot::{Decision, HoldReason, Period, PilotConfig, Wait, decide};
@@ -20,7 +18,8 @@ use serde_json::{Value, json};
 use super::CmdResult;
 use super::fail::Failure;
 use super::output::Output;
-use super::slots::{DirArgs, failed, load_map, parse_samples};
+use super::reshard::now_ms;
+use super::slots::{DirArgs, failed, load_map, read_samples};
 
 /// `heatsink autopilot` subcommands.
 #[derive(Debug, Subcommand)]
@@ -107,12 +106,6 @@ pub struct PeriodArgs {
     act: bool,
     #[command(flatten)]
     output: Output,
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// Runs one `heatsink autopilot` subcommand.
@@ -233,13 +226,7 @@ async fn period(a: PeriodArgs, record: bool) -> CmdResult {
     let dir = a.dir.open().await;
     let map = load_map(&dir).await?;
     let (store, mut stored) = open(&a.dir).await?;
-    let text = std::fs::read_to_string(&a.samples).map_err(|e| {
-        Failure::new(format!(
-            "cannot read the samples {}: {e}; check --samples",
-            a.samples.display()
-        ))
-    })?;
-    let load = parse_samples(&text, &a.samples)?;
+    let load = read_samples(&a.samples)?;
     let rel = Relative {
         capacity: a.capacity,
         ..Relative::default()

@@ -79,7 +79,8 @@ pub struct ApplyArgs {
     output: Output,
 }
 
-fn now_ms() -> u64 {
+/// Now, Unix ms (0 before the epoch).
+pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))

@@ -506,13 +506,7 @@ fn verify_outcome(r: &VerifyReport, table: &str) -> CmdResult {
 async fn plan_cmd(a: PlanArgs) -> CmdResult {
     let dir = a.dir.open().await;
     let map = load_map(&dir).await?;
-    let text = std::fs::read_to_string(&a.samples).map_err(|e| {
-        Failure::new(format!(
-            "cannot read the samples {}: {e}; check --samples",
-            a.samples.display()
-        ))
-    })?;
-    let load = parse_samples(&text, &a.samples)?;
+    let load = read_samples(&a.samples)?;
     let cfg = BalanceConfig {
         capacity: a.capacity,
         target: a.target,
@@ -538,6 +532,17 @@ async fn plan_cmd(a: PlanArgs) -> CmdResult {
         }
     }
     Ok(())
+}
+
+/// Per-slot load from the samples file at `path` (`--samples`).
+pub(crate) fn read_samples(path: &std::path::Path) -> Result<BTreeMap<u16, f64>, Failure> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Failure::new(format!(
+            "cannot read the samples {}: {e}; check --samples",
+            path.display()
+        ))
+    })?;
+    parse_samples(&text, path)
 }
 
 /// Per-slot load from the samples' JSON lines (`{"key" or "slot", "rate"}`).

@@ -135,45 +135,37 @@ impl PilotStore {
         Ok(res.written("UpdateItem", &self.table)?)
     }
 
-    /// Sets the kill switch with `reason` (who and why): the loop holds from its next period.
-    /// Unconditional, so it lands whatever the loop is writing.
-    pub async fn pause(&self, reason: &str) -> Result<(), MoveError> {
+    /// One unconditional UpdateItem of the item (the kill switch and the reset never wait on
+    /// the loop).
+    async fn update(&self, update: &Update) -> Result<(), MoveError> {
         self.ddb
             .update_item()
             .table_name(&self.table)
             .set_key(Some(self.key()))
-            .updating(&Update::new().set(PAUSED_ATTR, s(reason)))
+            .updating(update)
             .send()
             .await
             .map_err(|e| AwsError::dynamodb("UpdateItem", &self.table, e))?;
         Ok(())
+    }
+
+    /// Sets the kill switch with `reason` (who and why): the loop holds from its next period.
+    /// Unconditional, so it lands whatever the loop is writing.
+    pub async fn pause(&self, reason: &str) -> Result<(), MoveError> {
+        self.update(&Update::new().set(PAUSED_ATTR, s(reason)))
+            .await
     }
 
     /// Forgets the state (in flight, history, streaks), keeping the kill switch: for a state
     /// that no longer reads, or after an operator finished the operation in flight by hand.
     /// The next [`PilotStore::save`] names revision 0.
     pub async fn reset(&self) -> Result<(), MoveError> {
-        self.ddb
-            .update_item()
-            .table_name(&self.table)
-            .set_key(Some(self.key()))
-            .updating(&Update::new().remove(STATE_ATTR).remove(REV_ATTR))
-            .send()
+        self.update(&Update::new().remove(STATE_ATTR).remove(REV_ATTR))
             .await
-            .map_err(|e| AwsError::dynamodb("UpdateItem", &self.table, e))?;
-        Ok(())
     }
 
     /// Clears the kill switch: the loop counts its streaks afresh from its next period.
     pub async fn resume(&self) -> Result<(), MoveError> {
-        self.ddb
-            .update_item()
-            .table_name(&self.table)
-            .set_key(Some(self.key()))
-            .updating(&Update::new().remove(PAUSED_ATTR))
-            .send()
-            .await
-            .map_err(|e| AwsError::dynamodb("UpdateItem", &self.table, e))?;
-        Ok(())
+        self.update(&Update::new().remove(PAUSED_ATTR)).await
     }
 }
