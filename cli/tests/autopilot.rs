@@ -178,4 +178,37 @@ async fn an_acting_period_records_the_move_before_it_starts_runs_it_and_records_
     // Both owners are within the line now: the next period moves nothing.
     let third = tokio::task::block_in_place(run);
     assert!(!third.contains("run: move"), "{third}");
+
+    // A state that no longer reads stops every period, but not the kill switch nor the reset
+    // its failure names.
+    ddb.update_item()
+        .table_name(format!("{prefix}slots"))
+        .key(
+            "pk",
+            aws_sdk_dynamodb::types::AttributeValue::S("autopilot".into()),
+        )
+        .key(
+            "sk",
+            aws_sdk_dynamodb::types::AttributeValue::S("state".into()),
+        )
+        .update_expression("SET #s = :bad")
+        .expression_attribute_names("#s", "state")
+        .expression_attribute_values(
+            ":bad",
+            aws_sdk_dynamodb::types::AttributeValue::S("{not json".into()),
+        )
+        .send()
+        .await
+        .expect("corrupt the state");
+    let out = heatsink(&prefix, &["autopilot", "status"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("heatsink autopilot reset"), "{err}");
+    ok(
+        &prefix,
+        &["autopilot", "pause", "--reason", "test: corrupt state"],
+    );
+    ok(&prefix, &["autopilot", "reset"]);
+    let status = ok(&prefix, &["autopilot", "status"]);
+    assert!(status.contains("paused: test: corrupt state"), "{status}");
 }

@@ -12,6 +12,7 @@
 use clap::{Args, Subcommand};
 use heatsink::autopilot::propose::{MoveProposal, Relative, moves};
 use heatsink::autopilot::{Decision, HoldReason, Period, PilotConfig, Wait, decide};
+use heatsink::slots::SlotDirectory;
 use heatsink::slots::pilot::{PilotStore, Stored};
 use serde_json::{Value, json};
 
@@ -19,7 +20,7 @@ use super::CmdResult;
 use super::fail::Failure;
 use super::output::Output;
 use super::reshard::now_ms;
-use super::slots::{DirArgs, failed, load_map, read_samples};
+use super::slots::{DirArgs, SamplesArgs, failed, load_map, read_samples};
 
 /// `heatsink autopilot` subcommands.
 #[derive(Debug, Subcommand)]
@@ -80,15 +81,8 @@ pub struct FinishArgs {
 pub struct PeriodArgs {
     #[command(flatten)]
     dir: DirArgs,
-    /// Load samples, one JSON line each: `{"key": K, "rate": R}` or `{"slot": S, "rate": R}`.
-    #[arg(long)]
-    samples: std::path::PathBuf,
-    /// What one owner serves at 100 %, in the samples' unit.
-    #[arg(long, default_value = "1000", value_parser = super::positive_rate)]
-    capacity: f64,
-    /// Tables that own nothing yet and may take moves.
-    #[arg(long)]
-    spare: Vec<String>,
+    #[command(flatten)]
+    load: SamplesArgs,
     /// Periods in a row an owner must need relief before a move runs.
     #[arg(long, default_value = "2", value_parser = clap::value_parser!(u32).range(1..))]
     sustain: u32,
@@ -112,15 +106,17 @@ pub struct PeriodArgs {
 pub async fn run(command: AutopilotCommand) -> CmdResult {
     match command {
         AutopilotCommand::Status(a) => {
-            let (_, stored) = open(&a.dir).await?;
+            let dir = a.dir.open().await;
+            let stored = load_state(&dir, &store_of(&dir)).await?;
             let now = now_ms();
             a.output
                 .report(|| json!(stored.state), || status_lines(&stored, now))
         }
+        // The kill switch, its lifting and the reset write without reading the state first:
+        // they land even when the state no longer reads (reset is the remedy for that).
         AutopilotCommand::Pause(a) => {
-            let (store, _) = open(&a.dir).await?;
             let dir = a.dir.open().await;
-            store
+            store_of(&dir)
                 .pause(&a.reason)
                 .await
                 .map_err(|e| failed(&dir, "set the autopilot's kill switch in", &e))?;
@@ -135,9 +131,8 @@ pub async fn run(command: AutopilotCommand) -> CmdResult {
             )
         }
         AutopilotCommand::Resume(a) => {
-            let (store, _) = open(&a.dir).await?;
             let dir = a.dir.open().await;
-            store
+            store_of(&dir)
                 .resume()
                 .await
                 .map_err(|e| failed(&dir, "clear the autopilot's kill switch in", &e))?;
@@ -148,9 +143,8 @@ pub async fn run(command: AutopilotCommand) -> CmdResult {
         }
         AutopilotCommand::Finish(a) => finish(a).await,
         AutopilotCommand::Reset(a) => {
-            let (store, _) = open(&a.dir).await?;
             let dir = a.dir.open().await;
-            store
+            store_of(&dir)
                 .reset()
                 .await
                 .map_err(|e| failed(&dir, "reset the autopilot's state in", &e))?;
@@ -164,20 +158,23 @@ pub async fn run(command: AutopilotCommand) -> CmdResult {
     }
 }
 
-/// The store of the directory `dir` names, and its state.
-async fn open(dir: &DirArgs) -> Result<(PilotStore, Stored), Failure> {
-    let directory = dir.open().await;
-    let store = PilotStore::new(directory.client().clone(), directory.table());
-    let stored = store
+/// The autopilot's store in the directory's table.
+fn store_of(dir: &SlotDirectory) -> PilotStore {
+    PilotStore::new(dir.client().clone(), dir.table())
+}
+
+/// The autopilot's state, or a one-line failure.
+async fn load_state(dir: &SlotDirectory, store: &PilotStore) -> Result<Stored, Failure> {
+    store
         .load()
         .await
-        .map_err(|e| failed(&directory, "read the autopilot's state in", &e))?;
-    Ok((store, stored))
+        .map_err(|e| failed(dir, "read the autopilot's state in", &e))
 }
 
 async fn finish(a: FinishArgs) -> CmdResult {
-    let (store, mut stored) = open(&a.dir).await?;
     let dir = a.dir.open().await;
+    let store = store_of(&dir);
+    let mut stored = load_state(&dir, &store).await?;
     if stored.state.in_flight.as_ref().map(|s| s.id.as_str()) != Some(a.id.as_str()) {
         return Err(Failure::new(format!(
             "autopilot operation {} is not in flight in {} (in flight: {}); check the id with 'heatsink autopilot status'",
@@ -196,11 +193,7 @@ async fn finish(a: FinishArgs) -> CmdResult {
 }
 
 /// Saves `stored.state` on its revision; a lost race is a one-line failure.
-async fn save(
-    store: &PilotStore,
-    dir: &heatsink::slots::SlotDirectory,
-    stored: &Stored,
-) -> Result<(), Failure> {
+async fn save(store: &PilotStore, dir: &SlotDirectory, stored: &Stored) -> Result<(), Failure> {
     let won = store
         .save(&stored.state, stored.rev)
         .await
@@ -225,13 +218,14 @@ async fn period(a: PeriodArgs, record: bool) -> CmdResult {
     }
     let dir = a.dir.open().await;
     let map = load_map(&dir).await?;
-    let (store, mut stored) = open(&a.dir).await?;
-    let load = read_samples(&a.samples)?;
+    let store = store_of(&dir);
+    let mut stored = load_state(&dir, &store).await?;
+    let load = read_samples(&a.load.samples)?;
     let rel = Relative {
-        capacity: a.capacity,
+        capacity: a.load.capacity,
         ..Relative::default()
     };
-    let planned = moves(&map, &a.spare, &load, &rel);
+    let planned = moves(&map, &a.load.spare, &load, &rel);
     let cfg = PilotConfig {
         sustain: a.sustain,
         cooldown_ms: a.cooldown_minutes.saturating_mul(60_000),
@@ -250,14 +244,12 @@ async fn period(a: PeriodArgs, record: bool) -> CmdResult {
             .cloned(),
         _ => None,
     };
-    for line in decision_lines(&p, &planned) {
+    let lines = decision_lines(&p, &planned);
+    for line in &lines {
         tracing::info!(target: "heatsink::autopilot", "{line}");
     }
     if !record {
-        return a.output.report(
-            || period_json(&p, &planned),
-            || decision_lines(&p, &planned),
-        );
+        return a.output.report(|| period_json(&p, &planned), || lines);
     }
     stored.state.streaks = p.streaks.clone();
     let id = format!("autopilot-{now}");
@@ -267,10 +259,7 @@ async fn period(a: PeriodArgs, record: bool) -> CmdResult {
         stored.state.started(&id, &m.ran(), now);
     }
     save(&store, &dir, &stored).await?;
-    a.output.report(
-        || period_json(&p, &planned),
-        || decision_lines(&p, &planned),
-    )?;
+    a.output.report(|| period_json(&p, &planned), || lines)?;
     let Some(m) = chosen else {
         return Ok(());
     };
@@ -286,10 +275,7 @@ async fn period(a: PeriodArgs, record: bool) -> CmdResult {
         );
         return Err(e);
     }
-    let mut after = store
-        .load()
-        .await
-        .map_err(|e| failed(&dir, "read the autopilot's state in", &e))?;
+    let mut after = load_state(&dir, &store).await?;
     after.state.finished(&id);
     save(&store, &dir, &after).await?;
     Ok(())

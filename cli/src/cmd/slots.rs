@@ -157,26 +157,33 @@ pub struct VerifyArgs {
     output: Output,
 }
 
+/// Where a plan's load comes from and whom it may give it to (`slots plan`, `autopilot`).
+#[derive(Debug, Args)]
+pub struct SamplesArgs {
+    /// Load samples, one JSON line each: `{"key": K, "rate": R}` or `{"slot": S, "rate": R}`.
+    #[arg(long)]
+    pub samples: std::path::PathBuf,
+    /// What one owner serves at 100 %, in the samples' unit.
+    #[arg(long, default_value = "1000", value_parser = super::positive_rate)]
+    pub capacity: f64,
+    /// Tables that own nothing yet and may take moves.
+    #[arg(long)]
+    pub spare: Vec<String>,
+}
+
 /// Arguments of `slots plan`.
 #[derive(Debug, Args)]
 pub struct PlanArgs {
     #[command(flatten)]
     dir: DirArgs,
-    /// Load samples, one JSON line each: `{"key": K, "rate": R}` or `{"slot": S, "rate": R}`.
-    #[arg(long)]
-    samples: std::path::PathBuf,
-    /// What one owner serves at 100 %, in the samples' unit.
-    #[arg(long, default_value = "1000", value_parser = super::positive_rate)]
-    capacity: f64,
+    #[command(flatten)]
+    load: SamplesArgs,
     /// The utilisation every owner should end under.
     #[arg(long, default_value = "0.7", value_parser = super::fraction)]
     target: f64,
     /// Hysteresis band around the target.
     #[arg(long, default_value = "0.1", value_parser = super::fraction)]
     band: f64,
-    /// Tables that own nothing yet and may take moves.
-    #[arg(long)]
-    spare: Vec<String>,
     /// Carry the plan out, one move at a time (each move prints as `move start` does; with
     /// --json the plan and then each move's events are JSON lines).
     #[arg(long)]
@@ -506,13 +513,13 @@ fn verify_outcome(r: &VerifyReport, table: &str) -> CmdResult {
 async fn plan_cmd(a: PlanArgs) -> CmdResult {
     let dir = a.dir.open().await;
     let map = load_map(&dir).await?;
-    let load = read_samples(&a.samples)?;
+    let load = read_samples(&a.load.samples)?;
     let cfg = BalanceConfig {
-        capacity: a.capacity,
+        capacity: a.load.capacity,
         target: a.target,
         band: a.band,
     };
-    let p = plan(&map, &a.spare, &load, &cfg);
+    let p = plan(&map, &a.load.spare, &load, &cfg);
     if a.apply && a.output.json {
         // The plan, then each move's events: JSON lines.
         super::output::print_json_line(&json!(p));
