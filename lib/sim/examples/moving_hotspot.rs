@@ -28,7 +28,7 @@ fn row(period: u32, name: &str, r: &DayReport) {
     );
 }
 
-fn main() {
+fn main() -> Result<(), heatsink_core::autopilot::PilotError> {
     println!(
         "| period | policy | moves | max/mean p50 / p95 / worst | periods over 1.25 | over after the first reaction | longest run over | flip-flops max per cell / total |"
     );
@@ -40,7 +40,8 @@ fn main() {
             Policy::Naive,
             Policy::Pilot(DayConfig::pilot()),
         ] {
-            row(period, policy.name(), &simulate(&day, &policy));
+            row(period, policy.name(), &simulate(&day, &policy)?);
         }
     }
+    Ok(())
 }

@@ -13,15 +13,16 @@
 //!
 //! ```
 //! use heatsink_sim::day::{simulate, DayConfig, Policy};
-//! let report = simulate(&DayConfig::moving_city(5), &Policy::Static);
+//! let report = simulate(&DayConfig::moving_city(5), &Policy::Static)?;
 //! assert_eq!(report.ops, 0);
 //! assert!(report.worst_ratio > 1.25, "a moving hotspot overloads a static layout");
+//! # Ok::<(), heatsink_core::autopilot::PilotError>(())
 //! ```
 
 use std::collections::BTreeMap;
 
 use heatsink_core::autopilot::propose::{self, Relative};
-use heatsink_core::autopilot::{Decision, PilotConfig, PilotState, decide};
+use heatsink_core::autopilot::{Decision, PilotConfig, PilotError, PilotState, decide};
 use heatsink_core::slots::balance;
 use heatsink_core::slots::{RangeEntry, SlotMap, SlotRange};
 
@@ -175,17 +176,21 @@ pub struct DayReport {
     pub flip_flops_total: u32,
 }
 
-/// The directory for `owner_of` (cell → owner index), its runs coalesced into ranges.
-fn map_of(owner_of: &[usize]) -> SlotMap {
-    let mut map = SlotMap::initial("t0", 1_000, false);
+/// The directory for `owner_of` (cell → index into `names`), its runs coalesced into ranges.
+fn map_of(owner_of: &[usize], names: &[String]) -> SlotMap {
+    let mut map = SlotMap::initial(names[0].clone(), 1_000, false);
     let mut ranges: Vec<RangeEntry> = vec![];
     for (cell, owner) in owner_of.iter().enumerate() {
         let first = (cell * SLOTS_PER_CELL) as u16;
         let last = first + (SLOTS_PER_CELL as u16 - 1);
-        let name = format!("t{owner}");
+        let name = &names[*owner];
         match ranges.last_mut() {
-            Some(r) if r.owner == name => r.range.last = last,
-            _ => ranges.push(RangeEntry::stable(SlotRange { first, last }, name, 1)),
+            Some(r) if r.owner == *name => r.range.last = last,
+            _ => ranges.push(RangeEntry::stable(
+                SlotRange { first, last },
+                name.clone(),
+                1,
+            )),
         }
     }
     map.ranges = ranges;
@@ -203,9 +208,10 @@ fn ratio(owner_of: &[usize], owners: usize, cells: &[f64]) -> f64 {
     if mean > 0.0 { max / mean } else { 1.0 }
 }
 
-/// Runs the day under `policy`.
-pub fn simulate(day: &DayConfig, policy: &Policy) -> DayReport {
+/// Runs the day under `policy`; a pilot configuration the governor refuses is refused here.
+pub fn simulate(day: &DayConfig, policy: &Policy) -> Result<DayReport, PilotError> {
     let owners = day.owners.max(1);
+    let names: Vec<String> = (0..owners).map(|o| format!("t{o}")).collect();
     let mut owner_of: Vec<usize> = (0..CELLS).map(|c| c * owners / CELLS).collect();
     // Per cell, the owners it has left (a return to one of them is a flip-flop).
     let mut left: Vec<Vec<usize>> = vec![vec![]; CELLS];
@@ -231,7 +237,7 @@ pub fn simulate(day: &DayConfig, policy: &Policy) -> DayReport {
             .enumerate()
             .map(|(c, l)| ((c * SLOTS_PER_CELL) as u16, *l))
             .collect();
-        let map = map_of(&owner_of);
+        let map = map_of(&owner_of, &names);
         let runs: Vec<_> = match policy {
             Policy::Static => vec![],
             // The whole plan, every period it has moves.
@@ -242,28 +248,25 @@ pub fn simulate(day: &DayConfig, policy: &Policy) -> DayReport {
                 let planned = propose::moves(&map, &[], &load, &day.relative);
                 let cfg = PilotConfig { act: true, ..*cfg };
                 let proposals: Vec<_> = planned.iter().map(|p| p.proposal.clone()).collect();
-                match decide(&cfg, &state, &proposals, now_ms) {
-                    Ok(p) => {
-                        state.streaks = p.streaks;
-                        match p.decision {
-                            Decision::Run(chosen) => {
-                                let Some(m) =
-                                    planned.iter().find(|m| m.proposal.span == chosen.span)
-                                else {
-                                    continue;
-                                };
-                                let id = format!("move-{period}");
-                                // What was operated on is the piece moved: its cooldown keeps
-                                // it from moving again (back, or on) for a while.
-                                state.started(&id, &m.ran(), now_ms);
-                                // The model's moves finish within their period.
-                                state.finished(&id);
-                                vec![m.planned.clone()]
-                            }
-                            _ => vec![],
-                        }
+                let p = decide(&cfg, &state, &proposals, now_ms)?;
+                state.streaks = p.streaks;
+                let chosen = match p.decision {
+                    Decision::Run(run) => {
+                        planned.iter().find(|m| m.proposal.subject == run.subject)
                     }
-                    Err(_) => vec![],
+                    _ => None,
+                };
+                match chosen {
+                    Some(m) => {
+                        let id = format!("move-{period}");
+                        // What was operated on is the piece moved: its cooldown keeps it from
+                        // moving again (back, or on) for a while.
+                        state.started(&id, &m.ran(), now_ms);
+                        // The model's moves finish within their period.
+                        state.finished(&id);
+                        vec![m.planned.clone()]
+                    }
+                    None => vec![],
                 }
             }
         };
@@ -284,7 +287,9 @@ pub fn simulate(day: &DayConfig, policy: &Policy) -> DayReport {
             report.first_reaction = Some(period);
         }
         for m in &runs {
-            let to: usize = m.to.trim_start_matches('t').parse().unwrap_or(0);
+            let Some(to) = names.iter().position(|n| *n == m.to) else {
+                continue;
+            };
             let first = usize::from(m.slots.first) / SLOTS_PER_CELL;
             let last = usize::from(m.slots.last) / SLOTS_PER_CELL;
             for cell in first..=last.min(CELLS - 1) {
@@ -303,7 +308,7 @@ pub fn simulate(day: &DayConfig, policy: &Policy) -> DayReport {
     }
     report.flip_flops_max = returns.iter().copied().max().unwrap_or(0);
     report.flip_flops_total = returns.iter().sum();
-    report
+    Ok(report)
 }
 
 #[cfg(test)]
@@ -317,9 +322,9 @@ mod tests {
     #[test]
     fn the_autopilot_follows_a_moving_hotspot_with_fewer_moves_and_flip_flops_than_a_naive_loop() {
         let day = DayConfig::moving_city(1);
-        let stat = simulate(&day, &Policy::Static);
-        let naive = simulate(&day, &Policy::Naive);
-        let auto = simulate(&day, &Policy::Pilot(DayConfig::pilot()));
+        let stat = simulate(&day, &Policy::Static).expect("static");
+        let naive = simulate(&day, &Policy::Naive).expect("naive");
+        let auto = simulate(&day, &Policy::Pilot(DayConfig::pilot())).expect("pilot");
         assert_eq!((stat.ops, stat.flip_flops_total), (0, 0));
         assert!(
             stat.over > 600,
@@ -339,8 +344,8 @@ mod tests {
         let day = DayConfig::moving_city(15);
         let mut cfg = DayConfig::pilot();
         cfg.sustain = u32::MAX;
-        let held = simulate(&day, &Policy::Pilot(cfg));
-        let stat = simulate(&day, &Policy::Static);
+        let held = simulate(&day, &Policy::Pilot(cfg)).expect("pilot");
+        let stat = simulate(&day, &Policy::Static).expect("static");
         assert_eq!(held.ops, 0);
         assert_eq!(held.ratios, stat.ratios);
     }

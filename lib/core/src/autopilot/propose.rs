@@ -104,11 +104,7 @@ impl MoveProposal {
 pub fn owner_loads(map: &SlotMap, load: &BTreeMap<u16, f64>) -> BTreeMap<String, f64> {
     let mut out: BTreeMap<String, f64> = BTreeMap::new();
     for r in &map.ranges {
-        let l: f64 = load
-            .range(r.range.first..=r.range.last)
-            .map(|(_, l)| *l)
-            .sum();
-        *out.entry(r.owner.clone()).or_default() += l;
+        *out.entry(r.owner.clone()).or_default() += balance::range_load(r.range, load);
     }
     out
 }

@@ -74,7 +74,8 @@ pub fn load_median(range: SlotRange, load: &BTreeMap<u16, f64>) -> Option<u16> {
     None
 }
 
-fn range_load(range: SlotRange, load: &BTreeMap<u16, f64>) -> f64 {
+/// The load of `range` (slots without a sample carry none).
+pub(crate) fn range_load(range: SlotRange, load: &BTreeMap<u16, f64>) -> f64 {
     load.range(range.first..=range.last).map(|(_, l)| *l).sum()
 }
 
