@@ -62,6 +62,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::reshard::{Op, ReshardState};
+
 pub mod propose;
 
 /// One hour, ms.
@@ -166,6 +168,10 @@ pub struct Started {
     pub kind: Kind,
     /// When it started, ms.
     pub at_ms: u64,
+    /// The Kinesis call it made, for a stream's loop: the shard map showing its result
+    /// ([`Op::is_done`]) is what ends it. `None` for a slot move (the move's record ends it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub op: Option<Op>,
 }
 
 /// What the executor persists between periods (one per stream or directory).
@@ -181,6 +187,10 @@ pub struct PilotState {
     /// (stored as a list of `[subject, kind, periods]`: JSON maps take only text keys).
     #[serde(with = "streak_list")]
     pub streaks: BTreeMap<(String, Kind), u32>,
+    /// A stream's loop: the reshard plan's state carried between periods (since when each
+    /// adjacent pair has been cold enough to merge). Empty for a directory's loop.
+    #[serde(default)]
+    pub reshard: ReshardState,
 }
 
 /// [`PilotState::streaks`] as a JSON list of `[subject, kind, periods]`.
@@ -217,11 +227,18 @@ impl PilotState {
     /// Records that the executor started `proposal` as `id` at `now_ms` (only when it acts:
     /// a dry run records nothing).
     pub fn started(&mut self, id: &str, proposal: &Proposal, now_ms: u64) {
+        self.started_op(id, proposal, None, now_ms);
+    }
+
+    /// [`PilotState::started`] for a stream's loop, keeping the Kinesis call `op` whose result
+    /// in the shard map proves the operation ended.
+    pub fn started_op(&mut self, id: &str, proposal: &Proposal, op: Option<Op>, now_ms: u64) {
         let s = Started {
             id: id.to_owned(),
             span: proposal.span,
             kind: proposal.kind,
             at_ms: now_ms,
+            op,
         };
         self.history.push(s.clone());
         self.in_flight = Some(s);
@@ -234,6 +251,32 @@ impl PilotState {
         if self.in_flight.as_ref().is_some_and(|s| s.id == id) {
             self.in_flight = None;
         }
+    }
+}
+
+/// What a listing of the stream proves about the operation in flight ([`settle`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Settle {
+    /// The shard map shows its result and the stream is ACTIVE: it ended; the next may start.
+    Ended,
+    /// The stream is being resharded: it may still be running; hold.
+    Running,
+    /// The stream is ACTIVE and its result is not in the shard map (its call may never have
+    /// reached Kinesis, or was undone): nothing proves it ended; hold until an operator says.
+    Unproven,
+}
+
+/// What the open shards' hash ranges (`open`) and the stream's status (`updating`: not ACTIVE)
+/// prove about `started`. Only a listing that shows the result ends an operation: a call that
+/// returned, a timer or a missing record never does. An operation without a Kinesis call (a
+/// slot move) is never proven by a listing.
+pub fn settle(started: &Started, open: &[(u128, u128)], updating: bool) -> Settle {
+    if updating {
+        return Settle::Running;
+    }
+    match &started.op {
+        Some(op) if op.is_done(open) => Settle::Ended,
+        _ => Settle::Unproven,
     }
 }
 
@@ -690,5 +733,95 @@ mod tests {
                 s.streaks = p.streaks;
             }
         }
+    }
+
+    /// A shard map of open ranges covering the whole key space: `cuts` are the starts after 0.
+    fn map_of(mut cuts: Vec<u128>) -> Vec<(u128, u128)> {
+        cuts.retain(|c| *c > 0);
+        cuts.sort_unstable();
+        cuts.dedup();
+        let mut starts = vec![0];
+        starts.extend(cuts);
+        starts
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (*s, starts.get(i + 1).map_or(u128::MAX, |n| n - 1)))
+            .collect()
+    }
+
+    fn split_of(map: &[(u128, u128)], i: usize, at_share: u128) -> Option<Op> {
+        let (start, end) = map[i];
+        let width = end - start;
+        let at = start + (width / 1_000).saturating_mul(at_share.clamp(1, 999));
+        (at > start && at <= end).then_some(Op::Split { start, end, at })
+    }
+
+    fn in_flight(op: Op) -> Started {
+        Started {
+            id: "op-1".into(),
+            span: span(0, 1),
+            kind: Kind::Split,
+            at_ms: 0,
+            op: Some(op),
+        }
+    }
+
+    proptest! {
+        /// Only a listing that shows the result ends an operation: a split ends exactly when
+        /// both children are open and the stream is ACTIVE; the unchanged map (its call never
+        /// ran, or was refused) never ends it, and an UPDATING stream always holds.
+        #[test]
+        fn a_split_settles_ended_only_when_the_map_shows_both_children(
+            cuts in proptest::collection::vec(1u128..u128::MAX, 0..6),
+            pick in 0usize..7,
+            share in 1u128..1_000,
+            updating in any::<bool>(),
+        ) {
+            let before = map_of(cuts);
+            let i = pick % before.len();
+            let Some(op) = split_of(&before, i, share) else { return Ok(()) };
+            let Op::Split { start, end, at } = op else { unreachable!() };
+            let mut after = before.clone();
+            after.splice(i..=i, [(start, at - 1), (at, end)]);
+            let started = in_flight(op.clone());
+            let (not_done, done) = (settle(&started, &before, updating), settle(&started, &after, updating));
+            if updating {
+                prop_assert_eq!(not_done, Settle::Running);
+                prop_assert_eq!(done, Settle::Running);
+            } else {
+                prop_assert_eq!(not_done, Settle::Unproven);
+                prop_assert_eq!(done, Settle::Ended);
+            }
+            // Its merge back is proven by the parent's range alone.
+            let merge = Op::Merge { left: (start, at - 1), right: (at, end) };
+            prop_assert!(merge.is_done(&before));
+            prop_assert!(!merge.is_done(&after));
+        }
+    }
+
+    #[test]
+    fn an_operation_without_a_kinesis_call_is_never_proven_by_a_listing() {
+        let mut started = in_flight(Op::Split {
+            start: 0,
+            end: 9,
+            at: 5,
+        });
+        started.op = None;
+        assert_eq!(settle(&started, &[(0, 4), (5, 9)], false), Settle::Unproven);
+        // A split at its own start would be no split: never done.
+        let degenerate = Op::Split {
+            start: 0,
+            end: 9,
+            at: 0,
+        };
+        assert!(!degenerate.is_done(&[(0, 9)]));
+    }
+
+    #[test]
+    fn a_state_saved_before_the_stream_fields_still_reads() {
+        let old = r#"{"paused":null,"in_flight":{"id":"m","span":{"lo":0,"hi":9},"kind":"Move","at_ms":5},"history":[],"streaks":[]}"#;
+        let state: PilotState = serde_json::from_str(old).expect("reads");
+        assert_eq!(state.in_flight.map(|s| s.op), Some(None));
+        assert_eq!(state.reshard, ReshardState::default());
     }
 }

@@ -124,6 +124,21 @@ pub enum Op {
     },
 }
 
+impl Op {
+    /// Whether the shard map already shows this operation's result: the open shards' hash
+    /// ranges (`open`) include both children of a split, or the merged range. This is the
+    /// proof an executor waits for before it counts the operation ended; a call that returned
+    /// is not.
+    pub fn is_done(&self, open: &[(u128, u128)]) -> bool {
+        match *self {
+            Op::Split { start, end, at } => {
+                at > start && open.contains(&(start, at - 1)) && open.contains(&(at, end))
+            }
+            Op::Merge { left, right } => open.contains(&(left.0, right.1)),
+        }
+    }
+}
+
 /// Why a shard is not split.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Refusal {
