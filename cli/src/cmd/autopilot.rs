@@ -1,26 +1,34 @@
-//! `heatsink autopilot status|pause|resume|finish|reset|plan|run`: the slot directory's control
-//! loop, one period at a time, and its kill switch.
+//! `heatsink autopilot status|pause|resume|finish|reset|plan|run`: a control loop one period at a
+//! time, and its kill switch: a slot directory's loop by default, a Kinesis stream's with
+//! `--stream NAME` (the loop the `autopilot` Lambda function runs every minute; its state is in
+//! `<prefix>autopilot`).
 //!
 //! A period reads per-slot load samples, turns them into move proposals
 //! (`heatsink_core::autopilot::propose::moves`: the balance line set from the mean owner load)
 //! and lets the governor (`heatsink_core::autopilot::decide`) pick what runs, with the state
-//! kept in the directory's table (`heatsink::slots::pilot`). `plan` shows the period's
+//! kept in the directory's table (`heatsink::autopilot::store`). `plan` shows the period's
 //! decision and changes nothing; `run` records it (streaks, and with `--act` the move it starts,
 //! saved *before* the move starts) and runs the move to its end through `move start`. Without
 //! `--act` a run is a dry run: it counts streaks and starts nothing.
+//!
+//! With `--stream`, a period samples the stream's shards instead of reading samples and runs
+//! `heatsink::autopilot::stream::StreamLoop`: `run --act` records the split or merge, makes its
+//! one call and returns; a later period proves its end from the shard map.
 
 use clap::{Args, Subcommand};
 use heatsink::autopilot::propose::{MoveProposal, Relative, moves};
-use heatsink::autopilot::{Decision, HoldReason, Period, PilotConfig, Wait, decide};
+use heatsink::autopilot::store::{PilotStore, Stored};
+use heatsink::autopilot::stream::{StreamLoop, wait_text};
+use heatsink::autopilot::{Decision, HoldReason, Period, PilotConfig, decide};
+use heatsink::schema::{Schema, Table};
 use heatsink::slots::SlotDirectory;
-use heatsink::slots::pilot::{PilotStore, Stored};
 use serde_json::{Value, json};
 
-use super::CmdResult;
-use super::fail::Failure;
+use super::fail::{BOOTSTRAP_HINT, Failure, Service, Target, aws_call, chain, env_endpoint};
 use super::output::Output;
 use super::reshard::now_ms;
-use super::slots::{DirArgs, SamplesArgs, failed, load_map, read_samples};
+use super::slots::{DirArgs, SamplesArgs, failed_on, load_map};
+use super::{CmdResult, sdk_config};
 
 /// `heatsink autopilot` subcommands.
 #[derive(Debug, Subcommand)]
@@ -43,11 +51,35 @@ pub enum AutopilotCommand {
     Run(PeriodArgs),
 }
 
-/// Arguments naming the directory.
+/// Which loop: a slot directory's (the default) or a Kinesis stream's (`--stream`).
+#[derive(Debug, Args, Clone)]
+pub struct LoopArgs {
+    #[command(flatten)]
+    dir: DirArgs,
+    /// A Kinesis stream's loop (state in `<prefix>autopilot`), not the slot directory's.
+    #[arg(long)]
+    stream: Option<String>,
+}
+
+impl LoopArgs {
+    /// The loop's store: the stream's item in the autopilot table, or the directory's.
+    async fn store(&self) -> PilotStore {
+        match &self.stream {
+            Some(stream) => {
+                let ddb = aws_sdk_dynamodb::Client::new(&sdk_config().await);
+                let table = Schema::new(&self.dir.prefix).table_name(Table::Autopilot);
+                PilotStore::for_stream(ddb, table, stream)
+            }
+            None => store_of(&self.dir.open().await),
+        }
+    }
+}
+
+/// Arguments naming the loop.
 #[derive(Debug, Args)]
 pub struct StateArgs {
     #[command(flatten)]
-    dir: DirArgs,
+    target: LoopArgs,
     #[command(flatten)]
     output: Output,
 }
@@ -56,7 +88,7 @@ pub struct StateArgs {
 #[derive(Debug, Args)]
 pub struct PauseArgs {
     #[command(flatten)]
-    dir: DirArgs,
+    target: LoopArgs,
     /// Who pauses and why (kept with the switch, shown by `status`).
     #[arg(long)]
     reason: String,
@@ -68,7 +100,7 @@ pub struct PauseArgs {
 #[derive(Debug, Args)]
 pub struct FinishArgs {
     #[command(flatten)]
-    dir: DirArgs,
+    target: LoopArgs,
     /// The operation's id (`autopilot status` shows it).
     #[arg(long)]
     id: String,
@@ -80,19 +112,22 @@ pub struct FinishArgs {
 #[derive(Debug, Args)]
 pub struct PeriodArgs {
     #[command(flatten)]
-    dir: DirArgs,
+    target: LoopArgs,
     #[command(flatten)]
     load: SamplesArgs,
-    /// Periods in a row an owner must need relief before a move runs.
+    /// Seconds of records a stream's period samples (`--stream` only).
+    #[arg(long, default_value = "60", value_parser = clap::value_parser!(u64).range(1..))]
+    sample_seconds: u64,
+    /// Periods in a row an owner (or shard) must need relief before an operation runs.
     #[arg(long, default_value = "2", value_parser = clap::value_parser!(u32).range(1..))]
     sustain: u32,
-    /// Minutes a moved range stays where it went.
+    /// Minutes a moved range (a split or merged shard) is left alone.
     #[arg(long, default_value = "30")]
     cooldown_minutes: u64,
-    /// Moves started in any rolling hour, at most.
+    /// Operations started in any rolling hour, at most.
     #[arg(long, default_value = "4")]
     per_hour: u32,
-    /// Moves started in any rolling day, at most.
+    /// Operations started in any rolling day, at most.
     #[arg(long, default_value = "10")]
     per_day: u32,
     /// Run the decision (`run` only): without it the loop only reports what it would do.
@@ -106,8 +141,8 @@ pub struct PeriodArgs {
 pub async fn run(command: AutopilotCommand) -> CmdResult {
     match command {
         AutopilotCommand::Status(a) => {
-            let dir = a.dir.open().await;
-            let stored = load_state(&dir, &store_of(&dir)).await?;
+            let store = a.target.store().await;
+            let stored = load_state(&store).await?;
             let now = now_ms();
             a.output
                 .report(|| json!(stored.state), || status_lines(&stored, now))
@@ -115,27 +150,28 @@ pub async fn run(command: AutopilotCommand) -> CmdResult {
         // The kill switch, its lifting and the reset write without reading the state first:
         // they land even when the state no longer reads (reset is the remedy for that).
         AutopilotCommand::Pause(a) => {
-            let dir = a.dir.open().await;
-            store_of(&dir)
+            let store = a.target.store().await;
+            store
                 .pause(&a.reason)
                 .await
-                .map_err(|e| failed(&dir, "set the autopilot's kill switch in", &e))?;
+                .map_err(|e| store_failed(&store, "set the autopilot's kill switch in", &e))?;
             a.output.report(
                 || json!({"paused": a.reason}),
                 || {
                     vec![format!(
-                        "autopilot paused ({}): it starts nothing from its next period; 'heatsink autopilot resume' lifts it",
-                        a.reason
+                        "autopilot paused ({}): it starts nothing from its next period; 'heatsink autopilot resume{}' lifts it",
+                        a.reason,
+                        store.selector()
                     )]
                 },
             )
         }
         AutopilotCommand::Resume(a) => {
-            let dir = a.dir.open().await;
-            store_of(&dir)
+            let store = a.target.store().await;
+            store
                 .resume()
                 .await
-                .map_err(|e| failed(&dir, "clear the autopilot's kill switch in", &e))?;
+                .map_err(|e| store_failed(&store, "clear the autopilot's kill switch in", &e))?;
             a.output.report(
                 || json!({"paused": null}),
                 || vec!["autopilot resumed: streaks count afresh from its next period".into()],
@@ -143,11 +179,11 @@ pub async fn run(command: AutopilotCommand) -> CmdResult {
         }
         AutopilotCommand::Finish(a) => finish(a).await,
         AutopilotCommand::Reset(a) => {
-            let dir = a.dir.open().await;
-            store_of(&dir)
+            let store = a.target.store().await;
+            store
                 .reset()
                 .await
-                .map_err(|e| failed(&dir, "reset the autopilot's state in", &e))?;
+                .map_err(|e| store_failed(&store, "reset the autopilot's state in", &e))?;
             a.output.report(
                 || json!({"reset": true}),
                 || vec!["autopilot state forgotten (the kill switch, if set, stays)".into()],
@@ -158,34 +194,53 @@ pub async fn run(command: AutopilotCommand) -> CmdResult {
     }
 }
 
-/// The autopilot's store in the directory's table.
+/// A directory's autopilot store, in the directory's table.
 fn store_of(dir: &SlotDirectory) -> PilotStore {
     PilotStore::new(dir.client().clone(), dir.table())
 }
 
+/// A failed call on `store`'s table as one line, with the next step for a missing table.
+fn store_failed(
+    store: &PilotStore,
+    action: &str,
+    e: &(dyn std::error::Error + 'static),
+) -> Failure {
+    if store.selector().is_empty() {
+        return failed_on(store.table(), action, e);
+    }
+    Target::at(
+        env_endpoint(Service::DynamoDb),
+        Service::DynamoDb,
+        "table",
+        store.table(),
+    )
+    .if_missing(BOOTSTRAP_HINT)
+    .fail(action, e)
+}
+
 /// The autopilot's state, or a one-line failure.
-async fn load_state(dir: &SlotDirectory, store: &PilotStore) -> Result<Stored, Failure> {
+async fn load_state(store: &PilotStore) -> Result<Stored, Failure> {
     store
         .load()
         .await
-        .map_err(|e| failed(dir, "read the autopilot's state in", &e))
+        .map_err(|e| store_failed(store, "read the autopilot's state in", &e))
 }
 
 async fn finish(a: FinishArgs) -> CmdResult {
-    let dir = a.dir.open().await;
-    let store = store_of(&dir);
-    let mut stored = load_state(&dir, &store).await?;
+    let store = a.target.store().await;
+    let mut stored = load_state(&store).await?;
     if stored.state.in_flight.as_ref().map(|s| s.id.as_str()) != Some(a.id.as_str()) {
         return Err(Failure::new(format!(
-            "autopilot operation {} is not in flight in {} (in flight: {}); check the id with 'heatsink autopilot status'",
+            "autopilot operation {} is not in flight in {} (in flight: {}); check the id with 'heatsink autopilot status{}'",
             a.id,
-            dir.table(),
-            stored.state.in_flight.as_ref().map_or("none", |s| s.id.as_str())
+            store.table(),
+            stored.state.in_flight.as_ref().map_or("none", |s| s.id.as_str()),
+            store.selector()
         ))
         .into());
     }
     stored.state.finished(&a.id);
-    save(&store, &dir, &stored).await?;
+    save(&store, &stored).await?;
     a.output.report(
         || json!({"finished": a.id}),
         || vec![format!("autopilot operation {} marked ended", a.id)],
@@ -193,46 +248,53 @@ async fn finish(a: FinishArgs) -> CmdResult {
 }
 
 /// Saves `stored.state` on its revision; a lost race is a one-line failure.
-async fn save(store: &PilotStore, dir: &SlotDirectory, stored: &Stored) -> Result<(), Failure> {
+async fn save(store: &PilotStore, stored: &Stored) -> Result<(), Failure> {
     let won = store
         .save(&stored.state, stored.rev)
         .await
-        .map_err(|e| failed(dir, "save the autopilot's state in", &e))?;
+        .map_err(|e| store_failed(store, "save the autopilot's state in", &e))?;
     if won {
         Ok(())
     } else {
         Err(Failure::new(format!(
             "another autopilot period wrote the state in {} first; nothing was started: run the period again",
-            dir.table()
+            store.table()
         )))
     }
 }
 
-async fn period(a: PeriodArgs, record: bool) -> CmdResult {
+/// The governor's rules from the options (the act switch only for `run`).
+fn pilot_config(a: &PeriodArgs, record: bool) -> Result<PilotConfig, Failure> {
     if a.per_hour > a.per_day {
         return Err(Failure::new(format!(
             "--per-hour {} exceeds --per-day {}: lower --per-hour or raise --per-day",
             a.per_hour, a.per_day
-        ))
-        .into());
+        )));
     }
-    let dir = a.dir.open().await;
-    let map = load_map(&dir).await?;
-    let store = store_of(&dir);
-    let mut stored = load_state(&dir, &store).await?;
-    let load = read_samples(&a.load.samples)?;
-    let rel = Relative {
-        capacity: a.load.capacity,
-        ..Relative::default()
-    };
-    let planned = moves(&map, &a.load.spare, &load, &rel);
-    let cfg = PilotConfig {
+    Ok(PilotConfig {
         sustain: a.sustain,
         cooldown_ms: a.cooldown_minutes.saturating_mul(60_000),
         per_hour: a.per_hour,
         per_day: a.per_day,
         act: record && a.act,
+    })
+}
+
+async fn period(a: PeriodArgs, record: bool) -> CmdResult {
+    let cfg = pilot_config(&a, record)?;
+    if let Some(stream) = a.target.stream.clone() {
+        return stream_period(a, &stream, cfg, record).await;
+    }
+    let dir = a.target.dir.open().await;
+    let map = load_map(&dir).await?;
+    let store = store_of(&dir);
+    let mut stored = load_state(&store).await?;
+    let load = a.load.read()?;
+    let rel = Relative {
+        capacity: a.load.capacity,
+        ..Relative::default()
     };
+    let planned = moves(&map, &a.load.spare, &load, &rel);
     let now = now_ms();
     let proposals: Vec<_> = planned.iter().map(|m| m.proposal.clone()).collect();
     let p = decide(&cfg, &stored.state, &proposals, now)
@@ -258,13 +320,13 @@ async fn period(a: PeriodArgs, record: bool) -> CmdResult {
         // flight, and the loop holds until 'autopilot finish' says it ended.
         stored.state.started(&id, &m.ran(), now);
     }
-    save(&store, &dir, &stored).await?;
+    save(&store, &stored).await?;
     a.output.report(|| period_json(&p, &planned), || lines)?;
     let Some(m) = chosen else {
         return Ok(());
     };
     let args = super::r#move::StartArgs::for_plan(
-        a.dir.clone(),
+        a.target.dir.clone(),
         m.planned.slots,
         m.planned.to.clone(),
         a.output,
@@ -275,20 +337,46 @@ async fn period(a: PeriodArgs, record: bool) -> CmdResult {
         );
         return Err(e);
     }
-    let mut after = load_state(&dir, &store).await?;
+    let mut after = load_state(&store).await?;
     after.state.finished(&id);
-    save(&store, &dir, &after).await?;
+    save(&store, &after).await?;
     Ok(())
 }
 
-fn wait_text(w: &Wait) -> String {
-    match w {
-        Wait::Sustain { seen, need } => format!("proposed {seen} of {need} periods in a row"),
-        Wait::Cooldown { until_ms } => format!("cooldown until {until_ms} (Unix ms)"),
-        Wait::Budget { until_ms } => format!("budget spent until {until_ms} (Unix ms)"),
-        Wait::Outranked => "a more urgent move goes first".into(),
-        Wait::Held => "the loop holds".into(),
+/// One period of a stream's loop ([`StreamLoop`]): `run --act` makes the chosen operation's
+/// one call and returns; a later period proves its end.
+async fn stream_period(a: PeriodArgs, stream: &str, cfg: PilotConfig, record: bool) -> CmdResult {
+    let config = sdk_config().await;
+    let store = a.target.store().await;
+    let mut pilot = StreamLoop::new(aws_sdk_kinesis::Client::new(&config), store.clone(), stream);
+    pilot.pilot = cfg;
+    pilot.sample_secs = a.sample_seconds;
+    let now = now_ms();
+    let period = if record {
+        pilot.run(now).await
+    } else {
+        pilot.plan(now).await
     }
+    .map_err(|e| {
+        let text = chain(&e);
+        match aws_call(&text) {
+            Some(call) if call.service == Service::Kinesis => Target::at(
+                env_endpoint(Service::Kinesis),
+                Service::Kinesis,
+                "stream",
+                stream,
+            )
+            .if_missing(BOOTSTRAP_HINT)
+            .fail("run the autopilot's period on", &e),
+            Some(_) => store_failed(&store, "run the autopilot's period with its state in", &e),
+            None => Failure::new(text),
+        }
+    })?;
+    let lines = period.lines();
+    for line in &lines {
+        tracing::info!(target: "heatsink::autopilot", "{line}");
+    }
+    a.output.report(|| json!(period), || lines)
 }
 
 /// One line per decision and per waiting proposal.

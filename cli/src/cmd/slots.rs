@@ -160,9 +160,10 @@ pub struct VerifyArgs {
 /// Where a plan's load comes from and whom it may give it to (`slots plan`, `autopilot`).
 #[derive(Debug, Args)]
 pub struct SamplesArgs {
-    /// Load samples, one JSON line each: `{"key": K, "rate": R}` or `{"slot": S, "rate": R}`.
+    /// Load samples, one JSON line each: `{"key": K, "rate": R}` or `{"slot": S, "rate": R}`
+    /// (required for a slot directory's plan).
     #[arg(long)]
-    pub samples: std::path::PathBuf,
+    pub samples: Option<std::path::PathBuf>,
     /// What one owner serves at 100 %, in the samples' unit.
     #[arg(long, default_value = "1000", value_parser = super::positive_rate)]
     pub capacity: f64,
@@ -513,7 +514,7 @@ fn verify_outcome(r: &VerifyReport, table: &str) -> CmdResult {
 async fn plan_cmd(a: PlanArgs) -> CmdResult {
     let dir = a.dir.open().await;
     let map = load_map(&dir).await?;
-    let load = read_samples(&a.load.samples)?;
+    let load = a.load.read()?;
     let cfg = BalanceConfig {
         capacity: a.load.capacity,
         target: a.target,
@@ -542,7 +543,19 @@ async fn plan_cmd(a: PlanArgs) -> CmdResult {
 }
 
 /// Per-slot load from the samples file at `path` (`--samples`).
-pub(crate) fn read_samples(path: &std::path::Path) -> Result<BTreeMap<u16, f64>, Failure> {
+impl SamplesArgs {
+    /// The per-slot load of `--samples`, or a one-line failure naming the flag.
+    pub(crate) fn read(&self) -> Result<BTreeMap<u16, f64>, Failure> {
+        let Some(path) = &self.samples else {
+            return Err(Failure::new(
+                "no load samples: pass --samples FILE (one {\"key\" or \"slot\", \"rate\"} per line)",
+            ));
+        };
+        read_samples(path)
+    }
+}
+
+fn read_samples(path: &std::path::Path) -> Result<BTreeMap<u16, f64>, Failure> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         Failure::new(format!(
             "cannot read the samples {}: {e}; check --samples",

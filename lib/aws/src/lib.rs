@@ -84,6 +84,7 @@
 //! DynamoDB Local. The one exception is `heatsink::lambda::start`, the cold start a Lambda binary calls.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub mod autopilot;
 pub mod clock;
 pub mod counter;
 mod ddb;
@@ -114,7 +115,3 @@ pub mod timeouts;
 
 /// Key strategies: salted keys, calculated suffixes, GSI shards, the S planner (pure).
 pub use heatsink_core::keys;
-
-/// The autopilot's rules (pure): the governor that decides which proposed reshard or move runs
-/// each period, and the proposals made from load; its state's store is [`slots::pilot`].
-pub use heatsink_core::autopilot;

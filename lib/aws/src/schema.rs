@@ -15,7 +15,8 @@
 //! | `counters` | `pk` / `sk` | | writer, salted and `fix` sub-keys of each counter ([`crate::counter`]) |
 //! | `hotkeys` | `key` | TTL `expires_at` | hot-key directory: key → mitigation, S, epoch ([`crate::hot::directory`]) |
 //! | `leases` | `app` / `shard_id` | | stream consumer leases and checkpoints |
-//! | `shards` | `pk` / `sk` | | slot directory: slot ranges → owner, epochs, moves ([`crate::slots`]); made by `heatsink slots init`, not in [`Table::ALL`] |
+//! | `autopilot` | `pk` / `sk` | | the autopilot's state and kill switch, one item per stream or directory ([`crate::autopilot`]) |
+//! | `slots` | `pk` / `sk` | | slot directory: slot ranges → owner, epochs, moves ([`crate::slots`]); made by `heatsink slots init`, not in [`Table::ALL`] |
 //!
 //! Your own tables are [`TableSpec`]s built the same way:
 //!
@@ -253,12 +254,20 @@ pub enum Table {
     Leases,
     /// Slot directory: slot ranges → owner table, epochs, moves (`pk`, `sk`; [`crate::slots`]).
     Slots,
+    /// The autopilot's state and kill switch, one item per stream or directory it governs
+    /// (`pk`, `sk`; [`crate::autopilot::store`]).
+    Autopilot,
 }
 
 impl Table {
     /// Every table of the toolkit a deployment creates, in creation order. [`Table::Slots`] is
     /// not among them: `heatsink slots init` creates it where live resharding is used.
-    pub const ALL: [Table; 3] = [Table::Counters, Table::Hotkeys, Table::Leases];
+    pub const ALL: [Table; 4] = [
+        Table::Counters,
+        Table::Hotkeys,
+        Table::Leases,
+        Table::Autopilot,
+    ];
 
     /// The logical name, the part of the table name after the prefix.
     pub fn logical_name(self) -> &'static str {
@@ -267,6 +276,7 @@ impl Table {
             Table::Hotkeys => "hotkeys",
             Table::Leases => "leases",
             Table::Slots => "slots",
+            Table::Autopilot => "autopilot",
         }
     }
 }
@@ -314,7 +324,7 @@ impl Schema {
                 .gsi(GsiSpec::new("touched", KeyAttr::s("touched")).sort_key(KeyAttr::s("pk"))),
             Table::Hotkeys => spec("key").ttl("expires_at"),
             Table::Leases => spec("app").sort_key(KeyAttr::s("shard_id")),
-            Table::Slots => spec("pk").sort_key(KeyAttr::s("sk")),
+            Table::Slots | Table::Autopilot => spec("pk").sort_key(KeyAttr::s("sk")),
         }
     }
 
@@ -713,7 +723,10 @@ mod tests {
     fn table_names_are_prefix_plus_logical_name() {
         let schema = Schema::new("t1-");
         let names: Vec<String> = schema.tables().into_iter().map(|t| t.name).collect();
-        assert_eq!(names, ["t1-counters", "t1-hotkeys", "t1-leases"]);
+        assert_eq!(
+            names,
+            ["t1-counters", "t1-hotkeys", "t1-leases", "t1-autopilot"]
+        );
     }
 
     #[test]
@@ -766,8 +779,10 @@ mod tests {
     fn the_json_export_names_every_table_key_and_ttl() {
         let json = Schema::default().to_json();
         let tables = json["tables"].as_array().expect("tables array");
-        assert_eq!(tables.len(), 3);
+        assert_eq!(tables.len(), 4);
         assert_eq!(tables[0]["name"], "heatsink-counters");
+        assert_eq!(tables[3]["name"], "heatsink-autopilot");
+        assert_eq!(tables[3]["sort_key"]["name"], "sk");
         assert_eq!(tables[0]["table"], "counters");
         assert_eq!(tables[1]["ttl_attribute"], "expires_at");
         assert_eq!(tables[2]["sort_key"]["name"], "shard_id");

@@ -128,6 +128,12 @@ pub fn resource(input: &Input) -> String {
             |i| i.stream_name.clone().or_else(|| i.stream_arn.clone()),
         aws_sdk_kinesis::operation::get_shard_iterator::GetShardIteratorInput =>
             |i| i.stream_name.clone().or_else(|| i.stream_arn.clone()),
+        aws_sdk_kinesis::operation::describe_stream_summary::DescribeStreamSummaryInput =>
+            |i| i.stream_name.clone().or_else(|| i.stream_arn.clone()),
+        aws_sdk_kinesis::operation::split_shard::SplitShardInput =>
+            |i| i.stream_name.clone().or_else(|| i.stream_arn.clone()),
+        aws_sdk_kinesis::operation::merge_shards::MergeShardsInput =>
+            |i| i.stream_name.clone().or_else(|| i.stream_arn.clone()),
         // The queue by the last part of its URL (its name).
         aws_sdk_sqs::operation::receive_message::ReceiveMessageInput =>
             |i| i.queue_url.as_deref().and_then(|u| u.rsplit('/').next()).map(str::to_owned),

@@ -2,6 +2,7 @@
 //! test binary costs a link on a 2-core machine).
 
 mod alarms;
+mod autopilot;
 mod compaction;
 mod control;
 mod counter_dedupe;

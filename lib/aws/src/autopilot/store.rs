@@ -1,6 +1,9 @@
-//! The autopilot's state and its kill switch, kept in the slot directory's table.
+//! The autopilot's state and its kill switch, one DynamoDB item per loop.
 //!
-//! One item, `pk = "autopilot"`, `sk = "state"`, holds what the governor
+//! A directory's loop keeps its item in the slot directory's table (`pk = "autopilot"`,
+//! `sk = "state"`: [`PilotStore::new`]); a stream's loop in the `autopilot` table
+//! ([`crate::schema::Table::Autopilot`]; `pk = "autopilot"`, `sk = "stream#<name>"`:
+//! [`PilotStore::for_stream`]). The item holds what the governor
 //! ([`heatsink_core::autopilot::decide`]) needs from one period to the next — the operation in
 //! flight, the last day's history, the streaks — as JSON with a revision (`rev`). The loop
 //! writes it with [`PilotStore::save`], conditional on the revision it read, so two loops that
@@ -13,8 +16,8 @@
 //! so it holds within one period. [`PilotStore::resume`] removes it.
 //!
 //! ```no_run
-//! use heatsink::slots::pilot::PilotStore;
-//! # async fn f(ddb: aws_sdk_dynamodb::Client) -> Result<(), heatsink::slots::MoveError> {
+//! use heatsink::autopilot::store::PilotStore;
+//! # async fn f(ddb: aws_sdk_dynamodb::Client) -> Result<(), heatsink::autopilot::AutopilotError> {
 //! let store = PilotStore::new(ddb, "heatsink-slots");
 //! store.pause("ops (alice): game night, hands off").await?;
 //! let stored = store.load().await?;
@@ -32,13 +35,16 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::types::AttributeValue;
 use heatsink_core::autopilot::PilotState;
 
-use super::MoveError;
+use super::AutopilotError;
 use crate::ddb::{Condition, OnlyIf, Update, Updating, Written, get_n, get_s, n, s};
 use crate::error::AwsError;
 
-/// The partition of the autopilot's item in the slot directory's table.
+/// The partition of the autopilot's items.
 pub const PILOT_PK: &str = "autopilot";
+/// A directory loop's sort key.
 const STATE_SK: &str = "state";
+/// The prefix of a stream loop's sort key (`stream#<name>`).
+const STREAM_SK: &str = "stream#";
 const STATE_ATTR: &str = "state";
 const REV_ATTR: &str = "rev";
 const PAUSED_ATTR: &str = "paused";
@@ -52,32 +58,60 @@ pub struct Stored {
     pub rev: u64,
 }
 
-/// The autopilot's item in the slot directory's table (see the module docs).
+/// One loop's item (see the module docs).
 #[derive(Debug, Clone)]
 pub struct PilotStore {
     ddb: aws_sdk_dynamodb::Client,
     table: String,
+    sk: String,
 }
 
 impl PilotStore {
-    /// The store in `table` (the slot directory's).
+    /// A slot directory's loop, in `table` (the directory's).
     pub fn new(ddb: aws_sdk_dynamodb::Client, table: impl Into<String>) -> Self {
         Self {
             ddb,
             table: table.into(),
+            sk: STATE_SK.to_owned(),
         }
+    }
+
+    /// The loop of Kinesis stream `stream`, in `table` (the `autopilot` table).
+    pub fn for_stream(
+        ddb: aws_sdk_dynamodb::Client,
+        table: impl Into<String>,
+        stream: &str,
+    ) -> Self {
+        Self {
+            ddb,
+            table: table.into(),
+            sk: format!("{STREAM_SK}{stream}"),
+        }
+    }
+
+    /// The command-line arguments naming this loop after `heatsink autopilot <command>`
+    /// (empty for a directory's, ` --stream <name>` for a stream's).
+    pub fn selector(&self) -> String {
+        self.sk
+            .strip_prefix(STREAM_SK)
+            .map_or(String::new(), |stream| format!(" --stream {stream}"))
+    }
+
+    /// The table the item is in.
+    pub fn table(&self) -> &str {
+        &self.table
     }
 
     fn key(&self) -> HashMap<String, AttributeValue> {
         HashMap::from([
             ("pk".to_owned(), s(PILOT_PK)),
-            ("sk".to_owned(), s(STATE_SK)),
+            ("sk".to_owned(), s(&self.sk)),
         ])
     }
 
     /// Reads the state and the kill switch (one strongly consistent GetItem); the default
     /// state at revision 0 when nothing was ever written.
-    pub async fn load(&self) -> Result<Stored, MoveError> {
+    pub async fn load(&self) -> Result<Stored, AutopilotError> {
         let out = self
             .ddb
             .get_item()
@@ -92,9 +126,10 @@ impl PilotStore {
         };
         let mut state = match get_s(&item, STATE_ATTR) {
             Some(json) => serde_json::from_str::<PilotState>(json).map_err(|e| {
-                MoveError::BadItem(format!(
-                    "autopilot state in {} is not readable ({e}); run 'heatsink autopilot reset' to start from an empty state",
-                    self.table
+                AutopilotError::BadState(format!(
+                    "autopilot state in {} is not readable ({e}); run 'heatsink autopilot reset{}' to start from an empty state",
+                    self.table,
+                    self.selector()
                 ))
             })?,
             None => PilotState::default(),
@@ -107,13 +142,14 @@ impl PilotStore {
     /// Writes `state` if the item is still at `rev` (the revision [`PilotStore::load`]
     /// returned); `Ok(false)` when another writer got there first (read again, decide again).
     /// The kill switch is not written: `state.paused` is ignored.
-    pub async fn save(&self, state: &PilotState, rev: u64) -> Result<bool, MoveError> {
+    pub async fn save(&self, state: &PilotState, rev: u64) -> Result<bool, AutopilotError> {
         let mut body = state.clone();
         body.paused = None;
-        let json = serde_json::to_string(&body).map_err(|e| MoveError::BadItem(e.to_string()))?;
+        let json =
+            serde_json::to_string(&body).map_err(|e| AutopilotError::BadState(e.to_string()))?;
         let next = rev
             .checked_add(1)
-            .ok_or_else(|| MoveError::BadItem("autopilot revision overflow".into()))?;
+            .ok_or_else(|| AutopilotError::BadState("autopilot revision overflow".into()))?;
         let only_if = if rev == 0 {
             Condition::not_exists(REV_ATTR)
         } else {
@@ -137,7 +173,7 @@ impl PilotStore {
 
     /// One unconditional UpdateItem of the item (the kill switch and the reset never wait on
     /// the loop).
-    async fn update(&self, update: &Update) -> Result<(), MoveError> {
+    async fn update(&self, update: &Update) -> Result<(), AutopilotError> {
         self.ddb
             .update_item()
             .table_name(&self.table)
@@ -151,7 +187,7 @@ impl PilotStore {
 
     /// Sets the kill switch with `reason` (who and why): the loop holds from its next period.
     /// Unconditional, so it lands whatever the loop is writing.
-    pub async fn pause(&self, reason: &str) -> Result<(), MoveError> {
+    pub async fn pause(&self, reason: &str) -> Result<(), AutopilotError> {
         self.update(&Update::new().set(PAUSED_ATTR, s(reason)))
             .await
     }
@@ -159,13 +195,13 @@ impl PilotStore {
     /// Forgets the state (in flight, history, streaks), keeping the kill switch: for a state
     /// that no longer reads, or after an operator finished the operation in flight by hand.
     /// The next [`PilotStore::save`] names revision 0.
-    pub async fn reset(&self) -> Result<(), MoveError> {
+    pub async fn reset(&self) -> Result<(), AutopilotError> {
         self.update(&Update::new().remove(STATE_ATTR).remove(REV_ATTR))
             .await
     }
 
     /// Clears the kill switch: the loop counts its streaks afresh from its next period.
-    pub async fn resume(&self) -> Result<(), MoveError> {
+    pub async fn resume(&self) -> Result<(), AutopilotError> {
         self.update(&Update::new().remove(PAUSED_ATTR)).await
     }
 }

@@ -156,6 +156,19 @@ pub enum ReshardError {
         /// The stream asked for.
         stream: String,
     },
+    /// An operation names a shard by a hash range no open shard has: the shard map changed
+    /// since the plan was made.
+    #[error(
+        "no open shard of {stream} spans {start}..={end}: the shard map changed since the plan; plan again"
+    )]
+    NotOpen {
+        /// The stream.
+        stream: String,
+        /// The range's start.
+        start: u128,
+        /// The range's end.
+        end: u128,
+    },
 }
 
 /// Sample the open shards of `stream` over the last `secs` seconds, at time `now_ms`.
@@ -466,7 +479,7 @@ pub async fn apply(
             .iter()
             .map(|r| (r.start, r.end))
             .collect();
-        if is_done(&op, &open) {
+        if op.is_done(&open) {
             progress(Step::AlreadyDone { index });
         } else {
             let ids = open_shard_ranges(kinesis, stream).await?;
@@ -483,16 +496,6 @@ pub async fn apply(
         journal.save(journal_path)?;
     }
     Ok(journal)
-}
-
-/// Whether `op`'s result is already the shard map.
-fn is_done(op: &Op, open: &[(u128, u128)]) -> bool {
-    match *op {
-        Op::Split { start, end, at } => {
-            open.contains(&(start, at - 1)) && open.contains(&(at, end))
-        }
-        Op::Merge { left, right } => open.contains(&(left.0, right.1)),
-    }
 }
 
 async fn call(
@@ -564,6 +567,65 @@ async fn call(
         progress(Step::Backoff { code, wait });
         tokio::time::sleep(wait).await;
     }
+}
+
+/// Makes `op`'s one Kinesis call on `stream` (SplitShard or MergeShards) once: no retry and no
+/// wait for ACTIVE. For a control loop that records the operation before the call and counts
+/// it ended only when a later listing shows its result ([`Op::is_done`]), never because the
+/// call returned. A refused call is an [`AwsError`] with the service's code; a call that timed
+/// out may still have reached Kinesis.
+pub async fn start_op(
+    kinesis: &aws_sdk_kinesis::Client,
+    stream: &str,
+    op: &Op,
+) -> Result<(), ReshardError> {
+    let kinesis = &crate::timeouts::bounded!(aws_sdk_kinesis, kinesis.clone(), Timeouts::CALL);
+    let open = open_shard_ranges(kinesis, stream).await?;
+    let id_of = |(start, end): (u128, u128)| {
+        open.iter()
+            .find(|r| (r.start, r.end) == (start, end))
+            .map(|r| r.shard_id.clone())
+            .ok_or_else(|| ReshardError::NotOpen {
+                stream: stream.to_owned(),
+                start,
+                end,
+            })
+    };
+    match *op {
+        Op::Split { start, end, at } => {
+            kinesis
+                .split_shard()
+                .stream_name(stream)
+                .shard_to_split(id_of((start, end))?)
+                .new_starting_hash_key(at.to_string())
+                .send()
+                .await
+                .map_err(|e| AwsError::new("Kinesis", "SplitShard", stream, e))?;
+        }
+        Op::Merge { left, right } => {
+            kinesis
+                .merge_shards()
+                .stream_name(stream)
+                .shard_to_merge(id_of(left)?)
+                .adjacent_shard_to_merge(id_of(right)?)
+                .send()
+                .await
+                .map_err(|e| AwsError::new("Kinesis", "MergeShards", stream, e))?;
+        }
+    }
+    Ok(())
+}
+
+/// Whether `stream` is being resharded now (its status is not ACTIVE: UPDATING, CREATING…).
+pub async fn is_updating(
+    kinesis: &aws_sdk_kinesis::Client,
+    stream: &str,
+) -> Result<bool, ReshardError> {
+    let kinesis = &crate::timeouts::bounded!(aws_sdk_kinesis, kinesis.clone(), Timeouts::CALL);
+    let out = summary(kinesis, stream).await?;
+    Ok(out
+        .stream_description_summary()
+        .is_none_or(|d| d.stream_status() != &aws_sdk_kinesis::types::StreamStatus::Active))
 }
 
 /// Whether `e` is the account's shard quota rather than a rate limit: Kinesis answers both with

@@ -62,7 +62,6 @@ pub mod fence;
 #[cfg(feature = "streams")]
 #[cfg_attr(docsrs, doc(cfg(feature = "streams")))]
 pub mod mover;
-pub mod pilot;
 pub mod record;
 pub mod repair;
 mod router;

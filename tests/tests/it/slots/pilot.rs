@@ -2,9 +2,9 @@
 //! (`heatsink::slots::pilot`): saves conditional on the revision read, a pause that lands
 //! whatever the loop writes, and the governor holding on a paused state read back.
 
+use heatsink::autopilot::store::PilotStore;
 use heatsink::autopilot::{Decision, HoldReason, Kind, PilotConfig, Proposal, Span, decide};
 use heatsink::slots::SlotRange;
-use heatsink::slots::pilot::PilotStore;
 use heatsink_testkit::fixture;
 
 use super::directory;
