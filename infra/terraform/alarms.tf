@@ -4,7 +4,7 @@ locals {
   photo_alarms = {
     "likes-api-errors"    = { namespace = "AWS/Lambda", metric = "Errors", dims = { FunctionName = module.likes_api.function_name }, stat = "Sum", period = 300, threshold = 1, evaluation = 1, datapoints = 1, what = "${var.prefix}likes-api failed invocations (Lambda Errors)" }
     "likes-api-throttles" = { namespace = "AWS/Lambda", metric = "Throttles", dims = { FunctionName = module.likes_api.function_name }, stat = "Sum", period = 300, threshold = 1, evaluation = 1, datapoints = 1, what = "${var.prefix}likes-api invocations throttled at its reserved concurrency" }
-    "async-failures"      = { namespace = "AWS/SQS", metric = "ApproximateNumberOfMessagesVisible", dims = { QueueName = module.async_failures.name }, stat = "Maximum", period = 60, threshold = 1, evaluation = 1, datapoints = 1, what = "A count-rebuilder or hotkey-controller invocation failed (no retries), or EventBridge could not deliver to it" }
+    "async-failures"      = { namespace = "AWS/SQS", metric = "ApproximateNumberOfMessagesVisible", dims = { QueueName = module.async_failures.name }, stat = "Maximum", period = 60, threshold = 1, evaluation = 1, datapoints = 1, what = "A count-rebuilder, hotkey-controller or autopilot invocation failed (no retries), or EventBridge could not deliver to it" }
     "likes-api-5xx"       = { namespace = "AWS/ApiGateway", metric = "5xx", dims = { ApiId = aws_apigatewayv2_api.likes.id }, stat = "Sum", period = 60, threshold = 5, evaluation = 3, datapoints = 2, what = "The likes HTTP API answered 5xx (likes-api failed or timed out)" }
   }
 }

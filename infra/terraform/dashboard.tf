@@ -44,6 +44,7 @@ locals {
       alarms = concat(
         module.guard.alarm_arns,
         module.counter.alarm_arns,
+        [for a in aws_cloudwatch_metric_alarm.autopilot : a.arn],
         [for a in aws_cloudwatch_metric_alarm.photo : a.arn],
         [aws_cloudwatch_metric_alarm.api_p99_latency.arn],
       )
@@ -61,6 +62,7 @@ resource "aws_cloudwatch_dashboard" "overview" {
       }],
       module.guard.dashboard_widgets,
       module.counter.dashboard_widgets,
+      local.autopilot_widgets,
       local.app_widgets,
       [local.alarm_widget],
     )

@@ -1,12 +1,12 @@
 # The photo app, built from the blocks (modules/): likes-api behind the HTTP API (functions.tf), a
 # hot-key counter counting likes per post, a hot-key guard on every table and GSI, a lease table
-# for stream consumers, one alarm topic.
+# for stream consumers, the autopilot over like-events (autopilot.tf), one alarm topic.
 locals {
   # Every function: the capacity log samples 1 call in 100, partition keys hashed except on tables
   # keyed by non-personal ids (liked is keyed by the user: hashed).
   capacity_log = {
     HEATSINK_CAPACITY_LOG_SAMPLE       = "100"
-    HEATSINK_CAPACITY_LOG_CLEAR_TABLES = join(",", [for t in ["counters", "hotkeys", "posts", "leases"] : "${var.prefix}${t}"])
+    HEATSINK_CAPACITY_LOG_CLEAR_TABLES = join(",", [for t in ["counters", "hotkeys", "posts", "leases", "autopilot"] : "${var.prefix}${t}"])
   }
   # The aggregator's one source of liked's changes (var.like_events_source).
   like_events_source_arn = var.like_events_source == "kinesis" ? aws_kinesis_stream.like_events.arn : aws_dynamodb_table.liked.stream_arn
@@ -18,12 +18,12 @@ module "alarm_topic" {
   tags       = var.tags
 }
 
-# Failed asynchronous invocations (EventBridge -> count-rebuilder / hotkey-controller) and events
-# EventBridge could not deliver: nothing asynchronous is dropped silently.
+# Failed asynchronous invocations (EventBridge -> count-rebuilder / hotkey-controller / autopilot)
+# and events EventBridge could not deliver: nothing asynchronous is dropped silently.
 module "async_failures" {
   source                = "./modules/failure-queue"
   name                  = "${var.prefix}async-failures"
-  eventbridge_rule_arns = concat(module.counter.event_rule_arns, module.guard.event_rule_arns)
+  eventbridge_rule_arns = concat(module.counter.event_rule_arns, module.guard.event_rule_arns, [aws_cloudwatch_event_rule.autopilot.arn])
   tags                  = var.tags
 }
 
@@ -89,13 +89,14 @@ module "guard" {
   source = "./modules/hot-key-guard"
   prefix = var.prefix
   tables = {
-    liked    = { name = aws_dynamodb_table.liked.name, arn = aws_dynamodb_table.liked.arn, indexes = ["by-post"], hot = lookup(var.controller_tables, "liked", null), contributor_insights = var.contributor_insights_mode }
-    counters = { name = module.counter.counters_table_name, arn = module.counter.counters_table_arn, indexes = ["touched"], hot = lookup(var.controller_tables, "counters", null), contributor_insights = var.contributor_insights_mode }
-    leases   = { name = module.leases.table_name, arn = module.leases.table_arn, hot = lookup(var.controller_tables, "leases", null), contributor_insights = var.contributor_insights_mode }
-    posts    = { name = aws_dynamodb_table.posts.name, arn = aws_dynamodb_table.posts.arn, indexes = ["by-creator"], hot = lookup(var.controller_tables, "posts", null), contributor_insights = var.contributor_insights_mode }
+    liked     = { name = aws_dynamodb_table.liked.name, arn = aws_dynamodb_table.liked.arn, indexes = ["by-post"], hot = lookup(var.controller_tables, "liked", null), contributor_insights = var.contributor_insights_mode }
+    counters  = { name = module.counter.counters_table_name, arn = module.counter.counters_table_arn, indexes = ["touched"], hot = lookup(var.controller_tables, "counters", null), contributor_insights = var.contributor_insights_mode }
+    leases    = { name = module.leases.table_name, arn = module.leases.table_arn, hot = lookup(var.controller_tables, "leases", null), contributor_insights = var.contributor_insights_mode }
+    posts     = { name = aws_dynamodb_table.posts.name, arn = aws_dynamodb_table.posts.arn, indexes = ["by-creator"], hot = lookup(var.controller_tables, "posts", null), contributor_insights = var.contributor_insights_mode }
+    autopilot = { name = aws_dynamodb_table.autopilot.name, arn = aws_dynamodb_table.autopilot.arn, hot = lookup(var.controller_tables, "autopilot", null), contributor_insights = var.contributor_insights_mode }
   }
   directory_contributor_insights = coalesce(var.contributor_insights_mode, "THROTTLED_KEYS")
-  capacity_log_group_names       = concat([module.likes_api.log_group_name], module.counter.log_group_names)
+  capacity_log_group_names       = concat([module.likes_api.log_group_name, module.autopilot.log_group_name], module.counter.log_group_names)
   hot_partition_fraction         = var.hot_partition_fraction
   alarm_topic_arn                = module.alarm_topic.topic_arn
   async_failures_queue           = { arn = module.async_failures.arn, name = module.async_failures.name, key_arn = module.async_failures.key_arn }

@@ -4,7 +4,7 @@ output "likes_api_url" {
 }
 
 output "table_names" {
-  description = "The five tables, by logical name."
+  description = "The six tables, by logical name."
   value       = { for k, t in local.tables : k => t.name }
 }
 
@@ -18,7 +18,7 @@ output "alarm_topic_arn" {
 }
 
 output "function_names" {
-  value = merge({ "likes-api" = module.likes_api.function_name, "hotkey-controller" = module.guard.function_name }, module.counter.function_names)
+  value = merge({ "likes-api" = module.likes_api.function_name, "hotkey-controller" = module.guard.function_name, "autopilot" = module.autopilot.function_name }, module.counter.function_names)
 }
 
 output "sampler_publisher_role_arn" {

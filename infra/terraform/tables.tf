@@ -1,6 +1,6 @@
 # The photo app's tables and stream (heatsink::schema, `heatsink schema --json`; test_module.py fails
-# when they disagree); the blocks (main.tf) create counters, hotkeys and leases. Contributor Insights
-# on every table and GSI comes from modules/hot-key-guard.
+# when they disagree); the blocks (main.tf) create counters, hotkeys and leases, autopilot.tf the
+# autopilot's. Contributor Insights on every table and GSI comes from modules/hot-key-guard.
 
 # Shards and mode from infra/esm.json (esm.tf): 13 provisioned shards carry 10,000 likes/s at 77 %
 # of a shard's 1,000 records/s.
@@ -130,12 +130,13 @@ resource "aws_dynamodb_table" "posts" {
 }
 
 locals {
-  # The five tables of heatsink::schema: the photo app's own two and the blocks' three.
+  # The six tables of heatsink::schema: the photo app's own two, the blocks' three, the autopilot's.
   tables = {
-    liked    = { name = aws_dynamodb_table.liked.name, arn = aws_dynamodb_table.liked.arn }
-    counters = { name = module.counter.counters_table_name, arn = module.counter.counters_table_arn }
-    hotkeys  = { name = module.guard.directory_table_name, arn = module.guard.directory_table_arn }
-    leases   = { name = module.leases.table_name, arn = module.leases.table_arn }
-    posts    = { name = aws_dynamodb_table.posts.name, arn = aws_dynamodb_table.posts.arn }
+    liked     = { name = aws_dynamodb_table.liked.name, arn = aws_dynamodb_table.liked.arn }
+    counters  = { name = module.counter.counters_table_name, arn = module.counter.counters_table_arn }
+    hotkeys   = { name = module.guard.directory_table_name, arn = module.guard.directory_table_arn }
+    leases    = { name = module.leases.table_name, arn = module.leases.table_arn }
+    posts     = { name = aws_dynamodb_table.posts.name, arn = aws_dynamodb_table.posts.arn }
+    autopilot = { name = aws_dynamodb_table.autopilot.name, arn = aws_dynamodb_table.autopilot.arn }
   }
 }

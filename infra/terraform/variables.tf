@@ -76,6 +76,7 @@ variable "concurrency" {
     "likes-aggregator"  = 20
     "count-rebuilder"   = 1
     "hotkey-controller" = 1
+    "autopilot"         = 1
   }
 }
 
@@ -95,6 +96,12 @@ variable "tracing" {
   description = "X-Ray tracing of the functions: PassThrough (a trace only when the caller sampled one; free on the hot paths) or Active (1 request/s plus 5 % per function: about 500 traces/s at 10,000 likes/s, roughly $6,500 a month)."
   type        = string
   default     = "PassThrough"
+}
+
+variable "autopilot_act" {
+  description = "The autopilot's act switch (HEATSINK_AUTOPILOT_ACT): true splits and merges like-events' shards within its budgets (and only then may its role: kinesis:SplitShard, kinesis:MergeShards); false, the default, is a dry run: the loop only reports what it would do. The kill switch either way: heatsink autopilot pause --stream <prefix>like-events --reason ..."
+  type        = bool
+  default     = false
 }
 
 variable "access_log_source_ip" {

@@ -13,6 +13,9 @@
  *   heatsink:likeEventsSource          kinesis | dynamodb-streams: likes-aggregator's one event source
  *                                      (default kinesis: like-events fed by the table's Kinesis
  *                                      streaming destination; dynamodb-streams: the table's own stream)
+ *   heatsink:autopilotAct              true: the autopilot splits and merges like-events' shards (and
+ *                                      its role may); default false: a dry run that only reports what
+ *                                      it would do
  *   heatsink:placeholderCode           true: synthesize without built functions (never deploy this)
  */
 import { App, Tags, Validations, aws_lambda as lambda } from 'aws-cdk-lib';
@@ -59,6 +62,9 @@ const code = (name: FunctionName): lambda.Code => {
   return lambda.Code.fromAsset(placeholderDir);
 };
 
+const autopilotAct = ctx('autopilotAct') ?? 'false';
+if (autopilotAct !== 'true' && autopilotAct !== 'false') throw new Error(`heatsink:autopilotAct must be true or false, not ${autopilotAct}`);
+
 const fraction = ctx('hotPartitionFraction');
 const stack = new HeatsinkStack(app, 'Heatsink', {
   prefix: ctx('prefix'),
@@ -67,6 +73,7 @@ const stack = new HeatsinkStack(app, 'Heatsink', {
   contributorInsightsMode: ctx('contributorInsightsMode') as ContributorInsightsMode | undefined,
   hotPartitionFraction: fraction === undefined ? undefined : Number(fraction),
   likeEventsSource: likeEventsSource as LikeEventsSource,
+  autopilotAct: autopilotAct === 'true',
   env: { account: process.env.CDK_DEFAULT_ACCOUNT, region: process.env.CDK_DEFAULT_REGION },
 });
 Tags.of(stack).add('project', 'heatsink');

@@ -21,6 +21,7 @@ import {
   aws_sns as sns,
 } from 'aws-cdk-lib';
 import { Construct } from 'constructs';
+import { Autopilot } from './autopilot';
 import { AlarmTopic } from './blocks/alarm-topic';
 import { AlarmFactory, HeatsinkFunction, TracingMode, emfMetric } from './blocks/common';
 import { HotKeyCounter, asyncFailureQueue, attribute, functionAlarms } from './blocks/hot-key-counter';
@@ -66,9 +67,10 @@ export const DEFAULT_CONCURRENCY: Record<FunctionName, number> = {
   // like-events' 13 shards (infra/esm.json) × parallelization 1, plus room for parent and child
   // shards during a reshard.
   'likes-aggregator': 20,
-  // Never concurrent with itself: one recount, one directory writer at a time.
+  // Never concurrent with itself: one recount, one directory writer, one control period at a time.
   'count-rebuilder': 1,
   'hotkey-controller': 1,
+  autopilot: 1,
 };
 
 export interface HeatsinkStackProps extends StackProps {
@@ -110,6 +112,15 @@ export interface HeatsinkStackProps extends StackProps {
   readonly accessLogSourceIp?: boolean;
   /** Tables hotkey-controller watches (its grants follow). @default counters, read-hot */
   readonly controllerTables?: ControllerTable[];
+  /**
+   * The autopilot's act switch (`HEATSINK_AUTOPILOT_ACT`). Off, the autopilot is a dry run: the
+   * loop only reports what it would do (logs, EMF metrics), and its role holds no
+   * kinesis:SplitShard or kinesis:MergeShards. On, it splits and merges like-events' shards
+   * within its budgets; `heatsink autopilot pause --stream <prefix>like-events --reason ...` is
+   * the kill switch either way (infra/README.md, "The autopilot").
+   * @default false (dry run: the loop only reports what it would do)
+   */
+  readonly autopilotAct?: boolean;
 }
 
 
@@ -117,7 +128,8 @@ export interface HeatsinkStackProps extends StackProps {
  * heatsink's photo app, built from the blocks (`lib/index.ts`): the `liked` and `posts` tables
  * and the like-events stream, likes-api behind an authenticated HTTP API, a {@link HotKeyCounter}
  * counting likes per post, a {@link HotKeyGuard} on every table and GSI, {@link StreamLeases}
- * for stream consumers, one {@link AlarmTopic} and a dashboard.
+ * for stream consumers, the {@link Autopilot} over like-events (a dry run unless
+ * `autopilotAct`), one {@link AlarmTopic} and a dashboard.
  */
 export class HeatsinkStack extends Stack {
   public readonly tables: Record<string, dynamodb.TableV2> = {};
@@ -132,6 +144,7 @@ export class HeatsinkStack extends Stack {
   public readonly counter: HotKeyCounter;
   public readonly guard: HotKeyGuard;
   public readonly leases: StreamLeases;
+  public readonly autopilot: Autopilot;
 
   constructor(scope: Construct, id: string, props: HeatsinkStackProps) {
     super(scope, id, props);
@@ -157,7 +170,7 @@ export class HeatsinkStack extends Stack {
       architecture: props.architecture ?? lambda.Architecture.ARM_64,
       environment: {
         HEATSINK_CAPACITY_LOG_SAMPLE: '100',
-        HEATSINK_CAPACITY_LOG_CLEAR_TABLES: ['counters', 'hotkeys', 'posts', 'leases'].map((t) => `${prefix}${t}`).join(','),
+        HEATSINK_CAPACITY_LOG_CLEAR_TABLES: ['counters', 'hotkeys', 'posts', 'leases', 'autopilot'].map((t) => `${prefix}${t}`).join(','),
       },
     };
 
@@ -174,7 +187,7 @@ export class HeatsinkStack extends Stack {
     }
     const likeEvents = this.streams['like-events'];
 
-    // ---- The photo app's own tables (the blocks create counters, hotkeys and leases) -----------
+    // ---- The photo app's own tables (the blocks create counters, hotkeys and leases; the autopilot its own)
     for (const spec of TABLES.filter((t) => t.logical === 'liked' || t.logical === 'posts')) {
       this.tables[spec.logical] = new dynamodb.TableV2(this, `Table-${spec.logical}`, {
         tableName: `${prefix}${spec.logical}`,
@@ -204,8 +217,8 @@ export class HeatsinkStack extends Stack {
     const alarmTopic = new AlarmTopic(this, 'Alarms', { topicName: `${prefix}alarms` });
     this.alarmTopic = alarmTopic.topic;
     this.alarmKey = alarmTopic.key;
-    // Failed asynchronous invocations (EventBridge -> count-rebuilder / hotkey-controller) and
-    // events EventBridge could not deliver: nothing asynchronous is dropped silently.
+    // Failed asynchronous invocations (EventBridge -> count-rebuilder / hotkey-controller /
+    // autopilot) and events EventBridge could not deliver: nothing asynchronous is dropped silently.
     const asyncFailures = asyncFailureQueue(this, `${prefix}async-failures`);
 
     // ---- likes-api --------------------------------------------------------------------------------
@@ -246,6 +259,21 @@ export class HeatsinkStack extends Stack {
     this.leases = new StreamLeases(this, 'Leases', { tableName: `${prefix}leases`, removalPolicy });
     this.tables.leases = this.leases.table;
 
+    // ---- The autopilot: like-events' control loop, a dry run unless autopilotAct ---------------------
+    // like-events exists in both source modes (with dynamodb-streams it is not fed by the table),
+    // so the autopilot is deployed in both.
+    this.autopilot = new Autopilot(this, 'Autopilot', {
+      ...functionDefaults,
+      prefix,
+      stream: likeEvents,
+      act: props.autopilotAct ?? false,
+      asyncFailures,
+      alarmTopic: this.alarmTopic,
+      concurrency: concurrency.autopilot,
+      removalPolicy,
+    });
+    this.tables.autopilot = this.autopilot.table;
+
     // ---- The guard: every table and GSI ---------------------------------------------------------------
     const guarded: GuardedTable[] = TABLES.filter((spec) => spec.logical !== 'hotkeys').map((spec) => ({
       table: this.tables[spec.logical],
@@ -260,7 +288,7 @@ export class HeatsinkStack extends Stack {
       prefix,
       tables: guarded,
       directoryContributorInsights: props.contributorInsightsMode,
-      capacityLogGroups: [likesApi.logGroup, this.counter.aggregator.logGroup, this.counter.rebuilder.logGroup],
+      capacityLogGroups: [likesApi.logGroup, this.counter.aggregator.logGroup, this.counter.rebuilder.logGroup, this.autopilot.fn.logGroup],
       hotPartitionFraction: fraction,
       alarmTopic: this.alarmTopic,
       asyncFailures,
@@ -274,6 +302,7 @@ export class HeatsinkStack extends Stack {
     this.functions['likes-aggregator'] = this.counter.aggregator.fn;
     this.functions['count-rebuilder'] = this.counter.rebuilder.fn;
     this.functions['hotkey-controller'] = this.guard.controller.fn;
+    this.functions.autopilot = this.autopilot.fn.fn;
 
     // Every grant below is a call the function's code makes, and nothing else: infra/grants.json
     // lists the calls (recorded by the integration test tests/it/grants.rs through an SDK
@@ -375,7 +404,7 @@ export class HeatsinkStack extends Stack {
     f.alarm('AsyncFailuresVisible', {
       alarmName: `${prefix}async-failures`,
       alarmDescription:
-        'A count-rebuilder or hotkey-controller invocation failed (no retries), or EventBridge could not deliver to it. Runbook: README "Alarms".',
+        'A count-rebuilder, hotkey-controller or autopilot invocation failed (no retries), or EventBridge could not deliver to it. Runbook: README "Alarms".',
       metric: asyncFailures.metricApproximateNumberOfMessagesVisible({ statistic: 'Maximum', period: Duration.minutes(1) }),
       threshold: 1,
       comparisonOperator: cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
@@ -403,7 +432,7 @@ export class HeatsinkStack extends Stack {
       datapointsToAlarm: 3,
       treatMissingData: cw.TreatMissingData.NOT_BREACHING,
     });
-    this.alarms.push(...this.guard.alarms, ...this.counter.alarms, ...f.alarms);
+    this.alarms.push(...this.guard.alarms, ...this.counter.alarms, ...this.autopilot.alarms, ...f.alarms);
 
     // ---- Dashboard --------------------------------------------------------------------------------
     const dashboard = new cw.Dashboard(this, 'Dashboard', {
@@ -419,6 +448,7 @@ export class HeatsinkStack extends Stack {
     );
     for (const row of this.guard.widgets) dashboard.addWidgets(...row);
     for (const row of this.counter.widgets) dashboard.addWidgets(...row);
+    for (const row of this.autopilot.widgets) dashboard.addWidgets(...row);
     dashboard.addWidgets(
       new cw.GraphWidget({
         title: 'Stream consumer leases (heatsink tail --emf or an embedding service)',

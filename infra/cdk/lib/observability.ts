@@ -78,4 +78,16 @@ export const EMF_METRICS = {
   duplicatesDropped: 'CounterDuplicatesDropped',
   /** likes-aggregator: records skipped as not a change of the aggregator's table, per batch, 0s included. */
   foreignRecords: 'CounterForeignRecords',
+  /** autopilot: 1 per finished period (every minute), the heartbeat; a failed or timed-out period emits nothing. */
+  autopilotPeriodCompleted: 'AutopilotPeriodCompleted',
+  /** autopilot: split or merge operations started in one period (0 in a dry run). */
+  autopilotOperationsStarted: 'AutopilotOperationsStarted',
+  /** autopilot: 1 while the kill switch is set (`heatsink autopilot pause`), else 0 (a gauge). */
+  autopilotPaused: 'AutopilotPaused',
+  /** autopilot: 1 while an operation is in flight whose end the shard map does not prove although the stream is ACTIVE (an operator must look), else 0. */
+  autopilotUnproven: 'AutopilotUnproven',
+  /** autopilot: proposals waiting on the hourly or daily operation budget in one period. */
+  autopilotOutOfBudget: 'AutopilotOutOfBudget',
+  /** autopilot: split and merge proposals in one period (acted on or, in a dry run, only reported). */
+  autopilotProposals: 'AutopilotProposals',
 } as const;

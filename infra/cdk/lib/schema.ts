@@ -93,13 +93,20 @@ export const TABLES: readonly TableSpec[] = [
       },
     ],
   },
+  {
+    // The autopilot's state and kill switch: one item per stream it governs (like-events).
+    logical: 'autopilot',
+    partitionKey: { name: 'pk', type: 'S' },
+    sortKey: { name: 'sk', type: 'S' },
+    gsis: [],
+  },
 ];
 
 // like-events' shards come from infra/esm.json, the one definition of the aggregator's mapping.
 export const STREAMS: readonly StreamSpec[] = [{ logical: 'like-events', shards: ESM.shards }];
 
-/** The four Lambda functions; `functions/<name>/` holds each one's crate. */
-export const FUNCTION_NAMES = ['likes-api', 'likes-aggregator', 'count-rebuilder', 'hotkey-controller'] as const;
+/** The five Lambda functions; `functions/<name>/` holds each one's crate (binary `<name>`). */
+export const FUNCTION_NAMES = ['likes-api', 'likes-aggregator', 'count-rebuilder', 'hotkey-controller', 'autopilot'] as const;
 export type FunctionName = (typeof FUNCTION_NAMES)[number];
 
 /** DynamoDB's per-partition ceilings (per second) and Kinesis' per-shard ceiling. */

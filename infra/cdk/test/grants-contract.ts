@@ -15,6 +15,8 @@ interface Grant {
   action: string;
   resource: string;
   modes?: LikeEventsSource[];
+  /** Granted only when the function's act switch is on (the autopilot's reshards). */
+  act?: boolean;
 }
 export interface Example {
   source: LikeEventsSource;
@@ -40,12 +42,16 @@ function renamed(resource: string, rename: Record<string, string>): string {
   return resource;
 }
 
-/** What a role must hold in `mode`: `action resource` strings (for an example: its names). */
-export function expected(fn: string, mode: LikeEventsSource, example?: Example): string[] {
+/**
+ * What a role must hold in `mode`: `action resource` strings (for an example: its names). The
+ * entries marked `act` only when the act switch is on (`act`), never in a default (dry-run) deployment.
+ */
+export function expected(fn: string, mode: LikeEventsSource, example?: Example, act = false): string[] {
   const prefix = example?.prefix ?? PREFIX;
   const rename = { ...(example?.rename ?? {}), ...(example?.rename_by_function?.[fn] ?? {}) };
   return [...(manifest.calls[fn] ?? []), ...(manifest.platform[fn] ?? [])]
     .filter((g) => !g.modes || g.modes.includes(mode))
+    .filter((g) => !g.act || act)
     .map((g) => `${g.action} ${renamed(g.resource.replace('<prefix>', prefix), rename)}`)
     .sort();
 }

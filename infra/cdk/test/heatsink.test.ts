@@ -18,8 +18,8 @@ const fnLogicalId = (name: string, t: Template = s.template) =>
   )![0];
 
 describe('tables', () => {
-  test('five on-demand tables with point-in-time recovery', () => {
-    s.template.resourceCountIs('AWS::DynamoDB::GlobalTable', 5);
+  test('six on-demand tables with point-in-time recovery', () => {
+    s.template.resourceCountIs('AWS::DynamoDB::GlobalTable', 6);
     for (const r of Object.values(resources(s.template, 'AWS::DynamoDB::GlobalTable'))) {
       expect(r.Properties.BillingMode).toBe('PAY_PER_REQUEST');
       expect(r.Properties.Replicas[0].PointInTimeRecoverySpecification).toEqual({ PointInTimeRecoveryEnabled: true });
@@ -52,6 +52,7 @@ describe('tables', () => {
       'heatsink-leases': 'THROTTLED_KEYS',
       'heatsink-posts': 'THROTTLED_KEYS',
       'heatsink-posts/by-creator': 'THROTTLED_KEYS',
+      'heatsink-autopilot': 'THROTTLED_KEYS',
     });
   });
 
@@ -211,8 +212,8 @@ test('the aggregator\'s mapping takes batch size and window from infra/esm.json,
 });
 
 describe('functions', () => {
-  test('four arm64 custom-runtime functions named after functions/<name>', () => {
-    s.template.resourceCountIs('AWS::Lambda::Function', 4);
+  test('five arm64 custom-runtime functions named after functions/<name>', () => {
+    s.template.resourceCountIs('AWS::Lambda::Function', 5);
     for (const name of FUNCTION_NAMES) {
       s.template.hasResourceProperties('AWS::Lambda::Function', {
         FunctionName: `heatsink-${name}`,
@@ -309,7 +310,7 @@ describe('least privilege', () => {
 
   test('one role per function plus the sampler publisher, no managed policies', () => {
     const roles = Object.values(resources(s.template, 'AWS::IAM::Role'));
-    expect(roles).toHaveLength(5);
+    expect(roles).toHaveLength(FUNCTION_NAMES.length + 1);
     for (const r of roles) expect(r.Properties.ManagedPolicyArns).toBeUndefined();
   });
 
@@ -383,6 +384,7 @@ describe('least privilege', () => {
       likesaggregator: ['heatsink-counters'],
       countrebuilder: ['heatsink-counters'],
       hotkeycontroller: ['heatsink-hotkeys'],
+      autopilot: ['heatsink-autopilot'],
     });
   });
 
@@ -657,6 +659,17 @@ describe('alarms and dashboard', () => {
     ]);
   });
 
+  test('dashboard: the autopilot\'s heartbeat, proposals and operations against its holds', () => {
+    expect(series(/^Autopilot \(like-events\): periods, proposals, operations, holds$/)).toEqual([
+      ['heatsink', 'AutopilotPeriodCompleted', 'Function', 'autopilot', { stat: 'Sum', label: 'periods completed', period: 60 }],
+      ['heatsink', 'AutopilotProposals', 'Function', 'autopilot', { stat: 'Maximum', label: 'proposals', period: 60 }],
+      ['heatsink', 'AutopilotOperationsStarted', 'Function', 'autopilot', { stat: 'Sum', label: 'splits and merges started', period: 60 }],
+      ['heatsink', 'AutopilotPaused', 'Function', 'autopilot', { stat: 'Maximum', label: 'paused', period: 60, yAxis: 'right' }],
+      ['heatsink', 'AutopilotOutOfBudget', 'Function', 'autopilot', { stat: 'Maximum', label: 'waiting on budget', period: 60, yAxis: 'right' }],
+      ['heatsink', 'AutopilotUnproven', 'Function', 'autopilot', { stat: 'Maximum', label: 'unproven in flight', period: 60, yAxis: 'right' }],
+    ]);
+  });
+
   test('dashboard: every EMF series is a metric we emit, graphed with its one emitter', () => {
     const emitter: Record<string, string> = {
       [EMF_METRICS.counterLag]: 'likes-aggregator',
@@ -676,6 +689,12 @@ describe('alarms and dashboard', () => {
       [EMF_METRICS.lateChanges]: 'likes-aggregator',
       [EMF_METRICS.duplicatesDropped]: 'likes-aggregator',
       [EMF_METRICS.foreignRecords]: 'likes-aggregator',
+      [EMF_METRICS.autopilotPeriodCompleted]: 'autopilot',
+      [EMF_METRICS.autopilotOperationsStarted]: 'autopilot',
+      [EMF_METRICS.autopilotPaused]: 'autopilot',
+      [EMF_METRICS.autopilotUnproven]: 'autopilot',
+      [EMF_METRICS.autopilotOutOfBudget]: 'autopilot',
+      [EMF_METRICS.autopilotProposals]: 'autopilot',
     };
     expect(Object.keys(emitter).sort()).toEqual(Object.values(EMF_METRICS).sort());
     const emf = dashboardWidgets()
@@ -729,4 +748,105 @@ describe('cdk-nag', () => {
     const readme = fs.readFileSync(path.join(__dirname, '..', '..', 'README.md'), 'utf8');
     for (const rule of ['AwsSolutions-COG8', 'AwsSolutions-IAM5', 'AwsSolutions-SQS3']) expect(readme).toContain(rule);
   });
+});
+
+// The autopilot: like-events' control loop, every minute, a dry run unless autopilotAct. The
+// like-events stream exists in both source modes, so the autopilot does too.
+describe.each<LikeEventsSource>(['kinesis', 'dynamodb-streams'])('autopilot (%s source)', (mode) => {
+  let t: Template;
+  beforeAll(() => {
+    t = mode === 'kinesis' ? s.template : synth({ likeEventsSource: mode }).template;
+  });
+  const fn = () => resources(t, 'AWS::Lambda::Function')[fnLogicalId('autopilot', t)].Properties;
+
+  test('every minute from EventBridge, no async retries, failures and undeliverable events parked in async-failures', () => {
+    const [ruleId, rule] = Object.entries(resources(t, 'AWS::Events::Rule')).find(
+      ([, r]) => r.Properties.Targets[0].Arn['Fn::GetAtt']?.[0] === fnLogicalId('autopilot', t),
+    )!;
+    expect(rule.Properties).toMatchObject({ Name: 'heatsink-autopilot-schedule', ScheduleExpression: 'rate(1 minute)', State: 'ENABLED' });
+    expect(rule.Properties.EventBusName).toBeUndefined(); // the default bus: a schedule
+    const queue = Object.entries(resources(t, 'AWS::SQS::Queue')).find(([, q]) => q.Properties.QueueName === 'heatsink-async-failures')![0];
+    expect(rule.Properties.Targets).toHaveLength(1);
+    expect(rule.Properties.Targets[0]).toMatchObject({
+      RetryPolicy: { MaximumRetryAttempts: 2, MaximumEventAgeInSeconds: 600 },
+      DeadLetterConfig: { Arn: { 'Fn::GetAtt': [queue, 'Arn'] } },
+    });
+    t.hasResourceProperties('AWS::Lambda::EventInvokeConfig', {
+      FunctionName: { Ref: fnLogicalId('autopilot', t) },
+      MaximumRetryAttempts: 0,
+      MaximumEventAgeInSeconds: 60,
+      DestinationConfig: { OnFailure: { Destination: { 'Fn::GetAtt': [queue, 'Arn'] } } },
+    });
+    t.hasResourceProperties('AWS::Lambda::Permission', {
+      FunctionName: { 'Fn::GetAtt': [fnLogicalId('autopilot', t), 'Arn'] },
+      Principal: 'events.amazonaws.com',
+      SourceArn: { 'Fn::GetAtt': [ruleId, 'Arn'] },
+    });
+  });
+
+  test('one period at a time; the prefix and the act switch (off by default) in its environment', () => {
+    expect(fn().ReservedConcurrentExecutions).toBe(1);
+    expect(fn().Environment.Variables).toMatchObject({ HEATSINK_PREFIX: 'heatsink-', HEATSINK_AUTOPILOT_ACT: 'false' });
+    expect(fn().Timeout).toBeLessThanOrEqual(60);
+  });
+
+  test('its state table: pk/sk, on-demand, point-in-time recovery, deletion protection', () => {
+    const table = Object.values(resources(t, 'AWS::DynamoDB::GlobalTable')).find((r) => r.Properties.TableName === 'heatsink-autopilot')!
+      .Properties;
+    expect(table.KeySchema).toEqual([
+      { AttributeName: 'pk', KeyType: 'HASH' },
+      { AttributeName: 'sk', KeyType: 'RANGE' },
+    ]);
+    expect(table.BillingMode).toBe('PAY_PER_REQUEST');
+    expect(table.Replicas[0]).toMatchObject({
+      PointInTimeRecoverySpecification: { PointInTimeRecoveryEnabled: true },
+      DeletionProtectionEnabled: true,
+    });
+    expect(table.StreamSpecification).toBeUndefined();
+  });
+
+  // The heartbeat breaches on missing data; the gauges do not (the heartbeat covers missing periods).
+  test.each([
+    ['heatsink-autopilot-failing', EMF_METRICS.autopilotPeriodCompleted, 'Sum', 'LessThanThreshold', 'breaching'],
+    ['heatsink-autopilot-paused', EMF_METRICS.autopilotPaused, 'Maximum', 'GreaterThanOrEqualToThreshold', 'notBreaching'],
+    ['heatsink-autopilot-out-of-budget', EMF_METRICS.autopilotOutOfBudget, 'Maximum', 'GreaterThanOrEqualToThreshold', 'notBreaching'],
+    ['heatsink-autopilot-unproven', EMF_METRICS.autopilotUnproven, 'Maximum', 'GreaterThanOrEqualToThreshold', 'notBreaching'],
+  ] as const)('%s: %s %s, %s 1 in 3 five-minute periods in a row, missing data %s, to the alarm topic', (name, metric, stat, op, missing) => {
+    const found = Object.values(resources(t, 'AWS::CloudWatch::Alarm')).filter((a) => a.Properties.AlarmName === name);
+    expect(found).toHaveLength(1);
+    const alarm = found[0].Properties;
+    expect(alarm).toMatchObject({
+      Namespace: EMF_NAMESPACE,
+      MetricName: metric,
+      Dimensions: [{ Name: 'Function', Value: 'autopilot' }],
+      Statistic: stat,
+      Period: 300,
+      ComparisonOperator: op,
+      Threshold: 1,
+      EvaluationPeriods: 3,
+      DatapointsToAlarm: 3,
+      TreatMissingData: missing,
+    });
+    const topic = Object.keys(resources(t, 'AWS::SNS::Topic'));
+    expect(alarm.AlarmActions).toEqual([{ Ref: topic[0] }]);
+    expect(alarm.OKActions).toEqual([{ Ref: topic[0] }]);
+    expect(alarm.AlarmDescription).toContain('Runbook: README "Alarms"');
+  });
+});
+
+test('the act switch: HEATSINK_AUTOPILOT_ACT=true, and the function says it acts', () => {
+  const t = synth({ autopilotAct: true }).template;
+  const fn = Object.values(resources(t, 'AWS::Lambda::Function')).find((f) => f.Properties.FunctionName === 'heatsink-autopilot')!;
+  expect(fn.Properties.Environment.Variables.HEATSINK_AUTOPILOT_ACT).toBe('true');
+  expect(fn.Properties.Description).toMatch(/\(acting\)$/);
+  const dryRun = Object.values(resources(s.template, 'AWS::Lambda::Function')).find((f) => f.Properties.FunctionName === 'heatsink-autopilot')!;
+  expect(dryRun.Properties.Description).toMatch(/\(dry run\)$/);
+});
+
+test('AwsSolutions checks pass with the act switch on', () => {
+  const { app } = synth({ autopilotAct: true }, true);
+  const report = JSON.parse(fs.readFileSync(path.join(app.synth().directory, 'validation-report.json'), 'utf8'));
+  const pack = report.pluginReports.find((r: any) => r.pluginName === 'AwsSolutions');
+  expect(pack.conclusion).toBe('success');
+  expect(pack.violations).toEqual([]);
 });

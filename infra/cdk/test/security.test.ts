@@ -198,7 +198,7 @@ test('logs without personal data: capacity lines sampled, the liked table (keyed
     expect(Number(vars.HEATSINK_CAPACITY_LOG_SAMPLE)).toBeGreaterThan(1);
     const clear: string[] = vars.HEATSINK_CAPACITY_LOG_CLEAR_TABLES.split(',');
     expect(clear).not.toContain('heatsink-liked');
-    expect(clear.sort()).toEqual(['heatsink-counters', 'heatsink-hotkeys', 'heatsink-leases', 'heatsink-posts']);
+    expect(clear.sort()).toEqual(['heatsink-autopilot', 'heatsink-counters', 'heatsink-hotkeys', 'heatsink-leases', 'heatsink-posts']);
   }
   for (const g of Object.values(resources(s.template, 'AWS::Logs::LogGroup'))) expect(g.Properties.RetentionInDays).toBe(30);
 });
@@ -210,13 +210,14 @@ describe('resilience settings', () => {
     for (const name of FUNCTION_NAMES) expect(fn(name).ReservedConcurrentExecutions).toBe(DEFAULT_CONCURRENCY[name]);
     expect(fn('count-rebuilder').ReservedConcurrentExecutions).toBe(1);
     expect(fn('hotkey-controller').ReservedConcurrentExecutions).toBe(1);
+    expect(fn('autopilot').ReservedConcurrentExecutions).toBe(1);
   });
 
   test('the EventBridge-invoked functions: no async retries, a failure destination', () => {
     const queue = Object.entries(resources(s.template, 'AWS::SQS::Queue')).find(
       ([, q]) => q.Properties.QueueName === 'heatsink-async-failures',
     )![0];
-    for (const name of ['count-rebuilder', 'hotkey-controller']) {
+    for (const name of ['count-rebuilder', 'hotkey-controller', 'autopilot']) {
       s.template.hasResourceProperties('AWS::Lambda::EventInvokeConfig', {
         FunctionName: { Ref: fnId(name) },
         MaximumRetryAttempts: 0,

@@ -238,7 +238,14 @@ class Mod:
         streams excepted) and those the call passes, references to locals resolved."""
         body = clean(self.calls[call])
         statements = body["statements"]
-        if isinstance(statements, str):
+        switched = re.fullmatch(r"\$\{concat\(local\.(\w+), var\.(\w+) \? local\.(\w+) : \[\]\)\}", statements) if isinstance(statements, str) else None
+        if switched:
+            # Statements a bool variable switches on (the autopilot's act switch).
+            always, switch, extra = switched.groups()
+            on = self.var_value(switch)
+            assert isinstance(on, bool), (switch, on)
+            statements = clean(self.locals[always]) + (clean(self.locals[extra]) if on else [])
+        elif isinstance(statements, str):
             assert statements == "${concat(local.controller_statements, length(local.watched) == 0 ? [] : local.watch_statements)}", statements
             statements = clean(self.locals["controller_statements"]) + (clean(self.locals["watch_statements"]) if self.watched() else [])
         out = []

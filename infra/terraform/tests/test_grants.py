@@ -1,7 +1,8 @@
 """Grants derived from calls: each function's role policy is exactly what infra/grants.json says
 the function calls (recorded by tests/tests/it/grants.rs through an SDK interceptor) plus what the
 Lambda service does with the role, for each like-events source. A missing grant and an unused
-grant both fail.
+grant both fail. Entries marked `act` (the autopilot's reshards) are granted only with the act
+switch on (var.autopilot_act): a default plan grants exactly the others.
 
 The policies are HCL expressions spread over the root module and the blocks (modules/); tests/hcl.py
 follows each module call and resolves the few forms the modules use (resource ARNs, module outputs,
@@ -13,23 +14,27 @@ import json
 
 import pytest
 
-from hcl import Mod
+from hcl import Mod, clean
 from test_module import LIKE_EVENTS_SOURCES, MODULE, REPO, SCHEMA
 
 MANIFEST = json.loads((REPO / "infra" / "grants.json").read_text())
 PREFIX = SCHEMA["prefix"]
-FUNCTIONS = ["likes-api", "likes-aggregator", "count-rebuilder", "hotkey-controller"]
+ROOT_DEFAULT = Mod(MODULE)
+FUNCTIONS = ["likes-api", "likes-aggregator", "count-rebuilder", "hotkey-controller", "autopilot"]
 # Where each function's role is declared: (module path from the root, function call).
 CALLS = {
     "likes-api": ([], "likes_api"),
     "likes-aggregator": (["counter"], "aggregator"),
     "count-rebuilder": (["counter"], "rebuilder"),
     "hotkey-controller": (["guard"], "controller"),
+    "autopilot": ([], "autopilot"),
 }
+RESHARDS = ["kinesis:MergeShards", "kinesis:SplitShard"]
 
 
-def expected(fn, mode, example=None):
-    """What a role must hold in `mode` (for an example: under its names, infra/grants.json `examples`)."""
+def expected(fn, mode, example=None, act=False):
+    """What a role must hold in `mode` (for an example: under its names, infra/grants.json `examples`);
+    the entries marked `act` only with the act switch on."""
     example = example or {}
     prefix = example.get("prefix", PREFIX)
     rename = {**example.get("rename", {}), **example.get("rename_by_function", {}).get(fn, {})}
@@ -37,6 +42,8 @@ def expected(fn, mode, example=None):
     out = set()
     for g in entries:
         if mode not in g.get("modes", [mode]):
+            continue
+        if g.get("act") and not act:
             continue
         resource = g["resource"].replace("<prefix>", prefix)
         for old in sorted(rename, key=len, reverse=True):
@@ -55,15 +62,41 @@ def granted(root, fn, prefix=PREFIX, calls=None):
     return scope.grants(call, prefix)
 
 
+@pytest.mark.parametrize("act", [False, True], ids=["dry-run", "act"])
 @pytest.mark.parametrize("mode", LIKE_EVENTS_SOURCES)
 @pytest.mark.parametrize("fn", FUNCTIONS)
-def test_grants_are_exactly_the_calls(fn, mode):
-    root = Mod(MODULE, root_vars={"like_events_source": mode})
-    want, have = expected(fn, mode), granted(root, fn)
+def test_grants_are_exactly_the_calls(fn, mode, act):
+    root = Mod(MODULE, root_vars={"like_events_source": mode, **({"autopilot_act": True} if act else {})})
+    want, have = expected(fn, mode, act=act), granted(root, fn)
     assert {"missing": [g for g in want if g not in have], "unused": [g for g in have if g not in want]} == {
         "missing": [],
         "unused": [],
     }
+
+
+def test_only_the_autopilot_has_act_entries():
+    act = [(fn, g) for fn, gs in MANIFEST["calls"].items() for g in gs if "act" in g]
+    assert act and all(fn == "autopilot" and g["act"] is True for fn, g in act)
+    assert sorted(g["action"] for _, g in act) == RESHARDS
+    assert not [g for gs in MANIFEST["platform"].values() for g in gs if "act" in g]
+
+
+@pytest.mark.parametrize("mode", LIKE_EVENTS_SOURCES)
+def test_the_autopilot_may_reshard_only_with_the_act_switch_on(mode):
+    """The default (autopilot_act = false) is a dry run whose role cannot split or merge; the switch
+    adds exactly SplitShard and MergeShards on like-events, to the autopilot's role only."""
+    assert ROOT_DEFAULT.var_value("autopilot_act") is False
+    off = Mod(MODULE, root_vars={"like_events_source": mode})
+    on = Mod(MODULE, root_vars={"like_events_source": mode, "autopilot_act": True})
+    assert not [g for fn in FUNCTIONS for g in granted(off, fn) if g.split(" ")[0] in RESHARDS]
+    added = [g for g in granted(on, "autopilot") if g not in granted(off, "autopilot")]
+    assert sorted(added) == [f"{a} stream/like-events" for a in RESHARDS]
+    for fn in FUNCTIONS:
+        if fn != "autopilot":
+            assert granted(on, fn) == granted(off, fn), fn
+    # The function is told the same switch.
+    env = clean(on.calls["autopilot"])["environment"]
+    assert 'HEATSINK_AUTOPILOT_ACT = var.autopilot_act ? "true" : "false"' in env
 
 
 EXAMPLE = MANIFEST["examples"]["orders"]

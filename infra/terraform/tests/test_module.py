@@ -85,7 +85,7 @@ def named(template, mod=ROOT):
 def test_every_file_parses_and_module_is_not_empty():
     assert {"tables.tf", "functions.tf", "main.tf", "alarms.tf", "dashboard.tf"} <= set(FILES)
     assert len(RESOURCES) > 30
-    assert sorted(ROOT.calls) == ["alarm_topic", "async_failures", "counter", "guard", "leases", "likes_api"]
+    assert sorted(ROOT.calls) == ["alarm_topic", "async_failures", "autopilot", "counter", "guard", "leases", "likes_api"]
 
 
 def test_prefix_default_is_the_schema_prefix():
@@ -251,6 +251,7 @@ def test_contributor_insights_mode_per_table_and_gsi():
         f"{p}leases": "THROTTLED_KEYS",
         f"{p}posts": "THROTTLED_KEYS",
         f"{p}posts/by-creator": "THROTTLED_KEYS",
+        f"{p}autopilot": "THROTTLED_KEYS",
     }
 
 
@@ -265,17 +266,17 @@ def test_the_provider_constraint_covers_the_contributor_insights_mode():
 # The CDK app's resources (infra/cdk/test/heatsink.test.ts), as Terraform resource blocks, counted
 # over the root and every module instance it creates (a for_each block counts once).
 SAME_AS_CDK = {
-    "aws_dynamodb_table": 5,  # AWS::DynamoDB::GlobalTable x5 (liked, posts; counters, hotkeys, leases in the blocks)
+    "aws_dynamodb_table": 6,  # AWS::DynamoDB::GlobalTable x6 (liked, posts, autopilot; counters, hotkeys, leases in the blocks)
     "aws_dynamodb_kinesis_streaming_destination": 1,  # KinesisStreamSpecification on liked
     "aws_dynamodb_resource_policy": 1,  # ResourcePolicy on liked's replica (InsertOnly)
     "aws_dynamodb_contributor_insights": 1,  # ContributorInsightsSpecification (for_each: tables + GSIs)
     "aws_kinesis_stream": 1,
-    "aws_lambda_function": 4,  # one ../function instance per function
-    "aws_cloudwatch_log_group": 5,  # the four functions + API access logs
-    "aws_iam_role": 5,  # the four functions + the sampler publisher role
-    "aws_iam_role_policy": 6,  # the four functions, the sampler publisher; leases' consumer policy (for_each, none here)
+    "aws_lambda_function": 5,  # one ../function instance per function
+    "aws_cloudwatch_log_group": 6,  # the five functions + API access logs
+    "aws_iam_role": 6,  # the five functions + the sampler publisher role
+    "aws_iam_role_policy": 7,  # the five functions, the sampler publisher; leases' consumer policy (for_each, none here)
     "aws_lambda_event_source_mapping": 1,  # exactly one, on var.like_events_source
-    "aws_lambda_function_event_invoke_config": 2,  # count-rebuilder, hotkey-controller
+    "aws_lambda_function_event_invoke_config": 3,  # count-rebuilder, hotkey-controller, autopilot
     "aws_sqs_queue": 2,  # stream-failures, async-failures (the blocks' own async queues are off: the root shares one)
     "aws_sqs_queue_policy": 2,
     "aws_cloudwatch_event_bus": 1,  # heatsink-control
@@ -285,17 +286,17 @@ SAME_AS_CDK = {
     "aws_apigatewayv2_authorizer": 1,
     "aws_kms_key": 3,  # the alarm topic's; one per failure queue (stream-failures, async-failures)
     "aws_kms_alias": 3,
-    "aws_cloudwatch_event_rule": 4,  # count-rebuilder schedule; hotkey-controller schedule, alarms, sampler reports
-    "aws_cloudwatch_event_target": 2,  # the rebuilder's; the controller's (for_each over its three rules)
-    "aws_lambda_permission": 3,  # rebuilder, controller (for_each), API
+    "aws_cloudwatch_event_rule": 5,  # count-rebuilder schedule; hotkey-controller schedule, alarms, sampler reports; autopilot schedule
+    "aws_cloudwatch_event_target": 3,  # the rebuilder's; the controller's (for_each over its three rules); the autopilot's
+    "aws_lambda_permission": 4,  # rebuilder, controller (for_each), autopilot, API
     "aws_apigatewayv2_api": 1,
     "aws_apigatewayv2_integration": 1,
     "aws_apigatewayv2_route": 2,
     "aws_apigatewayv2_stage": 1,
     "aws_cloudwatch_contributor_insight_rule": 1,  # for_each over the rules
     # the counter's (for_each); the guard's hot, throttled, controller (for_each each); the app's
-    # own (for_each) and the API's p99
-    "aws_cloudwatch_metric_alarm": 6,
+    # own (for_each), the API's p99 and the autopilot's (for_each)
+    "aws_cloudwatch_metric_alarm": 7,
     "aws_sns_topic": 1,
     "aws_sns_topic_policy": 1,
     "aws_cloudwatch_dashboard": 1,
@@ -332,8 +333,8 @@ def function_calls():
     return out
 
 
-def test_four_functions_arm64_by_default():
-    assert sorted(function_calls()) == sorted(["likes-api", "likes-aggregator", "count-rebuilder", "hotkey-controller"])
+def test_five_functions_arm64_by_default():
+    assert sorted(function_calls()) == sorted(["likes-api", "likes-aggregator", "count-rebuilder", "hotkey-controller", "autopilot"])
     fn = Mod(MODULE / "modules" / "function").resources[("aws_lambda_function", "this")]
     assert unq(fn["runtime"]) == "provided.al2023"
     assert unq(fn["handler"]) == "bootstrap"
@@ -563,7 +564,9 @@ def test_alarms_on_insight_rule_max_contributor_and_throttle_reasons():
 
 
 def dashboard_text():
-    return "\n".join(p.read_text() for p in [FILES["dashboard.tf"], GUARD.files["outputs.tf"], COUNTER.files["outputs.tf"], COUNTER.files["main.tf"]])
+    return "\n".join(
+        p.read_text() for p in [FILES["dashboard.tf"], FILES["autopilot.tf"], GUARD.files["outputs.tf"], COUNTER.files["outputs.tf"], COUNTER.files["main.tf"]]
+    )
 
 
 def test_dashboard_widgets():
@@ -571,8 +574,22 @@ def test_dashboard_widgets():
     for needle in ("MaxContributorValue", "per-partition ceiling", "insightRule", "CounterLagEvents", "IteratorAge", "LeasesHeld", "CounterCorrectionLikes"):
         assert needle in text
     body = unq(ROOT.resources[("aws_cloudwatch_dashboard", "overview")]["dashboard_body"])
-    for part in ("module.guard.dashboard_widgets", "module.counter.dashboard_widgets", "local.app_widgets", "local.alarm_widget"):
+    for part in ("module.guard.dashboard_widgets", "module.counter.dashboard_widgets", "local.autopilot_widgets", "local.app_widgets", "local.alarm_widget"):
         assert part in body
+    assert "aws_cloudwatch_metric_alarm.autopilot" in str(ROOT.locals["alarm_widget"])
+
+
+def test_every_emf_metric_of_the_catalogue_is_graphed_with_its_emitter():
+    """The CDK app's catalogue (observability.ts EMF_METRICS) is graphed here too, each series
+    with the `Function` dimension of its one emitter, as the CDK dashboard test requires there."""
+    catalogue = re.search(r"export const EMF_METRICS = \{(.*?)\} as const;", (REPO / "infra/cdk/lib/observability.ts").read_text(), re.S).group(1)
+    metrics = re.findall(r"^\s+\w+: '(\w+)',$", catalogue, re.M)
+    assert "AutopilotPeriodCompleted" in metrics and len(metrics) >= 20
+    graphed = {m: e for m, e in re.findall(r'"heatsink", "(\w+)", "Function", "([\w-]+)"', dashboard_text())}
+    assert sorted(graphed) == sorted(metrics)
+    for m in metrics:
+        if m.startswith("Autopilot"):
+            assert graphed[m] == "autopilot", m
 
 
 def series(mod, widgets):
@@ -600,6 +617,7 @@ def widget_series(title):
     """The series of the widget titled `title`, wherever it is defined (the app or a block)."""
     found = {}
     found.update(series(ROOT, ROOT.locals["app_widgets"]))
+    found.update(series(ROOT, ROOT.locals["autopilot_widgets"]))
     found.update(series(COUNTER, COUNTER.outputs["dashboard_widgets"]["value"]))
     guard_widgets = GUARD.outputs["dashboard_widgets"]["value"]
     if isinstance(guard_widgets, str):
@@ -761,3 +779,92 @@ def test_no_function_reads_or_writes_the_leases_table():
         call = next(k for k, b in mod.calls.items() if clean(b) == body)
         for st in mod.function_statements(call):
             assert "table/leases" not in mod.logical(st["Resource"], SCHEMA["prefix"]), (binary, st)
+
+
+# The autopilot (autopilot.tf): like-events' control loop, as the CDK app deploys it
+# (heatsink.test.ts, "autopilot"). like-events exists with both sources, so the autopilot does too.
+AUTOPILOT = ROOT.call("autopilot")
+
+
+def test_the_autopilot_runs_every_minute_parked_not_retried_one_period_at_a_time():
+    call = clean(ROOT.calls["autopilot"])
+    assert (call["binary"], ROOT.text(call["function_name"])) == ("autopilot", f"{SCHEMA['prefix']}autopilot")
+    assert "count" not in call and "for_each" not in call  # both like-events sources
+    assert call["reserved_concurrency"] == '${var.concurrency["autopilot"]}'
+    assert variable_default("concurrency")["autopilot"] == 1
+    assert call["timeout"] <= 60
+    rule = clean(ROOT.resources[("aws_cloudwatch_event_rule", "autopilot")])
+    assert (ROOT.text(rule["name"]), rule["schedule_expression"]) == (f"{SCHEMA['prefix']}autopilot-schedule", "rate(1 minute)")
+    assert "event_bus_name" not in rule
+    target = clean(ROOT.resources[("aws_cloudwatch_event_target", "autopilot")])
+    assert (target["rule"], target["arn"]) == ("${aws_cloudwatch_event_rule.autopilot.name}", "${module.autopilot.arn}")
+    assert target["retry_policy"] == [{"maximum_retry_attempts": 2, "maximum_event_age_in_seconds": 600}]
+    invoke = clean(ROOT.resources[("aws_lambda_function_event_invoke_config", "autopilot")])
+    assert (invoke["function_name"], invoke["maximum_retry_attempts"], invoke["maximum_event_age_in_seconds"]) == ("${module.autopilot.function_name}", 0, 60)
+    permission = clean(ROOT.resources[("aws_lambda_permission", "autopilot")])
+    assert (permission["principal"], permission["source_arn"]) == ("events.amazonaws.com", "${aws_cloudwatch_event_rule.autopilot.arn}")
+    # The shared queue's policy lets the schedule park undeliverable events there.
+    assert "aws_cloudwatch_event_rule.autopilot.arn" in unq(ROOT.calls["async_failures"]["eventbridge_rule_arns"])
+
+
+def test_the_autopilot_is_a_dry_run_unless_switched_on():
+    assert variable_default("autopilot_act") is False
+    assert unq(variable_body("autopilot_act")["type"]) == "${bool}" or variable_body("autopilot_act")["type"] in ("bool", "${bool}")
+    env = unq(ROOT.calls["autopilot"]["environment"])
+    assert 'HEATSINK_PREFIX = var.prefix' in env and 'HEATSINK_AUTOPILOT_ACT = var.autopilot_act ? "true" : "false"' in env
+    assert "local.capacity_log" in env
+
+
+def test_the_autopilot_state_table():
+    table = clean(ROOT.resources[("aws_dynamodb_table", "autopilot")])
+    assert (table["hash_key"], table["range_key"], table["billing_mode"]) == ("pk", "sk", "PAY_PER_REQUEST")
+    assert table["point_in_time_recovery"] == [{"enabled": True}]
+    assert table["deletion_protection_enabled"] is True
+    assert "stream_enabled" not in table
+
+
+# The heartbeat breaches on missing data; the gauges do not (the heartbeat covers missing periods).
+AUTOPILOT_ALARMS = [
+    ("autopilot-failing", "AutopilotPeriodCompleted", "Sum", "LessThanThreshold", "breaching"),
+    ("autopilot-paused", "AutopilotPaused", "Maximum", "GreaterThanOrEqualToThreshold", "notBreaching"),
+    ("autopilot-out-of-budget", "AutopilotOutOfBudget", "Maximum", "GreaterThanOrEqualToThreshold", "notBreaching"),
+    ("autopilot-unproven", "AutopilotUnproven", "Maximum", "GreaterThanOrEqualToThreshold", "notBreaching"),
+]
+
+
+@pytest.mark.parametrize("key,metric,stat,comparison,missing", AUTOPILOT_ALARMS, ids=[a[0] for a in AUTOPILOT_ALARMS])
+def test_the_autopilot_alarms(key, metric, stat, comparison, missing):
+    alarm = clean(ROOT.locals["autopilot_alarms"])[key]
+    assert {k: alarm[k] for k in ("namespace", "metric", "dims", "stat", "period", "comparison", "threshold", "evaluation", "datapoints", "missing")} == {
+        "namespace": "heatsink",
+        "metric": metric,
+        "dims": {"Function": "autopilot"},
+        "stat": stat,
+        "period": 300,
+        "comparison": comparison,
+        "threshold": 1,
+        "evaluation": 3,
+        "datapoints": 3,
+        "missing": missing,
+    }
+    resource = clean(ROOT.resources[("aws_cloudwatch_metric_alarm", "autopilot")])
+    assert resource["for_each"] == "${local.autopilot_alarms}"
+    assert resource["alarm_name"] == "${var.prefix}${each.key}"
+    assert resource["alarm_actions"] == ["${module.alarm_topic.topic_arn}"] and resource["ok_actions"] == ["${module.alarm_topic.topic_arn}"]
+    assert resource["treat_missing_data"] == "${each.value.missing}"
+    assert resource["alarm_description"].endswith('Runbook: README \\"Alarms\\".')
+    # The CDK app names the same alarm on the same metric.
+    ts = (REPO / "infra" / "cdk" / "lib" / "autopilot.ts").read_text()
+    assert f"{key}" in ts and f"'{metric}'" in (REPO / "infra" / "cdk" / "lib" / "observability.ts").read_text()
+
+
+def test_dashboard_the_autopilot_series():
+    """The CDK dashboard's series (heatsink.test.ts)."""
+    assert widget_series("Autopilot (like-events): periods, proposals, operations, holds") == [
+        ["heatsink", "AutopilotPeriodCompleted", "Function", "autopilot", {"stat": "Sum", "label": "periods completed"}],
+        ["heatsink", "AutopilotProposals", "Function", "autopilot", {"stat": "Maximum", "label": "proposals"}],
+        ["heatsink", "AutopilotOperationsStarted", "Function", "autopilot", {"stat": "Sum", "label": "splits and merges started"}],
+        ["heatsink", "AutopilotPaused", "Function", "autopilot", {"stat": "Maximum", "label": "paused", "yAxis": "right"}],
+        ["heatsink", "AutopilotOutOfBudget", "Function", "autopilot", {"stat": "Maximum", "label": "waiting on budget", "yAxis": "right"}],
+        ["heatsink", "AutopilotUnproven", "Function", "autopilot", {"stat": "Maximum", "label": "unproven in flight", "yAxis": "right"}],
+    ]

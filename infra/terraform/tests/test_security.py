@@ -60,6 +60,7 @@ def alarm_maps():
         "counter": clean(COUNTER.locals["counter_alarms"]),
         "guard": clean(GUARD.locals["controller_alarms"]),
         "photo": clean(ROOT.locals["photo_alarms"]),
+        "autopilot": clean(ROOT.locals["autopilot_alarms"]),
     }
 
 
@@ -74,6 +75,9 @@ def test_errors_throttles_heartbeats_api_and_kinesis_alarms():
     assert guard["${var.prefix}hotkey-controller-throttles"]["metric"] == "Throttles"
     photo = alarm_maps()["photo"]
     assert (photo["likes-api-errors"]["metric"], photo["likes-api-throttles"]["metric"]) == ("Errors", "Throttles")
+    autopilot = alarm_maps()["autopilot"]
+    for kind, metric in (("errors", "Errors"), ("throttles", "Throttles")):
+        assert (autopilot[f"autopilot-{kind}"]["metric"], autopilot[f"autopilot-{kind}"]["dims"]) == (metric, {"FunctionName": "${module.autopilot.function_name}"})
     # Heartbeats breach on missing data.
     for entry, fn, metric in (
         (guard["${var.prefix}hotkey-controller-heartbeat"], "hotkey-controller", "HotKeys"),
@@ -115,6 +119,8 @@ def test_every_alarm_name_has_a_runbook_row():
     p = "${var.prefix}"
     names = [p + k for k in alarm_maps()["photo"]]
     names += [p + "likes-api-p99-latency"]
+    names += [p + k for k in alarm_maps()["autopilot"]]
+    names += [p + "autopilot-throttled-key-range", p + "autopilot-partition-wcu-hot"]
     names += [p + k for k in clean(COUNTER.locals["counter_alarms"])]
     names += [p + f"{fn}-{kind}" for fn in ("likes-aggregator", "count-rebuilder") for kind in ("errors", "throttles")]
     names += list(alarm_maps()["guard"])
@@ -136,18 +142,20 @@ def test_resilience_settings():
         "likes-aggregator": 20,
         "count-rebuilder": 1,
         "hotkey-controller": 1,
+        "autopilot": 1,
     }
     calls = ROOT.calls
     assert calls["likes_api"]["reserved_concurrency"] == '${var.concurrency["likes-api"]}'
     assert calls["counter"]["concurrency"] == {"aggregator": '${var.concurrency["likes-aggregator"]}', "rebuilder": '${var.concurrency["count-rebuilder"]}'}
     assert calls["guard"]["concurrency"] == '${var.concurrency["hotkey-controller"]}'
+    assert calls["autopilot"]["reserved_concurrency"] == '${var.concurrency["autopilot"]}'
     fn = ROOT.call("likes_api").resources[("aws_lambda_function", "this")]
     assert unq(fn["reserved_concurrent_executions"]) == "${var.reserved_concurrency}"
-    for mod, name in ((COUNTER, "rebuilder"), (GUARD, "controller")):
+    for mod, name in ((COUNTER, "rebuilder"), (GUARD, "controller"), (ROOT, "autopilot")):
         invoke = clean(mod.resources[("aws_lambda_function_event_invoke_config", name)])
         assert invoke["maximum_retry_attempts"] == 0
         assert mod.logical(invoke["destination_config"][0]["on_failure"][0]["destination"], SCHEMA["prefix"]) == ["queue/async-failures"]
-    for mod, name in ((COUNTER, "schedule"), (GUARD, "controller")):
+    for mod, name in ((COUNTER, "schedule"), (GUARD, "controller"), (ROOT, "autopilot")):
         target = clean(mod.resources[("aws_cloudwatch_event_target", name)])
         assert mod.logical(target["dead_letter_config"][0]["arn"], SCHEMA["prefix"]) == ["queue/async-failures"]
     for (t, name), body in RESOURCES.items():
@@ -156,7 +164,7 @@ def test_resilience_settings():
 
 
 def test_no_name_prefix_in_event_patterns_or_iam():
-    files = [FILES["functions.tf"], FILES["main.tf"], GUARD.files["main.tf"], GUARD.files["control.tf"], COUNTER.files["main.tf"], MODULE / "modules" / "function" / "main.tf"]
+    files = [FILES["functions.tf"], FILES["main.tf"], FILES["autopilot.tf"], GUARD.files["main.tf"], GUARD.files["control.tf"], COUNTER.files["main.tf"], MODULE / "modules" / "function" / "main.tf"]
     for f in files:
         text = f.read_text()
         assert "prefix = var.prefix" not in text or f.name == "main.tf", f
@@ -182,8 +190,8 @@ def test_the_api_access_log_keeps_no_source_ip_unless_asked_to():
 def test_capacity_log_is_sampled_and_hashes_the_liked_table():
     text = FILES["main.tf"].read_text()
     # Every function of the app gets the capacity log's settings.
-    for call in ("likes_api", "counter", "guard"):
+    for call in ("likes_api", "counter", "guard", "autopilot"):
         assert "local.capacity_log" in str(ROOT.calls[call]["environment"]), call
     assert 'HEATSINK_CAPACITY_LOG_SAMPLE       = "100"' in text
     clear = re.search(r'HEATSINK_CAPACITY_LOG_CLEAR_TABLES = join\(",", \[for t in \[([^\]]*)\]', text).group(1)
-    assert sorted(t.strip().strip('"') for t in clear.split(",")) == ["counters", "hotkeys", "leases", "posts"]
+    assert sorted(t.strip().strip('"') for t in clear.split(",")) == ["autopilot", "counters", "hotkeys", "leases", "posts"]

@@ -1,6 +1,6 @@
 //! The photo app's dashboard: the toolkit's hot-key widgets, then counter lag, stream iterator
-//! age, the stream consumers' leases, count-rebuilder's corrections and repair progress, and the
-//! aggregator's dedupe. Every EMF series is graphed with its [`Metric::emitter`], the only
+//! age, the stream consumers' leases, count-rebuilder's corrections and repair progress, the
+//! aggregator's dedupe and the autopilot's periods. Every EMF series is graphed with its [`Metric::emitter`], the only
 //! `Function` that writes it.
 
 use heatsink::insights::{AlarmPlan, InsightsStatus, graph};
@@ -27,8 +27,8 @@ pub struct DashboardSpec {
 }
 
 /// The photo app's own widgets (counter lag, iterator age, leases, corrections, repair
-/// progress, dedupe).
-pub fn app_widgets(spec: &DashboardSpec) -> [Value; 6] {
+/// progress, dedupe, autopilot).
+pub fn app_widgets(spec: &DashboardSpec) -> [Value; 7] {
     let graph = |title: String, props: Value| graph(&spec.region, title, props);
     let emf = |m: Metric, options: Value| {
         json!([NAMESPACE, m.name(), DIMENSION, m.emitter().name(), options])
@@ -85,6 +85,20 @@ pub fn app_widgets(spec: &DashboardSpec) -> [Value; 6] {
                 emf(Metric::CounterDedupeShed, json!({"stat": "Sum", "label": "identities shed"})),
                 emf(Metric::CounterDuplicatesDropped, json!({"stat": "Sum", "label": "duplicates dropped", "yAxis": "right"})),
                 emf(Metric::CounterForeignRecords, json!({"stat": "Sum", "label": "foreign records skipped", "yAxis": "right"})),
+            ]}),
+        ),
+        // The stream's control loop, every minute: its heartbeat, what it proposed and
+        // started, and the three states an operator must see (paused, out of budget, an
+        // operation whose end the shard map does not prove).
+        graph(
+            "Autopilot (like-events): periods, proposals, operations, holds".into(),
+            json!({"metrics": [
+                emf(Metric::AutopilotPeriodCompleted, json!({"stat": "Sum", "label": "periods completed"})),
+                emf(Metric::AutopilotProposals, json!({"stat": "Maximum", "label": "proposals"})),
+                emf(Metric::AutopilotOperationsStarted, json!({"stat": "Sum", "label": "splits and merges started"})),
+                emf(Metric::AutopilotPaused, json!({"stat": "Maximum", "label": "paused", "yAxis": "right"})),
+                emf(Metric::AutopilotOutOfBudget, json!({"stat": "Maximum", "label": "waiting on budget", "yAxis": "right"})),
+                emf(Metric::AutopilotUnproven, json!({"stat": "Maximum", "label": "unproven in flight", "yAxis": "right"})),
             ]}),
         ),
     ]
@@ -191,9 +205,9 @@ mod tests {
             .collect();
         assert_eq!(
             emf_series.len(),
-            14,
+            20,
             "counter lag, the two lease series, the three correction series and runs completed, \
-             the three repair-progress series and the four dedupe series"
+             the three repair-progress series, the four dedupe series and the six autopilot series"
         );
         for m in emf_series {
             let metric = Metric::ALL

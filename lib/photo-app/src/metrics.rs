@@ -21,6 +21,7 @@
 //! assert_eq!(doc["CounterFlushDelaySeconds"], 1.25);
 //! ```
 
+use heatsink::autopilot::{self, stream::StreamPeriod};
 use heatsink::counter::aggregate::{self, AggregateReport};
 use heatsink::counter::rebuild::{self, RebuildReport};
 use heatsink::counter::repair::{self, RepairReport};
@@ -42,6 +43,8 @@ pub enum Function {
     CountRebuilder,
     /// `hotkey-controller`: Contributor Insights and alarms → hot-key directory.
     HotkeyController,
+    /// `autopilot`: `like-events`' control loop (split or merge a shard as load moves).
+    Autopilot,
     /// `stream-consumer`: not a Lambda function; a long-running [`heatsink::stream::Worker`]
     /// (`heatsink tail --emf`, or a service embedding one with `Worker::emit_emf`).
     StreamConsumer,
@@ -49,20 +52,22 @@ pub enum Function {
 
 impl Function {
     /// The Lambda functions, in the order of `FUNCTION_NAMES` in `infra/cdk/lib/schema.ts`.
-    pub const LAMBDAS: [Function; 4] = [
+    pub const LAMBDAS: [Function; 5] = [
         Function::LikesApi,
         Function::LikesAggregator,
         Function::CountRebuilder,
         Function::HotkeyController,
+        Function::Autopilot,
     ];
 
     /// Every emitter: the Lambda functions, then the processes of `EMF_PROCESSES` in
     /// `infra/cdk/lib/observability.ts`.
-    pub const ALL: [Function; 5] = [
+    pub const ALL: [Function; 6] = [
         Function::LikesApi,
         Function::LikesAggregator,
         Function::CountRebuilder,
         Function::HotkeyController,
+        Function::Autopilot,
         Function::StreamConsumer,
     ];
 
@@ -74,6 +79,7 @@ impl Function {
             Function::LikesAggregator => "likes-aggregator",
             Function::CountRebuilder => "count-rebuilder",
             Function::HotkeyController => "hotkey-controller",
+            Function::Autopilot => "autopilot",
             Function::StreamConsumer => heatsink::stream::metrics::CONSUMER,
         }
     }
@@ -166,11 +172,28 @@ pub enum Metric {
     /// the stream), never counted. Emitted per batch, 0s included; the photo app's stream carries
     /// `liked` only, so above 0 means something else writes to `like-events`.
     CounterForeignRecords,
+    /// `autopilot`: 1 per period that ran to its end, the loop's heartbeat
+    /// ([`heatsink::autopilot::PERIOD_COMPLETED`]); the `autopilot-failing` alarm fires when
+    /// the Sum is below 1 for three 5-minute periods (missing data breaching).
+    AutopilotPeriodCompleted,
+    /// `autopilot`: splits and merges a period started (0 or 1).
+    AutopilotOperationsStarted,
+    /// `autopilot`: 1 while the kill switch is set; `autopilot-paused` after 15 minutes.
+    AutopilotPaused,
+    /// `autopilot`: 1 while an operation in flight is not proven ended with the stream ACTIVE;
+    /// `autopilot-unproven` after 15 minutes. What to do: the period's log line names the
+    /// operation and the `heatsink autopilot finish` that releases it.
+    AutopilotUnproven,
+    /// `autopilot`: proposals waiting on the hour or day budget; `autopilot-out-of-budget`
+    /// after 15 minutes.
+    AutopilotOutOfBudget,
+    /// `autopilot`: proposals the reshard plan made in a period (what a dry run would do).
+    AutopilotProposals,
 }
 
 impl Metric {
     /// Every metric.
-    pub const ALL: [Metric; 17] = [
+    pub const ALL: [Metric; 23] = [
         Metric::CounterLagEvents,
         Metric::CounterFlushDelaySeconds,
         Metric::LeasesHeld,
@@ -188,6 +211,12 @@ impl Metric {
         Metric::CounterLateChanges,
         Metric::CounterDuplicatesDropped,
         Metric::CounterForeignRecords,
+        Metric::AutopilotPeriodCompleted,
+        Metric::AutopilotOperationsStarted,
+        Metric::AutopilotPaused,
+        Metric::AutopilotUnproven,
+        Metric::AutopilotOutOfBudget,
+        Metric::AutopilotProposals,
     ];
 
     /// The metric's definition: the toolkit's, where the toolkit emits it.
@@ -210,6 +239,12 @@ impl Metric {
             Metric::CounterLateChanges => aggregate::LATE_CHANGES,
             Metric::CounterDuplicatesDropped => aggregate::DUPLICATES_DROPPED,
             Metric::CounterForeignRecords => aggregate::FOREIGN_RECORDS,
+            Metric::AutopilotPeriodCompleted => autopilot::PERIOD_COMPLETED,
+            Metric::AutopilotOperationsStarted => autopilot::STARTED,
+            Metric::AutopilotPaused => autopilot::PAUSED,
+            Metric::AutopilotUnproven => autopilot::UNPROVEN,
+            Metric::AutopilotOutOfBudget => autopilot::OUT_OF_BUDGET,
+            Metric::AutopilotProposals => autopilot::PROPOSALS,
         }
     }
 
@@ -238,6 +273,12 @@ impl Metric {
             | Metric::CounterRebuildLagging
             | Metric::CounterRepairBlocked
             | Metric::CounterRepairLag => Function::CountRebuilder,
+            Metric::AutopilotPeriodCompleted
+            | Metric::AutopilotOperationsStarted
+            | Metric::AutopilotPaused
+            | Metric::AutopilotUnproven
+            | Metric::AutopilotOutOfBudget
+            | Metric::AutopilotProposals => Function::Autopilot,
         }
     }
 
@@ -269,6 +310,8 @@ pub trait AppEmf {
     fn rebuild(&mut self, report: &RebuildReport) -> &mut Self;
     /// One count-rebuilder run: the incremental repair ([`RepairReport::metrics`]).
     fn repair(&mut self, report: &RepairReport) -> &mut Self;
+    /// One autopilot period ([`StreamPeriod::metrics`]).
+    fn autopilot(&mut self, period: &StreamPeriod) -> &mut Self;
 }
 
 impl AppEmf for Emf {
@@ -289,6 +332,11 @@ impl AppEmf for Emf {
 
     fn repair(&mut self, report: &RepairReport) -> &mut Self {
         report.metrics(self);
+        self
+    }
+
+    fn autopilot(&mut self, period: &StreamPeriod) -> &mut Self {
+        period.metrics(self);
         self
     }
 }
@@ -373,7 +421,7 @@ mod tests {
         let ts_metrics: BTreeSet<String> = ts_object(&ts, "EMF_METRICS").into_values().collect();
         let ours: BTreeSet<String> = Metric::ALL.iter().map(|m| m.name().to_owned()).collect();
         assert_eq!(ts_metrics, ours, "EMF_METRICS vs Metric::ALL");
-        assert_eq!(ts_metrics.len(), 17, "parsed every metric");
+        assert_eq!(ts_metrics.len(), 23, "parsed every metric");
 
         let ts_fields: BTreeSet<String> = ts_object(&ts, "LOG_FIELDS").into_values().collect();
         let ours: BTreeSet<String> = log_field::ALL
@@ -498,6 +546,10 @@ mod tests {
                 Metric::CounterRepairLag.name(),
                 Metric::CounterDedupeShed.name(),
                 Metric::CounterLateChanges.name(),
+                Metric::AutopilotPeriodCompleted.name(),
+                Metric::AutopilotPaused.name(),
+                Metric::AutopilotOutOfBudget.name(),
+                Metric::AutopilotUnproven.name(),
             ]),
             "parsed the counter-corrections alarm, the two heartbeats, the blocked and lagging \
              repair and the aggregator's shed and late changes"

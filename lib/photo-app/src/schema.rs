@@ -7,6 +7,7 @@
 //! | `hotkeys` | `key` | TTL `expires_at` | the toolkit's hot-key directory |
 //! | `leases` | `app` / `shard_id` | | the toolkit's stream consumer leases |
 //! | `posts` | `post` | GSI `by-creator` on `creator_shard` / `created_at` | a GSI sharded `creator#n` |
+//! | `autopilot` | `pk` / `sk` | | the toolkit's autopilot state and kill switch (one item per stream it governs) |
 //!
 //! The Kinesis stream `like-events` is where the `liked` table's changes land in production
 //! (Kinesis Data Streams for DynamoDB); locally the aggregator also reads DynamoDB Streams.
@@ -57,16 +58,19 @@ pub enum Table {
     Leases,
     /// Posts with a write-sharded GSI on the creator.
     Posts,
+    /// The toolkit's autopilot state and kill switch (`pk`, `sk`): `like-events`' control loop.
+    Autopilot,
 }
 
 impl Table {
     /// Every table, in creation order.
-    pub const ALL: [Table; 5] = [
+    pub const ALL: [Table; 6] = [
         Table::Liked,
         Table::Counters,
         Table::Hotkeys,
         Table::Leases,
         Table::Posts,
+        Table::Autopilot,
     ];
 
     /// The logical name, the part of the table name after the prefix.
@@ -84,6 +88,7 @@ impl Table {
             Table::Counters => Some(toolkit::Table::Counters),
             Table::Hotkeys => Some(toolkit::Table::Hotkeys),
             Table::Leases => Some(toolkit::Table::Leases),
+            Table::Autopilot => Some(toolkit::Table::Autopilot),
             Table::Liked | Table::Posts => None,
         }
     }
@@ -178,7 +183,8 @@ mod tests {
                 "t1-counters",
                 "t1-hotkeys",
                 "t1-leases",
-                "t1-posts"
+                "t1-posts",
+                "t1-autopilot"
             ]
         );
         assert_eq!(schema.like_events().name, "t1-like-events");
@@ -188,7 +194,7 @@ mod tests {
     fn the_json_export_names_every_table_key_and_index() {
         let json = Schema::default().to_json();
         let tables = json["tables"].as_array().expect("tables array");
-        assert_eq!(tables.len(), 5);
+        assert_eq!(tables.len(), 6);
         assert_eq!(tables[0]["name"], "heatsink-liked");
         assert_eq!(tables[0]["table"], "liked");
         assert_eq!(tables[0]["stream"], "NEW_AND_OLD_IMAGES");

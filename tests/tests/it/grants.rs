@@ -36,16 +36,18 @@ use heatsink_testkit::calls::{Call, CallLog};
 use heatsink_testkit::{Fixture, fixture, sampled_hot_key, table_stream_records};
 use serde_json::{Value, json};
 
-const TABLES: [Table; 5] = [
+const TABLES: [Table; 6] = [
     Table::Liked,
     Table::Counters,
     Table::Hotkeys,
     Table::Leases,
     Table::Posts,
+    Table::Autopilot,
 ];
 
-/// `infra/grants.json`'s `calls` of `function` that apply to `mode` (`action resource`).
-fn manifest(function: &str, mode: &str) -> BTreeSet<String> {
+/// `infra/grants.json`'s `calls` of `function` that apply to `mode` (`action resource`), with
+/// the calls granted only to an acting autopilot (`"act": true`) when `act`.
+fn manifest(function: &str, mode: &str, act: bool) -> BTreeSet<String> {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../infra/grants.json");
     let text = std::fs::read_to_string(&path).expect("infra/grants.json");
     let json: Value = serde_json::from_str(&text).expect("grants.json is JSON");
@@ -57,6 +59,7 @@ fn manifest(function: &str, mode: &str) -> BTreeSet<String> {
             g.get("modes")
                 .and_then(Value::as_array)
                 .is_none_or(|m| m.iter().any(|x| x == mode))
+                && (act || g.get("act").and_then(Value::as_bool) != Some(true))
         })
         .map(|g| {
             format!(
@@ -110,8 +113,13 @@ fn logical(fx: &Fixture, call: &Call) -> String {
 }
 
 fn assert_calls(fx: &Fixture, log: &CallLog, function: &str, mode: &str) {
+    assert_calls_as(fx, log, function, mode, false);
+}
+
+/// [`assert_calls`] for a function that may act (`act`: the autopilot switched on).
+fn assert_calls_as(fx: &Fixture, log: &CallLog, function: &str, mode: &str, act: bool) {
     let recorded: BTreeSet<String> = log.calls().iter().map(|c| logical(fx, c)).collect();
-    let want = manifest(function, mode);
+    let want = manifest(function, mode, act);
     let ungranted: Vec<_> = recorded.difference(&want).collect();
     let uncalled: Vec<_> = want.difference(&recorded).collect();
     assert!(
@@ -556,7 +564,13 @@ async fn smithy_mock_hotkey_controller(fx: &Fixture) {
 #[tokio::test]
 async fn every_function_calls_exactly_what_infra_grants_json_grants_it() {
     let fx = fixture!("every_function_calls_exactly_what_infra_grants_json_grants_it");
-    for t in [Table::Liked, Table::Counters, Table::Hotkeys, Table::Posts] {
+    for t in [
+        Table::Liked,
+        Table::Counters,
+        Table::Hotkeys,
+        Table::Posts,
+        Table::Autopilot,
+    ] {
         fx.photo_table(t).await;
     }
     fx.stream("like-events", 1).await;
@@ -570,7 +584,9 @@ async fn every_function_calls_exactly_what_infra_grants_json_grants_it() {
     }
     count_rebuilder(&streams, "dynamodb-streams").await;
     smithy_mock_hotkey_controller(&fx).await;
-    // Every function of the stacks is covered (a fifth function needs its own run above).
+    // Last: it reshards like-events.
+    autopilot(&fx).await;
+    // Every function of the stacks is covered (a sixth function needs its own run above).
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../infra/grants.json");
     let json: Value =
         serde_json::from_str(&std::fs::read_to_string(path).expect("read")).expect("json");
@@ -579,10 +595,99 @@ async fn every_function_calls_exactly_what_infra_grants_json_grants_it() {
     assert_eq!(
         functions.keys().collect::<Vec<_>>(),
         [
+            "autopilot",
             "count-rebuilder",
             "hotkey-controller",
             "likes-aggregator",
             "likes-api"
         ]
     );
+}
+
+/// autopilot as the Lambda builds it, over like-events: a dry run (the stacks' default) reads
+/// and decides but never reshards; switched to act it splits a hot shard, proves the split
+/// from the shard map and merges the cold children (rules scaled to the test: no sustain, no
+/// cooldown, no merge hold).
+async fn autopilot(fx: &Fixture) {
+    use heatsink::autopilot::store::PilotStore;
+    use heatsink::autopilot::stream::StreamLoop;
+    use heatsink::autopilot::{PilotConfig, Settle};
+    use heatsink::kinesis::reshard::PlanConfig;
+
+    let stream = fx.photo().like_events().name;
+    let keys = (0..)
+        .map(|i| format!("k{i}"))
+        .filter(|pk| heatsink::keys::kinesis_hash_key(pk) < 1u128 << 122)
+        .take(300);
+    for key in keys {
+        fx.stack
+            .kinesis
+            .put_record()
+            .stream_name(&stream)
+            .partition_key(key)
+            .data(aws_sdk_kinesis::primitives::Blob::new(vec![b'x'; 20]))
+            .send()
+            .await
+            .expect("record");
+    }
+    let pilot = |log: &CallLog, act: bool| {
+        let kinesis = aws_sdk_kinesis::Client::from_conf(
+            aws_sdk_kinesis::config::Builder::from(&fx.stack.config)
+                .interceptor(log.interceptor())
+                .build(),
+        );
+        let table = fx.photo().table_name(Table::Autopilot);
+        let mut l = StreamLoop::new(
+            kinesis,
+            PilotStore::for_stream(ddb(fx, log), table, &stream),
+            &stream,
+        );
+        l.pilot = PilotConfig {
+            sustain: 1,
+            cooldown_ms: 0,
+            act,
+            ..PilotConfig::default()
+        };
+        l.plan = PlanConfig {
+            split_at: 0.002,
+            max_splits_per_shard: 1,
+            hold_secs: 0,
+            ..PlanConfig::default()
+        };
+        l
+    };
+    let now = || heatsink::clock::now_ms();
+    let log = CallLog::new();
+    let dry = pilot(&log, false).run(now()).await.expect("dry run");
+    assert!(
+        matches!(dry.decision, heatsink::autopilot::Decision::DryRun(_)),
+        "{:?}",
+        dry.lines()
+    );
+    assert_calls(fx, &log, "autopilot", "kinesis");
+
+    let log = CallLog::new();
+    let acting = pilot(&log, true);
+    let split = acting.run(now()).await.expect("split");
+    assert!(split.started.is_some(), "{:?}", split.lines());
+    let mut merged = None;
+    for _ in 0..100 {
+        let p = acting.run(now()).await.expect("period");
+        if p.started.is_some() {
+            assert!(
+                matches!(p.settled, Some((_, Settle::Ended))),
+                "{:?}",
+                p.lines()
+            );
+            merged = Some(p);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let merged = merged.expect("the cold children merged");
+    assert_eq!(
+        merged.started.map(|s| s.kind),
+        Some(heatsink::autopilot::Kind::Merge)
+    );
+    assert_calls_as(fx, &log, "autopilot", "kinesis", true);
 }

@@ -23,8 +23,8 @@ import {
 import { Construct } from 'constructs';
 import { EMF_NAMESPACE } from '../observability';
 
-/** The four function binaries `make lambdas` builds (`functions/<name>/`). */
-export type HeatsinkBinary = 'likes-api' | 'likes-aggregator' | 'count-rebuilder' | 'hotkey-controller';
+/** The five function binaries `make lambdas` builds (`functions/<name>/`). */
+export type HeatsinkBinary = 'likes-api' | 'likes-aggregator' | 'count-rebuilder' | 'hotkey-controller' | 'autopilot';
 
 /** Where each function's deployment package comes from (a prebuilt `bootstrap.zip`, or a placeholder in tests). */
 export type CodeSource = (binary: HeatsinkBinary) => lambda.Code;
