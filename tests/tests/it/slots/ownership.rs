@@ -306,7 +306,14 @@ async fn abort_and_resume_racing_a_running_mover_are_refused_and_the_slot_stays_
         tokio::time::sleep(Duration::from_millis(150)).await;
     }
     let (res, _m) = runner.await.expect("runner");
-    let record = res.expect("the running move finished");
+    let record = match res {
+        Ok(record) => record,
+        // The runner stalled past its lease (a loaded 2-core runner, moto serving one call at a
+        // time) and a second controller took the move over, as a lease allows: still one
+        // controller at a time, and the move must still end done.
+        Err(MoveError::LeaseLost { .. }) => s.open(&id).await.record().clone(),
+        Err(e) => panic!("the running move failed: {e}"),
+    };
     assert_eq!(record.phase, Phase::Done);
     assert!(refusals >= 2, "{refusals} refusals");
     let ack = s
