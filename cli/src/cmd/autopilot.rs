@@ -289,7 +289,7 @@ async fn period(a: PeriodArgs, record: bool) -> CmdResult {
     let map = load_map(&dir).await?;
     let store = store_of(&dir);
     let mut stored = load_state(&store).await?;
-    let load = a.load.read()?;
+    let load = a.load.read(&map.keying)?;
     let rel = Relative {
         capacity: a.load.capacity,
         ..Relative::default()

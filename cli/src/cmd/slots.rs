@@ -18,7 +18,7 @@ use heatsink::slots::balance::{BalanceConfig, BalancePlan, plan};
 use heatsink::slots::mover::Mover;
 use heatsink::slots::record::MoveRecord;
 use heatsink::slots::verify::{AckLine, VerifyReport, verify};
-use heatsink::slots::{RetryRule, Router, SlotDirectory, SlotMap, SlotRange, slot_of};
+use heatsink::slots::{Keying, RetryRule, Router, SlotDirectory, SlotMap, SlotRange};
 use heatsink_sim::load::{LoadSpec, latency_quantile, run_load};
 use serde_json::{Value, json};
 
@@ -75,8 +75,19 @@ pub struct InitArgs {
     /// Strict directory: routers check the owner's fence on every write (2x write cost).
     #[arg(long)]
     strict: bool,
+    /// How a key becomes a slot, for the directory's life: `hash` (CRC16 of the hash tag), or
+    /// `ordered[:ALPHABET]` (the tag's own order: a slot range is a key interval; e.g.
+    /// `ordered:0123456789bcdefghjkmnpqrstuvwxyz` for geohash cells).
+    #[arg(long, alias = "mode", default_value = "hash", value_parser = parse_keying)]
+    keying: Keying,
     #[command(flatten)]
     output: Output,
+}
+
+/// `--keying`: `hash`, `ordered` or `ordered:ALPHABET`.
+fn parse_keying(text: &str) -> Result<Keying, String> {
+    text.parse()
+        .map_err(|e: heatsink::slots::SlotError| e.to_string())
 }
 
 /// Arguments of `slots status`.
@@ -203,19 +214,20 @@ pub async fn run(command: SlotsCommand) -> CmdResult {
                 .await
                 .map_err(|e| failed(&dir, "create the slot directory", &e))?;
             let map = dir
-                .init(&a.owner, a.max_age, a.strict)
+                .init_keyed(&a.owner, a.max_age, a.strict, a.keying.clone())
                 .await
                 .map_err(|e| failed(&dir, "initialize the slot directory", &e))?;
             a.output.report(
-                || json!({"directory": dir.table(), "version": map.version, "owner": a.owner, "strict": map.strict, "max_age_ms": map.max_age_ms}),
+                || json!({"directory": dir.table(), "version": map.version, "owner": a.owner, "strict": map.strict, "max_age_ms": map.max_age_ms, "keying": map.keying}),
                 || {
                     vec![format!(
-                        "directory {} version {}: every slot to {} at epoch 1 (strict: {}, max age {} ms)",
+                        "directory {} version {}: every slot to {} at epoch 1 (strict: {}, max age {} ms, keying {})",
                         dir.table(),
                         map.version,
                         a.owner,
                         map.strict,
-                        map.max_age_ms
+                        map.max_age_ms,
+                        map.keying
                     )]
                 },
             )
@@ -313,7 +325,7 @@ async fn status(a: StatusArgs) -> CmdResult {
     )
 }
 
-/// `slots status --json`: the map's version, strictness and max age, every range (`first`,
+/// `slots status --json`: the map's version, strictness, max age and keying, every range (`first`,
 /// `last`, `owner`, `epoch`, `state`) and every move (`id`, `slots`, `from`, `to`, `phase`).
 fn status_json(map: &SlotMap, moves: &[MoveRecord]) -> Value {
     let ranges: Vec<_> = map
@@ -325,14 +337,14 @@ fn status_json(map: &SlotMap, moves: &[MoveRecord]) -> Value {
         .iter()
         .map(|m| json!({"id": m.id, "slots": m.slots.to_string(), "from": m.from, "to": m.to, "phase": m.phase.name()}))
         .collect();
-    json!({"version": map.version, "strict": map.strict, "max_age_ms": map.max_age_ms, "ranges": ranges, "moves": moves})
+    json!({"version": map.version, "strict": map.strict, "max_age_ms": map.max_age_ms, "keying": map.keying, "ranges": ranges, "moves": moves})
 }
 
 /// `slots status`'s human form: the map, then the moves not yet final.
 fn status_lines(table: &str, map: &SlotMap, moves: &[MoveRecord]) -> Vec<String> {
     let mut lines = vec![format!(
-        "directory {table} version {} (strict: {}, max age {} ms)",
-        map.version, map.strict, map.max_age_ms
+        "directory {table} version {} (strict: {}, max age {} ms, keying {})",
+        map.version, map.strict, map.max_age_ms, map.keying
     )];
     for r in &map.ranges {
         lines.push(format!(
@@ -514,7 +526,7 @@ fn verify_outcome(r: &VerifyReport, table: &str) -> CmdResult {
 async fn plan_cmd(a: PlanArgs) -> CmdResult {
     let dir = a.dir.open().await;
     let map = load_map(&dir).await?;
-    let load = a.load.read()?;
+    let load = a.load.read(&map.keying)?;
     let cfg = BalanceConfig {
         capacity: a.load.capacity,
         target: a.target,
@@ -545,30 +557,31 @@ async fn plan_cmd(a: PlanArgs) -> CmdResult {
 /// Per-slot load from the samples file at `path` (`--samples`).
 impl SamplesArgs {
     /// The per-slot load of `--samples`, or a one-line failure naming the flag.
-    pub(crate) fn read(&self) -> Result<BTreeMap<u16, f64>, Failure> {
+    pub(crate) fn read(&self, keying: &Keying) -> Result<BTreeMap<u16, f64>, Failure> {
         let Some(path) = &self.samples else {
             return Err(Failure::new(
                 "no load samples: pass --samples FILE (one {\"key\" or \"slot\", \"rate\"} per line)",
             ));
         };
-        read_samples(path)
+        read_samples(path, keying)
     }
 }
 
-fn read_samples(path: &std::path::Path) -> Result<BTreeMap<u16, f64>, Failure> {
+fn read_samples(path: &std::path::Path, keying: &Keying) -> Result<BTreeMap<u16, f64>, Failure> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         Failure::new(format!(
             "cannot read the samples {}: {e}; check --samples",
             path.display()
         ))
     })?;
-    parse_samples(&text, path)
+    parse_samples(&text, path, keying)
 }
 
 /// Per-slot load from the samples' JSON lines (`{"key" or "slot", "rate"}`).
 pub(crate) fn parse_samples(
     text: &str,
     path: &std::path::Path,
+    keying: &Keying,
 ) -> Result<BTreeMap<u16, f64>, Failure> {
     let mut load: BTreeMap<u16, f64> = BTreeMap::new();
     for (n, line) in text
@@ -589,7 +602,7 @@ pub(crate) fn parse_samples(
             .as_u64()
             .and_then(|s| u16::try_from(s).ok())
             .filter(|s| *s < heatsink::slots::SLOTS)
-            .or_else(|| v["key"].as_str().map(slot_of));
+            .or_else(|| v["key"].as_str().map(|k| keying.slot_of(k)));
         let (Some(slot), Some(rate)) = (slot, rate) else {
             return Err(bad(
                 "no slot (0-16383) or key, or no rate of 0 or more".into()
@@ -671,15 +684,16 @@ mod tests {
         let lines = status_lines("heatsink-slots", &map, &moves);
         assert_eq!(
             lines[0],
-            "directory heatsink-slots version 1 (strict: false, max age 1000 ms)"
+            "directory heatsink-slots version 1 (strict: false, max age 1000 ms, keying hash)"
         );
         assert_eq!(
             (
                 v["version"].as_u64(),
                 v["strict"].as_bool(),
-                v["max_age_ms"].as_u64()
+                v["max_age_ms"].as_u64(),
+                v["keying"].as_str()
             ),
-            (Some(1), Some(false), Some(1000))
+            (Some(1), Some(false), Some(1000), Some("hash"))
         );
         let ranges = v["ranges"].as_array().unwrap();
         assert_eq!(ranges.len(), 3);
@@ -780,10 +794,18 @@ mod tests {
         let load = parse_samples(
             "{\"key\": \"{p9}\", \"rate\": 2}\n\n{\"slot\": 12067, \"rate\": 3}\n",
             path,
+            &Keying::Hash,
         )
         .expect("parses");
-        assert_eq!(load, BTreeMap::from([(slot_of("p9"), 5.0)]));
-        let err = parse_samples("{\"slot\": 16384, \"rate\": 1}", path)
+        assert_eq!(
+            load,
+            BTreeMap::from([(heatsink::slots::slot_of("p9"), 5.0)])
+        );
+        // In an ordered directory a key's slot is its order.
+        let geo = Keying::ordered("0123456789bcdefghjkmnpqrstuvwxyz").expect("alphabet");
+        let load = parse_samples("{\"key\": \"9q8yy\", \"rate\": 2}", path, &geo).expect("parses");
+        assert_eq!(load, BTreeMap::from([(geo.slot_of("9q8yy"), 2.0)]));
+        let err = parse_samples("{\"slot\": 16384, \"rate\": 1}", path, &Keying::Hash)
             .unwrap_err()
             .to_string();
         assert!(err.starts_with("samples.jsonl line 1: "), "{err}");

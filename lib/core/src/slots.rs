@@ -6,8 +6,9 @@
 //! # Key → slot → owner
 //!
 //! A key maps to one of 16,384 slots with the Redis Cluster function: CRC16/XMODEM of its hash
-//! tag (the text inside the first non-empty `{…}`, else the whole key), mod 16,384. The slot
-//! of a key never changes. The [`SlotMap`] maps contiguous slot ranges to an owner table;
+//! tag (the text inside the first non-empty `{…}`, else the whole key), mod 16,384 — or, in a
+//! directory of ordered keying ([`Keying::Ordered`]), by the tag's own order, so a slot range
+//! is a key interval (time buckets, geo cells). The slot of a key never changes. The [`SlotMap`] maps contiguous slot ranges to an owner table;
 //! each range has an **epoch** (+1 each time it changes owner: the fencing token of its slots)
 //! and the map has a **version** (+1 with every committed change).
 //!
@@ -71,7 +72,7 @@
 //! every [`RetryRule::moved_cap`] (10 ms), so it writes to *T* at most that long after the
 //! flip. Reads are not fenced: a router whose map is up to `max_age` old reads the old owner.
 //!
-//! Pure parts here: [`slot_of`] and [`SlotRange`], the [`SlotMap`] and its [`Change`]s, the
+//! Pure parts here: [`slot_of`], [`Keying`] and [`SlotRange`], the [`SlotMap`] and its [`Change`]s, the
 //! router's [`RetryRule`], the [`apply`] rule, the mover's [`Phase`]s, and the [`balance`] plan.
 //! The DynamoDB adapters are `heatsink::slots`.
 
@@ -80,6 +81,7 @@ pub mod apply;
 pub use crate::backoff;
 pub mod balance;
 pub mod fence;
+mod keying;
 pub mod lease;
 mod map;
 mod phase;
@@ -89,6 +91,7 @@ mod slot;
 pub mod tail;
 
 pub use fence::{FenceItem, admits};
+pub use keying::Keying;
 pub use map::{Change, Edit, RangeEntry, RangeState, SlotMap};
 pub use phase::{
     Delete, Evidence, MoveMode, Path, Phase, Refusal, Side, Way, check_abort, check_resume,
@@ -100,6 +103,9 @@ pub use slot::{LAST_SLOT, SLOTS, SlotRange, hash_tag, slot_of};
 /// Refusals of the pure directory logic: each says what was wrong and nothing was changed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SlotError {
+    /// Not a keying, or an alphabet that orders nothing ([`Keying`]).
+    #[error("{0}")]
+    Keying(String),
     /// Not a slot range (`first > last`, or past slot 16,383).
     #[error("{first}-{last} is not a slot range (0-16383, first <= last)")]
     BadRange {

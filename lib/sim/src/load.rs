@@ -31,8 +31,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use heatsink::clock::now_ms;
+use heatsink::slots::Router;
 use heatsink::slots::verify::AckLine;
-use heatsink::slots::{Router, slot_of};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Mutex, Semaphore};
 
@@ -242,6 +242,15 @@ where
 {
     let on_ack = Arc::new(on_ack);
     let report = Arc::new(Mutex::new(WriteReport::default()));
+    // The directory's keying, for the samples' slots (a directory that does not load yet
+    // hashes: its writes fail and carry no slot anyway).
+    let keying = Arc::new(
+        router
+            .map()
+            .await
+            .map(|m| m.keying.clone())
+            .unwrap_or_default(),
+    );
     let keys = spec.keys.max(1);
     let versions: Arc<Vec<AtomicU64>> = Arc::new((0..keys).map(|_| AtomicU64::new(0)).collect());
     let busy: Arc<Vec<Mutex<()>>> = Arc::new((0..keys).map(|_| Mutex::new(())).collect());
@@ -260,6 +269,7 @@ where
             |n| {
                 let i = (n % keys) as usize;
                 let key = key_of(i);
+                let keying = keying.clone();
                 let (router, report, versions, busy, on_ack) = (
                     router.clone(),
                     report.clone(),
@@ -283,7 +293,7 @@ where
                                 issued_ms,
                                 latency_us,
                                 moved: ack.moved,
-                                slot: slot_of(&key),
+                                slot: keying.slot_of(&key),
                             });
                             on_ack(&AckLine {
                                 key,

@@ -7,7 +7,7 @@ use aws_sdk_dynamodb::types::{
     AttributeValue, ConditionCheck, Delete, Put, TransactWriteItem, Update,
 };
 use heatsink_core::slots::lease::Lease;
-use heatsink_core::slots::{Change, RangeEntry, RangeState, SlotError, SlotMap, SlotRange};
+use heatsink_core::slots::{Change, Keying, RangeEntry, RangeState, SlotError, SlotMap, SlotRange};
 
 use super::MoveError;
 use super::record::{MoveRecord, parse_record};
@@ -151,8 +151,8 @@ impl SlotDirectory {
         &self.ddb
     }
 
-    /// All slots to `owner` at epoch 1, version 1. Idempotent: when the directory exists with
-    /// exactly that layout it returns it unchanged; any other layout is
+    /// All slots to `owner` at epoch 1, version 1, hash keying. Idempotent: when the directory
+    /// exists with exactly that layout it returns it unchanged; any other layout is
     /// [`MoveError::AlreadyInitialized`].
     pub async fn init(
         &self,
@@ -160,8 +160,24 @@ impl SlotDirectory {
         max_age: Duration,
         strict: bool,
     ) -> Result<SlotMap, MoveError> {
+        self.init_keyed(owner, max_age, strict, Keying::Hash).await
+    }
+
+    /// [`SlotDirectory::init`] with the directory's [`Keying`]: hash, or ordered (a slot range
+    /// is then an interval of the keys' order). Fixed for the directory's life: every router
+    /// and mover takes it from the map.
+    pub async fn init_keyed(
+        &self,
+        owner: &str,
+        max_age: Duration,
+        strict: bool,
+        keying: Keying,
+    ) -> Result<SlotMap, MoveError> {
         let max_age_ms = u64::try_from(max_age.as_millis()).unwrap_or(u64::MAX);
-        let map = SlotMap::initial(owner, max_age_ms, strict);
+        let map = SlotMap {
+            keying: keying.clone(),
+            ..SlotMap::initial(owner, max_age_ms, strict)
+        };
         let meta = Put::builder()
             .table_name(&self.table)
             .set_item(Some(HashMap::from([
@@ -170,6 +186,7 @@ impl SlotDirectory {
                 ("version".to_owned(), n(1u8)),
                 ("strict".to_owned(), AttributeValue::Bool(strict)),
                 ("max_age_ms".to_owned(), n(max_age_ms)),
+                ("keying".to_owned(), s(keying.to_string())),
             ])))
             .only_if(&Condition::not_exists("pk"))
             .build()
@@ -195,7 +212,7 @@ impl SlotDirectory {
                     return Err(err.into());
                 }
                 let found = self.load().await?;
-                if found.ranges == map.ranges {
+                if found.ranges == map.ranges && found.keying == map.keying {
                     Ok(found)
                 } else {
                     Err(MoveError::AlreadyInitialized {
@@ -236,6 +253,11 @@ impl SlotDirectory {
             .copied()
             .unwrap_or(false);
         let max_age_ms = get_n(meta, "max_age_ms").unwrap_or(1_000);
+        // A directory made before keyings were recorded hashes.
+        let keying = match get_s(meta, "keying") {
+            Some(text) => text.parse::<Keying>()?,
+            None => Keying::Hash,
+        };
         let mut ranges = items
             .iter()
             .filter(|i| get_s(i, "sk").is_some_and(|k| k.starts_with("range#")))
@@ -247,6 +269,7 @@ impl SlotDirectory {
             strict,
             max_age_ms,
             ranges,
+            keying,
         };
         map.validate()?;
         Ok(map)

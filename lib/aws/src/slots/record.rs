@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use heatsink_core::slots::{MoveMode, Phase, SlotRange};
+use heatsink_core::slots::{Keying, MoveMode, Phase, SlotRange};
 use serde::{Deserialize, Serialize};
 
 use super::MoveError;
@@ -134,6 +134,9 @@ pub struct MoveRecord {
     pub mode: MoveMode,
     /// The directory was strict.
     pub strict: bool,
+    /// The directory's keying (how a key becomes a slot), fixed at `slots init`.
+    #[serde(default)]
+    pub keying: Keying,
     /// Where the move is.
     pub phase: Phase,
     /// The range's epoch when the move started (the flip makes it `epoch + 1`).

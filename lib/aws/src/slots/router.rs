@@ -11,7 +11,7 @@ use aws_sdk_dynamodb::types::{
     AttributeValue, ConditionCheck, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem,
 };
 use heatsink_core::slots::apply::Version;
-use heatsink_core::slots::{Answer, Next, RangeEntry, RangeState, RetryRule, SlotMap, slot_of};
+use heatsink_core::slots::{Answer, Next, RangeEntry, RangeState, RetryRule, SlotMap};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
@@ -308,7 +308,8 @@ impl Router {
                 super::fence::INTERNAL_PREFIX
             )));
         }
-        let slot = slot_of(&key);
+        // The keying is fixed at `slots init`: any map of the directory gives the slot.
+        let slot = self.map().await?.slot_of(&key);
         let started = Instant::now();
         // The last transient failure, for the error when the retry deadline ends the write.
         let mut cause: Option<String> = None;
@@ -587,8 +588,8 @@ impl Router {
             .get("pk")
             .and_then(|v| v.as_s().ok())
             .ok_or_else(|| MoveError::BadItem("the key has no string `pk`".into()))?;
-        let slot = slot_of(pk);
         let map = self.map().await?;
+        let slot = map.slot_of(pk);
         let owner = map.entry_of(slot).owner.clone();
         self.read_routed(slot, &owner, key).await
     }
@@ -599,8 +600,8 @@ impl Router {
         &self,
         key: &str,
     ) -> Result<(String, Option<HashMap<String, AttributeValue>>), MoveError> {
-        let slot = slot_of(key);
         let map = self.map().await?;
+        let slot = map.slot_of(key);
         let owner = map.entry_of(slot).owner.clone();
         let item = self
             .read_routed(

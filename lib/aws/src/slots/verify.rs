@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 #[cfg(feature = "streams")]
 use heatsink_core::slots::Phase;
-use heatsink_core::slots::{admits, slot_of};
+use heatsink_core::slots::admits;
 use serde::{Deserialize, Serialize};
 
 use super::fence::{TableInfo, read_fence};
@@ -101,7 +101,7 @@ pub async fn verify(router: &Router, acks: &[AckLine]) -> Result<VerifyReport, M
         if let Some(t) = loser {
             for slot in want
                 .keys()
-                .map(|k| slot_of(k))
+                .map(|k| map.slot_of(k))
                 .filter(|s| m.slots.contains(*s))
             {
                 gave_away.entry(slot).or_default().insert(t.clone());
@@ -109,7 +109,7 @@ pub async fn verify(router: &Router, acks: &[AckLine]) -> Result<VerifyReport, M
         }
     }
     let mut infos: HashMap<String, TableInfo> = HashMap::new();
-    let slots: BTreeSet<u16> = want.keys().map(|k| slot_of(k)).collect();
+    let slots: BTreeSet<u16> = want.keys().map(|k| map.slot_of(k)).collect();
     for slot in slots {
         let owner = map.entry_of(slot).owner.clone();
         let epoch = map.entry_of(slot).epoch;

@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::SlotError;
+use super::keying::Keying;
 use super::slot::{LAST_SLOT, SlotRange};
 
 /// What a range is doing.
@@ -90,6 +91,9 @@ pub struct SlotMap {
     pub max_age_ms: u64,
     /// The ranges, sorted, contiguous, covering `0-16383`.
     pub ranges: Vec<RangeEntry>,
+    /// How a key becomes a slot, fixed at `slots init` (hash unless the directory orders keys).
+    #[serde(default)]
+    pub keying: Keying,
 }
 
 impl SlotMap {
@@ -100,7 +104,13 @@ impl SlotMap {
             strict,
             max_age_ms,
             ranges: vec![RangeEntry::stable(SlotRange::ALL, owner, 1)],
+            keying: Keying::Hash,
         }
+    }
+
+    /// The slot of `key` under this directory's [`Keying`].
+    pub fn slot_of(&self, key: &str) -> u16 {
+        self.keying.slot_of(key)
     }
 
     /// Checks the invariants a hand edit can break: ranges sorted, contiguous and covering

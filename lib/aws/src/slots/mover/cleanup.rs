@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::{Delete, DeleteRequest, TransactWriteItem, WriteRequest};
 use heatsink_core::slots::{
-    Delete as Deletion, Evidence, Phase, RangeState, Side, Way, may_delete, slot_of,
+    Delete as Deletion, Evidence, Phase, RangeState, Side, Way, may_delete,
 };
 use tokio::time::Instant;
 
@@ -358,7 +358,8 @@ impl Mover {
                 .iter()
                 .filter(|item| {
                     get_s(item, "pk").is_some_and(|pk| {
-                        !is_internal(pk) && self.record.slots.contains(slot_of(pk))
+                        !is_internal(pk)
+                            && self.record.slots.contains(self.record.keying.slot_of(pk))
                     }) && (what == Purge::All || item.contains_key(TOMBSTONE_ATTR))
                 })
                 .map(|item| keys.key_of(item))

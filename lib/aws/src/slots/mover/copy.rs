@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::ReturnConsumedCapacity;
 use heatsink_core::slots::apply::Version;
-use heatsink_core::slots::{SlotRange, Way, slot_of};
+use heatsink_core::slots::{Keying, SlotRange, Way};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
@@ -75,7 +75,7 @@ async fn segment(
     ctx: Ctx,
     ddb: aws_sdk_dynamodb::Client,
     (src, dst, keys): (String, String, KeySchema),
-    slots: SlotRange,
+    (slots, keying): (SlotRange, Keying),
     (seg, total): (usize, usize),
     progress: Option<Arc<Mutex<Progress>>>,
     (rcu, wcu): (Arc<Mutex<Pace>>, Arc<Mutex<Pace>>),
@@ -125,7 +125,7 @@ async fn segment(
             let Some(pk) = get_s(item, "pk") else {
                 continue;
             };
-            if is_internal(pk) || !slots.contains(slot_of(pk)) {
+            if is_internal(pk) || !slots.contains(keying.slot_of(pk)) {
                 continue;
             }
             let Some(v) = snapshot_version(item) else {
@@ -208,7 +208,7 @@ impl Mover {
                 self.ctx(),
                 self.ddb.clone(),
                 tables.clone(),
-                self.record.slots,
+                (self.record.slots, self.record.keying.clone()),
                 (seg, segments),
                 Some(progress.clone()),
                 (rcu.clone(), wcu.clone()),
@@ -247,7 +247,7 @@ impl Mover {
                 self.ctx(),
                 self.ddb.clone(),
                 (carried.clone(), tables.1.clone(), tables.2.clone()),
-                self.record.slots,
+                (self.record.slots, self.record.keying.clone()),
                 (0, 1),
                 None,
                 (rcu.clone(), wcu.clone()),

@@ -7,8 +7,8 @@
 
 use std::collections::BTreeMap;
 
+use heatsink_core::slots::Way;
 use heatsink_core::slots::apply::Version;
-use heatsink_core::slots::{Way, slot_of};
 
 use super::super::MoveError;
 use super::super::fence::{TOMBSTONE_ATTR, is_internal};
@@ -50,7 +50,7 @@ impl Mover {
                 let Some(pk) = get_s(item, "pk") else {
                     continue;
                 };
-                if is_internal(pk) || !self.record.slots.contains(slot_of(pk)) {
+                if is_internal(pk) || !self.record.slots.contains(self.record.keying.slot_of(pk)) {
                     continue;
                 }
                 let key = key_text(&keys.key_of(item))

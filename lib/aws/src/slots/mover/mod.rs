@@ -328,6 +328,7 @@ impl Mover {
             to: spec.to.clone(),
             mode: spec.mode,
             strict: map.strict,
+            keying: map.keying.clone(),
             phase: Phase::Planned,
             epoch: entry.epoch,
             marked_ms,

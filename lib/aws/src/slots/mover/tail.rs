@@ -13,9 +13,9 @@ use std::time::Duration;
 
 use aws_sdk_dynamodbstreams::operation::get_records::GetRecordsOutput;
 use aws_sdk_dynamodbstreams::types::OperationType;
+use heatsink_core::slots::Way;
 use heatsink_core::slots::proof::Drain;
 use heatsink_core::slots::tail::{Event, Image, tail_op};
-use heatsink_core::slots::{Way, slot_of};
 use tokio::time::Instant;
 
 use super::super::MoveError;
@@ -416,7 +416,7 @@ impl Mover {
             }
             return Ok(None);
         }
-        if !self.record.slots.contains(slot_of(&pk)) {
+        if !self.record.slots.contains(self.record.keying.slot_of(&pk)) {
             return Ok(None);
         }
         polled.seen += 1;
