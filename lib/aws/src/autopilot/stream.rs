@@ -444,4 +444,47 @@ mod tests {
         assert!(matches!(e, ReshardError::NotOpen { .. }), "{e}");
         assert!(refused(&e));
     }
+
+    /// A stream someone else is resharding (UPDATING, nothing of ours in flight): the period
+    /// samples nothing and starts nothing (a sample would need GetShardIterator, which no
+    /// rule answers), and says why.
+    #[tokio::test]
+    async fn smithy_mock_a_stream_resharded_by_someone_else_holds_without_sampling() {
+        use aws_sdk_dynamodb::operation::get_item::GetItemOutput;
+        use aws_sdk_kinesis::operation::describe_stream_summary::DescribeStreamSummaryOutput;
+        use aws_sdk_kinesis::types::{StreamDescriptionSummary, StreamStatus};
+        use aws_smithy_types::DateTime;
+
+        let updating = mock!(aws_sdk_kinesis::Client::describe_stream_summary).then_output(|| {
+            DescribeStreamSummaryOutput::builder()
+                .stream_description_summary(
+                    StreamDescriptionSummary::builder()
+                        .stream_name("s")
+                        .stream_arn("arn:aws:kinesis:us-east-1:123456789012:stream/s")
+                        .stream_status(StreamStatus::Updating)
+                        .retention_period_hours(24)
+                        .stream_creation_timestamp(DateTime::from_secs(0))
+                        .set_enhanced_monitoring(Some(vec![]))
+                        .open_shard_count(1)
+                        .build()
+                        .expect("summary"),
+                )
+                .build()
+        });
+        let k = mocked!(aws_sdk_kinesis with |c| c.retry_config(RetryConfig::disabled()); one_shard(), updating);
+        let empty = mock!(aws_sdk_dynamodb::Client::get_item)
+            .then_output(|| GetItemOutput::builder().build());
+        let ddb = mocked!(aws_sdk_dynamodb, empty);
+        let mut pilot = StreamLoop::new(k, PilotStore::for_stream(ddb, "t-autopilot", "s"), "s");
+        pilot.pilot.act = true;
+        let p = pilot.plan(60_000).await.expect("period");
+        assert!(p.busy);
+        assert_eq!(p.proposals, 0);
+        assert_eq!(p.decision, Decision::Idle);
+        assert!(
+            p.lines()[0].contains("being resharded by someone else"),
+            "{:?}",
+            p.lines()
+        );
+    }
 }

@@ -241,6 +241,21 @@ struct Load {
 }
 
 fn start_load(router: Router, prefix: &str, keys: u64, rate: f64) -> Load {
+    start_load_spec(
+        router,
+        LoadSpec {
+            keys,
+            prefix: prefix.into(),
+            tenants: Some(4),
+            rate,
+            duration: Duration::from_secs(600),
+            max_in_flight: 32,
+        },
+    )
+}
+
+/// A load generator of `spec` on its own task, writing through `router` until stopped.
+fn start_load_spec(router: Router, spec: LoadSpec) -> Load {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_test_writer()
@@ -248,14 +263,6 @@ fn start_load(router: Router, prefix: &str, keys: u64, rate: f64) -> Load {
     let stop = Arc::new(AtomicBool::new(false));
     let acks = Arc::new(Mutex::new(vec![]));
     let sink = acks.clone();
-    let spec = LoadSpec {
-        keys,
-        prefix: prefix.into(),
-        tenants: Some(4),
-        rate,
-        duration: Duration::from_secs(600),
-        max_in_flight: 32,
-    };
     let task = tokio::spawn(run_load(router, spec, stop.clone(), move |a| {
         if let Ok(mut v) = sink.lock() {
             v.push(a.clone());

@@ -3,33 +3,25 @@
 //! — moved live from `a` to `b` under a load on two cities, killed at every persisted phase,
 //! with every acknowledged write read back (`verify`) and the other city untouched.
 
-use std::sync::atomic::AtomicBool;
-
 use heatsink::slots::Keying;
 
 use super::*;
 
 const GEOHASH: &str = "0123456789bcdefghjkmnpqrstuvwxyz";
 
-/// Writes `keys` keys `<prefix><i>` through `router` until stopped.
+/// Writes `keys` keys `<prefix><i>` (no tenant tag: the keys' own order) through `router`.
 fn city_load(router: Router, prefix: &str, keys: u64) -> Load {
-    let stop = Arc::new(AtomicBool::new(false));
-    let acks = Arc::new(Mutex::new(vec![]));
-    let sink = acks.clone();
-    let spec = LoadSpec {
-        keys,
-        prefix: prefix.into(),
-        tenants: None,
-        rate: 8.0,
-        duration: Duration::from_secs(600),
-        max_in_flight: 8,
-    };
-    let task = tokio::spawn(run_load(router, spec, stop.clone(), move |a| {
-        if let Ok(mut v) = sink.lock() {
-            v.push(a.clone());
-        }
-    }));
-    Load { stop, acks, task }
+    start_load_spec(
+        router,
+        LoadSpec {
+            keys,
+            prefix: prefix.into(),
+            tenants: None,
+            rate: 8.0,
+            duration: Duration::from_secs(600),
+            max_in_flight: 8,
+        },
+    )
 }
 
 #[tokio::test]
