@@ -4,7 +4,7 @@
 //! the chosen split or merge before making its one call. All logic is in the library.
 //!
 //! A dry run by default: the loop logs what it would do (one line per decision, each waiting
-//! proposal and each hot key handed to the hot-key controller) and emits its metrics, and
+//! proposal and each hot key named for salting, which no split helps) and emits its metrics, and
 //! changes nothing on the stream. The stacks switch it to act with `autopilotAct` (CDK) or
 //! `autopilot_act` (Terraform), which also grants `kinesis:SplitShard` and
 //! `kinesis:MergeShards`. The kill switch is `heatsink autopilot pause --stream <stream>`,

@@ -79,7 +79,8 @@ pub struct StreamPeriod {
     pub decision: Decision,
     /// Proposals that wait, and why.
     pub waiting: Vec<(Proposal, Wait)>,
-    /// Hot keys handed to the hot-key controller (salt them; no split helps).
+    /// Hot keys no split helps, named for salting (logged; the loop does not write the
+    /// hot-key directory: `heatsink reshard apply` or the hot-key controller does).
     pub handoffs: Vec<Proposal>,
     /// Proposals the plan made.
     pub proposals: usize,
