@@ -228,7 +228,15 @@ async fn a_period_killed_between_its_record_and_its_call_holds_as_unproven_until
 async fn the_kill_switch_holds_the_next_period_and_two_racing_periods_start_one_split() {
     let fx =
         fixture!("the_kill_switch_holds_the_next_period_and_two_racing_periods_start_one_split");
-    let (stream, store) = loaded_stream(&fx).await;
+    let (stream, _) = loaded_stream(&fx).await;
+    // One DynamoDB call at a time on the moto lane: moto checks two concurrent conditional
+    // updates of one item without isolation and lets both through (DynamoDB serializes them);
+    // the periods still race, read against read, save against save.
+    let store = PilotStore::for_stream(
+        fx.stack.isolated_ddb(),
+        fx.photo().table_name(Table::Autopilot),
+        &stream,
+    );
     let acting = pilot(&fx, &stream, &store, true);
     acting
         .run(now_ms())
