@@ -74,7 +74,7 @@ fn dry_run_periods_build_a_streak_and_report_the_move_and_a_pause_holds_the_next
     assert!(first.contains("proposed 1 of 2 periods"), "{first}");
     let second = period("run");
     assert!(
-        second.contains("dry run: would move") && second.contains("t-a -> t-b"),
+        second.contains("dry run: would move off t-a") && second.contains("-> t-b"),
         "{second}"
     );
     // A dry run starts nothing.
@@ -109,7 +109,7 @@ fn dry_run_periods_build_a_streak_and_report_the_move_and_a_pause_holds_the_next
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn an_acting_period_records_the_move_before_it_starts_runs_it_and_records_its_end() {
+async fn an_acting_period_records_its_moves_before_they_start_runs_them_and_records_its_end() {
     use heatsink::schema::{KeyAttr, StreamView, TableSpec, ensure_table};
     if !stack() {
         return;
@@ -120,23 +120,31 @@ async fn an_acting_period_records_the_move_before_it_starts_runs_it_and_records_
     let prefix = format!("aq{}-", nanos % 1_000_000_000);
     let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
     let ddb = aws_sdk_dynamodb::Client::new(&config);
-    let (a, b) = (format!("{prefix}a"), format!("{prefix}b"));
-    for name in [&a, &b] {
+    let (a, b, c) = (
+        format!("{prefix}a"),
+        format!("{prefix}b"),
+        format!("{prefix}c"),
+    );
+    for name in [&a, &b, &c] {
         let spec =
             TableSpec::new(name.clone(), KeyAttr::s("pk")).stream(StreamView::NewAndOldImages);
         ensure_table(&ddb, &spec).await.expect("owner table");
     }
     ok(&prefix, &["slots", "init", "--owner", &a]);
-    // Two hot slots and a cool one: the piece the plan moves is at most 101 slots wide, so the
-    // move fences at most 101 slot items (moto takes seconds per hundred writes to a table
-    // with a stream and keeps the stream's history per iterator: a move of half the key space
-    // fences 8,192 items, and once ran moto out of memory here).
+    // Four hot slots and a cool one: a's load is three times the mean, and no one spare can
+    // take enough of it, so one operation carries two pieces, one to each spare. Each piece is
+    // at most 101 slots wide, so each move fences at most 101 slot items (moto takes seconds
+    // per hundred writes to a table with a stream and keeps the stream's history per
+    // iterator: a move of half the key space fences 8,192 items, and once ran moto out of
+    // memory here).
     let samples =
         std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{prefix}samples.jsonl"));
     let lines = [
-        r#"{"slot": 100, "rate": 500}"#,
-        r#"{"slot": 101, "rate": 500}"#,
-        r#"{"slot": 102, "rate": 10}"#,
+        r#"{"slot": 100, "rate": 250}"#,
+        r#"{"slot": 101, "rate": 250}"#,
+        r#"{"slot": 102, "rate": 250}"#,
+        r#"{"slot": 103, "rate": 250}"#,
+        r#"{"slot": 104, "rate": 10}"#,
     ];
     std::fs::write(&samples, lines.join("\n")).expect("samples");
     let samples = samples.to_str().expect("utf-8 path").to_owned();
@@ -151,6 +159,8 @@ async fn an_acting_period_records_the_move_before_it_starts_runs_it_and_records_
                 &samples,
                 "--spare",
                 &b,
+                "--spare",
+                &c,
             ],
         )
     };
@@ -158,24 +168,32 @@ async fn an_acting_period_records_the_move_before_it_starts_runs_it_and_records_
     assert!(first.contains("proposed 1 of 2 periods"), "{first}");
     let second = tokio::task::block_in_place(run);
     assert!(
-        second.contains("run: move") && second.contains(&format!("-> {b}")),
+        second.contains("run: move off")
+            && second.contains(&format!("-> {b}"))
+            && second.contains(&format!("-> {c}")),
         "{second}"
     );
     let status = ok(&prefix, &["autopilot", "status", "--json"]);
     let state: serde_json::Value = serde_json::from_str(&status).expect("status JSON");
     assert!(
         state["in_flight"].is_null(),
-        "the move ended and was recorded: {state}"
+        "the moves ended and were recorded: {state}"
     );
+    // One operation, its two pieces recorded for the cooldown.
     assert_eq!(
         state["history"].as_array().map(Vec::len),
         Some(1),
         "{state}"
     );
-    // The directory now gives part of the key space to b.
+    assert_eq!(
+        state["history"][0]["pieces"].as_array().map(Vec::len),
+        Some(2),
+        "{state}"
+    );
+    // The directory now gives part of the key space to b and to c.
     let slots = ok(&prefix, &["slots", "status", "--json"]);
-    assert!(slots.contains(&b), "{slots}");
-    // Both owners are within the line now: the next period moves nothing.
+    assert!(slots.contains(&b) && slots.contains(&c), "{slots}");
+    // What is left is cooling or too hot for any destination: the next period moves nothing.
     let third = tokio::task::block_in_place(run);
     assert!(!third.contains("run: move"), "{third}");
 

@@ -4,19 +4,21 @@
 //! `<prefix>autopilot`).
 //!
 //! A period reads per-slot load samples, turns them into move proposals
-//! (`heatsink_core::autopilot::propose::moves`: the balance line set from the mean owner load)
-//! and lets the governor (`heatsink_core::autopilot::decide`) pick what runs, with the state
-//! kept in the directory's table (`heatsink::autopilot::store`). `plan` shows the period's
-//! decision and changes nothing; `run` records it (streaks, and with `--act` the move it starts,
-//! saved *before* the move starts) and runs the move to its end through `move start`. Without
-//! `--act` a run is a dry run: it counts streaks and starts nothing.
+//! (`heatsink_core::autopilot::propose::moves`: the balance line set from the mean owner load,
+//! planned around the slots still cooling) and lets the governor
+//! (`heatsink_core::autopilot::decide`) pick what runs, with the state kept in the directory's
+//! table (`heatsink::autopilot::store`). `plan` shows the period's decision and changes
+//! nothing; `run` records it (streaks, and with `--act` the operation it starts: every piece of
+//! up to `--owners-per-operation` hot owners, saved *before* the first move starts) and runs
+//! the pieces' moves one after another to their ends through `move start`. Without `--act` a
+//! run is a dry run: it counts streaks and starts nothing.
 //!
 //! With `--stream`, a period samples the stream's shards instead of reading samples and runs
 //! `heatsink::autopilot::stream::StreamLoop`: `run --act` records the split or merge, makes its
 //! one call and returns; a later period proves its end from the shard map.
 
 use clap::{Args, Subcommand};
-use heatsink::autopilot::propose::{MoveProposal, Relative, moves};
+use heatsink::autopilot::propose::{self, MoveProposal, Relative, moves};
 use heatsink::autopilot::store::{PilotStore, Stored};
 use heatsink::autopilot::stream::{StreamLoop, wait_text};
 use heatsink::autopilot::{Decision, HoldReason, Period, PilotConfig, decide};
@@ -130,6 +132,10 @@ pub struct PeriodArgs {
     /// Operations started in any rolling day, at most.
     #[arg(long, default_value = "10")]
     per_day: u32,
+    /// Hot owners one operation relieves (a directory's loop; a stream's takes 1): each with
+    /// every piece its plan moves, run one move after another.
+    #[arg(long, default_value = "1", value_parser = clap::value_parser!(u32).range(1..))]
+    owners_per_operation: u32,
     /// Run the decision (`run` only): without it the loop only reports what it would do.
     #[arg(long)]
     act: bool,
@@ -277,6 +283,7 @@ fn pilot_config(a: &PeriodArgs, record: bool) -> Result<PilotConfig, Failure> {
         per_hour: a.per_hour,
         per_day: a.per_day,
         act: record && a.act,
+        per_operation: a.owners_per_operation,
     })
 }
 
@@ -294,16 +301,16 @@ async fn period(a: PeriodArgs, record: bool) -> CmdResult {
         capacity: a.load.capacity,
         ..Relative::default()
     };
-    let planned = moves(&map, &a.load.spare, &load, &rel);
     let now = now_ms();
+    let cooling = stored.state.cooling(cfg.cooldown_ms, now);
+    let planned = moves(&map, &a.load.spare, &load, &rel, &cooling);
     let proposals: Vec<_> = planned.iter().map(|m| m.proposal.clone()).collect();
     let p = decide(&cfg, &stored.state, &proposals, now)
         .map_err(|e| Failure::new(format!("{e}: check the autopilot's options")))?;
-    let chosen = match &p.decision {
-        Decision::Run(run) => planned
-            .iter()
-            .find(|m| m.proposal.subject == run.subject)
-            .cloned(),
+    let id = format!("autopilot-{now}");
+    let batch = propose::chosen(&p, &planned);
+    let op = match &p.decision {
+        Decision::Run(_) => propose::started(&batch, &id, now),
         _ => None,
     };
     let lines = decision_lines(&p, &planned);
@@ -314,28 +321,31 @@ async fn period(a: PeriodArgs, record: bool) -> CmdResult {
         return a.output.report(|| period_json(&p, &planned), || lines);
     }
     stored.state.streaks = p.streaks.clone();
-    let id = format!("autopilot-{now}");
-    if let Some(m) = &chosen {
-        // Recorded before the move starts: a period that dies here leaves the operation in
-        // flight, and the loop holds until 'autopilot finish' says it ended.
-        stored.state.started(&id, &m.ran(), now);
-    }
+    let Some(op) = op else {
+        save(&store, &stored).await?;
+        return a.output.report(|| period_json(&p, &planned), || lines);
+    };
+    // Recorded before the first move starts: a period that dies from here on leaves the
+    // operation in flight, and the loop holds until 'autopilot finish' says it ended.
+    stored.state.record(op);
     save(&store, &stored).await?;
     a.output.report(|| period_json(&p, &planned), || lines)?;
-    let Some(m) = chosen else {
-        return Ok(());
-    };
-    let args = super::r#move::StartArgs::for_plan(
-        a.target.dir.clone(),
-        m.planned.slots,
-        m.planned.to.clone(),
-        a.output,
-    );
-    if let Err(e) = super::r#move::start(args).await {
-        eprintln!(
-            "the autopilot holds with {id} in flight: once the move is finished, aborted or rolled back, run 'heatsink autopilot finish --id {id}'"
+    let pieces: Vec<_> = batch.iter().flat_map(|m| &m.pieces).collect();
+    for (n, piece) in pieces.iter().enumerate() {
+        let args = super::r#move::StartArgs::for_plan(
+            a.target.dir.clone(),
+            piece.slots,
+            piece.to.clone(),
+            a.output,
         );
-        return Err(e);
+        if let Err(e) = super::r#move::start(args).await {
+            eprintln!(
+                "the autopilot holds with {id} in flight after {n} of its {} moves: once the move of {} is finished, aborted or rolled back (the rest are not started), run 'heatsink autopilot finish --id {id}'",
+                pieces.len(),
+                piece.slots
+            );
+            return Err(e);
+        }
     }
     let mut after = load_state(&store).await?;
     after.state.finished(&id);
@@ -386,16 +396,30 @@ fn decision_lines(p: &Period, planned: &[MoveProposal]) -> Vec<String> {
             .iter()
             .find(|m| m.proposal.subject == subject)
             .map_or(String::new(), |m| {
+                if m.pieces.is_empty() {
+                    return format!("{subject} (warming, utilisation {:.2})", m.proposal.urgency);
+                }
+                let each: Vec<String> = m
+                    .pieces
+                    .iter()
+                    .map(|p| format!("{} -> {} ({:.1})", p.slots, p.to, p.load))
+                    .collect();
                 format!(
-                    "move {} {} -> {} (load {:.1})",
-                    m.planned.slots, m.planned.from, m.planned.to, m.planned.load
+                    "move off {subject} {} (load {:.1})",
+                    each.join(", "),
+                    m.load()
                 )
             })
     };
+    let joined: String = p
+        .joined
+        .iter()
+        .map(|j| format!("; and {}", piece(&j.subject)))
+        .collect();
     let mut lines = vec![match &p.decision {
-        Decision::Run(r) => format!("run: {}", piece(&r.subject)),
+        Decision::Run(r) => format!("run: {}{joined}", piece(&r.subject)),
         Decision::DryRun(r) => format!(
-            "dry run: would {}; 'heatsink autopilot run --act' runs it",
+            "dry run: would {}{joined}; 'heatsink autopilot run --act' runs it",
             piece(&r.subject)
         ),
         Decision::Hold(HoldReason::Paused(why)) => {
@@ -422,6 +446,7 @@ fn decision_lines(p: &Period, planned: &[MoveProposal]) -> Vec<String> {
 fn period_json(p: &Period, planned: &[MoveProposal]) -> Value {
     json!({
         "decision": p.decision,
+        "joined": p.joined,
         "waiting": p.waiting,
         "proposals": planned,
     })

@@ -74,6 +74,7 @@ async fn main() -> Result<(), Error> {
         per_hour: number("HEATSINK_AUTOPILOT_PER_HOUR", defaults.per_hour)?,
         per_day: number("HEATSINK_AUTOPILOT_PER_DAY", defaults.per_day)?,
         act: act()?,
+        per_operation: 1,
     };
     let store = PilotStore::for_stream(ddb, schema.table_name(Table::Autopilot), &stream);
     let mut function = StreamLoop::new(aws_sdk_kinesis::Client::new(&sdk), store, &stream);

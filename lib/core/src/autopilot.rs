@@ -8,11 +8,16 @@
 //! - **Kill switch**: a paused pilot ([`PilotState::paused`], a flag an operator sets) runs and
 //!   hands off nothing; the executor reads the flag every period, so a pause holds within one.
 //! - **One operation in flight** per stream or directory (one governor each): while one runs,
-//!   nothing else starts.
+//!   nothing else starts. One operation may carry up to [`PilotConfig::per_operation`] eligible
+//!   proposals ([`Period::joined`]), which a directory's executor runs one after another (a
+//!   stream's executor takes 1: Kinesis runs one reshard at a time).
 //! - **Sustained load, not a spike**: a proposal runs only once the plans have proposed the
 //!   same kind of operation for the same subject (a shard, a hot owner: [`Proposal::subject`])
-//!   for [`PilotConfig::sustain`] consecutive periods. With `sustain` 2
-//!   the loop reacts in two periods and a one-period spike never acts.
+//!   for [`PilotConfig::sustain`] consecutive periods. A plan may also report a subject that is
+//!   *warming* ([`Proposal::warming`]: above its drain target, not yet over its line): that
+//!   period counts towards the streak but nothing runs. With `sustain` 2 a load that jumps
+//!   over the line waits one period (a one-period spike never acts), and a load that ramps up
+//!   through the warm band acts the period it crosses the line.
 //! - **Cooldown per span**: no operation on a span that overlaps one operated on less than
 //!   [`PilotConfig::cooldown_ms`] ago (children of a split overlap their parent's span, so a
 //!   fresh split is neither merged back nor split again at once).
@@ -38,6 +43,7 @@
 //!     span: Span::new(0, 99)?,
 //!     kind: Kind::Split,
 //!     urgency: 1.4,
+//!     warming: false,
 //! };
 //! // First period: proposed once, sustain is 2: nothing runs yet.
 //! let p = decide(&cfg, &state, std::slice::from_ref(&hot), 60_000)?;
@@ -85,6 +91,9 @@ pub enum PilotError {
         /// Operations per rolling day.
         per_day: u32,
     },
+    /// `per_operation` is 0: no operation could carry anything.
+    #[error("autopilot per_operation is 0; it must be at least 1 proposal")]
+    NoPerOperation,
     /// A span whose low end is above its high end.
     #[error("span {lo}..={hi} is empty")]
     EmptySpan {
@@ -155,6 +164,12 @@ pub struct Proposal {
     /// How badly it is needed: the utilisation of the span (1.0 = at capacity; for a merge,
     /// `1 −` the pair's combined utilisation, so the coldest pair ranks first among merges).
     pub urgency: f64,
+    /// The period counts towards the subject's sustain rule but there is nothing to run
+    /// ([`Wait::Warming`]): the subject is above its drain target and not over its line, or over
+    /// it with every piece it could shed still cooling. A load ramping up through the band is
+    /// then acted on the period it crosses the line, not `sustain − 1` periods later.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub warming: bool,
 }
 
 /// An operation started by the executor.
@@ -172,6 +187,22 @@ pub struct Started {
     /// ([`Op::is_done`]) is what ends it. `None` for a slot move (the move's record ends it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub op: Option<Op>,
+    /// The pieces a directory's operation moves, when it moves several (one hot owner's load
+    /// shed in one operation): the cooldown covers these, not the whole [`Started::span`], so
+    /// the slots between them that stayed may still be relieved. Empty: the span is the piece.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pieces: Vec<Span>,
+}
+
+impl Started {
+    /// What the cooldown covers: the pieces moved, or the span when there are none listed.
+    pub fn cooled(&self) -> &[Span] {
+        if self.pieces.is_empty() {
+            std::slice::from_ref(&self.span)
+        } else {
+            &self.pieces
+        }
+    }
 }
 
 /// What the executor persists between periods (one per stream or directory).
@@ -233,17 +264,35 @@ impl PilotState {
     /// [`PilotState::started`] for a stream's loop, keeping the Kinesis call `op` whose result
     /// in the shard map proves the operation ended.
     pub fn started_op(&mut self, id: &str, proposal: &Proposal, op: Option<Op>, now_ms: u64) {
-        let s = Started {
+        self.record(Started {
             id: id.to_owned(),
             span: proposal.span,
             kind: proposal.kind,
             at_ms: now_ms,
             op,
-        };
-        self.history.push(s.clone());
-        self.in_flight = Some(s);
+            pieces: vec![],
+        });
+    }
+
+    /// Records `started` as the operation in flight and in the history (the last 24 h kept):
+    /// the form for an operation built elsewhere, such as a batch of moves
+    /// ([`propose::started`]).
+    pub fn record(&mut self, started: Started) {
+        let now_ms = started.at_ms;
+        self.history.push(started.clone());
+        self.in_flight = Some(started);
         self.history
             .retain(|h| now_ms.saturating_sub(h.at_ms) < DAY_MS);
+    }
+
+    /// The spans still in their cooldown at `now_ms` ([`Started::cooled`] of every operation
+    /// started less than `cooldown_ms` ago): a plan keeps its pieces clear of them.
+    pub fn cooling(&self, cooldown_ms: u64, now_ms: u64) -> Vec<Span> {
+        self.history
+            .iter()
+            .filter(|h| h.at_ms.saturating_add(cooldown_ms) > now_ms)
+            .flat_map(|h| h.cooled().iter().copied())
+            .collect()
     }
 
     /// Records that operation `id` ended (done, aborted or failed): the next may start.
@@ -293,10 +342,20 @@ pub struct PilotConfig {
     pub per_day: u32,
     /// Run decisions (true) or only report them (false: dry run).
     pub act: bool,
+    /// Eligible proposals one operation may carry (≥ 1): the decision's and up to
+    /// `per_operation − 1` more ([`Period::joined`]). A stream's loop uses 1.
+    #[serde(default = "one")]
+    pub per_operation: u32,
+}
+
+/// [`PilotConfig::per_operation`]'s default.
+fn one() -> u32 {
+    1
 }
 
 impl Default for PilotConfig {
-    /// Sustained 2 periods, 30 min cooldown, 4 per hour, 10 per day, dry run.
+    /// Sustained 2 periods, 30 min cooldown, 4 per hour, 10 per day, one proposal an
+    /// operation, dry run.
     fn default() -> Self {
         Self {
             sustain: 2,
@@ -304,6 +363,7 @@ impl Default for PilotConfig {
             per_hour: 4,
             per_day: 10,
             act: false,
+            per_operation: 1,
         }
     }
 }
@@ -339,6 +399,8 @@ pub enum Wait {
     },
     /// Another proposal was more urgent.
     Outranked,
+    /// The subject is warming ([`Proposal::warming`]): counted, nothing to run.
+    Warming,
     /// The loop holds (see [`Decision::Hold`]).
     Held,
 }
@@ -363,6 +425,10 @@ pub struct Period {
     pub decision: Decision,
     /// Hot keys for the hot-key controller (proposals of [`Kind::Salt`]).
     pub handoffs: Vec<Proposal>,
+    /// Further eligible proposals that run with the decision's as the same operation, in
+    /// order of urgency (at most [`PilotConfig::per_operation`] − 1; empty unless the decision
+    /// runs or would run).
+    pub joined: Vec<Proposal>,
     /// Every other proposal and why it does not run now.
     pub waiting: Vec<(Proposal, Wait)>,
     /// The streaks to persist for the next period ([`PilotState::streaks`]).
@@ -380,6 +446,9 @@ pub fn decide(
     if cfg.sustain == 0 {
         return Err(PilotError::NoSustain);
     }
+    if cfg.per_operation == 0 {
+        return Err(PilotError::NoPerOperation);
+    }
     if cfg.per_hour > cfg.per_day {
         return Err(PilotError::Budget {
             per_hour: cfg.per_hour,
@@ -389,6 +458,7 @@ pub fn decide(
     let mut out = Period {
         decision: Decision::Idle,
         handoffs: vec![],
+        joined: vec![],
         waiting: vec![],
         streaks: BTreeMap::new(),
     };
@@ -424,7 +494,9 @@ pub fn decide(
             .get(&(p.subject.clone(), p.kind))
             .copied()
             .unwrap_or(1);
-        let wait = if seen < cfg.sustain {
+        let wait = if p.warming {
+            Some(Wait::Warming)
+        } else if seen < cfg.sustain {
             Some(Wait::Sustain {
                 seen,
                 need: cfg.sustain,
@@ -454,6 +526,8 @@ pub fn decide(
             Decision::DryRun(first.clone())
         };
     }
+    let more = usize::try_from(cfg.per_operation.saturating_sub(1)).unwrap_or(usize::MAX);
+    out.joined = rest.by_ref().take(more).cloned().collect();
     out.waiting
         .extend(rest.map(|p| (p.clone(), Wait::Outranked)));
     Ok(out)
@@ -463,7 +537,7 @@ pub fn decide(
 fn cooldown_until(cfg: &PilotConfig, history: &[Started], span: &Span, now_ms: u64) -> Option<u64> {
     history
         .iter()
-        .filter(|h| h.span.overlaps(span))
+        .filter(|h| h.cooled().iter().any(|c| c.overlaps(span)))
         .map(|h| h.at_ms.saturating_add(cfg.cooldown_ms))
         .filter(|&until| until > now_ms)
         .max()
@@ -509,6 +583,7 @@ mod tests {
             span: span(lo, hi),
             kind,
             urgency,
+            warming: false,
         }
     }
 
@@ -568,6 +643,82 @@ mod tests {
         assert_eq!(p.waiting, vec![(a, Wait::Outranked), (c, Wait::Outranked)]);
     }
 
+    /// With sustain 2, a load that ramps through the warm band acts the period it crosses
+    /// the line; one that jumps over it waits a period.
+    #[test]
+    fn a_ramp_through_the_warm_band_acts_on_crossing_and_a_jump_waits_a_period() {
+        let cfg = acting();
+        let hot = prop(0, 9, Kind::Move, 1.3);
+        let warm = Proposal {
+            warming: true,
+            ..hot.clone()
+        };
+        let mut s = PilotState::default();
+        let p = decide(&cfg, &s, std::slice::from_ref(&warm), 0).unwrap();
+        assert_eq!(p.decision, Decision::Idle);
+        assert_eq!(p.waiting, vec![(warm.clone(), Wait::Warming)]);
+        s.streaks = p.streaks;
+        let p = decide(&cfg, &s, std::slice::from_ref(&hot), 60_000).unwrap();
+        assert_eq!(
+            p.decision,
+            Decision::Run(hot.clone()),
+            "ramped: acts on crossing"
+        );
+        let jump = decide(&cfg, &PilotState::default(), std::slice::from_ref(&hot), 0).unwrap();
+        assert_eq!(jump.decision, Decision::Idle, "jumped: waits a period");
+        // A subject warming for ever never runs.
+        let mut s = PilotState::default();
+        for k in 0..10 {
+            let p = decide(&cfg, &s, std::slice::from_ref(&warm), k * 60_000).unwrap();
+            assert_eq!(p.decision, Decision::Idle);
+            s.streaks = p.streaks;
+        }
+    }
+
+    /// Up to `per_operation` eligible proposals go in one operation, most urgent first; the
+    /// rest are outranked; an ineligible one never joins.
+    #[test]
+    fn one_operation_carries_up_to_per_operation_eligible_proposals() {
+        let cfg = PilotConfig {
+            sustain: 1,
+            per_operation: 2,
+            ..acting()
+        };
+        let a = prop(0, 9, Kind::Move, 1.1);
+        let b = prop(10, 19, Kind::Move, 1.6);
+        let c = prop(20, 29, Kind::Move, 1.3);
+        let cold = prop(30, 39, Kind::Move, 2.0);
+        let mut s = PilotState::default();
+        s.started("old", &cold, 0);
+        s.finished("old");
+        let p = decide(
+            &cfg,
+            &s,
+            &[a.clone(), b.clone(), c.clone(), cold.clone()],
+            60_000,
+        )
+        .unwrap();
+        assert_eq!(p.decision, Decision::Run(b));
+        assert_eq!(p.joined, vec![c]);
+        assert_eq!(
+            p.waiting,
+            vec![
+                (
+                    cold,
+                    Wait::Cooldown {
+                        until_ms: 30 * 60_000
+                    }
+                ),
+                (a, Wait::Outranked)
+            ]
+        );
+        let zero = PilotConfig {
+            per_operation: 0,
+            ..cfg
+        };
+        assert_eq!(decide(&zero, &s, &[], 0), Err(PilotError::NoPerOperation));
+    }
+
     #[test]
     fn a_finished_operation_frees_the_loop_and_the_budget_names_when_it_reopens() {
         let cfg = PilotConfig {
@@ -622,25 +773,30 @@ mod tests {
     }
 
     /// Proposals of a few spans and kinds, each period a random subset.
-    fn proposals() -> impl Strategy<Value = Vec<Vec<(u8, u8, f64)>>> {
+    fn proposals() -> impl Strategy<Value = Vec<Vec<(u8, u8, f64, u8)>>> {
         prop::collection::vec(
-            prop::collection::vec((0u8..6, 0u8..3, 0.0f64..3.0), 0..5),
+            prop::collection::vec((0u8..6, 0u8..3, 0.0f64..3.0, 0u8..4), 0..5),
             1..120,
         )
     }
 
-    fn to_proposal((s, k, u): (u8, u8, f64)) -> Proposal {
-        // Six spans over a key space of 60, some overlapping (a parent and its halves).
+    fn to_proposal((s, k, u, w): (u8, u8, f64, u8)) -> Proposal {
+        // Six spans over a key space of 60, some overlapping (a parent and its halves); one in
+        // four warming.
         let (lo, hi) = [(0, 29), (0, 14), (15, 29), (30, 59), (30, 44), (45, 59)][usize::from(s)];
         let kind = [Kind::Split, Kind::Merge, Kind::Move][usize::from(k)];
-        prop(lo, hi, kind, u)
+        Proposal {
+            warming: w == 0,
+            ..prop(lo, hi, kind, u)
+        }
     }
 
     proptest! {
-        /// Run by an executor that starts every `Run` and finishes it `lasts` periods later:
-        /// never two in flight, never over the hour or day budget, never inside a cooldown
-        /// of an overlapping span, never before `sustain` periods in a row, and never while
-        /// paused.
+        /// Run by an executor that starts every `Run` with its joined proposals as one
+        /// operation and finishes it `lasts` periods later: never two in flight, never more
+        /// than `per_operation` proposals in one, never over the hour or day budget, never
+        /// inside a cooldown of an overlapping span, never before `sustain` periods in a row,
+        /// never a warming proposal, and never while paused.
         #[test]
         fn an_acting_loop_keeps_every_rule(
             periods in proposals(),
@@ -650,11 +806,13 @@ mod tests {
             cooldown_periods in 0u64..6,
             lasts in 0usize..3,
             pause_at in prop::option::of(0usize..120),
+            per_operation in 1u32..4,
         ) {
             let period = 10 * 60_000; // ten minutes: 144 periods a day
-            let cfg = PilotConfig { sustain, cooldown_ms: cooldown_periods * period, per_hour, per_day, act: true };
+            let cfg = PilotConfig { sustain, cooldown_ms: cooldown_periods * period, per_hour, per_day, act: true, per_operation };
             let mut s = PilotState::default();
             let mut runs: Vec<(u64, Span)> = vec![];
+            let mut ops: Vec<u64> = vec![];
             let mut ends: Option<(usize, String)> = None;
             let mut last: BTreeMap<(String, Kind), u32> = BTreeMap::new();
             for (i, raw) in periods.into_iter().enumerate() {
@@ -666,24 +824,42 @@ mod tests {
                 s.paused = (pause_at == Some(i)).then(|| "test".to_owned());
                 let ps: Vec<Proposal> = raw.into_iter().map(to_proposal).collect();
                 let p = decide(&cfg, &s, &ps, now).unwrap();
+                if !matches!(p.decision, Decision::Run(_)) {
+                    prop_assert!(p.joined.is_empty(), "joined without a decision");
+                }
                 if let Decision::Run(run) = &p.decision {
                     prop_assert!(s.paused.is_none());
                     prop_assert!(s.in_flight.is_none(), "two in flight");
-                    prop_assert!(ps.contains(run));
-                    // Sustained: proposed in each of the last `sustain` periods.
-                    let seen = last.get(&(run.subject.clone(), run.kind)).copied().unwrap_or(0) + 1;
-                    prop_assert!(seen >= sustain, "ran after {seen} of {sustain} periods");
-                    for (at, sp) in &runs {
-                        if sp.overlaps(&run.span) {
-                            prop_assert!(now - at >= cfg.cooldown_ms, "inside a cooldown");
+                    prop_assert!(p.joined.len() < per_operation as usize, "too many in one");
+                    let hour = ops.iter().filter(|at| now - *at < HOUR_MS).count();
+                    let day = ops.iter().filter(|at| now - *at < DAY_MS).count();
+                    ops.push(now);
+                    prop_assert!(hour < per_hour as usize && day < per_day as usize, "over budget");
+                    let all: Vec<&Proposal> = std::iter::once(run).chain(&p.joined).collect();
+                    for one in &all {
+                        prop_assert!(ps.contains(one));
+                        prop_assert!(!one.warming, "a warming proposal ran");
+                        // Sustained: proposed in each of the last `sustain` periods.
+                        let seen = last.get(&(one.subject.clone(), one.kind)).copied().unwrap_or(0) + 1;
+                        prop_assert!(seen >= sustain, "ran after {seen} of {sustain} periods");
+                        for (at, sp) in &runs {
+                            if sp.overlaps(&one.span) {
+                                prop_assert!(now - at >= cfg.cooldown_ms, "inside a cooldown");
+                            }
                         }
                     }
-                    let hour = runs.iter().filter(|(at, _)| now - at < HOUR_MS).count();
-                    let day = runs.iter().filter(|(at, _)| now - at < DAY_MS).count();
-                    prop_assert!(hour < per_hour as usize && day < per_day as usize, "over budget");
-                    runs.push((now, run.span));
                     let id = format!("op{i}");
-                    s.started(&id, run, now);
+                    s.record(Started {
+                        id: id.clone(),
+                        span: run.span,
+                        kind: run.kind,
+                        at_ms: now,
+                        op: None,
+                        pieces: all.iter().map(|one| one.span).collect(),
+                    });
+                    for one in &all {
+                        runs.push((now, one.span));
+                    }
                     ends = Some((i + lasts, id));
                 }
                 last = p.streaks.clone();
@@ -697,7 +873,7 @@ mod tests {
             periods in proposals(),
             sustain in 1u32..4,
         ) {
-            let act = PilotConfig { sustain, act: true, ..PilotConfig::default() };
+            let act = PilotConfig { sustain, act: true, per_operation: 2, ..PilotConfig::default() };
             let dry = PilotConfig { act: false, ..act };
             let mut s = PilotState::default();
             for (i, raw) in periods.into_iter().enumerate() {
@@ -711,6 +887,7 @@ mod tests {
                     (x, y) => prop_assert_eq!(x, y),
                 }
                 prop_assert_eq!(&a.waiting, &d.waiting);
+                prop_assert_eq!(&a.joined, &d.joined);
                 s.streaks = d.streaks;
             }
         }
@@ -763,6 +940,7 @@ mod tests {
             kind: Kind::Split,
             at_ms: 0,
             op: Some(op),
+            pieces: vec![],
         }
     }
 

@@ -1,8 +1,10 @@
 //! The moving-hotspot day (`heatsink_sim::day`) under three policies side by side: a static
-//! layout, a naive threshold loop and the autopilot, at 1- and 5-minute periods.
+//! layout, a naive threshold loop and the autopilot (relieving one hot owner an operation, and
+//! up to 8), at 1- and 5-minute periods.
 //!
 //! `cargo run -p heatsink-sim --release --example moving_hotspot`
 
+use heatsink_core::autopilot::PilotConfig;
 use heatsink_sim::day::{DayConfig, DayReport, Policy, simulate};
 
 fn quantile(ratios: &[f64], q: f64) -> f64 {
@@ -14,8 +16,9 @@ fn quantile(ratios: &[f64], q: f64) -> f64 {
 
 fn row(period: u32, name: &str, r: &DayReport) {
     println!(
-        "| {period} min | {name} | {} | {:.2} / {:.2} / {:.2} | {} of {} | {} | {} | {} / {} |",
+        "| {period} min | {name} | {} / {} | {:.2} / {:.2} / {:.2} | {} of {} | {} | {} | {} / {} |",
         r.ops,
+        r.pieces,
         quantile(&r.ratios, 0.5),
         quantile(&r.ratios, 0.95),
         r.worst_ratio,
@@ -30,17 +33,22 @@ fn row(period: u32, name: &str, r: &DayReport) {
 
 fn main() -> Result<(), heatsink_core::autopilot::PilotError> {
     println!(
-        "| period | policy | moves | max/mean p50 / p95 / worst | periods over 1.25 | over after the first reaction | longest run over | flip-flops max per cell / total |"
+        "| period | policy | operations / moves | max/mean p50 / p95 / worst | periods over 1.25 | over after the first reaction | longest run over | flip-flops max per cell / total |"
     );
     println!("|---|---|---|---|---|---|---|---|");
     for period in [1, 5] {
         let day = DayConfig::moving_city(period);
-        for policy in [
-            Policy::Static,
-            Policy::Naive,
-            Policy::Pilot(DayConfig::pilot()),
+        let one = PilotConfig {
+            per_operation: 1,
+            ..DayConfig::pilot()
+        };
+        for (name, policy) in [
+            ("static", Policy::Static),
+            ("naive threshold loop", Policy::Naive),
+            ("autopilot, 1 owner an operation", Policy::Pilot(one)),
+            ("autopilot", Policy::Pilot(DayConfig::pilot())),
         ] {
-            row(period, policy.name(), &simulate(&day, &policy)?);
+            row(period, name, &simulate(&day, &policy)?);
         }
     }
     Ok(())

@@ -22,7 +22,7 @@
 use std::collections::BTreeMap;
 
 use heatsink_core::autopilot::propose::{self, Relative};
-use heatsink_core::autopilot::{Decision, PilotConfig, PilotError, PilotState, decide};
+use heatsink_core::autopilot::{PilotConfig, PilotError, PilotState, decide};
 use heatsink_core::slots::balance;
 use heatsink_core::slots::{RangeEntry, SlotMap, SlotRange};
 
@@ -96,11 +96,13 @@ impl DayConfig {
     }
 
     /// The autopilot configuration the moving-hotspot figures use: the governor's defaults
-    /// (sustained 2 periods, 30 min cooldown) with a budget of 30 moves an hour and 300 a day.
+    /// (sustained 2 periods, 30 min cooldown) with a budget of 30 operations an hour and 300 a
+    /// day, each operation relieving up to 8 hot owners (every owner of the day).
     pub fn pilot() -> PilotConfig {
         PilotConfig {
             per_hour: 30,
             per_day: 300,
+            per_operation: 8,
             act: true,
             ..PilotConfig::default()
         }
@@ -156,8 +158,10 @@ impl Policy {
 /// What a policy did with the day.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DayReport {
-    /// Moves run.
+    /// Operations run (the naive loop: moves; the autopilot: batches of one owner's pieces).
     pub ops: u32,
+    /// Pieces moved.
+    pub pieces: u32,
     /// `max/mean` owner load at every period (after that period's moves).
     pub ratios: Vec<f64>,
     /// The worst `max/mean` over the day.
@@ -219,6 +223,7 @@ pub fn simulate(day: &DayConfig, policy: &Policy) -> Result<DayReport, PilotErro
     let mut state = PilotState::default();
     let mut report = DayReport {
         ops: 0,
+        pieces: 0,
         ratios: vec![],
         worst_ratio: 0.0,
         first_reaction: None,
@@ -245,26 +250,22 @@ pub fn simulate(day: &DayConfig, policy: &Policy) -> Result<DayReport, PilotErro
                 .map(|cfg| balance::plan(&map, &[], &load, &cfg).moves)
                 .unwrap_or_default(),
             Policy::Pilot(cfg) => {
-                let planned = propose::moves(&map, &[], &load, &day.relative);
                 let cfg = PilotConfig { act: true, ..*cfg };
+                let cooling = state.cooling(cfg.cooldown_ms, now_ms);
+                let planned = propose::moves(&map, &[], &load, &day.relative, &cooling);
                 let proposals: Vec<_> = planned.iter().map(|p| p.proposal.clone()).collect();
                 let p = decide(&cfg, &state, &proposals, now_ms)?;
-                state.streaks = p.streaks;
-                let chosen = match p.decision {
-                    Decision::Run(run) => {
-                        planned.iter().find(|m| m.proposal.subject == run.subject)
-                    }
-                    _ => None,
-                };
-                match chosen {
-                    Some(m) => {
-                        let id = format!("move-{period}");
-                        // What was operated on is the piece moved: its cooldown keeps it from
-                        // moving again (back, or on) for a while.
-                        state.started(&id, &m.ran(), now_ms);
+                state.streaks = p.streaks.clone();
+                let batch = propose::chosen(&p, &planned);
+                let id = format!("move-{period}");
+                match propose::started(&batch, &id, now_ms) {
+                    Some(op) => {
+                        // What was operated on is the pieces moved: their cooldown keeps them
+                        // from moving again (back, or on) for a while.
+                        state.record(op);
                         // The model's moves finish within their period.
                         state.finished(&id);
-                        vec![m.planned.clone()]
+                        batch.iter().flat_map(|m| m.pieces.clone()).collect()
                     }
                     None => vec![],
                 }
@@ -290,7 +291,9 @@ pub fn simulate(day: &DayConfig, policy: &Policy) -> Result<DayReport, PilotErro
             let Some(to) = names.iter().position(|n| *n == m.to) else {
                 continue;
             };
-            let first = usize::from(m.slots.first) / SLOTS_PER_CELL;
+            // A cell's load sits on its first slot: the cells moved are those whose first slot
+            // is in the piece (a piece may start or end inside a cell).
+            let first = usize::from(m.slots.first).div_ceil(SLOTS_PER_CELL);
             let last = usize::from(m.slots.last) / SLOTS_PER_CELL;
             for cell in first..=last.min(CELLS - 1) {
                 let from = owner_of[cell];
@@ -303,8 +306,14 @@ pub fn simulate(day: &DayConfig, policy: &Policy) -> Result<DayReport, PilotErro
                 left[cell].push(from);
                 owner_of[cell] = to;
             }
-            report.ops += 1;
+            report.pieces += 1;
         }
+        // The naive loop runs each move as its own operation; the autopilot a period's pieces
+        // as one.
+        report.ops += match policy {
+            Policy::Pilot(_) => u32::from(!runs.is_empty()),
+            _ => u32::try_from(runs.len()).unwrap_or(u32::MAX),
+        };
     }
     report.flip_flops_max = returns.iter().copied().max().unwrap_or(0);
     report.flip_flops_total = returns.iter().sum();
@@ -317,10 +326,9 @@ mod tests {
 
     /// The three policies on the moving city at 1-minute periods: the static layout is over
     /// the goal for most of the day; the autopilot is over it for a few minutes around each
-    /// onset, with fewer moves and flip-flops than the naive loop and at most one return per
-    /// cell.
+    /// onset, with fewer moves than the naive loop and at most one return per cell.
     #[test]
-    fn the_autopilot_follows_a_moving_hotspot_with_fewer_moves_and_flip_flops_than_a_naive_loop() {
+    fn the_autopilot_follows_a_moving_hotspot_with_fewer_moves_than_a_naive_loop() {
         let day = DayConfig::moving_city(1);
         let stat = simulate(&day, &Policy::Static).expect("static");
         let naive = simulate(&day, &Policy::Naive).expect("naive");
@@ -333,10 +341,38 @@ mod tests {
         );
         assert!(auto.over * 10 < stat.over, "{} vs {}", auto.over, stat.over);
         assert!(auto.ops <= 300, "the day budget holds: {}", auto.ops);
-        assert!(auto.ops < naive.ops, "{} vs {}", auto.ops, naive.ops);
-        assert!(auto.flip_flops_total < naive.flip_flops_total);
+        assert!(
+            auto.pieces < naive.pieces,
+            "{} vs {}",
+            auto.pieces,
+            naive.pieces
+        );
         assert!(auto.flip_flops_max <= 1, "{}", auto.flip_flops_max);
-        assert!(auto.longest_over <= 10, "{}", auto.longest_over);
+        // A step (the stadium) is over for the two periods the sustain rule takes and at most
+        // one more; the moving city never holds an owner over for longer.
+        assert!(auto.longest_over <= 3, "{}", auto.longest_over);
+        assert!(auto.pieces > auto.ops, "operations carry several pieces");
+    }
+
+    /// At 5-minute periods the autopilot reacts within the 2 periods of its sustain rule at
+    /// every step, and returns no cell to an owner it left more than once.
+    #[test]
+    fn at_five_minute_periods_the_autopilot_reacts_within_two_periods() {
+        let day = DayConfig::moving_city(5);
+        let auto = simulate(&day, &Policy::Pilot(DayConfig::pilot())).expect("pilot");
+        assert!(auto.longest_over <= 2, "{}", auto.longest_over);
+        assert!(auto.flip_flops_max <= 1, "{}", auto.flip_flops_max);
+        let one = PilotConfig {
+            per_operation: 1,
+            ..DayConfig::pilot()
+        };
+        let single = simulate(&day, &Policy::Pilot(one)).expect("one owner an operation");
+        assert!(
+            single.over_after_reaction >= auto.over_after_reaction,
+            "relieving one owner an operation is never better here: {} vs {}",
+            single.over_after_reaction,
+            auto.over_after_reaction
+        );
     }
 
     #[test]

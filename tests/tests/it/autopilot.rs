@@ -181,6 +181,7 @@ async fn a_period_killed_between_its_record_and_its_call_holds_as_unproven_until
         span: Span::new(0, u128::MAX).expect("span"),
         kind: Kind::Split,
         urgency: 0.9,
+        warming: false,
     };
     let op = Op::Split {
         start: 0,

@@ -159,8 +159,10 @@ impl StreamLoop {
             .as_ref()
             .map(|p| propose::reshard(p, &ranges))
             .unwrap_or_default();
+        // Kinesis runs one reshard of a stream at a time: one proposal an operation.
         let pilot = PilotConfig {
             act: record && self.pilot.act,
+            per_operation: 1,
             ..self.pilot
         };
         let p = decide(&pilot, &state, &proposals, now_ms)?;
@@ -366,6 +368,7 @@ pub fn wait_text(w: &Wait) -> String {
         Wait::Cooldown { until_ms } => format!("cooldown until {until_ms} (Unix ms)"),
         Wait::Budget { until_ms } => format!("budget spent until {until_ms} (Unix ms)"),
         Wait::Outranked => "a more urgent operation goes first".into(),
+        Wait::Warming => "warming: above its drain target, nothing to run yet".into(),
         Wait::Held => "the loop holds".into(),
     }
 }

@@ -11,10 +11,16 @@
 //! `max/mean ≤ 1.25` goal with room for one period of drift.
 //!
 //! A proposal's subject is the hot owner (the governor's *sustain* rule counts the periods in a
-//! row an owner needed relief, whichever piece the plan picks as load shifts) and its
-//! [`Span`] the range of that owner holding the piece, which the cooldown of recently moved
-//! pieces is checked against. The executor moves the piece this period's plan carries
-//! ([`MoveProposal::planned`]) and records the piece ([`MoveProposal::ran`]).
+//! row an owner needed relief, whichever pieces the plan picks as load shifts). It carries
+//! every piece the plan moves off that owner from one region of the key space
+//! ([`MoveProposal::pieces`]); its [`Span`] is their hull, clear of every cooling span. The
+//! executor moves the pieces one after another as one operation (one in
+//! flight), so a step in load (a stadium filling) is shed in one period rather than one piece
+//! a period. The plan is made around the slots still cooling
+//! ([`crate::slots::balance::plan_around`]): no piece overlaps one, and an owner that took a
+//! piece recently sheds its other slots instead of waiting out the cooldown. An owner above its
+//! drain target with nothing to run is reported *warming* ([`Proposal::warming`]), so a load
+//! ramping up is acted on the period it crosses the line.
 //!
 //! ```
 //! use std::collections::BTreeMap;
@@ -28,10 +34,12 @@
 //! ];
 //! // All the load on a's half: a is at 2 × the mean, b idle.
 //! let load: BTreeMap<u16, f64> = (0..8192u16).step_by(64).map(|s| (s, 10.0)).collect();
-//! let proposals = moves(&map, &[], &load, &Relative::default());
+//! let proposals = moves(&map, &[], &load, &Relative::default(), &[]);
 //! assert_eq!(proposals.len(), 1);
-//! assert_eq!(proposals[0].planned.from, "a");
-//! assert_eq!((proposals[0].proposal.span.lo(), proposals[0].proposal.span.hi()), (0, 8191));
+//! let a = &proposals[0];
+//! assert!(a.pieces.iter().all(|p| p.from == "a" && p.to == "b"));
+//! // Half of a's load moves: a was at 2 × the mean and b idle; both at the mean after.
+//! assert_eq!(a.load(), 640.0);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
@@ -39,17 +47,18 @@
 //! its splits, merges and hot keys (the last handed to the hot-key controller, never run).
 //!
 //! Limits: the proposals are as good as the load sample (slots without a sample carry no
-//! load); one proposal per hot owner (the first piece the plan moves from it), because the
-//! governor runs at most one operation a period anyway.
+//! load); one proposal per hot owner; a piece whose hull with the others would overlap a
+//! cooling span waits for a later period; an owner whose load sits on slots no destination can
+//! take is left over its line (the balance plan's `stuck`: salt or sub-shard those keys).
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Kind, Proposal, Span};
+use super::{Decision, Kind, Period, Proposal, Span, Started};
 use crate::reshard::{Action, Plan};
-use crate::slots::SlotMap;
 use crate::slots::balance::{self, BalanceConfig, PlannedMove};
+use crate::slots::{LAST_SLOT, SlotMap, SlotRange};
 
 /// The balance line relative to the mean owner load (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -74,30 +83,65 @@ impl Default for Relative {
     }
 }
 
-/// One move proposal and the piece this period's plan would move for it.
+/// One move proposal and the pieces this period's plan would move for it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MoveProposal {
-    /// What the governor judges: the hot range, [`Kind::Move`], the source's utilisation.
+    /// What the governor judges: the hull of the pieces (clear of every cooling span),
+    /// [`Kind::Move`], the source's utilisation (for a warming owner: its first range, and
+    /// [`Proposal::warming`]).
     pub proposal: Proposal,
-    /// The piece, its owner and its destination.
-    pub planned: PlannedMove,
+    /// Every piece the plan moves off the hot owner, in the plan's order, each with its
+    /// destination; empty only for a warming owner. The executor moves them one after another
+    /// as one operation, so a step in load is shed in one period, not one piece a period.
+    pub pieces: Vec<PlannedMove>,
 }
 
 impl MoveProposal {
-    /// The operation as the executor records it once it runs ([`super::PilotState::started`]):
-    /// the piece moved, not the range it came from, so the cooldown keeps the moved slots from
-    /// moving again (back, or on) while the rest of the source's range may still be relieved.
-    pub fn ran(&self) -> Proposal {
-        let span = Span::new(
-            u128::from(self.planned.slots.first),
-            u128::from(self.planned.slots.last),
-        )
-        .unwrap_or(self.proposal.span);
-        Proposal {
-            span,
-            ..self.proposal.clone()
-        }
+    /// The load the pieces carry off the hot owner.
+    pub fn load(&self) -> f64 {
+        self.pieces.iter().map(|p| p.load).sum()
     }
+}
+
+/// The move proposals a period runs as its one operation: the decision's (run or dry run)
+/// and the joined ones ([`Period::joined`]), in that order; empty when nothing runs.
+pub fn chosen<'a>(period: &Period, planned: &'a [MoveProposal]) -> Vec<&'a MoveProposal> {
+    let first = match &period.decision {
+        Decision::Run(p) | Decision::DryRun(p) => p,
+        Decision::Hold(_) | Decision::Idle => return vec![],
+    };
+    std::iter::once(first)
+        .chain(&period.joined)
+        .filter_map(|p| planned.iter().find(|m| m.proposal.subject == p.subject))
+        .collect()
+}
+
+/// The operation `batch` ([`chosen`]) as the executor records it once it starts (with
+/// [`super::PilotState::record`]) as `id` at `now_ms`, before its first move: the hull of the
+/// proposals, and every piece, which the cooldown then covers, so moved slots do not move again
+/// (back, or on) for a while while the slots left on their sources may still be relieved.
+/// `None` for an empty batch.
+pub fn started(batch: &[&MoveProposal], id: &str, now_ms: u64) -> Option<Started> {
+    let first = batch.first()?;
+    let lo = batch.iter().map(|m| m.proposal.span.lo()).min()?;
+    let hi = batch.iter().map(|m| m.proposal.span.hi()).max()?;
+    Some(Started {
+        id: id.to_owned(),
+        span: Span::new(lo, hi).unwrap_or(first.proposal.span),
+        kind: Kind::Move,
+        at_ms: now_ms,
+        op: None,
+        pieces: batch
+            .iter()
+            .flat_map(|m| &m.pieces)
+            .filter_map(|p| span_of(p.slots))
+            .collect(),
+    })
+}
+
+/// A slot range as a span.
+fn span_of(r: SlotRange) -> Option<Span> {
+    Span::new(u128::from(r.first), u128::from(r.last)).ok()
 }
 
 /// The owners' loads under `map` for `load` (slot → load), every owner listed.
@@ -125,13 +169,17 @@ pub fn line(owners: &BTreeMap<String, f64>, rel: &Relative) -> Option<BalanceCon
     })
 }
 
-/// The move proposals for `map` under `load`: one per hot owner, most urgent first. `spare`
-/// tables own nothing yet and may take moves (they count in the mean at load 0).
+/// The move proposals for `map` under `load`, most urgent first: one per owner over the line,
+/// carrying the pieces the plan moves off it, clear of the `cooling` spans
+/// ([`super::PilotState::cooling`]); and one warming proposal per owner above its drain target
+/// with nothing to run (under the line, or every piece cooling). `spare` tables own nothing
+/// yet and may take moves (they count in the mean at load 0).
 pub fn moves(
     map: &SlotMap,
     spare: &[String],
     load: &BTreeMap<u16, f64>,
     rel: &Relative,
+    cooling: &[Span],
 ) -> Vec<MoveProposal> {
     let mut owners = owner_loads(map, load);
     for s in spare {
@@ -140,35 +188,74 @@ pub fn moves(
     let Some(cfg) = line(&owners, rel) else {
         return vec![];
     };
-    let plan = balance::plan(map, spare, load, &cfg);
-    let mut seen: Vec<String> = vec![];
-    let mut out = vec![];
+    let pinned: Vec<SlotRange> = cooling
+        .iter()
+        .filter(|c| c.lo() <= u128::from(LAST_SLOT))
+        .map(|c| SlotRange {
+            first: u16::try_from(c.lo()).unwrap_or(LAST_SLOT),
+            last: u16::try_from(c.hi()).unwrap_or(LAST_SLOT),
+        })
+        .collect();
+    let plan = balance::plan_around(map, spare, load, &cfg, &pinned);
+    let urgency = |owner: &str| owners.get(owner).copied().unwrap_or_default() / rel.capacity;
+    let mut out: Vec<MoveProposal> = vec![];
     for planned in plan.moves {
-        // The range of the source, in the map as it is now, that holds the piece.
-        let Some(home) = map
+        let Some(piece) = span_of(planned.slots) else {
+            continue;
+        };
+        // Only a piece the source holds now (the plan carves sources only, but check).
+        if !map
             .ranges
             .iter()
-            .find(|r| r.owner == planned.from && r.range.covers(&planned.slots))
-        else {
-            // A piece carved from a range an earlier move of this plan changed: next period.
-            continue;
-        };
-        if seen.contains(&planned.from) {
+            .any(|r| r.owner == planned.from && r.range.covers(&planned.slots))
+        {
             continue;
         }
-        seen.push(planned.from.clone());
-        let Ok(span) = Span::new(u128::from(home.range.first), u128::from(home.range.last)) else {
+        if let Some(m) = out.iter_mut().find(|m| m.proposal.subject == planned.from) {
+            // A later piece off the same owner joins its operation while the hull the governor
+            // checks stays clear of every cooling span (the batch stays one region of the key
+            // space); any other waits a period.
+            let span = m.proposal.span;
+            if let Ok(hull) = Span::new(span.lo().min(piece.lo()), span.hi().max(piece.hi()))
+                && !cooling.iter().any(|c| c.overlaps(&hull))
+            {
+                m.proposal.span = hull;
+                m.pieces.push(planned);
+            }
             continue;
-        };
-        let urgency = owners.get(&planned.from).copied().unwrap_or_default() / rel.capacity;
+        }
         out.push(MoveProposal {
             proposal: Proposal {
                 subject: planned.from.clone(),
+                span: piece,
+                kind: Kind::Move,
+                urgency: urgency(&planned.from),
+                warming: false,
+            },
+            pieces: vec![planned],
+        });
+    }
+    // Owners above the drain target with nothing to run count towards their streak.
+    let drain = cfg.target * cfg.capacity;
+    for (owner, l) in &owners {
+        if *l <= drain || out.iter().any(|m| m.proposal.subject == *owner) {
+            continue;
+        }
+        let Some(first) = map.ranges.iter().find(|r| r.owner == *owner) else {
+            continue;
+        };
+        let Some(span) = span_of(first.range) else {
+            continue;
+        };
+        out.push(MoveProposal {
+            proposal: Proposal {
+                subject: owner.clone(),
                 span,
                 kind: Kind::Move,
-                urgency,
+                urgency: urgency(owner),
+                warming: true,
             },
-            planned,
+            pieces: vec![],
         });
     }
     out.sort_by(|a, b| b.proposal.urgency.total_cmp(&a.proposal.urgency));
@@ -201,6 +288,7 @@ pub fn reshard(plan: &Plan, ranges: &BTreeMap<String, (u128, u128)>) -> Vec<Prop
                 span,
                 kind: Kind::Split,
                 urgency: s.load,
+                warming: false,
             }),
             (Action::Merge, Some(other)) if !merged.contains(&s.shard_id.as_str()) => {
                 let Some(o) = span_of(other) else { continue };
@@ -219,6 +307,7 @@ pub fn reshard(plan: &Plan, ranges: &BTreeMap<String, (u128, u128)>) -> Vec<Prop
                     span: both,
                     kind: Kind::Merge,
                     urgency: 1.0 - (s.load + load_of(other)),
+                    warming: false,
                 });
             }
             _ => {}
@@ -231,6 +320,7 @@ pub fn reshard(plan: &Plan, ranges: &BTreeMap<String, (u128, u128)>) -> Vec<Prop
                 span,
                 kind: Kind::Salt,
                 urgency: h.load,
+                warming: false,
             });
         }
     }
@@ -258,25 +348,106 @@ mod tests {
     }
 
     #[test]
-    fn an_even_layout_proposes_nothing_and_a_hot_range_is_proposed_with_its_home_span() {
+    fn an_even_layout_proposes_nothing_and_a_hot_range_is_proposed_with_its_pieces_hull() {
         let map = map_of(&[(0, "a"), (4096, "b"), (8192, "c"), (12288, "d")]);
         let even: BTreeMap<u16, f64> = (0..16384u16).step_by(16).map(|s| (s, 1.0)).collect();
-        assert!(moves(&map, &[], &even, &Relative::default()).is_empty());
+        assert!(moves(&map, &[], &even, &Relative::default(), &[]).is_empty());
         let mut hot = even.clone();
         for s in (4096..4200u16).step_by(16) {
             hot.insert(s, 60.0);
         }
-        let p = moves(&map, &[], &hot, &Relative::default());
+        let p = moves(&map, &[], &hot, &Relative::default(), &[]);
         assert_eq!(p.len(), 1, "{p:?}");
-        assert_eq!(p[0].planned.from, "b");
-        assert_eq!(
-            (p[0].proposal.span.lo(), p[0].proposal.span.hi()),
-            (4096, 8191)
-        );
+        assert!(p[0].pieces.iter().all(|m| m.from == "b"));
+        let span = p[0].proposal.span;
+        assert!(span.lo() >= 4096 && span.hi() <= 8191, "{span:?}");
+        for m in &p[0].pieces {
+            assert!(
+                span.lo() <= u128::from(m.slots.first) && u128::from(m.slots.last) <= span.hi()
+            );
+        }
+    }
+
+    /// An owner that took a piece recently sheds its other slots, not the cooling piece; with
+    /// every piece cooling it is reported warming, never run.
+    #[test]
+    fn a_cooling_piece_is_planned_around_and_an_owner_with_only_cooling_load_is_warming() {
+        let map = map_of(&[(0, "a"), (4096, "b"), (8192, "c"), (12288, "d")]);
+        let mut load: BTreeMap<u16, f64> = (0..16384u16).step_by(16).map(|s| (s, 1.0)).collect();
+        for s in (4096..4200u16).step_by(16) {
+            load.insert(s, 60.0);
+        }
+        let free = moves(&map, &[], &load, &Relative::default(), &[]);
+        let hot_slots = Span::new(4096, 4199).expect("span");
+        let around = moves(&map, &[], &load, &Relative::default(), &[hot_slots]);
+        assert!(!around.is_empty());
+        for m in &around {
+            assert!(
+                !m.proposal.span.overlaps(&hot_slots) || m.proposal.warming,
+                "{m:?}"
+            );
+            for p in &m.pieces {
+                let piece =
+                    Span::new(u128::from(p.slots.first), u128::from(p.slots.last)).expect("span");
+                assert!(!piece.overlaps(&hot_slots), "{p:?}");
+            }
+        }
+        assert_ne!(free, around);
+        // b's whole range cooling: nothing to shed, b is warming.
+        let all = Span::new(4096, 8191).expect("span");
+        let cooled = moves(&map, &[], &load, &Relative::default(), &[all]);
+        assert_eq!(cooled.len(), 1, "{cooled:?}");
+        assert!(cooled[0].proposal.warming && cooled[0].pieces.is_empty());
+        assert_eq!(cooled[0].proposal.subject, "b");
+    }
+
+    /// A step on one owner (a stadium filling: 3,000 units on 64 slots over a base of 1,600)
+    /// needs several pieces moved to several owners: one proposal carries every move the plan
+    /// makes, and after it the stadium's owner is down from 5.5 to under 1.5 × the mean, in one
+    /// operation (the plan's median pieces are the limit, not the operation).
+    #[test]
+    fn a_step_on_one_owner_is_shed_by_one_proposal_carrying_every_piece() {
+        let names = ["a", "b", "c", "d", "e", "f", "g", "h"];
+        let bounds: Vec<(u16, &str)> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| ((i * 2048) as u16, *n))
+            .collect();
+        let map = map_of(&bounds);
+        let mut load: BTreeMap<u16, f64> = (0..16384u16).step_by(16).map(|s| (s, 1.6)).collect();
+        // 3,000 units on 64 slots of c's range (c owns 4096..=6143).
+        for s in 5000..5064u16 {
+            *load.entry(s).or_default() += 46.875;
+        }
+        let p = moves(&map, &[], &load, &Relative::default(), &[]);
+        assert_eq!(p.len(), 1, "{p:?}");
+        let batch = &p[0];
         assert!(
-            SlotRange::new(4096, 8191)
-                .expect("range")
-                .covers(&p[0].planned.slots)
+            batch.pieces.len() >= 2,
+            "a step needs several pieces: {batch:?}"
+        );
+        let rel = Relative::default();
+        let mut owners = owner_loads(&map, &load);
+        let cfg = line(&owners, &rel).expect("line");
+        assert_eq!(batch.pieces, balance::plan(&map, &[], &load, &cfg).moves);
+        for m in &batch.pieces {
+            *owners.get_mut(&m.from).expect("source") -= m.load;
+            *owners.get_mut(&m.to).expect("destination") += m.load;
+        }
+        let mean = owners.values().sum::<f64>() / owners.len() as f64;
+        for (o, l) in &owners {
+            let bound = if o == "c" { 1.5 } else { 1.0 };
+            assert!(
+                *l <= bound * mean,
+                "{o} at {:.2} × the mean after the batch",
+                l / mean
+            );
+        }
+        let destinations: std::collections::BTreeSet<&str> =
+            batch.pieces.iter().map(|m| m.to.as_str()).collect();
+        assert!(
+            destinations.len() >= 2,
+            "spread over several owners: {destinations:?}"
         );
     }
 
@@ -339,13 +510,15 @@ mod tests {
     }
 
     proptest! {
-        /// Every proposal comes from an owner above the line (mean × (target + band)), names a
-        /// span that is one of its ranges holding the piece, and at most one proposal names an
+        /// Every runnable proposal comes from an owner above the line (mean × (target + band)),
+        /// its pieces are that owner's, disjoint and clear of every cooling span, inside its span
+        /// which is clear of them too; every warming one is above the drain target with no pieces; one proposal per
         /// owner; the most urgent never fills its destination above mean × (target − band).
         #[test]
         fn proposals_come_only_from_owners_above_the_line_and_never_overfill(
             cuts in proptest::collection::btree_set(1u16..16383, 1..6),
             hot in proptest::collection::vec((0u16..16384, 1.0f64..500.0), 1..40),
+            cooling in proptest::collection::vec((0u128..16384, 0u128..3000), 0..3),
         ) {
             let mut bounds = vec![0u16];
             bounds.extend(cuts);
@@ -356,26 +529,51 @@ mod tests {
             for (s, l) in hot {
                 *load.entry(s).or_default() += l;
             }
+            let cooling: Vec<Span> = cooling.iter().map(|(lo, w)| Span::new(*lo, lo + w).expect("span")).collect();
             let rel = Relative::default();
             let owners = owner_loads(&map, &load);
             let mean = owners.values().sum::<f64>() / owners.len() as f64;
-            let props = moves(&map, &[], &load, &rel);
-            let mut spans = std::collections::BTreeSet::new();
+            let props = moves(&map, &[], &load, &rel, &cooling);
+            let mut subjects = std::collections::BTreeSet::new();
             for p in &props {
-                let from = owners[&p.planned.from];
+                let from = owners[&p.proposal.subject];
+                prop_assert!(subjects.insert(p.proposal.subject.clone()), "one proposal per owner");
+                if p.proposal.warming {
+                    prop_assert!(p.pieces.is_empty());
+                    prop_assert!(from > mean * rel.target - 1e-9, "{from} vs mean {mean}");
+                    continue;
+                }
+                prop_assert!(!p.pieces.is_empty());
                 prop_assert!(from > mean * (rel.target + rel.band) - 1e-9, "{from} vs mean {mean}");
-                let home = map.ranges.iter().find(|r| {
-                    u128::from(r.range.first) == p.proposal.span.lo()
-                        && u128::from(r.range.last) == p.proposal.span.hi()
-                });
-                prop_assert!(home.is_some_and(|h| h.owner == p.planned.from && h.range.covers(&p.planned.slots)));
-                prop_assert!(spans.insert(p.proposal.subject.clone()), "one proposal per owner");
-                prop_assert_eq!(&p.proposal.subject, &p.planned.from);
+                prop_assert!(!cooling.iter().any(|c| c.overlaps(&p.proposal.span)), "span cooling");
+                prop_assert!(p.pieces.iter().all(|m| p.proposal.span.lo() <= u128::from(m.slots.first) && u128::from(m.slots.last) <= p.proposal.span.hi()));
+                // Every piece is the owner's, clear of every cooling span, and no two overlap:
+                // the batch moves each slot at most once.
+                for (i, m) in p.pieces.iter().enumerate() {
+                    prop_assert_eq!(&m.from, &p.proposal.subject);
+                    prop_assert!(map.ranges.iter().any(|r| r.owner == m.from && r.range.covers(&m.slots)));
+                    let piece = span_of(m.slots).expect("span");
+                    prop_assert!(!cooling.iter().any(|c| c.overlaps(&piece)), "piece cooling");
+                    prop_assert_ne!(&m.to, &m.from);
+                    for other in &p.pieces[i + 1..] {
+                        prop_assert!(m.slots.last < other.slots.first || other.slots.last < m.slots.first);
+                    }
+                }
+                // What it records for the cooldown is exactly the pieces.
+                let op = started(&[p], "op", 0).expect("started");
+                prop_assert_eq!(op.cooled().len(), p.pieces.len());
             }
-            // The most urgent is the plan's first move, made on today's loads: its destination
-            // ends at or under the fill line.
-            if let Some(p) = props.first() {
-                prop_assert!(owners[&p.planned.to] + p.planned.load <= mean * (rel.target - rel.band) + 1e-6);
+            // Every owner above its drain target is counted, runnable or warming.
+            for (o, l) in &owners {
+                if *l > mean * rel.target * (1.0 + 1e-9) {
+                    prop_assert!(subjects.contains(o), "{o} at {l} (mean {mean}) not proposed");
+                }
+            }
+            // The most urgent runnable one is the plan's first move, made on today's loads: its
+            // destination ends at or under the fill line.
+            if let Some(p) = props.iter().find(|p| !p.proposal.warming) {
+                let first = &p.pieces[0];
+                prop_assert!(owners[&first.to] + first.load <= mean * (rel.target - rel.band) + 1e-6);
             }
         }
     }

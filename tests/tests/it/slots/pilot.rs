@@ -15,6 +15,7 @@ fn relieve(subject: &str) -> Proposal {
         span: Span::new(0, 8_191).expect("span"),
         kind: Kind::Move,
         urgency: 1.3,
+        warming: false,
     }
 }
 
