@@ -131,20 +131,21 @@ async fn an_acting_period_records_its_moves_before_they_start_runs_them_and_reco
         ensure_table(&ddb, &spec).await.expect("owner table");
     }
     ok(&prefix, &["slots", "init", "--owner", &a]);
-    // Four hot slots and a cool one: a's load is three times the mean, and no one spare can
-    // take enough of it, so one operation carries two pieces, one to each spare. Each piece is
-    // at most 101 slots wide, so each move fences at most 101 slot items (moto takes seconds
-    // per hundred writes to a table with a stream and keeps the stream's history per
-    // iterator: a move of half the key space fences 8,192 items, and once ran moto out of
-    // memory here).
+    // Four hot slots and one at each end of the key space: a's load is three times the mean
+    // and no one spare can take enough of it, so one operation carries two pieces, one to
+    // each spare (slots 102–103 and slot 0). The end slots keep the plan off pieces as wide
+    // as the key space: each move fences at most 2 slot items (moto takes seconds per hundred
+    // writes to a table with a stream and keeps the stream's history per iterator; a move of
+    // the key space fences 16,284 items and ran moto to 24 GB here).
     let samples =
         std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{prefix}samples.jsonl"));
     let lines = [
+        r#"{"slot": 0, "rate": 300}"#,
         r#"{"slot": 100, "rate": 250}"#,
         r#"{"slot": 101, "rate": 250}"#,
         r#"{"slot": 102, "rate": 250}"#,
         r#"{"slot": 103, "rate": 250}"#,
-        r#"{"slot": 104, "rate": 10}"#,
+        r#"{"slot": 16383, "rate": 300}"#,
     ];
     std::fs::write(&samples, lines.join("\n")).expect("samples");
     let samples = samples.to_str().expect("utf-8 path").to_owned();
