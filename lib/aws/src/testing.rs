@@ -39,6 +39,36 @@ pub fn in_chain<'a, T: std::error::Error + 'static>(
     std::iter::successors(Some(err), |e| e.source()).find_map(|e| e.downcast_ref::<T>())
 }
 
+/// A `ListShards` answer of one open shard, `shard_id`, covering the whole hash-key space and
+/// starting at sequence number `first_sequence`: the smallest stream a mocked Kinesis client
+/// lists.
+#[cfg(feature = "kinesis")]
+pub fn one_shard(
+    shard_id: &str,
+    first_sequence: &str,
+) -> Result<
+    aws_sdk_kinesis::operation::list_shards::ListShardsOutput,
+    aws_sdk_kinesis::error::BuildError,
+> {
+    use aws_sdk_kinesis::operation::list_shards::ListShardsOutput;
+    use aws_sdk_kinesis::types::{HashKeyRange, SequenceNumberRange, Shard};
+    let shard = Shard::builder()
+        .shard_id(shard_id)
+        .hash_key_range(
+            HashKeyRange::builder()
+                .starting_hash_key("0")
+                .ending_hash_key(u128::MAX.to_string())
+                .build()?,
+        )
+        .sequence_number_range(
+            SequenceNumberRange::builder()
+                .starting_sequence_number(first_sequence)
+                .build()?,
+        )
+        .build()?;
+    Ok(ListShardsOutput::builder().shards(shard).build())
+}
+
 /// An insight rule's name as DynamoDB makes it: `kind` (`PKC`, `PKT`, …) on the target `slug`,
 /// created at 1,700,000,000,000 ms.
 #[cfg(feature = "insights")]

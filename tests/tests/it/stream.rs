@@ -1644,11 +1644,8 @@ impl RecordProcessor for Reasons {
 fn one_shard_rules(stream: &str, shard: &str) -> [aws_smithy_mocks::Rule; 3] {
     use aws_sdk_kinesis::operation::describe_stream_summary::DescribeStreamSummaryOutput;
     use aws_sdk_kinesis::operation::get_shard_iterator::GetShardIteratorOutput;
-    use aws_sdk_kinesis::operation::list_shards::ListShardsOutput;
     use aws_sdk_kinesis::primitives::DateTime;
-    use aws_sdk_kinesis::types::{
-        HashKeyRange, SequenceNumberRange, Shard, StreamDescriptionSummary,
-    };
+    use aws_sdk_kinesis::types::StreamDescriptionSummary;
     use aws_smithy_mocks::mock;
 
     let (name, id) = (stream.to_owned(), shard.to_owned());
@@ -1670,29 +1667,8 @@ fn one_shard_rules(stream: &str, shard: &str) -> [aws_smithy_mocks::Rule; 3] {
             )
             .build()
     });
-    let list = mock!(aws_sdk_kinesis::Client::list_shards).then_output(move || {
-        ListShardsOutput::builder()
-            .shards(
-                Shard::builder()
-                    .shard_id(&id)
-                    .hash_key_range(
-                        HashKeyRange::builder()
-                            .starting_hash_key("0")
-                            .ending_hash_key(u128::MAX.to_string())
-                            .build()
-                            .expect("range"),
-                    )
-                    .sequence_number_range(
-                        SequenceNumberRange::builder()
-                            .starting_sequence_number("100")
-                            .build()
-                            .expect("seqs"),
-                    )
-                    .build()
-                    .expect("shard"),
-            )
-            .build()
-    });
+    let list = mock!(aws_sdk_kinesis::Client::list_shards)
+        .then_output(move || heatsink::testing::one_shard(&id, "100").expect("listing"));
     let iterator = mock!(aws_sdk_kinesis::Client::get_shard_iterator).then_output(|| {
         GetShardIteratorOutput::builder()
             .shard_iterator("it-0")

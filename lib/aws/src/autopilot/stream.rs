@@ -376,36 +376,16 @@ pub fn wait_text(w: &Wait) -> String {
 #[cfg(test)]
 mod tests {
     use aws_sdk_kinesis::config::retry::RetryConfig;
-    use aws_sdk_kinesis::operation::list_shards::ListShardsOutput;
     use aws_sdk_kinesis::operation::split_shard::SplitShardError;
-    use aws_sdk_kinesis::types::{HashKeyRange, SequenceNumberRange, Shard};
     use aws_smithy_mocks::mock;
 
     use super::*;
     use crate::mocked;
-    use crate::testing::error_meta;
+    use crate::testing::{self, error_meta};
 
     fn one_shard() -> aws_smithy_mocks::Rule {
-        mock!(aws_sdk_kinesis::Client::list_shards).then_output(|| {
-            let shard = Shard::builder()
-                .shard_id("shardId-000000000000")
-                .hash_key_range(
-                    HashKeyRange::builder()
-                        .starting_hash_key("0")
-                        .ending_hash_key(u128::MAX.to_string())
-                        .build()
-                        .expect("range"),
-                )
-                .sequence_number_range(
-                    SequenceNumberRange::builder()
-                        .starting_sequence_number("1")
-                        .build()
-                        .expect("sequence range"),
-                )
-                .build()
-                .expect("shard");
-            ListShardsOutput::builder().shards(shard).build()
-        })
+        mock!(aws_sdk_kinesis::Client::list_shards)
+            .then_output(|| testing::one_shard("shardId-000000000000", "1").expect("listing"))
     }
 
     async fn split_failing_with(code: &'static str) -> ReshardError {

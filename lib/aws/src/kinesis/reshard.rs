@@ -910,27 +910,7 @@ mod tests {
 
     fn one_shard() -> Rule {
         mock!(aws_sdk_kinesis::Client::list_shards).then_output(|| {
-            ListShardsOutput::builder()
-                .shards(
-                    Shard::builder()
-                        .shard_id("shardId-000000000000")
-                        .hash_key_range(
-                            HashKeyRange::builder()
-                                .starting_hash_key("0")
-                                .ending_hash_key(u128::MAX.to_string())
-                                .build()
-                                .unwrap(),
-                        )
-                        .sequence_number_range(
-                            SequenceNumberRange::builder()
-                                .starting_sequence_number("1")
-                                .build()
-                                .unwrap(),
-                        )
-                        .build()
-                        .unwrap(),
-                )
-                .build()
+            crate::testing::one_shard("shardId-000000000000", "1").expect("listing")
         })
     }
 
