@@ -148,3 +148,77 @@ async fn an_ordered_directory_moves_a_geohash_interval_live_killed_at_every_phas
         "{on_b:?}"
     );
 }
+
+/// An attrition move (no copy) of the `9q` interval of an ordered directory: the router reads
+/// the interval's old rows through to the source, writes to the target only, and a delete of a
+/// row the source still holds stays deleted; the rest of the key order stays on the source.
+#[tokio::test]
+async fn an_attrition_move_of_an_ordered_interval_reads_its_source_and_writes_its_target() {
+    let fx =
+        fixture!("an_attrition_move_of_an_ordered_interval_reads_its_source_and_writes_its_target");
+    let _serial = SERIAL.lock().await;
+    let ddb = move_ddb(&fx);
+    let (a, b) = (owner_table(&fx, "a").await, owner_table(&fx, "b").await);
+    let spec = fx.schema.table(Table::Slots);
+    fx.track_table(&spec.name);
+    schema::ensure_table(&fx.stack.ddb, &spec)
+        .await
+        .expect("directory table");
+    let dir = SlotDirectory::new(ddb.clone(), spec.name);
+    let keying = Keying::ordered(GEOHASH).expect("alphabet");
+    dir.init_keyed(&a, MAX_AGE, false, keying.clone())
+        .await
+        .expect("init");
+    let router = Router::new(ddb.clone(), dir.clone(), MAX_AGE);
+    let bay = SlotRange::new(keying.slot_of("9q"), keying.slot_of("9qzzzzzz")).expect("range");
+    let sf: Vec<String> = (0..4).map(|i| format!("9q8yy{i}")).collect();
+    for k in sf.iter().chain([&"u4pru0".to_owned()]) {
+        let ack = router
+            .put_versioned(k, 1, HashMap::new())
+            .await
+            .expect("put before");
+        assert_eq!(ack.owner, a);
+    }
+    let mut mover = Mover::start_with(
+        ddb.clone(),
+        fx.stack.streams.clone(),
+        dir.clone(),
+        MoveSpec {
+            slots: bay,
+            to: b.clone(),
+            mode: MoveMode::Attrition,
+            strict: false,
+            budget: budget(),
+        },
+        limits(),
+    )
+    .await
+    .expect("start");
+    let record = mover.run().await.expect("attrition move").clone();
+    assert_eq!(record.phase, Phase::Done);
+    assert_eq!(record.keying, keying, "the record keeps the keying");
+    assert_eq!(record.copied, 0, "attrition copies nothing: {record:?}");
+
+    let reader = Router::new(ddb.clone(), dir.clone(), MAX_AGE);
+    // An old row of the interval is read through to the source, from the target's slot.
+    let (owner, item) = reader.get_key(&sf[0]).await.expect("read");
+    assert_eq!((owner.as_str(), version(&item)), (b.as_str(), Some(1)));
+    // A write lands on the target only.
+    let ack = reader
+        .put_versioned(&sf[1], 2, HashMap::new())
+        .await
+        .expect("put after");
+    assert_eq!(ack.owner, b);
+    assert_eq!(raw_version(&fx.stack.ddb, &b, &sf[1]).await, Some(2));
+    assert_eq!(raw_version(&fx.stack.ddb, &a, &sf[1]).await, Some(1));
+    let (_, item) = reader.get_key(&sf[1]).await.expect("read after put");
+    assert_eq!(version(&item), Some(2), "the target's newer write wins");
+    // A delete of a row the source still holds stays deleted.
+    reader.delete_key(&sf[2], 2).await.expect("delete");
+    assert_eq!(raw_version(&fx.stack.ddb, &a, &sf[2]).await, Some(1));
+    let (_, item) = reader.get_key(&sf[2]).await.expect("read after delete");
+    assert_eq!(item, None, "the deleted row came back from the source");
+    // Outside the interval nothing changed: Oslo is still the source's.
+    let (owner, item) = reader.get_key("u4pru0").await.expect("read oslo");
+    assert_eq!((owner.as_str(), version(&item)), (a.as_str(), Some(1)));
+}
