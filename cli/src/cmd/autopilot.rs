@@ -117,6 +117,11 @@ pub struct PeriodArgs {
     target: LoopArgs,
     #[command(flatten)]
     load: SamplesArgs,
+    /// A directory's owner load from CloudWatch: each owner table's consumed write capacity
+    /// over the last N minutes; `--samples`, if given, then names the hot slots within each
+    /// owner (a top-K of keys) and the rest of its load is spread over its other slots.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1440))]
+    cloudwatch_minutes: Option<u32>,
     /// Seconds of records a stream's period samples (`--stream` only).
     #[arg(long, default_value = "60", value_parser = clap::value_parser!(u64).range(1..))]
     sample_seconds: u64,
@@ -296,7 +301,10 @@ async fn period(a: PeriodArgs, record: bool) -> CmdResult {
     let map = load_map(&dir).await?;
     let store = store_of(&dir);
     let mut stored = load_state(&store).await?;
-    let load = a.load.read(&map.keying)?;
+    let load = match a.cloudwatch_minutes {
+        None => a.load.read(&map.keying)?,
+        Some(minutes) => measured_load(&a, &map, minutes).await?,
+    };
     let rel = Relative {
         capacity: a.load.capacity,
         ..Relative::default()
@@ -351,6 +359,32 @@ async fn period(a: PeriodArgs, record: bool) -> CmdResult {
     after.state.finished(&id);
     save(&store, &after).await?;
     Ok(())
+}
+
+/// Per-slot load from CloudWatch's per-owner measure and the samples' hot slots (if any).
+async fn measured_load(
+    a: &PeriodArgs,
+    map: &heatsink::slots::SlotMap,
+    minutes: u32,
+) -> Result<std::collections::BTreeMap<u16, f64>, Failure> {
+    let sampled = match &a.load.samples {
+        Some(_) => a.load.read(&map.keying)?,
+        None => std::collections::BTreeMap::new(),
+    };
+    let mut tables: Vec<String> = map.ranges.iter().map(|r| r.owner.clone()).collect();
+    tables.extend(a.load.spare.iter().cloned());
+    tables.sort();
+    tables.dedup();
+    let cloudwatch = aws_sdk_cloudwatch::Client::new(&sdk_config().await);
+    let wcu = heatsink::autopilot::measure::owner_wcu(&cloudwatch, &tables, minutes, now_ms())
+        .await
+        .map_err(|e| {
+            Failure::new(format!(
+                "{}: reading the owners' consumed capacity from CloudWatch failed; check the endpoint and cloudwatch:GetMetricData, or plan from --samples alone",
+                chain(&e)
+            ))
+        })?;
+    Ok(propose::estimate_slot_load(map, &wcu, &sampled))
 }
 
 /// One period of a stream's loop ([`StreamLoop`]): `run --act` makes the chosen operation's

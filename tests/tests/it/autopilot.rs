@@ -285,3 +285,72 @@ async fn the_kill_switch_holds_the_next_period_and_two_racing_periods_start_one_
     );
     assert_eq!(open(&fx, &stream).await.len(), 2, "one split, not two");
 }
+
+/// A directory's owner load from CloudWatch (`heatsink::autopilot::measure::owner_wcu`) as
+/// CloudWatch answers `GetMetricData`: two owner tables' `ConsumedWriteCapacityUnits`
+/// datapoints over the last minutes become WCU/s, a table with none is idle, and the estimate
+/// from them plus one sampled hot slot adds up to each owner's measure. Runs where CloudWatch
+/// speaks the SDK's protocol (the LocalStack lane; moto's CloudWatch does not).
+#[tokio::test]
+async fn a_directory_loop_reads_its_owners_load_from_cloudwatch() {
+    use aws_sdk_cloudwatch::primitives::DateTime;
+    use aws_sdk_cloudwatch::types::{Dimension, MetricDatum, StandardUnit};
+    use heatsink::autopilot::measure::{METRIC, owner_wcu};
+    use heatsink::autopilot::propose::{estimate_slot_load, owner_loads};
+    use heatsink::slots::{RangeEntry, SlotMap, SlotRange};
+
+    let fx = fixture!("a_directory_loop_reads_its_owners_load_from_cloudwatch");
+    if !fx.stack.cloudwatch_speaks_cbor() {
+        eprintln!("skip: this lane's CloudWatch does not speak the SDK's protocol");
+        return;
+    }
+    let (a, b, idle) = (
+        format!("{}a", fx.prefix()),
+        format!("{}b", fx.prefix()),
+        format!("{}idle", fx.prefix()),
+    );
+    let now = now_ms();
+    // Three minutes of writes: a at 600 WCU a minute-sum of 36,000, b at 6,000.
+    for (table, per_minute) in [(&a, 36_000.0), (&b, 6_000.0)] {
+        let data: Vec<MetricDatum> = (1..=3)
+            .map(|m| {
+                MetricDatum::builder()
+                    .metric_name(METRIC)
+                    .dimensions(Dimension::builder().name("TableName").value(table).build())
+                    .timestamp(DateTime::from_millis(
+                        i64::try_from(now - m * 60_000).expect("ms"),
+                    ))
+                    .value(per_minute)
+                    .unit(StandardUnit::Count)
+                    .build()
+            })
+            .collect();
+        fx.stack
+            .cloudwatch
+            .put_metric_data()
+            .namespace("AWS/DynamoDB")
+            .set_metric_data(Some(data))
+            .send()
+            .await
+            .expect("put datapoints");
+    }
+    let tables = [a.clone(), b.clone(), idle.clone()];
+    let wcu = owner_wcu(&fx.stack.cloudwatch, &tables, 10, now + 60_000)
+        .await
+        .expect("measured");
+    // 108,000 WCU over 600 s; 18,000 over 600 s; nothing.
+    assert!((wcu[&a] - 180.0).abs() < 1e-6, "{wcu:?}");
+    assert!((wcu[&b] - 30.0).abs() < 1e-6, "{wcu:?}");
+    assert_eq!(wcu[&idle], 0.0, "{wcu:?}");
+
+    let mut map = SlotMap::initial(a.clone(), 1_000, false);
+    map.ranges = vec![
+        RangeEntry::stable(SlotRange::new(0, 8_191).expect("range"), a.clone(), 1),
+        RangeEntry::stable(SlotRange::new(8_192, 16_383).expect("range"), b.clone(), 1),
+    ];
+    let sampled = std::collections::BTreeMap::from([(42u16, 150.0)]);
+    let est = estimate_slot_load(&map, &wcu, &sampled);
+    let owners = owner_loads(&map, &est);
+    assert!((owners[&a] - 180.0).abs() < 1e-6 && (owners[&b] - 30.0).abs() < 1e-6);
+    assert_eq!(est[&42], 150.0, "the sampled hot slot keeps its load");
+}

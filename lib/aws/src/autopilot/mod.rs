@@ -15,6 +15,8 @@
 //!   The operation ends only when a later listing shows its result; a call that timed out,
 //!   or a stream that is ACTIVE without the result, holds the loop and names the command
 //!   that releases it;
+//! - [`measure`] (feature `insights`): what each owner table of a directory serves, from
+//!   CloudWatch, for a directory's loop to plan from instead of a samples file;
 //! - the metrics every period emits ([`PERIOD_COMPLETED`], [`STARTED`], [`PAUSED`],
 //!   [`UNPROVEN`], [`OUT_OF_BUDGET`], [`PROPOSALS`]): the stacks alarm on a missing heartbeat,
 //!   a pause, a spent budget and an unproven operation.
@@ -41,6 +43,9 @@ pub use heatsink_core::autopilot::*;
 use crate::error::AwsError;
 use crate::metrics::MetricDef;
 
+#[cfg(feature = "insights")]
+#[cfg_attr(docsrs, doc(cfg(feature = "insights")))]
+pub mod measure;
 pub mod store;
 #[cfg(feature = "kinesis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "kinesis")))]

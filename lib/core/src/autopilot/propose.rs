@@ -153,6 +153,61 @@ pub fn owner_loads(map: &SlotMap, load: &BTreeMap<u16, f64>) -> BTreeMap<String,
     out
 }
 
+/// Per-slot load for [`moves`] from what production measures: `measured`, each owner's total
+/// load (its table's consumed capacity from CloudWatch, units/s), and `sampled`, the load the
+/// sampler saw on the hottest slots (a top-K of keys, mapped to their slots). Each owner's
+/// sampled slots keep their load (scaled down together if they add up to more than the owner's
+/// measured total) and the rest of the measured total is spread evenly over the owner's other
+/// slots, so every owner's estimate adds up to its measured total. An owner missing from
+/// `measured` counts what was sampled on it. A negative or non-finite figure counts as 0.
+///
+/// The estimate is as good as its two inputs: the spread part has no shape (a warm region the
+/// sampler did not name looks flat), so the plan cuts pieces by the sampled hot slots and by
+/// even shares of the rest.
+pub fn estimate_slot_load(
+    map: &SlotMap,
+    measured: &BTreeMap<String, f64>,
+    sampled: &BTreeMap<u16, f64>,
+) -> BTreeMap<u16, f64> {
+    let clean = |x: f64| if x.is_finite() && x > 0.0 { x } else { 0.0 };
+    let mut out: BTreeMap<u16, f64> = BTreeMap::new();
+    let mut owners: BTreeMap<&str, Vec<SlotRange>> = BTreeMap::new();
+    for r in &map.ranges {
+        owners.entry(r.owner.as_str()).or_default().push(r.range);
+    }
+    for (owner, ranges) in owners {
+        let hot: Vec<(u16, f64)> = ranges
+            .iter()
+            .flat_map(|r| sampled.range(r.first..=r.last))
+            .map(|(s, l)| (*s, clean(*l)))
+            .filter(|(_, l)| *l > 0.0)
+            .collect();
+        let hot_total: f64 = hot.iter().map(|(_, l)| l).sum();
+        let total = measured.get(owner).map_or(hot_total, |m| clean(*m));
+        let scale = if hot_total > total && hot_total > 0.0 {
+            total / hot_total
+        } else {
+            1.0
+        };
+        for (slot, l) in &hot {
+            out.insert(*slot, l * scale);
+        }
+        let slots: u64 = ranges.iter().map(|r| u64::from(r.last - r.first) + 1).sum();
+        let cold = slots.saturating_sub(hot.len() as u64);
+        let rest = (total - hot_total * scale).max(0.0);
+        if cold == 0 || rest <= 0.0 {
+            continue;
+        }
+        let each = rest / cold as f64;
+        for r in &ranges {
+            for slot in r.first..=r.last {
+                out.entry(slot).or_insert(each);
+            }
+        }
+    }
+    out
+}
+
 /// The balance line for this period's `owners` loads (see the module docs); `None` when
 /// there is nothing to balance (fewer than two owners, no load).
 pub fn line(owners: &BTreeMap<String, f64>, rel: &Relative) -> Option<BalanceConfig> {
@@ -509,7 +564,65 @@ mod tests {
         assert_eq!(reshard(&plan, &partial).len(), 1);
     }
 
+    /// An owner measured at 1,000 units/s with one sampled hot slot at 600: the slot keeps
+    /// 600 and the other 400 are spread over the owner's other slots; an unmeasured owner
+    /// counts its samples; a sample above the measured total is scaled down to it.
+    #[test]
+    fn the_estimate_keeps_sampled_slots_and_spreads_the_measured_rest() {
+        let map = map_of(&[(0, "a"), (8192, "b"), (12288, "c")]);
+        let measured = BTreeMap::from([("a".to_owned(), 1_000.0), ("c".to_owned(), 50.0)]);
+        let sampled = BTreeMap::from([(100u16, 600.0), (9000, 30.0), (13000, 80.0)]);
+        let est = estimate_slot_load(&map, &measured, &sampled);
+        assert!((est[&100] - 600.0).abs() < 1e-9);
+        assert!((est[&0] - 400.0 / 8191.0).abs() < 1e-9);
+        let owners = owner_loads(&map, &est);
+        assert!((owners["a"] - 1_000.0).abs() < 1e-6);
+        assert!((owners["b"] - 30.0).abs() < 1e-9, "unmeasured: its samples");
+        assert!(
+            (owners["c"] - 50.0).abs() < 1e-9,
+            "scaled down to the measured total"
+        );
+        assert!((est[&13000] - 50.0).abs() < 1e-9);
+    }
+
     proptest! {
+        /// The estimate adds up to each measured owner's total (or its samples when it has no
+        /// measure or less than them), and never moves load between owners.
+        #[test]
+        fn the_estimate_adds_up_to_each_owners_measure(
+            cuts in proptest::collection::btree_set(1u16..16383, 1..4),
+            measured in proptest::collection::vec(prop::option::of(0.0f64..5_000.0), 5),
+            hot in proptest::collection::vec((0u16..16384, 0.0f64..2_000.0), 0..20),
+        ) {
+            let mut bounds = vec![0u16];
+            bounds.extend(cuts);
+            let names = ["a", "b", "c", "d", "e"];
+            let pairs: Vec<(u16, &str)> = bounds.iter().zip(names).map(|(b, n)| (*b, n)).collect();
+            let map = map_of(&pairs);
+            let measured: BTreeMap<String, f64> = names
+                .iter()
+                .zip(&measured)
+                .filter_map(|(n, m)| m.map(|m| ((*n).to_owned(), m)))
+                .collect();
+            let sampled: BTreeMap<u16, f64> = hot.into_iter().collect();
+            let est = estimate_slot_load(&map, &measured, &sampled);
+            let by_owner = owner_loads(&map, &est);
+            let sampled_on = owner_loads(&map, &sampled);
+            for (o, l) in &by_owner {
+                let want = match measured.get(o) {
+                    Some(m) => *m,
+                    None => sampled_on[o],
+                };
+                // All of an owner's slots sampled: only the samples (scaled) remain.
+                prop_assert!(*l <= want + 1e-6 * want.max(1.0), "{o}: {l} over {want}");
+                let all_hot = map.ranges.iter().filter(|r| &r.owner == o)
+                    .all(|r| (r.range.first..=r.range.last).all(|s| sampled.get(&s).is_some_and(|x| *x > 0.0)));
+                if !all_hot {
+                    prop_assert!((l - want).abs() <= 1e-6 * want.max(1.0), "{o}: {l} vs {want}");
+                }
+            }
+        }
+
         /// Every runnable proposal comes from an owner above the line (mean × (target + band)),
         /// its pieces are that owner's, disjoint and clear of every cooling span, inside its span
         /// which is clear of them too; every warming one is above the drain target with no pieces; one proposal per
