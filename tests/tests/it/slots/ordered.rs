@@ -24,15 +24,19 @@ fn city_load(router: Router, prefix: &str, keys: u64) -> Load {
     )
 }
 
-#[tokio::test]
-async fn an_ordered_directory_moves_a_geohash_interval_live_killed_at_every_phase_and_loses_no_write()
- {
-    let fx = fixture!(
-        "an_ordered_directory_moves_a_geohash_interval_live_killed_at_every_phase_and_loses_no_write"
-    );
-    let _serial = SERIAL.lock().await;
-    let ddb = move_ddb(&fx);
-    let (a, b) = (owner_table(&fx, "a").await, owner_table(&fx, "b").await);
+/// Owner tables `a` and `b` and a directory of geohash keying on `a`: the moving client, `a`,
+/// `b`, the directory and its keying.
+async fn geo_directory(
+    fx: &Fixture,
+) -> (
+    aws_sdk_dynamodb::Client,
+    String,
+    String,
+    SlotDirectory,
+    Keying,
+) {
+    let ddb = move_ddb(fx);
+    let (a, b) = (owner_table(fx, "a").await, owner_table(fx, "b").await);
     let spec = fx.schema.table(Table::Slots);
     fx.track_table(&spec.name);
     schema::ensure_table(&fx.stack.ddb, &spec)
@@ -45,6 +49,43 @@ async fn an_ordered_directory_moves_a_geohash_interval_live_killed_at_every_phas
         .await
         .expect("init");
     assert_eq!(map.keying, keying);
+    (ddb, a, b, dir, keying)
+}
+
+/// A move of `slots` to `to` in `mode`, started (not stepped) by a fresh controller.
+async fn start_move(
+    fx: &Fixture,
+    ddb: &aws_sdk_dynamodb::Client,
+    dir: &SlotDirectory,
+    slots: SlotRange,
+    to: &str,
+    mode: MoveMode,
+) -> Mover {
+    Mover::start_with(
+        ddb.clone(),
+        fx.stack.streams.clone(),
+        dir.clone(),
+        MoveSpec {
+            slots,
+            to: to.to_owned(),
+            mode,
+            strict: false,
+            budget: budget(),
+        },
+        limits(),
+    )
+    .await
+    .expect("start")
+}
+
+#[tokio::test]
+async fn an_ordered_directory_moves_a_geohash_interval_live_killed_at_every_phase_and_loses_no_write()
+ {
+    let fx = fixture!(
+        "an_ordered_directory_moves_a_geohash_interval_live_killed_at_every_phase_and_loses_no_write"
+    );
+    let _serial = SERIAL.lock().await;
+    let (ddb, a, b, dir, keying) = geo_directory(&fx).await;
     // Initializing again with another keying is refused: it is fixed for the directory's life.
     assert!(matches!(
         dir.init(&a, MAX_AGE, false).await,
@@ -62,21 +103,7 @@ async fn an_ordered_directory_moves_a_geohash_interval_live_killed_at_every_phas
     let sf = city_load(router.clone(), "9q8yy", 12);
     let oslo = city_load(router.clone(), "u4pru", 12);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let mover = Mover::start_with(
-        ddb.clone(),
-        fx.stack.streams.clone(),
-        dir.clone(),
-        MoveSpec {
-            slots: bay,
-            to: b.clone(),
-            mode: MoveMode::Copy,
-            strict: false,
-            budget: budget(),
-        },
-        limits(),
-    )
-    .await
-    .expect("start");
+    let mover = start_move(&fx, &ddb, &dir, bay, &b, MoveMode::Copy).await;
     assert_eq!(mover.record().keying, keying, "the record keeps the keying");
     let id = mover.record().id.clone();
     // Killed right after the start: its lease runs out and the next controller takes over.
@@ -157,18 +184,7 @@ async fn an_attrition_move_of_an_ordered_interval_reads_its_source_and_writes_it
     let fx =
         fixture!("an_attrition_move_of_an_ordered_interval_reads_its_source_and_writes_its_target");
     let _serial = SERIAL.lock().await;
-    let ddb = move_ddb(&fx);
-    let (a, b) = (owner_table(&fx, "a").await, owner_table(&fx, "b").await);
-    let spec = fx.schema.table(Table::Slots);
-    fx.track_table(&spec.name);
-    schema::ensure_table(&fx.stack.ddb, &spec)
-        .await
-        .expect("directory table");
-    let dir = SlotDirectory::new(ddb.clone(), spec.name);
-    let keying = Keying::ordered(GEOHASH).expect("alphabet");
-    dir.init_keyed(&a, MAX_AGE, false, keying.clone())
-        .await
-        .expect("init");
+    let (ddb, a, b, dir, keying) = geo_directory(&fx).await;
     let router = Router::new(ddb.clone(), dir.clone(), MAX_AGE);
     let bay = SlotRange::new(keying.slot_of("9q"), keying.slot_of("9qzzzzzz")).expect("range");
     let sf: Vec<String> = (0..4).map(|i| format!("9q8yy{i}")).collect();
@@ -179,21 +195,7 @@ async fn an_attrition_move_of_an_ordered_interval_reads_its_source_and_writes_it
             .expect("put before");
         assert_eq!(ack.owner, a);
     }
-    let mut mover = Mover::start_with(
-        ddb.clone(),
-        fx.stack.streams.clone(),
-        dir.clone(),
-        MoveSpec {
-            slots: bay,
-            to: b.clone(),
-            mode: MoveMode::Attrition,
-            strict: false,
-            budget: budget(),
-        },
-        limits(),
-    )
-    .await
-    .expect("start");
+    let mut mover = start_move(&fx, &ddb, &dir, bay, &b, MoveMode::Attrition).await;
     let record = mover.run().await.expect("attrition move").clone();
     assert_eq!(record.phase, Phase::Done);
     assert_eq!(record.keying, keying, "the record keeps the keying");
