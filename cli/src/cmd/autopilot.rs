@@ -18,10 +18,10 @@
 //! one call and returns; a later period proves its end from the shard map.
 
 use clap::{Args, Subcommand};
-use heatsink::autopilot::propose::{self, MoveProposal, Relative, moves};
+use heatsink::autopilot::propose::{self, MoveProposal, Relative};
 use heatsink::autopilot::store::{PilotStore, Stored};
 use heatsink::autopilot::stream::{StreamLoop, wait_text};
-use heatsink::autopilot::{Decision, HoldReason, Period, PilotConfig, decide};
+use heatsink::autopilot::{Decision, HoldReason, Period, PilotConfig};
 use heatsink::schema::{Schema, Table};
 use heatsink::slots::SlotDirectory;
 use serde_json::{Value, json};
@@ -310,35 +310,28 @@ async fn period(a: PeriodArgs, record: bool) -> CmdResult {
         ..Relative::default()
     };
     let now = now_ms();
-    let cooling = stored.state.cooling(cfg.cooldown_ms, now);
-    let planned = moves(&map, &a.load.spare, &load, &rel, &cooling);
-    let proposals: Vec<_> = planned.iter().map(|m| m.proposal.clone()).collect();
-    let p = decide(&cfg, &stored.state, &proposals, now)
+    let d = propose::directory_period(&map, &a.load.spare, &load, &rel, &cfg, &stored.state, now)
         .map_err(|e| Failure::new(format!("{e}: check the autopilot's options")))?;
-    let id = format!("autopilot-{now}");
-    let batch = propose::chosen(&p, &planned);
-    let op = match &p.decision {
-        Decision::Run(_) => propose::started(&batch, &id, now),
-        _ => None,
-    };
-    let lines = decision_lines(&p, &planned);
+    let (p, planned) = (&d.period, &d.planned);
+    let lines = decision_lines(p, planned);
     for line in &lines {
         tracing::info!(target: "heatsink::autopilot", "{line}");
     }
     if !record {
-        return a.output.report(|| period_json(&p, &planned), || lines);
+        return a.output.report(|| period_json(p, planned), || lines);
     }
     stored.state.streaks = p.streaks.clone();
-    let Some(op) = op else {
+    let Some(op) = d.operation.clone() else {
         save(&store, &stored).await?;
-        return a.output.report(|| period_json(&p, &planned), || lines);
+        return a.output.report(|| period_json(p, planned), || lines);
     };
+    let id = op.id.clone();
     // Recorded before the first move starts: a period that dies from here on leaves the
     // operation in flight, and the loop holds until 'autopilot finish' says it ended.
     stored.state.record(op);
     save(&store, &stored).await?;
-    a.output.report(|| period_json(&p, &planned), || lines)?;
-    let pieces: Vec<_> = batch.iter().flat_map(|m| &m.pieces).collect();
+    a.output.report(|| period_json(p, planned), || lines)?;
+    let pieces = d.pieces();
     for (n, piece) in pieces.iter().enumerate() {
         let args = super::r#move::StartArgs::for_plan(
             a.target.dir.clone(),

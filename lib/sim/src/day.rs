@@ -22,7 +22,7 @@
 use std::collections::BTreeMap;
 
 use heatsink_core::autopilot::propose::{self, Relative};
-use heatsink_core::autopilot::{PilotConfig, PilotError, PilotState, decide};
+use heatsink_core::autopilot::{PilotConfig, PilotError, PilotState};
 use heatsink_core::slots::balance;
 use heatsink_core::slots::{RangeEntry, SlotMap, SlotRange};
 
@@ -251,24 +251,26 @@ pub fn simulate(day: &DayConfig, policy: &Policy) -> Result<DayReport, PilotErro
                 .unwrap_or_default(),
             Policy::Pilot(cfg) => {
                 let cfg = PilotConfig { act: true, ..*cfg };
-                let cooling = state.cooling(cfg.cooldown_ms, now_ms);
-                let planned = propose::moves(&map, &[], &load, &day.relative, &cooling);
-                let proposals: Vec<_> = planned.iter().map(|p| p.proposal.clone()).collect();
-                let p = decide(&cfg, &state, &proposals, now_ms)?;
-                state.streaks = p.streaks.clone();
-                let batch = propose::chosen(&p, &planned);
-                let id = format!("move-{period}");
-                match propose::started(&batch, &id, now_ms) {
-                    Some(op) => {
-                        // What was operated on is the pieces moved: their cooldown keeps them
-                        // from moving again (back, or on) for a while.
-                        state.record(op);
-                        // The model's moves finish within their period.
-                        state.finished(&id);
-                        batch.iter().flat_map(|m| m.pieces.clone()).collect()
-                    }
-                    None => vec![],
+                let d = propose::directory_period(
+                    &map,
+                    &[],
+                    &load,
+                    &day.relative,
+                    &cfg,
+                    &state,
+                    now_ms,
+                )?;
+                state.streaks = d.period.streaks.clone();
+                let pieces: Vec<_> = d.pieces().into_iter().cloned().collect();
+                if let Some(op) = d.operation {
+                    let id = op.id.clone();
+                    // What was operated on is the pieces moved: their cooldown keeps them
+                    // from moving again (back, or on) for a while.
+                    state.record(op);
+                    // The model's moves finish within their period.
+                    state.finished(&id);
                 }
+                pieces
             }
         };
         // The period's load fell on the layout it started with; the moves the loop decides

@@ -55,7 +55,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Decision, Kind, Period, Proposal, Span, Started};
+use super::{
+    Decision, Kind, Period, PilotConfig, PilotError, PilotState, Proposal, Span, Started, decide,
+};
 use crate::reshard::{Action, Plan};
 use crate::slots::balance::{self, BalanceConfig, PlannedMove};
 use crate::slots::{LAST_SLOT, SlotMap, SlotRange};
@@ -136,6 +138,67 @@ pub fn started(batch: &[&MoveProposal], id: &str, now_ms: u64) -> Option<Started
             .flat_map(|m| &m.pieces)
             .filter_map(|p| span_of(p.slots))
             .collect(),
+    })
+}
+
+/// One period of a slot directory's loop, decided ([`directory_period`]): what the plan
+/// proposed, what the governor decided, and the operation an acting executor records before
+/// its first move.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DirectoryPeriod {
+    /// Every proposal of the period (runnable and warming), most urgent first.
+    pub planned: Vec<MoveProposal>,
+    /// The governor's decision; its `streaks` are the next period's.
+    pub period: Period,
+    /// The operation to record ([`super::PilotState::record`]) before its first move: `Some`
+    /// only when the decision runs (not for a dry run, a hold or an idle period).
+    pub operation: Option<Started>,
+}
+
+impl DirectoryPeriod {
+    /// The moves the operation makes, in order: every piece of the decision's proposal, then
+    /// of each joined one (empty unless the decision runs).
+    pub fn pieces(&self) -> Vec<&PlannedMove> {
+        if self.operation.is_none() {
+            return vec![];
+        }
+        chosen(&self.period, &self.planned)
+            .into_iter()
+            .flat_map(|m| &m.pieces)
+            .collect()
+    }
+}
+
+/// Decides one period of a slot directory's loop at `now_ms`, from its map, `spare` tables,
+/// per-slot `load` (a samples file, or [`estimate_slot_load`]) and the loop's `state`:
+/// proposals planned around the spans still cooling, the governor's decision under `cfg`,
+/// and the operation (id `autopilot-<now_ms>`) with every piece it moves. Pure: the
+/// executor saves the state with the operation in flight, then moves the pieces.
+pub fn directory_period(
+    map: &SlotMap,
+    spare: &[String],
+    load: &BTreeMap<u16, f64>,
+    rel: &Relative,
+    cfg: &PilotConfig,
+    state: &PilotState,
+    now_ms: u64,
+) -> Result<DirectoryPeriod, PilotError> {
+    let cooling = state.cooling(cfg.cooldown_ms, now_ms);
+    let planned = moves(map, spare, load, rel, &cooling);
+    let proposals: Vec<Proposal> = planned.iter().map(|m| m.proposal.clone()).collect();
+    let period = decide(cfg, state, &proposals, now_ms)?;
+    let operation = match &period.decision {
+        Decision::Run(_) => started(
+            &chosen(&period, &planned),
+            &format!("autopilot-{now_ms}"),
+            now_ms,
+        ),
+        _ => None,
+    };
+    Ok(DirectoryPeriod {
+        planned,
+        period,
+        operation,
     })
 }
 
@@ -504,6 +567,35 @@ mod tests {
             destinations.len() >= 2,
             "spread over several owners: {destinations:?}"
         );
+    }
+
+    /// A directory period decided as data: a dry run names the move and records nothing; an
+    /// acting one returns the operation with every piece, and once it is recorded the next
+    /// period holds.
+    #[test]
+    fn a_directory_period_returns_the_operation_to_record_only_when_it_runs() {
+        let map = map_of(&[(0, "a"), (8192, "b")]);
+        let load: BTreeMap<u16, f64> = (0..8192u16).step_by(64).map(|s| (s, 10.0)).collect();
+        let rel = Relative::default();
+        let dry = PilotConfig {
+            sustain: 1,
+            ..PilotConfig::default()
+        };
+        let state = PilotState::default();
+        let d = directory_period(&map, &[], &load, &rel, &dry, &state, 60_000).expect("period");
+        assert!(matches!(d.period.decision, Decision::DryRun(_)));
+        assert!(d.operation.is_none() && d.pieces().is_empty());
+        let act = PilotConfig { act: true, ..dry };
+        let d = directory_period(&map, &[], &load, &rel, &act, &state, 60_000).expect("period");
+        let op = d.operation.clone().expect("runs");
+        assert_eq!(op.id, "autopilot-60000");
+        assert_eq!(op.pieces.len(), d.pieces().len());
+        assert!(d.pieces().iter().all(|p| p.from == "a" && p.to == "b"));
+        let mut state = state;
+        state.record(op);
+        let next = directory_period(&map, &[], &load, &rel, &act, &state, 120_000).expect("period");
+        assert!(matches!(next.period.decision, Decision::Hold(_)));
+        assert!(next.operation.is_none());
     }
 
     #[test]
