@@ -69,6 +69,23 @@ pub fn one_shard(
     Ok(ListShardsOutput::builder().shards(shard).build())
 }
 
+/// A `DescribeStreamSummary` answer's summary for the one-shard stream `s` (24 h retention,
+/// provisioned fields as the API reference requires them) in `status`, still a builder so a
+/// test adds what it is about (a record distribution strategy, a mode, a record size).
+#[cfg(feature = "kinesis")]
+pub fn stream_summary(
+    status: aws_sdk_kinesis::types::StreamStatus,
+) -> aws_sdk_kinesis::types::builders::StreamDescriptionSummaryBuilder {
+    aws_sdk_kinesis::types::StreamDescriptionSummary::builder()
+        .stream_name("s")
+        .stream_arn("arn:aws:kinesis:us-east-1:123456789012:stream/s")
+        .stream_status(status)
+        .retention_period_hours(24)
+        .stream_creation_timestamp(aws_sdk_kinesis::primitives::DateTime::from_secs(0))
+        .set_enhanced_monitoring(Some(vec![]))
+        .open_shard_count(1)
+}
+
 /// An insight rule's name as DynamoDB makes it: `kind` (`PKC`, `PKT`, …) on the target `slug`,
 /// created at 1,700,000,000,000 ms.
 #[cfg(feature = "insights")]

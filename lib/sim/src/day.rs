@@ -158,7 +158,8 @@ impl Policy {
 /// What a policy did with the day.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DayReport {
-    /// Operations run (the naive loop: moves; the autopilot: batches of one owner's pieces).
+    /// Operations run (the naive loop: each move; the autopilot: each period's operation, the
+    /// pieces of up to `per_operation` owners).
     pub ops: u32,
     /// Pieces moved.
     pub pieces: u32,

@@ -436,20 +436,12 @@ mod tests {
     async fn smithy_mock_a_stream_resharded_by_someone_else_holds_without_sampling() {
         use aws_sdk_dynamodb::operation::get_item::GetItemOutput;
         use aws_sdk_kinesis::operation::describe_stream_summary::DescribeStreamSummaryOutput;
-        use aws_sdk_kinesis::types::{StreamDescriptionSummary, StreamStatus};
-        use aws_smithy_types::DateTime;
+        use aws_sdk_kinesis::types::StreamStatus;
 
         let updating = mock!(aws_sdk_kinesis::Client::describe_stream_summary).then_output(|| {
             DescribeStreamSummaryOutput::builder()
                 .stream_description_summary(
-                    StreamDescriptionSummary::builder()
-                        .stream_name("s")
-                        .stream_arn("arn:aws:kinesis:us-east-1:123456789012:stream/s")
-                        .stream_status(StreamStatus::Updating)
-                        .retention_period_hours(24)
-                        .stream_creation_timestamp(DateTime::from_secs(0))
-                        .set_enhanced_monitoring(Some(vec![]))
-                        .open_shard_count(1)
+                    testing::stream_summary(StreamStatus::Updating)
                         .build()
                         .expect("summary"),
                 )

@@ -900,9 +900,7 @@ mod tests {
     use aws_sdk_kinesis::operation::list_shards::ListShardsOutput;
     use aws_sdk_kinesis::operation::split_shard::{SplitShardError, SplitShardOutput};
     use aws_sdk_kinesis::types::error::{LimitExceededException, ResourceInUseException};
-    use aws_sdk_kinesis::types::{
-        HashKeyRange, SequenceNumberRange, Shard, StreamDescriptionSummary,
-    };
+    use aws_sdk_kinesis::types::{HashKeyRange, SequenceNumberRange, Shard};
     use aws_smithy_mocks::{Rule, mock};
 
     use super::*;
@@ -918,14 +916,7 @@ mod tests {
         mock!(aws_sdk_kinesis::Client::describe_stream_summary).then_output(|| {
             DescribeStreamSummaryOutput::builder()
                 .stream_description_summary(
-                    StreamDescriptionSummary::builder()
-                        .stream_name("s")
-                        .stream_arn("arn:aws:kinesis:us-east-1:123456789012:stream/s")
-                        .stream_status(StreamStatus::Active)
-                        .retention_period_hours(24)
-                        .stream_creation_timestamp(DateTime::from_secs(0))
-                        .set_enhanced_monitoring(Some(vec![]))
-                        .open_shard_count(1)
+                    crate::testing::stream_summary(StreamStatus::Active)
                         .build()
                         .unwrap(),
                 )
@@ -943,20 +934,13 @@ mod tests {
             mock!(aws_sdk_kinesis::Client::describe_stream_summary).then_output(move || {
                 DescribeStreamSummaryOutput::builder()
                     .stream_description_summary(
-                        StreamDescriptionSummary::builder()
-                            .stream_name("s")
-                            .stream_arn("arn:aws:kinesis:us-east-1:123456789012:stream/s")
-                            .stream_status(StreamStatus::Active)
+                        crate::testing::stream_summary(StreamStatus::Active)
                             .stream_mode_details(
                                 StreamModeDetails::builder()
                                     .stream_mode(StreamMode::OnDemand)
                                     .build()
                                     .unwrap(),
                             )
-                            .retention_period_hours(24)
-                            .stream_creation_timestamp(DateTime::from_secs(0))
-                            .set_enhanced_monitoring(Some(vec![]))
-                            .open_shard_count(1)
                             .record_distribution_strategy(strategy.clone())
                             .build()
                             .unwrap(),

@@ -83,19 +83,11 @@ fn summary_of(
     strategy: Option<aws_sdk_kinesis::types::RecordDistributionStrategy>,
 ) -> aws_smithy_mocks::Rule {
     use aws_sdk_kinesis::operation::describe_stream_summary::DescribeStreamSummaryOutput;
-    use aws_sdk_kinesis::primitives::DateTime;
-    use aws_sdk_kinesis::types::{StreamDescriptionSummary, StreamStatus};
+    use aws_sdk_kinesis::types::StreamStatus;
     mock!(aws_sdk_kinesis::Client::describe_stream_summary).then_output(move || {
         DescribeStreamSummaryOutput::builder()
             .stream_description_summary(
-                StreamDescriptionSummary::builder()
-                    .stream_name("s")
-                    .stream_arn("arn:aws:kinesis:us-east-1:123456789012:stream/s")
-                    .stream_status(StreamStatus::Active)
-                    .retention_period_hours(24)
-                    .stream_creation_timestamp(DateTime::from_secs(0))
-                    .set_enhanced_monitoring(Some(vec![]))
-                    .open_shard_count(1)
+                crate::testing::stream_summary(StreamStatus::Active)
                     .set_max_record_size_in_kib(max_kib)
                     .set_record_distribution_strategy(strategy.clone())
                     .build()
