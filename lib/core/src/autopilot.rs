@@ -70,6 +70,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::reshard::{Op, ReshardState};
 
+pub mod progress;
 pub mod propose;
 
 /// One hour, ms.
@@ -192,6 +193,12 @@ pub struct Started {
     /// the slots between them that stayed may still be relieved. Empty: the span is the piece.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pieces: Vec<Span>,
+    /// Where each of [`Started::pieces`] goes, in the same order (a directory's operation):
+    /// with the pieces, what a later period needs to prove from the move records how far the
+    /// operation got and to continue it ([`progress::progress`]). Empty for a stream's
+    /// operation, and for one recorded before targets were kept (an operator finishes it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub to: Vec<String>,
 }
 
 impl Started {
@@ -271,6 +278,7 @@ impl PilotState {
             at_ms: now_ms,
             op,
             pieces: vec![],
+            to: vec![],
         });
     }
 
@@ -856,6 +864,7 @@ mod tests {
                         at_ms: now,
                         op: None,
                         pieces: all.iter().map(|one| one.span).collect(),
+                        to: vec![],
                     });
                     for one in &all {
                         runs.push((now, one.span));
@@ -941,6 +950,7 @@ mod tests {
             at_ms: 0,
             op: Some(op),
             pieces: vec![],
+            to: vec![],
         }
     }
 

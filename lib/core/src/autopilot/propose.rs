@@ -138,6 +138,12 @@ pub fn started(batch: &[&MoveProposal], id: &str, now_ms: u64) -> Option<Started
             .flat_map(|m| &m.pieces)
             .filter_map(|p| span_of(p.slots))
             .collect(),
+        to: batch
+            .iter()
+            .flat_map(|m| &m.pieces)
+            .filter(|p| span_of(p.slots).is_some())
+            .map(|p| p.to.clone())
+            .collect(),
     })
 }
 
@@ -591,6 +597,19 @@ mod tests {
         assert_eq!(op.id, "autopilot-60000");
         assert_eq!(op.pieces.len(), d.pieces().len());
         assert!(d.pieces().iter().all(|p| p.from == "a" && p.to == "b"));
+        // Every piece with its target, in order: what a later period continues from.
+        let recorded: Vec<(Span, &str)> = op
+            .pieces
+            .iter()
+            .copied()
+            .zip(op.to.iter().map(String::as_str))
+            .collect();
+        let planned: Vec<(Span, &str)> = d
+            .pieces()
+            .iter()
+            .map(|p| (span_of(p.slots).expect("span"), p.to.as_str()))
+            .collect();
+        assert_eq!(recorded, planned);
         let mut state = state;
         state.record(op);
         let next = directory_period(&map, &[], &load, &rel, &act, &state, 120_000).expect("period");
