@@ -18,13 +18,14 @@
 //! one call and returns; a later period proves its end from the shard map.
 
 use clap::{Args, Subcommand};
-use heatsink::autopilot::propose::{self, MoveProposal, Relative};
+use heatsink::autopilot::PilotConfig;
+use heatsink::autopilot::directory::{DirectoryLoop, Load};
+use heatsink::autopilot::propose::Relative;
 use heatsink::autopilot::store::{PilotStore, Stored};
-use heatsink::autopilot::stream::{StreamLoop, wait_text};
-use heatsink::autopilot::{Decision, HoldReason, Period, PilotConfig};
+use heatsink::autopilot::stream::StreamLoop;
 use heatsink::schema::{Schema, Table};
 use heatsink::slots::SlotDirectory;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::fail::{BOOTSTRAP_HINT, Failure, Service, Target, aws_call, chain, env_endpoint};
 use super::output::Output;
@@ -298,86 +299,68 @@ async fn period(a: PeriodArgs, record: bool) -> CmdResult {
         return stream_period(a, &stream, cfg, record).await;
     }
     let dir = a.target.dir.open().await;
-    let map = load_map(&dir).await?;
-    let store = store_of(&dir);
-    let mut stored = load_state(&store).await?;
-    let load = match a.cloudwatch_minutes {
-        None => a.load.read(&map.keying)?,
-        Some(minutes) => measured_load(&a, &map, minutes).await?,
-    };
-    let rel = Relative {
+    let config = super::slots_sdk_config().await;
+    let mut pilot = DirectoryLoop::new(
+        aws_sdk_dynamodb::Client::new(&config),
+        aws_sdk_dynamodbstreams::Client::new(&config),
+        dir.clone(),
+    );
+    pilot.pilot = cfg;
+    pilot.spare = a.load.spare.clone();
+    pilot.relative = Relative {
         capacity: a.load.capacity,
         ..Relative::default()
     };
+    pilot.progress = Some(std::sync::Arc::new(|line: &str| eprintln!("{line}")));
+    let load = match a.cloudwatch_minutes {
+        None => {
+            let map = load_map(&dir).await?;
+            Load::Slots(a.load.read(&map.keying)?)
+        }
+        Some(minutes) => {
+            let sampled = match &a.load.samples {
+                Some(_) => a.load.read(&load_map(&dir).await?.keying)?,
+                None => std::collections::BTreeMap::new(),
+            };
+            Load::CloudWatch {
+                client: aws_sdk_cloudwatch::Client::new(&sdk_config().await),
+                minutes,
+                sampled,
+            }
+        }
+    };
     let now = now_ms();
-    let d = propose::directory_period(&map, &a.load.spare, &load, &rel, &cfg, &stored.state, now)
-        .map_err(|e| Failure::new(format!("{e}: check the autopilot's options")))?;
-    let (p, planned) = (&d.period, &d.planned);
-    let lines = decision_lines(p, planned);
+    let report = if record {
+        pilot.run(now, load).await
+    } else {
+        pilot.plan(now, load).await
+    }
+    .map_err(|e| directory_failed(&dir, &e))?;
+    let lines = report.lines();
     for line in &lines {
         tracing::info!(target: "heatsink::autopilot", "{line}");
     }
-    if !record {
-        return a.output.report(|| period_json(p, planned), || lines);
-    }
-    stored.state.streaks = p.streaks.clone();
-    let Some(op) = d.operation.clone() else {
-        save(&store, &stored).await?;
-        return a.output.report(|| period_json(p, planned), || lines);
-    };
-    let id = op.id.clone();
-    // Recorded before the first move starts: a period that dies from here on leaves the
-    // operation in flight, and the loop holds until 'autopilot finish' says it ended.
-    stored.state.record(op);
-    save(&store, &stored).await?;
-    a.output.report(|| period_json(p, planned), || lines)?;
-    let pieces = d.pieces();
-    for (n, piece) in pieces.iter().enumerate() {
-        let args = super::r#move::StartArgs::for_plan(
-            a.target.dir.clone(),
-            piece.slots,
-            piece.to.clone(),
-            a.output,
-        );
-        if let Err(e) = super::r#move::start(args).await {
-            eprintln!(
-                "the autopilot holds with {id} in flight after {n} of its {} moves: once the move of {} is finished, aborted or rolled back (the rest are not started), run 'heatsink autopilot finish --id {id}'",
-                pieces.len(),
-                piece.slots
-            );
-            return Err(e);
-        }
-    }
-    let mut after = load_state(&store).await?;
-    after.state.finished(&id);
-    save(&store, &after).await?;
-    Ok(())
+    a.output.report(|| json!(report), || lines)
 }
 
-/// Per-slot load from CloudWatch's per-owner measure and the samples' hot slots (if any).
-async fn measured_load(
-    a: &PeriodArgs,
-    map: &heatsink::slots::SlotMap,
-    minutes: u32,
-) -> Result<std::collections::BTreeMap<u16, f64>, Failure> {
-    let sampled = match &a.load.samples {
-        Some(_) => a.load.read(&map.keying)?,
-        None => std::collections::BTreeMap::new(),
-    };
-    let mut tables: Vec<String> = map.ranges.iter().map(|r| r.owner.clone()).collect();
-    tables.extend(a.load.spare.iter().cloned());
-    tables.sort();
-    tables.dedup();
-    let cloudwatch = aws_sdk_cloudwatch::Client::new(&sdk_config().await);
-    let wcu = heatsink::autopilot::measure::owner_wcu(&cloudwatch, &tables, minutes, now_ms())
-        .await
-        .map_err(|e| {
-            Failure::new(format!(
-                "{}: reading the owners' consumed capacity from CloudWatch failed; check the endpoint and cloudwatch:GetMetricData, or plan from --samples alone",
-                chain(&e)
-            ))
-        })?;
-    Ok(propose::estimate_slot_load(map, &wcu, &sampled))
+/// A directory period's failure as one line: a CloudWatch read names its remedy, a state or
+/// directory read the table, a move its next command.
+fn directory_failed(dir: &SlotDirectory, e: &heatsink::autopilot::AutopilotError) -> Failure {
+    let text = chain(e);
+    match aws_call(&text) {
+        Some(call) if call.service == Service::CloudWatch => Failure::new(format!(
+            "{text}: reading the owners' consumed capacity from CloudWatch failed; check the endpoint and cloudwatch:GetMetricData, or plan from --samples alone"
+        )),
+        Some(_)
+            if !matches!(
+                e,
+                heatsink::autopilot::AutopilotError::Move { id: Some(_), .. }
+            ) =>
+        {
+            failed_on(dir.table(), "run the autopilot's period on", e)
+        }
+        _ => Failure::new(text),
+    }
 }
 
 /// One period of a stream's loop ([`StreamLoop`]): `run --act` makes the chosen operation's
@@ -414,69 +397,6 @@ async fn stream_period(a: PeriodArgs, stream: &str, cfg: PilotConfig, record: bo
         tracing::info!(target: "heatsink::autopilot", "{line}");
     }
     a.output.report(|| json!(period), || lines)
-}
-
-/// One line per decision and per waiting proposal.
-fn decision_lines(p: &Period, planned: &[MoveProposal]) -> Vec<String> {
-    let piece = |subject: &str| {
-        planned
-            .iter()
-            .find(|m| m.proposal.subject == subject)
-            .map_or(String::new(), |m| {
-                if m.pieces.is_empty() {
-                    return format!("{subject} (warming, utilisation {:.2})", m.proposal.urgency);
-                }
-                let each: Vec<String> = m
-                    .pieces
-                    .iter()
-                    .map(|p| format!("{} -> {} ({:.1})", p.slots, p.to, p.load))
-                    .collect();
-                format!(
-                    "move off {subject} {} (load {:.1})",
-                    each.join(", "),
-                    m.load()
-                )
-            })
-    };
-    let joined: String = p
-        .joined
-        .iter()
-        .map(|j| format!("; and {}", piece(&j.subject)))
-        .collect();
-    let mut lines = vec![match &p.decision {
-        Decision::Run(r) => format!("run: {}{joined}", piece(&r.subject)),
-        Decision::DryRun(r) => format!(
-            "dry run: would {}{joined}; 'heatsink autopilot run --act' runs it",
-            piece(&r.subject)
-        ),
-        Decision::Hold(HoldReason::Paused(why)) => {
-            format!("hold: paused ({why}); 'heatsink autopilot resume' lifts it")
-        }
-        Decision::Hold(HoldReason::InFlight(id)) => format!(
-            "hold: {id} in flight; once its move has ended, 'heatsink autopilot finish --id {id}'"
-        ),
-        Decision::Idle if planned.is_empty() => {
-            "idle: every owner within 1.2 × the mean load".into()
-        }
-        Decision::Idle => "idle: no proposal may run yet".into(),
-    }];
-    for (w, why) in &p.waiting {
-        lines.push(format!(
-            "  waits: {} — {}",
-            piece(&w.subject),
-            wait_text(why)
-        ));
-    }
-    lines
-}
-
-fn period_json(p: &Period, planned: &[MoveProposal]) -> Value {
-    json!({
-        "decision": p.decision,
-        "joined": p.joined,
-        "waiting": p.waiting,
-        "proposals": planned,
-    })
 }
 
 /// `autopilot status`'s human form.

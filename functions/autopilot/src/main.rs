@@ -32,31 +32,6 @@ use heatsink_photo_app::schema::Table;
 use lambda_runtime::{Error, LambdaEvent, run, service_fn};
 use serde_json::Value;
 
-/// `var` as a whole number, or `default` when unset.
-fn number<T: std::str::FromStr>(var: &str, default: T) -> Result<T, Error>
-where
-    T::Err: std::fmt::Display,
-{
-    match std::env::var(var) {
-        Ok(v) => v
-            .parse()
-            .map_err(|e| format!("{var}={v:?} is not a whole number: {e}").into()),
-        Err(_) => Ok(default),
-    }
-}
-
-/// `HEATSINK_AUTOPILOT_ACT`: only `true` acts; a typo never does, it refuses to start.
-fn act() -> Result<bool, Error> {
-    match std::env::var("HEATSINK_AUTOPILOT_ACT").as_deref() {
-        Ok("true") => Ok(true),
-        Ok("false") | Err(_) => Ok(false),
-        Ok(other) => Err(format!(
-            "HEATSINK_AUTOPILOT_ACT={other:?}: set it to true (act) or false (dry run)"
-        )
-        .into()),
-    }
-}
-
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     let LambdaStart {
@@ -66,20 +41,15 @@ async fn main() -> Result<(), Error> {
     } = start_lambda().await;
     let stream =
         std::env::var("HEATSINK_AUTOPILOT_STREAM").unwrap_or_else(|_| schema.like_events().name);
-    let defaults = PilotConfig::default();
+    // A stream's loop takes one reshard an operation (Kinesis runs one at a time).
     let pilot = PilotConfig {
-        sustain: number("HEATSINK_AUTOPILOT_SUSTAIN", defaults.sustain)?,
-        cooldown_ms: number::<u64>("HEATSINK_AUTOPILOT_COOLDOWN_MINUTES", 30)?
-            .saturating_mul(60_000),
-        per_hour: number("HEATSINK_AUTOPILOT_PER_HOUR", defaults.per_hour)?,
-        per_day: number("HEATSINK_AUTOPILOT_PER_DAY", defaults.per_day)?,
-        act: act()?,
         per_operation: 1,
+        ..heatsink::lambda::pilot_from_env()?
     };
     let store = PilotStore::for_stream(ddb, schema.table_name(Table::Autopilot), &stream);
     let mut function = StreamLoop::new(aws_sdk_kinesis::Client::new(&sdk), store, &stream);
     function.pilot = pilot;
-    function.sample_secs = number("HEATSINK_AUTOPILOT_SAMPLE_SECONDS", 60)?;
+    function.sample_secs = heatsink::lambda::env_or("HEATSINK_AUTOPILOT_SAMPLE_SECONDS", 60)?;
     tracing::info!(stream, act = pilot.act, "autopilot starts");
     let function = &function;
     run(service_fn(move |event: LambdaEvent<Value>| async move {

@@ -274,6 +274,51 @@ pub(crate) fn stream_record_json(arn: &str, r: &aws_sdk_dynamodbstreams::types::
     })
 }
 
+/// Environment variable `var` parsed as `T`, or `default` when unset; a value that does not
+/// parse is an error naming the variable (a function refuses to start rather than guess).
+pub fn env_or<T: std::str::FromStr>(var: &str, default: T) -> Result<T, String>
+where
+    T::Err: std::fmt::Display,
+{
+    match std::env::var(var) {
+        Ok(v) => v
+            .parse()
+            .map_err(|e| format!("{var}={v:?} does not read: {e}")),
+        Err(_) => Ok(default),
+    }
+}
+
+/// An autopilot function's governor from its environment: `HEATSINK_AUTOPILOT_ACT` (`true`
+/// acts; unset or `false` is a dry run; anything else is an error, so a typo never acts),
+/// `HEATSINK_AUTOPILOT_SUSTAIN` (periods in a row, default 2),
+/// `HEATSINK_AUTOPILOT_COOLDOWN_MINUTES` (30), `HEATSINK_AUTOPILOT_PER_HOUR` (4),
+/// `HEATSINK_AUTOPILOT_PER_DAY` (10) and `HEATSINK_AUTOPILOT_OWNERS_PER_OPERATION` (1; a
+/// directory's loop only).
+pub fn pilot_from_env() -> Result<crate::autopilot::PilotConfig, String> {
+    let defaults = crate::autopilot::PilotConfig::default();
+    let act = match std::env::var("HEATSINK_AUTOPILOT_ACT").as_deref() {
+        Ok("true") => true,
+        Ok("false") | Err(_) => false,
+        Ok(other) => {
+            return Err(format!(
+                "HEATSINK_AUTOPILOT_ACT={other:?}: set it to true (act) or false (dry run)"
+            ));
+        }
+    };
+    Ok(crate::autopilot::PilotConfig {
+        sustain: env_or("HEATSINK_AUTOPILOT_SUSTAIN", defaults.sustain)?,
+        cooldown_ms: env_or::<u64>("HEATSINK_AUTOPILOT_COOLDOWN_MINUTES", 30)?
+            .saturating_mul(60_000),
+        per_hour: env_or("HEATSINK_AUTOPILOT_PER_HOUR", defaults.per_hour)?,
+        per_day: env_or("HEATSINK_AUTOPILOT_PER_DAY", defaults.per_day)?,
+        act,
+        per_operation: env_or(
+            "HEATSINK_AUTOPILOT_OWNERS_PER_OPERATION",
+            defaults.per_operation,
+        )?,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -119,6 +119,8 @@ pub fn resource(input: &Input) -> String {
         streams::get_shard_iterator::GetShardIteratorInput => |i| i.stream_arn.clone(),
         aws_sdk_cloudwatch::operation::get_insight_rule_report::GetInsightRuleReportInput =>
             |i| i.rule_name.clone(),
+        // GetMetricData takes no resource in IAM.
+        aws_sdk_cloudwatch::operation::get_metric_data::GetMetricDataInput => |_| Some("*".into()),
         // One page (a call with a `NextToken` names no stream: recorded as `?`).
         aws_sdk_kinesis::operation::list_shards::ListShardsInput =>
             |i| i.stream_name.clone().or_else(|| i.stream_arn.clone()),

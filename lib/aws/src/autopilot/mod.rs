@@ -43,6 +43,9 @@ pub use heatsink_core::autopilot::*;
 use crate::error::AwsError;
 use crate::metrics::MetricDef;
 
+#[cfg(feature = "streams")]
+#[cfg_attr(docsrs, doc(cfg(feature = "streams")))]
+pub mod directory;
 #[cfg(feature = "insights")]
 #[cfg_attr(docsrs, doc(cfg(feature = "insights")))]
 pub mod measure;
@@ -97,6 +100,23 @@ pub enum AutopilotError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// A directory's loop could not read its directory or a move of its operation failed.
+    /// The operation stays in flight; the next acting period continues it from its records.
+    #[cfg(feature = "streams")]
+    #[error(
+        "autopilot on {table}{}: {source}; the next acting period continues from the move records{}",
+        id.as_ref().map_or(String::new(), |id| format!(" (operation {id})")),
+        id.as_ref().map_or(String::new(), |id| format!(", or once you have ended that move yourself, 'heatsink autopilot finish{} --id {id}'", directory::selector(table)))
+    )]
+    Move {
+        /// The directory's table.
+        table: String,
+        /// The operation in flight, if the failure is one of its moves.
+        id: Option<String>,
+        /// The failure.
+        #[source]
+        source: Box<crate::slots::MoveError>,
+    },
     /// Kinesis refused the operation's call (it answered with an error): it did not run, and
     /// the loop released it (the budget still counts it).
     #[error(
@@ -111,4 +131,16 @@ pub enum AutopilotError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+}
+
+/// A wait as words.
+pub fn wait_text(w: &Wait) -> String {
+    match w {
+        Wait::Sustain { seen, need } => format!("proposed {seen} of {need} periods in a row"),
+        Wait::Cooldown { until_ms } => format!("cooldown until {until_ms} (Unix ms)"),
+        Wait::Budget { until_ms } => format!("budget spent until {until_ms} (Unix ms)"),
+        Wait::Outranked => "a more urgent operation goes first".into(),
+        Wait::Warming => "warming: above its drain target, nothing to run yet".into(),
+        Wait::Held => "the loop holds".into(),
+    }
 }

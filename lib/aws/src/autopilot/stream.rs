@@ -44,6 +44,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::store::PilotStore;
+pub use super::wait_text;
 use super::{
     AutopilotError, Decision, HoldReason, Kind, PilotConfig, Proposal, Settle, Started, Wait,
     decide, propose, settle,
@@ -358,18 +359,6 @@ impl StreamPeriod {
             ));
         }
         lines
-    }
-}
-
-/// A wait as words.
-pub fn wait_text(w: &Wait) -> String {
-    match w {
-        Wait::Sustain { seen, need } => format!("proposed {seen} of {need} periods in a row"),
-        Wait::Cooldown { until_ms } => format!("cooldown until {until_ms} (Unix ms)"),
-        Wait::Budget { until_ms } => format!("budget spent until {until_ms} (Unix ms)"),
-        Wait::Outranked => "a more urgent operation goes first".into(),
-        Wait::Warming => "warming: above its drain target, nothing to run yet".into(),
-        Wait::Held => "the loop holds".into(),
     }
 }
 
