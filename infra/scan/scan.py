@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""checkov over the Terraform root module, the synthesized CDK template and both examples, each
+"""checkov over the Terraform root module, the synthesized CDK template and the examples, each
 finding compared with the reviewed baseline (checkov-baseline.json: every acknowledged check with
 its reason and the resources it fails on). A finding the baseline does not list fails, and so does
 a listed one that no longer fails (the baseline stays the truth). Prints passed/failed per target.
@@ -23,6 +23,8 @@ def targets(terraform, cdk_out):
         "terraform-example-orders": ["-d", str(terraform / "examples" / "orders"), "--framework", "terraform"],
         "cdk": ["-f", str(cdk_out / "Heatsink.template.json"), "--framework", "cloudformation"],
         "cdk-example-orders": ["-f", str(cdk_out / "examples-orders" / "Orders.template.json"), "--framework", "cloudformation"],
+        "terraform-example-places": ["-d", str(terraform / "examples" / "places"), "--framework", "terraform"],
+        "cdk-example-places": ["-f", str(cdk_out / "examples-places" / "Places.template.json"), "--framework", "cloudformation"],
     }
 
 

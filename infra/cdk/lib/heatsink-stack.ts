@@ -23,12 +23,12 @@ import {
 import { Construct } from 'constructs';
 import { Autopilot } from './autopilot';
 import { AlarmTopic } from './blocks/alarm-topic';
-import { AlarmFactory, HeatsinkFunction, TracingMode, emfMetric } from './blocks/common';
+import { AlarmFactory, HeatsinkBinary, HeatsinkFunction, TracingMode, emfMetric } from './blocks/common';
 import { HotKeyCounter, asyncFailureQueue, attribute, functionAlarms } from './blocks/hot-key-counter';
 import { ContributorInsightsMode, GuardedTable, HotKeyGuard, SAMPLER_DETAIL_TYPE, SAMPLER_SOURCE } from './blocks/hot-key-guard';
 import { StreamLeases } from './blocks/stream-leases';
 import { EMF_METRICS, EMF_PROCESSES } from './observability';
-import { DEFAULT_PREFIX, FunctionName, SHARD_RECORDS_CEILING, STREAMS, TABLES } from './schema';
+import { DEFAULT_PREFIX, FUNCTION_NAMES, FunctionName, SHARD_RECORDS_CEILING, STREAMS, TABLES } from './schema';
 import { ESM } from './esm';
 
 export { SAMPLER_DETAIL_TYPE, SAMPLER_SOURCE };
@@ -164,7 +164,11 @@ export class HeatsinkStack extends Stack {
     // except on tables keyed by non-personal ids (`liked` is keyed by the user: hashed).
     const logRetention = props.logRetention ?? logs.RetentionDays.ONE_MONTH;
     const functionDefaults = {
-      code: props.code,
+      // The photo app's functions only (HeatsinkBinary also names the blocks' others).
+      code: (binary: HeatsinkBinary) => {
+        if (!(FUNCTION_NAMES as readonly string[]).includes(binary)) throw new Error(`the photo app deploys no ${binary}`);
+        return props.code(binary as FunctionName);
+      },
       tracing: props.tracing,
       logRetention,
       architecture: props.architecture ?? lambda.Architecture.ARM_64,

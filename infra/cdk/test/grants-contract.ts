@@ -19,11 +19,14 @@ interface Grant {
   act?: boolean;
 }
 export interface Example {
-  source: LikeEventsSource;
+  /** The like-events source its entries apply in (none for an example without one: every entry applies). */
+  source?: LikeEventsSource;
   prefix: string;
   functions: string[];
-  rename: Record<string, string>;
+  rename?: Record<string, string>;
   rename_by_function?: Record<string, Record<string, string>>;
+  /** A logical resource that stands for several there (`table/owner`: each owner and spare table). */
+  rename_each?: Record<string, string[]>;
 }
 export const manifest: {
   calls: Record<string, Grant[]>;
@@ -42,6 +45,14 @@ function renamed(resource: string, rename: Record<string, string>): string {
   return resource;
 }
 
+/** `resource` as each of the resources it stands for (`rename_each`; its stream too), else itself. */
+function each(resource: string, rename: Record<string, string[]>): string[] {
+  for (const old of Object.keys(rename).sort((a, b) => b.length - a.length)) {
+    if (resource === old || resource.startsWith(`${old}/`)) return rename[old].map((name) => name + resource.slice(old.length));
+  }
+  return [resource];
+}
+
 /**
  * What a role must hold in `mode`: `action resource` strings (for an example: its names). The
  * entries marked `act` only when the act switch is on (`act`), never in a default (dry-run) deployment.
@@ -49,11 +60,11 @@ function renamed(resource: string, rename: Record<string, string>): string {
 export function expected(fn: string, mode: LikeEventsSource, example?: Example, act = false): string[] {
   const prefix = example?.prefix ?? PREFIX;
   const rename = { ...(example?.rename ?? {}), ...(example?.rename_by_function?.[fn] ?? {}) };
-  return [...(manifest.calls[fn] ?? []), ...(manifest.platform[fn] ?? [])]
+  const out = [...(manifest.calls[fn] ?? []), ...(manifest.platform[fn] ?? [])]
     .filter((g) => !g.modes || g.modes.includes(mode))
     .filter((g) => !g.act || act)
-    .map((g) => `${g.action} ${renamed(g.resource.replace('<prefix>', prefix), rename)}`)
-    .sort();
+    .flatMap((g) => each(renamed(g.resource.replace('<prefix>', prefix), rename), example?.rename_each ?? {}).map((r) => `${g.action} ${r}`));
+  return [...new Set(out)].sort();
 }
 
 /** A deployment's name without its prefix (a user's own table keeps its whole name). */

@@ -31,18 +31,29 @@ describe.each<[LikeEventsSource, boolean]>([
   });
 });
 
-test('every function of the stack is in the manifest, and nothing else is', () => {
-  expect(Object.keys(manifest.calls).sort()).toEqual([...FUNCTION_NAMES].sort());
-  for (const fn of Object.keys(manifest.platform)) expect(FUNCTION_NAMES).toContain(fn as any);
+/**
+ * Functions of blocks no photo-app stack deploys (the slot directory's autopilot): each is checked
+ * on an example that deploys it (examples.test.ts), under the example's names.
+ */
+const BLOCK_ONLY = ['directory-autopilot'];
+
+test('every function of the stack, and every block-only one, is in the manifest, and nothing else is', () => {
+  expect(Object.keys(manifest.calls).sort()).toEqual([...FUNCTION_NAMES, ...BLOCK_ONLY].sort());
+  for (const fn of Object.keys(manifest.platform)) expect([...FUNCTION_NAMES, ...BLOCK_ONLY]).toContain(fn as any);
+  for (const fn of BLOCK_ONLY) {
+    expect(manifest.platform[fn]).toBeDefined();
+    expect(Object.values(manifest.examples).some((e) => e.functions.includes(fn))).toBe(true);
+  }
 });
 
-test('only the autopilot has act entries, and only on its own calls', () => {
+test('only the autopilots have act entries, and only on their own calls', () => {
   const act = Object.entries(manifest.calls).flatMap(([fn, gs]) => gs.filter((g: any) => g.act !== undefined).map((g: any) => [fn, g]));
   expect(act.length).toBeGreaterThan(0);
   for (const [fn, g] of act) {
-    expect(fn).toBe('autopilot');
+    expect(['autopilot', 'directory-autopilot']).toContain(fn);
     expect(g.act).toBe(true);
   }
+  for (const fn of ['autopilot', 'directory-autopilot']) expect(act.some(([f]) => f === fn)).toBe(true);
   for (const gs of Object.values(manifest.platform)) for (const g of gs as any[]) expect(g.act).toBeUndefined();
 });
 

@@ -160,6 +160,14 @@ class Mod:
             # A key by its alias (alias/<prefix>async-failures -> key/async-failures).
             (alias,) = [b for (t, _), b in self.resources.items() if t == "aws_kms_alias" and unq(b["target_key_id"]) == f"${{aws_kms_key.{m.group(1)}.key_id}}"]
             return ["key/" + self.short(self.text(alias["name"]).removeprefix("alias/"), prefix)]
+        m = re.fullmatch(r"\$\{\[for (\w+) in var\.(\w+) : \1\.(\w+)\]\}", text)
+        if m:
+            # One attribute of each element of a list variable (the directory autopilot's owner
+            # tables: `[for t in var.owner_tables : t.arn]`), each resolved in the caller.
+            _, var, attr = m.groups()
+            scope, e = self.var(var)
+            assert isinstance(e, list) and e, f"{self}: var.{var} is not a non-empty list: {e!r}"
+            return [x for item in e for x in scope.logical(item[attr], prefix)]
         m = re.fullmatch(r"\$\{var\.(\w+)\}(.*)", text)
         if m:
             scope, e = self.var(m.group(1))

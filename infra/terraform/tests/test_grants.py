@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from hcl import Mod, clean
+from hcl import Mod, clean, unq
 from test_module import LIKE_EVENTS_SOURCES, MODULE, REPO, SCHEMA
 
 MANIFEST = json.loads((REPO / "infra" / "grants.json").read_text())
@@ -30,14 +30,19 @@ CALLS = {
     "autopilot": ([], "autopilot"),
 }
 RESHARDS = ["kinesis:MergeShards", "kinesis:SplitShard"]
+# Functions of blocks the root module does not deploy (the slot directory's autopilot): each is
+# checked on an example that deploys it (examples/places), under the example's names.
+BLOCK_ONLY = ["directory-autopilot"]
 
 
 def expected(fn, mode, example=None, act=False):
-    """What a role must hold in `mode` (for an example: under its names, infra/grants.json `examples`);
-    the entries marked `act` only with the act switch on."""
+    """What a role must hold in `mode` (for an example: under its names, infra/grants.json `examples`,
+    a `rename_each` resource as each of the resources it stands for); the entries marked `act` only
+    with the act switch on."""
     example = example or {}
     prefix = example.get("prefix", PREFIX)
     rename = {**example.get("rename", {}), **example.get("rename_by_function", {}).get(fn, {})}
+    each = example.get("rename_each", {})
     entries = MANIFEST["calls"].get(fn, []) + MANIFEST["platform"].get(fn, [])
     out = set()
     for g in entries:
@@ -50,7 +55,12 @@ def expected(fn, mode, example=None, act=False):
             if resource == old or resource.startswith(old + "/"):
                 resource = rename[old] + resource[len(old) :]
                 break
-        out.add(f'{g["action"]} {resource}')
+        resources = [resource]
+        for old in sorted(each, key=len, reverse=True):
+            if resource == old or resource.startswith(old + "/"):
+                resources = [name + resource[len(old) :] for name in each[old]]
+                break
+        out.update(f'{g["action"]} {r}' for r in resources)
     return sorted(out)
 
 
@@ -74,10 +84,11 @@ def test_grants_are_exactly_the_calls(fn, mode, act):
     }
 
 
-def test_only_the_autopilot_has_act_entries():
+def test_only_the_autopilots_have_act_entries():
     act = [(fn, g) for fn, gs in MANIFEST["calls"].items() for g in gs if "act" in g]
-    assert act and all(fn == "autopilot" and g["act"] is True for fn, g in act)
-    assert sorted(g["action"] for _, g in act) == RESHARDS
+    assert act and all(fn in ("autopilot", "directory-autopilot") and g["act"] is True for fn, g in act)
+    assert sorted(g["action"] for fn, g in act if fn == "autopilot") == RESHARDS
+    assert [g for fn, g in act if fn == "directory-autopilot"]
     assert not [g for gs in MANIFEST["platform"].values() for g in gs if "act" in g]
 
 
@@ -127,4 +138,62 @@ def test_every_role_policy_is_its_log_stream_plus_the_statements():
     text = str(policy["policy"])
     assert "concat(" in text and "var.statements" in text
     assert '"logs:CreateLogStream", "logs:PutLogEvents"' in text and "${aws_cloudwatch_log_group.this.arn}:*" in text
-    assert sorted(CALLS) == sorted(FUNCTIONS) == sorted(MANIFEST["calls"])
+    assert sorted(CALLS) == sorted(FUNCTIONS) == sorted(set(MANIFEST["calls"]) - set(BLOCK_ONLY))
+    # A block-only function is checked on an example that deploys it.
+    for fn in BLOCK_ONLY:
+        assert fn in MANIFEST["calls"] and fn in MANIFEST["platform"]
+        assert any(fn in e["functions"] for e in MANIFEST["examples"].values()), fn
+
+
+PLACES = MANIFEST["examples"]["places"]
+# The places example (examples/places): the directory autopilot's module call and its function call.
+PLACES_CALLS = {"directory-autopilot": (["autopilot"], "directory_autopilot")}
+
+
+def places(act=None):
+    return Mod(MODULE / "examples" / "places", root_vars={} if act is None else {"act": act})
+
+
+@pytest.mark.parametrize("act", [False, True], ids=["dry-run", "act"])
+@pytest.mark.parametrize("fn", PLACES["functions"])
+def test_the_places_example_grants_are_exactly_the_calls(fn, act):
+    """The directory autopilot on a team's slot directory holds exactly its calls under the example's
+    names (table/owner is each of places-a, places-b and places-c): without the act entries in a dry
+    run, all of them with the switch on."""
+    want = expected(fn, PLACES.get("source", "kinesis"), PLACES, act=act)
+    have = granted(places(act), fn, PLACES["prefix"], PLACES_CALLS)
+    assert {"missing": [g for g in want if g not in have], "unused": [g for g in have if g not in want]} == {
+        "missing": [],
+        "unused": [],
+    }
+    assert sorted(PLACES_CALLS) == sorted(PLACES["functions"])
+    assert "dynamodb:Query table/slots" in want
+    assert ("dynamodb:DescribeTable table/c" in want) == act
+
+
+def test_the_places_example_is_a_dry_run_unless_switched_on():
+    """The default is a dry run; act = true adds exactly the act entries, on the directory, every owner
+    and spare, and their streams, and nothing else."""
+    default = places()
+    assert default.var_value("act") is False
+    assert default.call("autopilot").var_value("act") is False
+    assert Mod(MODULE / "modules" / "directory-autopilot").var_value("act") is False
+    off, on = granted(default, "directory-autopilot", PLACES["prefix"], PLACES_CALLS), granted(places(True), "directory-autopilot", PLACES["prefix"], PLACES_CALLS)
+    assert off == granted(places(False), "directory-autopilot", PLACES["prefix"], PLACES_CALLS)
+    added = [g for g in on if g not in off]
+    act_entries = sorted(
+        f'{g["action"]} {r}'
+        for g in MANIFEST["calls"]["directory-autopilot"]
+        if g.get("act")
+        for r in ([g["resource"].replace("table/owner", f"table/{o}") for o in "abc"] if g["resource"].startswith("table/owner") else [g["resource"].replace("table/directory", "table/slots")])
+    )
+    assert sorted(added) == act_entries
+    # 2 on the directory, 6 on each of the 3 owners and 3 on each one's stream.
+    assert len(added) == 2 + 3 * (6 + 3)
+    assert all(g in on for g in off)
+    # A dry run cannot write the directory's entries or an owner's items, nor read a stream.
+    writes = {f"dynamodb:{w}" for w in ("PutItem", "DeleteItem", "BatchWriteItem", "TransactWriteItems", "UpdateTable", "GetRecords")}
+    assert not [g for g in off if g.split(" ")[0] in writes]
+    # The function is told the same switch.
+    env = unq(default.call("autopilot").locals["environment"])
+    assert 'HEATSINK_AUTOPILOT_ACT = var.act ? "true" : "false"' in env

@@ -23,8 +23,17 @@ import {
 import { Construct } from 'constructs';
 import { EMF_NAMESPACE } from '../observability';
 
-/** The five function binaries `make lambdas` builds (`functions/<name>/`). */
-export type HeatsinkBinary = 'likes-api' | 'likes-aggregator' | 'count-rebuilder' | 'hotkey-controller' | 'autopilot';
+/**
+ * The function binaries `make lambdas` builds (`functions/<name>/`): the photo app's five and
+ * the slot directory's autopilot (`DirectoryAutopilot`, a block of its own).
+ */
+export type HeatsinkBinary =
+  | 'likes-api'
+  | 'likes-aggregator'
+  | 'count-rebuilder'
+  | 'hotkey-controller'
+  | 'autopilot'
+  | 'directory-autopilot';
 
 /** Where each function's deployment package comes from (a prebuilt `bootstrap.zip`, or a placeholder in tests). */
 export type CodeSource = (binary: HeatsinkBinary) => lambda.Code;
@@ -63,6 +72,12 @@ export interface HeatsinkFunctionProps extends FunctionDefaults {
   readonly timeout: Duration;
   readonly reservedConcurrency: number;
   readonly variables: Record<string, string>;
+  /**
+   * Actions besides X-Ray's that the block grants on `"*"` because they support no resource-level
+   * permission (e.g. `cloudwatch:GetMetricData`): named in the role's IAM5 acknowledgement.
+   * @default none
+   */
+  readonly starResourceActions?: string[];
 }
 
 /**
@@ -109,10 +124,12 @@ export class HeatsinkFunction extends Construct {
       tracing: props.tracing === 'Active' ? lambda.Tracing.ACTIVE : lambda.Tracing.PASS_THROUGH,
       environment: { ...props.variables, ...(props.environment ?? {}) },
     });
+    const star = props.starResourceActions ?? [];
     Validations.of(this.role).acknowledge({
       id: 'AwsSolutions::AwsSolutions-IAM5[Resource::*]',
       reason:
-        'xray:PutTraceSegments and xray:PutTelemetryRecords, which the Lambda service calls as the role to send the function\'s trace segments, support no resource-level permissions: "*" is the only resource they take.',
+        'xray:PutTraceSegments and xray:PutTelemetryRecords, which the Lambda service calls as the role to send the function\'s trace segments, support no resource-level permissions: "*" is the only resource they take.' +
+        (star.length ? ` So does ${star.join(' and ')}, which the function calls: "*" is its only resource too.` : ''),
     });
     // The function needs its policy in place before it runs (event source mappings check it);
     // the role itself is already ordered by the `GetAtt` of its ARN (cfn-lint W3005).
