@@ -71,6 +71,27 @@ fn manifest(function: &str, mode: &str, act: bool) -> BTreeSet<String> {
         .collect()
 }
 
+/// `infra/grants.json`'s calls of `function` that only a path a recording run may not take
+/// makes (`"path"`: why), as `action resource`.
+fn path_only(function: &str) -> BTreeSet<String> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../infra/grants.json");
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("read")).expect("json");
+    json["calls"][function]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|g| g.get("path").is_some())
+        .map(|g| {
+            format!(
+                "{} {}",
+                g["action"].as_str().unwrap_or("?"),
+                g["resource"].as_str().unwrap_or("?")
+            )
+        })
+        .collect()
+}
+
 /// A recorded call in the manifest's logical terms: `table/<t>`, `table/<t>/stream`,
 /// `insight-rule/DynamoDBContributorInsights-<K>-<prefix><t>-*`.
 fn logical(fx: &Fixture, call: &Call) -> String {
@@ -586,7 +607,8 @@ async fn every_function_calls_exactly_what_infra_grants_json_grants_it() {
     smithy_mock_hotkey_controller(&fx).await;
     // Last: it reshards like-events.
     autopilot(&fx).await;
-    // Every function of the stacks is covered (a sixth function needs its own run above).
+    // Every function of the stacks is covered (a new function needs its own run above;
+    // directory-autopilot, a block over a team's directory, has its own test below).
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../infra/grants.json");
     let json: Value =
         serde_json::from_str(&std::fs::read_to_string(path).expect("read")).expect("json");
@@ -597,6 +619,7 @@ async fn every_function_calls_exactly_what_infra_grants_json_grants_it() {
         [
             "autopilot",
             "count-rebuilder",
+            "directory-autopilot",
             "hotkey-controller",
             "likes-aggregator",
             "likes-api"
@@ -690,4 +713,187 @@ async fn autopilot(fx: &Fixture) {
         Some(heatsink::autopilot::Kind::Merge)
     );
     assert_calls_as(fx, &log, "autopilot", "kinesis", true);
+}
+
+/// directory-autopilot as the Lambda builds it, over a slot directory whose owner `a` carries
+/// every slot and spares `b` and `c`, in the manifest's logical terms: the directory table is
+/// `table/directory`, every owner and spare `table/owner` (their streams `table/owner/stream`).
+/// A dry run reads the owners' load from CloudWatch (aws-smithy-mocks: the emulators' CloudWatch
+/// does not answer the SDK's protocol on every lane) and moves nothing; switched to act, a
+/// period records the operation and runs its moves to their ends (per-slot samples keep the
+/// pieces narrow for moto).
+#[tokio::test]
+async fn smithy_mock_cloudwatch_directory_autopilot_calls_exactly_what_infra_grants_json_grants_it()
+{
+    use aws_sdk_cloudwatch::operation::get_metric_data::GetMetricDataOutput;
+    use aws_smithy_mocks::{RuleMode, mock, mock_client};
+    use heatsink::autopilot::directory::{DirectoryLoop, Load};
+    use heatsink::autopilot::{Decision, PilotConfig};
+    use heatsink::schema::{KeyAttr, StreamView, TableSpec, ensure_table};
+    use heatsink::slots::SlotDirectory;
+
+    let fx = fixture!(
+        "smithy_mock_cloudwatch_directory_autopilot_calls_exactly_what_infra_grants_json_grants_it"
+    );
+    let dir_spec = fx.schema.table(heatsink::schema::Table::Slots);
+    fx.track_table(&dir_spec.name);
+    ensure_table(&fx.stack.ddb, &dir_spec)
+        .await
+        .expect("directory table");
+    let owners: Vec<String> = ["a", "b", "c"]
+        .iter()
+        .map(|o| format!("{}dir-{o}", fx.prefix()))
+        .collect();
+    for name in &owners {
+        let spec =
+            TableSpec::new(name.clone(), KeyAttr::s("pk")).stream(StreamView::NewAndOldImages);
+        fx.track_table(name);
+        ensure_table(&fx.stack.ddb, &spec)
+            .await
+            .expect("owner table");
+    }
+    SlotDirectory::new(fx.stack.ddb.clone(), &dir_spec.name)
+        .init(&owners[0], Duration::from_millis(300), false)
+        .await
+        .expect("init");
+    // Rows in the hot slots, so the moves copy, diff, fence and purge real items.
+    for slot in [0u16, 100, 101, 102, 103, 16_383] {
+        let keys = (0..)
+            .map(|i| format!("row-{i}"))
+            .filter(|k| heatsink::slots::slot_of(k) == slot)
+            .take(2);
+        for key in keys {
+            fx.stack
+                .ddb
+                .put_item()
+                .table_name(&owners[0])
+                .item("pk", AttributeValue::S(key))
+                .item("v", AttributeValue::N("1".into()))
+                .send()
+                .await
+                .expect("row");
+        }
+    }
+    let logical = |call: &Call| -> String {
+        let r = &call.resource;
+        let resource = if *r == dir_spec.name {
+            "table/directory".to_owned()
+        } else if owners.contains(r) {
+            "table/owner".to_owned()
+        } else if let Some((_, rest)) = r.split_once(":table/")
+            && let Some((table, _)) = rest.split_once("/stream/")
+            && owners.iter().any(|o| o == table)
+        {
+            "table/owner/stream".to_owned()
+        } else if r == "*" {
+            "*".to_owned()
+        } else {
+            format!("UNKNOWN:{r}")
+        };
+        format!("{} {resource}", call.action)
+    };
+    let check = |log: &CallLog, act: bool| {
+        let recorded: BTreeSet<String> = log.calls().iter().map(logical).collect();
+        let want = manifest("directory-autopilot", "kinesis", act);
+        // Calls only a path this run does not take makes (grants.json `"path"`): granted,
+        // and not required here.
+        let on_paths = path_only("directory-autopilot");
+        let ungranted: Vec<_> = recorded.difference(&want).collect();
+        let uncalled: Vec<_> = want
+            .difference(&recorded)
+            .filter(|c| !on_paths.contains(*c))
+            .collect();
+        assert!(
+            ungranted.is_empty() && uncalled.is_empty(),
+            "directory-autopilot (act {act}): called but not in infra/grants.json: {ungranted:?}; \
+             in infra/grants.json but never called: {uncalled:?}"
+        );
+    };
+    let idle = mock!(aws_sdk_cloudwatch::Client::get_metric_data)
+        .then_output(|| GetMetricDataOutput::builder().build());
+    let pilot = |log: &CallLog, act: bool| {
+        let ddb = aws_sdk_dynamodb::Client::from_conf(
+            crate::slots::move_ddb(&fx)
+                .config()
+                .to_builder()
+                .interceptor(log.interceptor())
+                .build(),
+        );
+        let streams = aws_sdk_dynamodbstreams::Client::from_conf(
+            fx.stack
+                .streams
+                .config()
+                .to_builder()
+                .interceptor(log.interceptor())
+                .build(),
+        );
+        let mut l = DirectoryLoop::new(
+            ddb.clone(),
+            streams,
+            SlotDirectory::new(ddb, &dir_spec.name),
+        );
+        l.spare = owners[1..].to_vec();
+        l.pilot = PilotConfig {
+            sustain: 1,
+            cooldown_ms: 0,
+            act,
+            ..PilotConfig::default()
+        };
+        l
+    };
+    let cloudwatch = |log: &CallLog| Load::CloudWatch {
+        client: mock_client!(aws_sdk_cloudwatch, RuleMode::MatchAny, [&idle], |c| c
+            .interceptor(log.interceptor())),
+        minutes: 5,
+        sampled: BTreeMap::new(),
+    };
+    let now = heatsink::clock::now_ms;
+
+    let log = CallLog::new();
+    let dry = pilot(&log, false)
+        .run(now(), cloudwatch(&log))
+        .await
+        .expect("dry run");
+    assert!(
+        dry.started.is_none() && dry.moved.is_empty(),
+        "{:?}",
+        dry.lines()
+    );
+    check(&log, false);
+
+    // Acting: a CloudWatch period (idle owners, nothing to do), then one on samples that makes
+    // a hot on two narrow pieces and moves them.
+    let log = CallLog::new();
+    let acting = pilot(&log, true);
+    acting
+        .run(now(), cloudwatch(&log))
+        .await
+        .expect("idle period");
+    let hot: BTreeMap<u16, f64> = [
+        (0u16, 300.0),
+        (100, 250.0),
+        (101, 250.0),
+        (102, 250.0),
+        (103, 250.0),
+        (16_383, 300.0),
+    ]
+    .into();
+    let period = acting
+        .run(now(), Load::Slots(hot))
+        .await
+        .expect("acting period");
+    assert!(
+        matches!(
+            period.decided.as_ref().map(|d| &d.period.decision),
+            Some(Decision::Run(_))
+        ),
+        "{:?}",
+        period.lines()
+    );
+    assert!(
+        !period.moved.is_empty() && period.ended.is_some(),
+        "{:?}",
+        period.lines()
+    );
+    check(&log, true);
 }

@@ -1243,6 +1243,7 @@ async fn a_move_lists_stream_shards_within_the_describe_stream_limit() {
 
 mod attrition;
 mod interrupt;
+mod operation;
 mod ordered;
 mod ownership;
 mod pilot;
