@@ -86,25 +86,33 @@ pub async fn verify(router: &Router, acks: &[AckLine]) -> Result<VerifyReport, M
             }
         }
     }
-    // Every table that gave a slot away must refuse it (its fence item), and its owner must not.
+    // Every table that gave a slot away must refuse it (its fence item) to every map that named
+    // it, and its owner must not. A table gave the slot away at the flip to epoch E (a move's
+    // epoch + 1, a rollback's + 2): the maps that named it are older than E. A slot moved on
+    // again (a to b to c) leaves a's fence at b's epoch, which is enough: no map names a after.
     #[cfg_attr(not(feature = "streams"), allow(unused_mut))]
-    let mut gave_away: BTreeMap<u16, BTreeSet<String>> = BTreeMap::new();
+    let mut gave_away: BTreeMap<u16, BTreeMap<String, u64>> = BTreeMap::new();
     #[cfg(feature = "streams")]
     for m in router.directory().moves().await?.records {
         let loser = match m.phase {
-            p if p.target_owns() => Some(m.from.clone()),
+            p if p.target_owns() => Some((m.from.clone(), m.epoch.saturating_add(1))),
             Phase::RollbackFlipped | Phase::RollbackCleaning | Phase::RolledBack => {
-                Some(m.to.clone())
+                Some((m.to.clone(), m.epoch.saturating_add(2)))
             }
             _ => None,
         };
-        if let Some(t) = loser {
+        if let Some((t, flipped_at)) = loser {
             for slot in want
                 .keys()
                 .map(|k| map.slot_of(k))
                 .filter(|s| m.slots.contains(*s))
             {
-                gave_away.entry(slot).or_default().insert(t.clone());
+                let at = gave_away
+                    .entry(slot)
+                    .or_default()
+                    .entry(t.clone())
+                    .or_insert(0);
+                *at = (*at).max(flipped_at);
             }
         }
     }
@@ -113,12 +121,13 @@ pub async fn verify(router: &Router, acks: &[AckLine]) -> Result<VerifyReport, M
     for slot in slots {
         let owner = map.entry_of(slot).owner.clone();
         let epoch = map.entry_of(slot).epoch;
-        let mut tables: Vec<String> = gave_away
+        let mut tables: Vec<(String, u64)> = gave_away
             .get(&slot)
-            .map(|s| s.iter().cloned().collect())
+            .map(|s| s.iter().map(|(t, e)| (t.clone(), *e)).collect())
             .unwrap_or_default();
-        tables.push(owner.clone());
-        for t in tables {
+        tables.retain(|(t, _)| *t != owner);
+        tables.push((owner.clone(), epoch));
+        for (t, at) in tables {
             if !infos.contains_key(&t) {
                 infos.insert(
                     t.clone(),
@@ -128,11 +137,11 @@ pub async fn verify(router: &Router, acks: &[AckLine]) -> Result<VerifyReport, M
             let keys = &infos[&t].keys;
             let fence = read_fence(router_client(router), &t, keys, slot).await?;
             // The owner must take writes at its epoch; a table that gave the slot away must
-            // refuse every map that named it (all older than the owner's epoch).
+            // refuse every map that named it (all older than the flip that took it away).
             let accepts = if t == owner {
                 admits(fence.as_ref(), epoch)
             } else {
-                admits(fence.as_ref(), epoch.saturating_sub(1))
+                admits(fence.as_ref(), at.saturating_sub(1))
             };
             if (t == owner) != accepts && !report.double_owned.contains(&slot) {
                 report.double_owned.push(slot);
