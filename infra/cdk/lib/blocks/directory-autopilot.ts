@@ -55,15 +55,15 @@ export const DIRECTORY_AUTOPILOT_GRANTS = {
 
 /** The governor's knobs; each unset one keeps the function's default (its variable is not set). */
 export interface DirectoryAutopilotGovernor {
-  /** Periods in a row an owner must be hot before a move is proposed (`HEATSINK_AUTOPILOT_SUSTAIN`). */
+  /** Periods in a row an owner must need relief before a move runs (`HEATSINK_AUTOPILOT_SUSTAIN`). */
   readonly sustain?: number;
-  /** Minutes a moved range and its owners rest before the next move (`HEATSINK_AUTOPILOT_COOLDOWN_MINUTES`). */
+  /** Minutes the slots an operation moved are left alone (no move back or on) (`HEATSINK_AUTOPILOT_COOLDOWN_MINUTES`). */
   readonly cooldownMinutes?: number;
   /** Operations started per hour at most (`HEATSINK_AUTOPILOT_PER_HOUR`). */
   readonly perHour?: number;
   /** Operations started per day at most (`HEATSINK_AUTOPILOT_PER_DAY`). */
   readonly perDay?: number;
-  /** Owner tables one operation may involve at most (`HEATSINK_AUTOPILOT_OWNERS_PER_OPERATION`). */
+  /** Hot owners one operation relieves, each with every piece its plan moves, moved one after another (`HEATSINK_AUTOPILOT_OWNERS_PER_OPERATION`; the function's default 1). */
   readonly ownersPerOperation?: number;
 }
 

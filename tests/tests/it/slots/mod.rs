@@ -1242,6 +1242,7 @@ async fn a_move_lists_stream_shards_within_the_describe_stream_limit() {
 }
 
 mod attrition;
+mod hotspot;
 mod interrupt;
 mod operation;
 mod ordered;

@@ -46,7 +46,7 @@ async fn record_operation(s: &Scene, first: &str, second: &str) -> Started {
     op
 }
 
-fn pilot(s: &Scene) -> DirectoryLoop {
+pub(super) fn pilot(s: &Scene) -> DirectoryLoop {
     let mut l = DirectoryLoop::new(s.ddb.clone(), s.streams.clone(), s.dir.clone());
     l.pilot = PilotConfig {
         act: true,
