@@ -256,3 +256,80 @@ async fn a_move_an_operator_aborted_ends_its_operation_and_the_rest_never_start(
     assert_eq!(map.entry_of(tenant("t0").first).owner, s.a);
     assert_eq!(map.entry_of(tenant("t1").first).owner, s.a);
 }
+
+#[tokio::test]
+async fn a_rollback_cut_inside_is_continued_on_its_path_and_ends_the_operation() {
+    let fx = fixture!("a_rollback_cut_inside_is_continued_on_its_path_and_ends_the_operation");
+    let _serial = SERIAL.lock().await;
+    let s = Scene::new(&fx, false).await;
+    let c = owner_table(&fx, "c").await;
+    let load = start_load(s.router.clone(), "key-", 16, 10.0);
+    let op = record_operation(&s, &s.b, &c).await;
+    // The first piece's move flipped; an operator began rolling it back and was cut off.
+    let mut cut = s.start_spec(piece(tenant("t0"), &s.b)).await;
+    let id = cut.record().id.clone();
+    while cut.record().phase != Phase::Flipped {
+        cut.step().await.expect("step");
+    }
+    assert_eq!(
+        cut.step_on(heatsink::slots::Path::Rollback)
+            .await
+            .expect("rollback begins"),
+        Phase::RollingBack
+    );
+    drop(cut);
+    tokio::time::sleep(LEASE).await;
+
+    let report = held!(
+        pilot(&s)
+            .run(heatsink::clock::now_ms(), no_load())
+            .await
+            .map_err(|e| match e {
+                heatsink::autopilot::AutopilotError::Move { source, .. } => *source,
+                other => panic!("period: {other}"),
+            })
+    )
+    .expect("period");
+    assert_eq!(
+        report.settled,
+        Some((
+            op.id.clone(),
+            Progress::Running {
+                index: 0,
+                id: id.clone(),
+                phase: Phase::RollingBack
+            }
+        )),
+        "{:?}",
+        report.lines()
+    );
+    // Continued on the rollback's path, not forward; then the records end the operation.
+    assert_eq!(report.moved, vec![id.clone()], "{:?}", report.lines());
+    assert_eq!(
+        report.ended,
+        Some((
+            op.id.clone(),
+            Progress::Stopped {
+                index: 0,
+                id,
+                phase: Phase::RolledBack
+            }
+        )),
+        "{:?}",
+        report.lines()
+    );
+    let map = s.dir.load().await.expect("map");
+    assert_eq!(map.entry_of(tenant("t0").first).owner, s.a);
+    assert!(
+        s.dir
+            .moves()
+            .await
+            .expect("moves")
+            .records
+            .iter()
+            .all(|r| r.to != c),
+        "the second piece never started"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    load.finish(&s.router).await;
+}
