@@ -123,6 +123,10 @@ pub struct PeriodArgs {
     /// owner (a top-K of keys) and the rest of its load is spread over its other slots.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1440))]
     cloudwatch_minutes: Option<u32>,
+    /// A directory's hysteresis as a share of the mean owner load: an owner is relieved above
+    /// (1.1 + band) × the mean, destinations are filled to (1.1 − band) × the mean.
+    #[arg(long, default_value = "0.1", value_parser = super::fraction)]
+    band: f64,
     /// Seconds of records a stream's period samples (`--stream` only).
     #[arg(long, default_value = "60", value_parser = clap::value_parser!(u64).range(1..))]
     sample_seconds: u64,
@@ -309,6 +313,7 @@ async fn period(a: PeriodArgs, record: bool) -> CmdResult {
     pilot.spare = a.load.spare.clone();
     pilot.relative = Relative {
         capacity: a.load.capacity,
+        band: a.band,
         ..Relative::default()
     };
     pilot.progress = Some(std::sync::Arc::new(|line: &str| eprintln!("{line}")));

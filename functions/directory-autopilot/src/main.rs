@@ -21,7 +21,8 @@
 //! `HEATSINK_AUTOPILOT_SPARE` (comma-separated tables that own nothing yet and may take slots);
 //! `HEATSINK_AUTOPILOT_CLOUDWATCH_MINUTES` (minutes of consumed capacity measured, default 5);
 //! `HEATSINK_AUTOPILOT_CAPACITY` (write units per second one owner serves at 100 %, default
-//! 1,000); the governor's (`heatsink::lambda::pilot_from_env`: `HEATSINK_AUTOPILOT_ACT`,
+//! 1,000); `HEATSINK_AUTOPILOT_BAND` (hysteresis as a share of the mean owner load, default
+//! 0.1: relieved above 1.2 × the mean, filled to 1.0 ×); the governor's (`heatsink::lambda::pilot_from_env`: `HEATSINK_AUTOPILOT_ACT`,
 //! `_SUSTAIN`, `_COOLDOWN_MINUTES`, `_PER_HOUR`, `_PER_DAY`, `_OWNERS_PER_OPERATION`).
 
 use std::time::Duration;
@@ -52,9 +53,15 @@ async fn main() -> Result<(), Error> {
         .collect();
     let minutes: u32 = env_or("HEATSINK_AUTOPILOT_CLOUDWATCH_MINUTES", 5)?;
     let capacity: f64 = env_or("HEATSINK_AUTOPILOT_CAPACITY", 1_000.0)?;
-    if !((1..=1_440).contains(&minutes) && capacity.is_finite() && capacity > 0.0) {
+    let band: f64 = env_or("HEATSINK_AUTOPILOT_BAND", Relative::default().band)?;
+    if !((1..=1_440).contains(&minutes)
+        && capacity.is_finite()
+        && capacity > 0.0
+        && band > 0.0
+        && band <= 1.0)
+    {
         return Err(format!(
-            "HEATSINK_AUTOPILOT_CLOUDWATCH_MINUTES={minutes} (1 to 1440) or HEATSINK_AUTOPILOT_CAPACITY={capacity} (above 0) is out of range"
+            "HEATSINK_AUTOPILOT_CLOUDWATCH_MINUTES={minutes} (1 to 1440), HEATSINK_AUTOPILOT_CAPACITY={capacity} (above 0) or HEATSINK_AUTOPILOT_BAND={band} (above 0, at most 1) is out of range"
         )
         .into());
     }
@@ -68,6 +75,7 @@ async fn main() -> Result<(), Error> {
     pilot.spare = spare;
     pilot.relative = Relative {
         capacity,
+        band,
         ..Relative::default()
     };
     let cloudwatch = aws_sdk_cloudwatch::Client::new(&start.config);

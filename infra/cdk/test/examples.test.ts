@@ -275,10 +275,10 @@ describe('DirectoryAutopilot props', () => {
   test('no spare: HEATSINK_AUTOPILOT_SPARE is not set; the governor\'s knobs only when given', () => {
     const plain = env(stack({}));
     expect(plain.HEATSINK_AUTOPILOT_SPARE).toBeUndefined();
-    for (const k of ['SUSTAIN', 'COOLDOWN_MINUTES', 'PER_HOUR', 'PER_DAY', 'OWNERS_PER_OPERATION']) {
+    for (const k of ['SUSTAIN', 'COOLDOWN_MINUTES', 'PER_HOUR', 'PER_DAY', 'OWNERS_PER_OPERATION', 'BAND']) {
       expect(plain[`HEATSINK_AUTOPILOT_${k}`]).toBeUndefined();
     }
-    const tuned = env(stack({ cloudwatchMinutes: 10, governor: { sustain: 3, cooldownMinutes: 30, perHour: 2, perDay: 12, ownersPerOperation: 2 } }));
+    const tuned = env(stack({ cloudwatchMinutes: 10, governor: { sustain: 3, cooldownMinutes: 30, perHour: 2, perDay: 12, ownersPerOperation: 2, band: 0.05 } }));
     expect(tuned).toMatchObject({
       HEATSINK_AUTOPILOT_CLOUDWATCH_MINUTES: '10',
       HEATSINK_AUTOPILOT_SUSTAIN: '3',
@@ -286,6 +286,7 @@ describe('DirectoryAutopilot props', () => {
       HEATSINK_AUTOPILOT_PER_HOUR: '2',
       HEATSINK_AUTOPILOT_PER_DAY: '12',
       HEATSINK_AUTOPILOT_OWNERS_PER_OPERATION: '2',
+      HEATSINK_AUTOPILOT_BAND: '0.05',
     });
   });
 

@@ -85,6 +85,7 @@ def test_the_environment():
         "HEATSINK_AUTOPILOT_PER_HOUR": "${var.governor.per_hour}",
         "HEATSINK_AUTOPILOT_PER_DAY": "${var.governor.per_day}",
         "HEATSINK_AUTOPILOT_OWNERS_PER_OPERATION": "${var.governor.owners_per_operation}",
+        "HEATSINK_AUTOPILOT_BAND": "${var.governor.band}",
     }
     assert BLOCK.var_value("cloudwatch_minutes") == 5
     assert BLOCK.var_value("governor") == {}

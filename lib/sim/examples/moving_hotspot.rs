@@ -1,6 +1,6 @@
 //! The moving-hotspot day (`heatsink_sim::day`) under three policies side by side: a static
 //! layout, a naive threshold loop and the autopilot (relieving one hot owner an operation, and
-//! up to 8), at 1- and 5-minute periods.
+//! up to 8; and up to 8 with half the hysteresis band), at 1- and 5-minute periods.
 //!
 //! `cargo run -p heatsink-sim --release --example moving_hotspot`
 
@@ -50,6 +50,15 @@ fn main() -> Result<(), heatsink_core::autopilot::PilotError> {
         ] {
             row(period, name, &simulate(&day, &policy)?);
         }
+        // The same autopilot with half the hysteresis: relieved above 1.15 × the mean, filled
+        // to 1.05 × (`--band 0.05`).
+        let mut narrow = day.clone();
+        narrow.relative.band = 0.05;
+        row(
+            period,
+            "autopilot, band 0.05",
+            &simulate(&narrow, &Policy::Pilot(DayConfig::pilot()))?,
+        );
     }
     Ok(())
 }

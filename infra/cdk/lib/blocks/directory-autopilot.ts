@@ -65,6 +65,12 @@ export interface DirectoryAutopilotGovernor {
   readonly perDay?: number;
   /** Hot owners one operation relieves, each with every piece its plan moves, moved one after another (`HEATSINK_AUTOPILOT_OWNERS_PER_OPERATION`; the function's default 1). */
   readonly ownersPerOperation?: number;
+  /**
+   * Hysteresis as a share of the mean owner load (`HEATSINK_AUTOPILOT_BAND`; the function's
+   * default 0.1): an owner is relieved above (1.1 + band) × the mean, destinations are filled to
+   * (1.1 − band) × the mean. BENCHMARKS.md measures 0.05 against 0.1.
+   */
+  readonly band?: number;
 }
 
 export interface DirectoryAutopilotProps extends FunctionDefaults {
@@ -161,6 +167,7 @@ export class DirectoryAutopilot extends Construct {
       HEATSINK_AUTOPILOT_PER_HOUR: governor.perHour,
       HEATSINK_AUTOPILOT_PER_DAY: governor.perDay,
       HEATSINK_AUTOPILOT_OWNERS_PER_OPERATION: governor.ownersPerOperation,
+      HEATSINK_AUTOPILOT_BAND: governor.band,
     };
     const variables: Record<string, string> = {
       HEATSINK_PREFIX: prefix,

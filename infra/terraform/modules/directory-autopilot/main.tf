@@ -31,6 +31,7 @@ locals {
     HEATSINK_AUTOPILOT_PER_HOUR             = var.governor.per_hour
     HEATSINK_AUTOPILOT_PER_DAY              = var.governor.per_day
     HEATSINK_AUTOPILOT_OWNERS_PER_OPERATION = var.governor.owners_per_operation
+    HEATSINK_AUTOPILOT_BAND                 = var.governor.band
   }
   environment = merge(
     {

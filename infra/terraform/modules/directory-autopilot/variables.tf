@@ -63,13 +63,14 @@ variable "cloudwatch_minutes" {
 }
 
 variable "governor" {
-  description = "The governor's knobs; each null one keeps the function's default (its variable is not set): sustain (HEATSINK_AUTOPILOT_SUSTAIN), cooldown_minutes (HEATSINK_AUTOPILOT_COOLDOWN_MINUTES), per_hour (HEATSINK_AUTOPILOT_PER_HOUR), per_day (HEATSINK_AUTOPILOT_PER_DAY), owners_per_operation (HEATSINK_AUTOPILOT_OWNERS_PER_OPERATION)."
+  description = "The governor's knobs; each null one keeps the function's default (its variable is not set): sustain (HEATSINK_AUTOPILOT_SUSTAIN), cooldown_minutes (HEATSINK_AUTOPILOT_COOLDOWN_MINUTES), per_hour (HEATSINK_AUTOPILOT_PER_HOUR), per_day (HEATSINK_AUTOPILOT_PER_DAY), owners_per_operation (HEATSINK_AUTOPILOT_OWNERS_PER_OPERATION), band (HEATSINK_AUTOPILOT_BAND: hysteresis as a share of the mean owner load, default 0.1)."
   type = object({
     sustain              = optional(number)
     cooldown_minutes     = optional(number)
     per_hour             = optional(number)
     per_day              = optional(number)
     owners_per_operation = optional(number)
+    band                 = optional(number)
   })
   default = {}
 }
