@@ -57,9 +57,10 @@ locals {
     { Effect = "Allow", Action = ["sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"], Resource = local.async_failures.arn },
     { Effect = "Allow", Action = ["kms:GenerateDataKey", "kms:Decrypt"], Resource = local.async_failures.key_arn },
   ]
-  # Only with the act switch on (grants.json entries with "act": true): a move's writes to the
-  # directory's entries, its reads and writes of the owner and spare tables' items and their
-  # capacity, and the changes it catches up on from their streams.
+  # Only with the act switch on (grants.json entries with "act": true): the mover's calls as the
+  # recording test saw them — the move record, lease and mark on the directory; the owner and
+  # spare tables' key schema, copy, fence and marker items, purge and diff re-reads; and the
+  # changes it catches up on from their streams.
   act_statements = [
     { Effect = "Allow", Action = ["dynamodb:PutItem", "dynamodb:ConditionCheckItem"], Resource = var.directory_table_arn },
     { Effect = "Allow", Action = ["dynamodb:DescribeTable", "dynamodb:Scan", "dynamodb:PutItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem", "dynamodb:GetItem"], Resource = [for t in var.owner_tables : t.arn] },
