@@ -22,7 +22,6 @@
 //! (30), `HEATSINK_AUTOPILOT_PER_HOUR` (4), `HEATSINK_AUTOPILOT_PER_DAY` (10),
 //! `HEATSINK_AUTOPILOT_SAMPLE_SECONDS` (60). The state is in `<prefix>autopilot`.
 
-use heatsink::autopilot::PilotConfig;
 use heatsink::autopilot::store::PilotStore;
 use heatsink::autopilot::stream::StreamLoop;
 use heatsink::metrics::Emf;
@@ -41,11 +40,8 @@ async fn main() -> Result<(), Error> {
     } = start_lambda().await;
     let stream =
         std::env::var("HEATSINK_AUTOPILOT_STREAM").unwrap_or_else(|_| schema.like_events().name);
-    // A stream's loop takes one reshard an operation (Kinesis runs one at a time).
-    let pilot = PilotConfig {
-        per_operation: 1,
-        ..heatsink::lambda::pilot_from_env()?
-    };
+    // (StreamLoop runs one reshard an operation whatever `per_operation` says.)
+    let pilot = heatsink::lambda::pilot_from_env()?;
     let store = PilotStore::for_stream(ddb, schema.table_name(Table::Autopilot), &stream);
     let mut function = StreamLoop::new(aws_sdk_kinesis::Client::new(&sdk), store, &stream);
     function.pilot = pilot;

@@ -45,22 +45,20 @@ const TABLES: [Table; 6] = [
     Table::Autopilot,
 ];
 
-/// `infra/grants.json`'s `calls` of `function` that apply to `mode` (`action resource`), with
-/// the calls granted only to an acting autopilot (`"act": true`) when `act`.
-fn manifest(function: &str, mode: &str, act: bool) -> BTreeSet<String> {
+/// `infra/grants.json`, parsed.
+fn grants_json() -> Value {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../infra/grants.json");
     let text = std::fs::read_to_string(&path).expect("infra/grants.json");
-    let json: Value = serde_json::from_str(&text).expect("grants.json is JSON");
-    json["calls"][function]
+    serde_json::from_str(&text).expect("grants.json is JSON")
+}
+
+/// `infra/grants.json`'s `calls` of `function` that `keep` keeps, as `action resource`.
+fn entries(function: &str, keep: impl Fn(&Value) -> bool) -> BTreeSet<String> {
+    grants_json()["calls"][function]
         .as_array()
         .unwrap_or_else(|| panic!("grants.json has no calls for {function}"))
         .iter()
-        .filter(|g| {
-            g.get("modes")
-                .and_then(Value::as_array)
-                .is_none_or(|m| m.iter().any(|x| x == mode))
-                && (act || g.get("act").and_then(Value::as_bool) != Some(true))
-        })
+        .filter(|g| keep(g))
         .map(|g| {
             format!(
                 "{} {}",
@@ -71,25 +69,21 @@ fn manifest(function: &str, mode: &str, act: bool) -> BTreeSet<String> {
         .collect()
 }
 
+/// `infra/grants.json`'s `calls` of `function` that apply to `mode` (`action resource`), with
+/// the calls granted only to an acting autopilot (`"act": true`) when `act`.
+fn manifest(function: &str, mode: &str, act: bool) -> BTreeSet<String> {
+    entries(function, |g| {
+        g.get("modes")
+            .and_then(Value::as_array)
+            .is_none_or(|m| m.iter().any(|x| x == mode))
+            && (act || g.get("act").and_then(Value::as_bool) != Some(true))
+    })
+}
+
 /// `infra/grants.json`'s calls of `function` that only a path a recording run may not take
 /// makes (`"path"`: why), as `action resource`.
 fn path_only(function: &str) -> BTreeSet<String> {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../infra/grants.json");
-    let json: Value =
-        serde_json::from_str(&std::fs::read_to_string(&path).expect("read")).expect("json");
-    json["calls"][function]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|g| g.get("path").is_some())
-        .map(|g| {
-            format!(
-                "{} {}",
-                g["action"].as_str().unwrap_or("?"),
-                g["resource"].as_str().unwrap_or("?")
-            )
-        })
-        .collect()
+    entries(function, |g| g.get("path").is_some())
 }
 
 /// A recorded call in the manifest's logical terms: `table/<t>`, `table/<t>/stream`,
@@ -609,11 +603,8 @@ async fn every_function_calls_exactly_what_infra_grants_json_grants_it() {
     autopilot(&fx).await;
     // Every function of the stacks is covered (a new function needs its own run above;
     // directory-autopilot, a block over a team's directory, has its own test below).
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../infra/grants.json");
-    let json: Value =
-        serde_json::from_str(&std::fs::read_to_string(path).expect("read")).expect("json");
     let functions: BTreeMap<String, Value> =
-        serde_json::from_value(json["calls"].clone()).expect("calls");
+        serde_json::from_value(grants_json()["calls"].clone()).expect("calls");
     assert_eq!(
         functions.keys().collect::<Vec<_>>(),
         [

@@ -159,11 +159,6 @@ impl DirectoryLoop {
         }
     }
 
-    /// The loop's state store.
-    pub fn store(&self) -> &PilotStore {
-        &self.store
-    }
-
     /// This period's decision from `load`, as [`DirectoryLoop::run`] would make it; saves,
     /// starts and continues nothing.
     pub async fn plan(&self, now_ms: u64, load: Load) -> Result<DirectoryReport, AutopilotError> {
@@ -183,7 +178,6 @@ impl DirectoryLoop {
     ) -> Result<DirectoryReport, AutopilotError> {
         let stored = self.store.load().await?;
         let mut state = stored.state.clone();
-        let map = self.dir.load().await.map_err(|e| self.failed(None, e))?;
         let mut out = DirectoryReport {
             table: self.dir.table().to_owned(),
             paused: state.paused.clone(),
@@ -198,11 +192,12 @@ impl DirectoryLoop {
                 out.ended = Some((op.id.clone(), got));
             } else {
                 if acting && state.paused.is_none() && got != Progress::Unknown {
-                    self.carry_for(&op, &mut out).await?;
+                    self.carry(&op, got, &mut out).await?;
                 }
                 return Ok(out);
             }
         }
+        let map = self.dir.load().await.map_err(|e| self.failed(None, e))?;
         let load = self.slot_load(load, &map, now_ms).await?;
         let cfg = PilotConfig {
             act: acting,
@@ -232,7 +227,9 @@ impl DirectoryLoop {
         out.decided = Some(d);
         if let (Some(op), true) = (op, out.saved) {
             out.started = Some(op.clone());
-            self.carry_for(&op, &mut out).await?;
+            // Nothing of it has started: its first piece is next.
+            self.carry(&op, Progress::Next { index: 0 }, &mut out)
+                .await?;
         }
         Ok(out)
     }
@@ -254,36 +251,18 @@ impl DirectoryLoop {
         Ok(progress(op, &seen))
     }
 
-    /// [`DirectoryLoop::carry`] for at most [`DirectoryLoop::move_time`].
-    async fn carry_for(
+    /// Runs `op`'s moves from `got` (how far its records say it is) until it ends (then saves
+    /// it ended), until a move stops with an error (the operation stays in flight), or until
+    /// [`DirectoryLoop::move_time`] is up: the move running then is dropped where it is (its
+    /// record holds its last phase; the next period continues it) and `out.cut` is set.
+    async fn carry(
         &self,
         op: &Started,
+        mut got: Progress,
         out: &mut DirectoryReport,
     ) -> Result<(), AutopilotError> {
-        let Some(limit) = self.move_time else {
-            return self.carry(op, out).await;
-        };
-        let mut inner = out.clone();
-        match tokio::time::timeout(limit, self.carry(op, &mut inner)).await {
-            Ok(res) => {
-                *out = inner;
-                res
-            }
-            Err(_) => {
-                // Dropped where it was: every move's record holds its last phase, and the
-                // operation stays in flight. The moves that ended before the cut are in the
-                // records; the next period proves them again.
-                out.cut = true;
-                Ok(())
-            }
-        }
-    }
-
-    /// Runs `op`'s moves from where its records say it is until it ends (then saves it ended),
-    /// or until a move stops with an error (the operation stays in flight).
-    async fn carry(&self, op: &Started, out: &mut DirectoryReport) -> Result<(), AutopilotError> {
+        let deadline = self.move_time.map(|t| tokio::time::Instant::now() + t);
         loop {
-            let got = self.progress_of(op).await?;
             let mut mover = match &got {
                 Progress::Ended { .. } | Progress::Stopped { .. } => {
                     let after = self.store.load().await?;
@@ -294,6 +273,11 @@ impl DirectoryLoop {
                     return Ok(());
                 }
                 Progress::Unknown => return Ok(()),
+                // Time is up before the next move: it starts (or resumes) next period.
+                _ if deadline.is_some_and(|at| tokio::time::Instant::now() >= at) => {
+                    out.cut = true;
+                    return Ok(());
+                }
                 Progress::Running { id, .. } => Mover::open_with(
                     self.ddb.clone(),
                     self.streams.clone(),
@@ -334,8 +318,19 @@ impl DirectoryLoop {
                 mover = mover.with_progress(p.clone());
             }
             let id = mover.record().id.clone();
-            mover.run().await.map_err(|e| self.failed(Some(op), e))?;
+            let ran = match deadline {
+                Some(at) => match tokio::time::timeout_at(at, mover.run()).await {
+                    Ok(ran) => ran.map(|_| ()),
+                    Err(_) => {
+                        out.cut = true;
+                        return Ok(());
+                    }
+                },
+                None => mover.run().await.map(|_| ()),
+            };
+            ran.map_err(|e| self.failed(Some(op), e))?;
             out.moved.push(id);
+            got = self.progress_of(op).await?;
         }
     }
 
@@ -473,7 +468,7 @@ impl DirectoryReport {
 }
 
 /// One line per decision and per waiting proposal of `d`.
-pub fn decision_lines(d: &DirectoryPeriod, sel: &str) -> Vec<String> {
+fn decision_lines(d: &DirectoryPeriod, sel: &str) -> Vec<String> {
     let (p, planned) = (&d.period, &d.planned);
     let piece = |subject: &str| {
         planned

@@ -70,6 +70,21 @@ fn piece(slots: SlotRange, to: &str) -> MoveSpec {
     }
 }
 
+/// One acting period once the lease of a controller cut before it has run out (a period that
+/// finds the move still held waits it out and runs again, as the next scheduled one would).
+async fn period_after_cut(s: &Scene) -> heatsink::autopilot::directory::DirectoryReport {
+    held!(
+        pilot(s)
+            .run(heatsink::clock::now_ms(), no_load())
+            .await
+            .map_err(|e| match e {
+                heatsink::autopilot::AutopilotError::Move { source, .. } => *source,
+                other => panic!("period: {other}"),
+            })
+    )
+    .expect("period")
+}
+
 /// No load: a period with an operation in flight reads none.
 fn no_load() -> PeriodLoad {
     PeriodLoad::Slots(Default::default())
@@ -185,16 +200,7 @@ async fn a_move_cut_inside_is_continued_only_once_the_kill_switch_is_lifted_and_
 
     store.resume().await.expect("resume");
     tokio::time::sleep(LEASE).await;
-    let resumed = held!(
-        pilot(&s)
-            .run(heatsink::clock::now_ms(), no_load())
-            .await
-            .map_err(|e| match e {
-                heatsink::autopilot::AutopilotError::Move { source, .. } => *source,
-                other => panic!("period: {other}"),
-            })
-    )
-    .expect("period");
+    let resumed = period_after_cut(&s).await;
     assert_eq!(resumed.moved.first(), Some(&id), "{:?}", resumed.lines());
     assert_eq!(resumed.moved.len(), 2, "{:?}", resumed.lines());
     assert_eq!(
@@ -280,16 +286,7 @@ async fn a_rollback_cut_inside_is_continued_on_its_path_and_ends_the_operation()
     drop(cut);
     tokio::time::sleep(LEASE).await;
 
-    let report = held!(
-        pilot(&s)
-            .run(heatsink::clock::now_ms(), no_load())
-            .await
-            .map_err(|e| match e {
-                heatsink::autopilot::AutopilotError::Move { source, .. } => *source,
-                other => panic!("period: {other}"),
-            })
-    )
-    .expect("period");
+    let report = period_after_cut(&s).await;
     assert_eq!(
         report.settled,
         Some((
